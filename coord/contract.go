@@ -1,0 +1,370 @@
+// Package coord is the cluster protocol of shardflow jobs over a coordination
+// store (coord/store): the ElasticJob-Lite 1.x node layout keyed by server id,
+// server registration, leader election, resharding with pluggable strategies,
+// execution state, misfire, failover, fencing epochs, distribute-once
+// barriers, reconcile, the clock check, and operator actions.
+//
+// The pipeline (package dataflow) sees only Registry, Job and Run: it asks a
+// Job to Begin a run, gets shard assignments with fencing epochs and a context
+// cancelled when ownership is lost, and Completes the run.
+package coord
+
+// THIS FILE IS THE CONTRACT between coord and its callers (dataflow, stats,
+// cmd/shardflow). The signatures below are fixed; the bodies are filled in by
+// the coord implementation files. Additive changes are fine; changing a
+// signature means updating every caller in the same commit.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// Sentinel errors of the protocol.
+var (
+	// ErrServerIDInUse: another live process registered the same server id
+	// for this job. Give each process its own ServerID (e.g. the pod name).
+	ErrServerIDInUse = errors.New("coord: server id already registered by a live process for this job; set a distinct RegistryConfig.ServerID")
+	// ErrSessionLost: the store session is lost; no run may start or commit.
+	ErrSessionLost = errors.New("coord: coordination session lost; runs are cancelled until a new session is registered")
+	// ErrNotOwner: a fencing check found that this run no longer owns the item
+	// (resharded, failed over, or the session was lost). Do not commit.
+	ErrNotOwner = errors.New("coord: shard item no longer owned by this run; discard its uncommitted work")
+	// ErrItemsRunning: Begin found an item of this server still running; the
+	// items were flagged misfire (when enabled) and no run starts.
+	ErrItemsRunning = errors.New("coord: shard items still running; trigger recorded as misfire")
+	// ErrPaused: the job is paused on this server (operator action).
+	ErrPaused = errors.New("coord: job paused on this server; resume it to run")
+	// ErrShutdown: an operator shut the job down on this server.
+	ErrShutdown = errors.New("coord: job shut down on this server by an operator")
+	// ErrClockSkew: the local clock differs from the coordination service's by
+	// more than maxTimeDiffSeconds. Unwrap *ClockSkewError for the clocks.
+	ErrClockSkew = errors.New("coord: clock skew exceeds maxTimeDiffSeconds; synchronise this host's clock (NTP)")
+	// ErrBadConfig: the config stored for a job cannot be decoded or is invalid.
+	ErrBadConfig = errors.New("coord: stored job config is invalid; fix it with `shardflow config set`")
+	// ErrGuaranteeTimeout: a distribute-once barrier timed out.
+	ErrGuaranteeTimeout = errors.New("coord: distribute-once listener timed out waiting for the other servers")
+	// ErrNoJob: the named job does not exist in the namespace.
+	ErrNoJob = errors.New("coord: no such job in this namespace; check --namespace and --job")
+	// ErrNoServer: the named server is not registered for the job.
+	ErrNoServer = errors.New("coord: no such server for this job; check --server against `shardflow status`")
+)
+
+// ClockSkewError names both clocks of a refused run.
+type ClockSkewError struct {
+	Local, Coordinator time.Time
+	MaxDiff            time.Duration
+}
+
+// Error names both clocks and the limit.
+func (e *ClockSkewError) Error() string {
+	return "coord: local clock " + e.Local.UTC().Format(time.RFC3339Nano) +
+		" differs from the coordination service's " + e.Coordinator.UTC().Format(time.RFC3339Nano) +
+		" by more than " + e.MaxDiff.String() + "; synchronise this host's clock (NTP)"
+}
+
+// Unwrap makes errors.Is(err, ErrClockSkew) true.
+func (e *ClockSkewError) Unwrap() error { return ErrClockSkew }
+
+// RegistryConfig configures a Registry. Zero fields take the stated defaults.
+type RegistryConfig struct {
+	// Namespace is the root node of all jobs: /{Namespace}/{job}. Default "shardflow".
+	Namespace string
+	// ServerID identifies this process among a job's servers. Default: the
+	// host's first non-loopback IPv4 address. Set it (pod name) when several
+	// processes share an address.
+	ServerID string
+	// HostName is recorded in servers/{id}/hostName. Default os.Hostname().
+	HostName string
+	// OfflineServerGrace is how long an offline server's node is kept before
+	// the leader prunes it; nodes an operator disabled are kept. Default 10m.
+	OfflineServerGrace time.Duration
+	// Logger receives protocol events. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the local clock. Default time.Now; tests skew it.
+	Now func() time.Time
+}
+
+// Registry is one process's membership in a namespace. All its jobs share
+// one store session. Safe for concurrent use.
+type Registry struct {
+	impl *registry
+}
+
+// NewRegistry returns a Registry over st. It does not own st: closing the
+// Registry leaves st open.
+func NewRegistry(st store.Store, cfg RegistryConfig) (*Registry, error) {
+	r, err := newRegistry(st, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Registry{impl: r}, nil
+}
+
+// ServerID returns the effective server id.
+func (r *Registry) ServerID() string { return r.impl.serverID() }
+
+// Join registers this server for the job: applies the overwrite rule to the
+// config, registers servers/{id}, joins leader election, and sets the
+// resharding flag. The returned Job's Config is the effective (stored) one.
+// It fails with ErrServerIDInUse, ErrBadConfig, or a store error.
+func (r *Registry) Join(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
+	return r.impl.join(ctx, cfg)
+}
+
+// Close leaves every joined job and stops the Registry's goroutines. It
+// waits for them; ctx bounds the wait. Safe to call twice.
+func (r *Registry) Close(ctx context.Context) error { return r.impl.close(ctx) }
+
+// Signal is a coalesced notification from a Job to the Node hosting it.
+type Signal int
+
+// Signals.
+const (
+	// SignalConfigChanged: the stored config changed (Config returns the new one).
+	SignalConfigChanged Signal = iota + 1
+	// SignalTrigger: an operator asked for a run now.
+	SignalTrigger
+	// SignalFailover: items wait in the failover queue; call ClaimFailover when idle.
+	SignalFailover
+	// SignalShutdown: an operator shut the job down on this server; stop it.
+	SignalShutdown
+	// SignalRemoved: the job was removed from the namespace; stop it.
+	SignalRemoved
+)
+
+// Job is this server's handle on one job's protocol. Begin, Complete,
+// TakeMisfire and ClaimFailover are called from one goroutine at a time (the
+// Node runs one run per job at a time); the others are safe for concurrent use.
+type Job struct {
+	impl *job
+}
+
+// Name returns the job name.
+func (j *Job) Name() string { return j.impl.name() }
+
+// Config returns the effective config as currently stored.
+func (j *Job) Config() jobconfig.Config { return j.impl.config() }
+
+// Signals returns the job's notification channel. Each kind of signal is
+// coalesced (at most one pending); it is closed after Leave.
+func (j *Job) Signals() <-chan Signal { return j.impl.signals() }
+
+// Begin starts a run at local time now: checks the clock, reshards first if
+// this server leads and the flag is set (otherwise waits for the leader),
+// computes this server's items (failover items first; disabled items and
+// items failed over to others dropped), and marks them running in one
+// transaction. A run with no items is valid (Shards is empty).
+//
+// Errors: ErrItemsRunning (misfire recorded), ErrPaused, ErrShutdown,
+// ErrClockSkew, ErrSessionLost, ErrBadConfig, ctx.Err().
+func (j *Job) Begin(ctx context.Context, now time.Time) (*Run, error) {
+	r, err := j.impl.begin(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	return &Run{impl: r}, nil
+}
+
+// TakeMisfire reports whether a catch-up run is due: misfire is on, no
+// resharding is pending, and one of this server's items is flagged misfire.
+// The flags are cleared. Called after Complete.
+func (j *Job) TakeMisfire(ctx context.Context) (bool, error) { return j.impl.takeMisfire(ctx) }
+
+// ClaimFailover claims one waiting failover item if failover is on and the
+// queue is not empty (under the failover latch). True means an item is now
+// assigned to this server and the Node should run at once.
+func (j *Job) ClaimFailover(ctx context.Context) (bool, error) { return j.impl.claimFailover(ctx) }
+
+// RecordNextFireTime writes execution/{item}/nextFireTime for this server's items.
+func (j *Job) RecordNextFireTime(ctx context.Context, next time.Time) error {
+	return j.impl.recordNextFireTime(ctx, next)
+}
+
+// ReportCounts writes the last interval's counts to
+// servers/{id}/processSuccessCount and processFailureCount (one transaction).
+func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
+	return j.impl.reportCounts(ctx, success, failure)
+}
+
+// Once runs fn exactly once across all servers of the job for the current
+// run (distribute-once): each server registers its items under
+// guarantee/{phase}; the server whose registration completes the set runs fn
+// and then clears the node; the others wait until it is cleared or timeout
+// passes (timeout <= 0: wait forever), then get ErrGuaranteeTimeout.
+// phase is "started" or "completed".
+func (j *Job) Once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
+	return j.impl.once(ctx, phase, items, timeout, fn)
+}
+
+// Lost returns a channel closed when this job's current registration is lost
+// (session lost); Job re-registers by itself on the next session, after
+// which Lost returns a new channel.
+func (j *Job) Lost() <-chan struct{} { return j.impl.lost() }
+
+// Leave unregisters this server from the job (its server node goes offline,
+// resharding is flagged) and closes Signals.
+func (j *Job) Leave(ctx context.Context) error { return j.impl.leave(ctx) }
+
+// Assignment is one shard item of a run.
+type Assignment struct {
+	// Item is the shard item, 0..total-1.
+	Item int
+	// Epoch is the fencing epoch: it changes whenever ownership of the item
+	// changes (a resharding or a failover claim). It grows monotonically.
+	Epoch int64
+	// Failover is true when the item was taken over from a crashed server.
+	Failover bool
+}
+
+// Run is one run of a job on this server.
+type Run struct {
+	impl *run
+}
+
+// Shards returns the run's items, failover items first.
+func (r *Run) Shards() []Assignment { return r.impl.shards() }
+
+// Context is cancelled when the run loses ownership: session lost, job
+// shut down or removed, or the ctx given to Begin ends.
+func (r *Run) Context() context.Context { return r.impl.context() }
+
+// KeepGoing is the check between streaming batches: false when paused,
+// resharding is pending, the job is stopping, or ownership is lost.
+func (r *Run) KeepGoing() bool { return r.impl.keepGoing() }
+
+// CheckOwnership is the fencing check for commits: it syncs with the store
+// and returns nil only if this run still owns item with the same epoch on a
+// live session. Otherwise ErrNotOwner (or ErrSessionLost).
+func (r *Run) CheckOwnership(ctx context.Context, item int) error {
+	return r.impl.checkOwnership(ctx, item)
+}
+
+// Complete ends the run in one transaction: running nodes removed, completed
+// and lastCompleteTime written, failover nodes of its items removed, and
+// nextFireTime recorded (zero next: none).
+func (r *Run) Complete(ctx context.Context, next time.Time) error {
+	return r.impl.complete(ctx, next)
+}
+
+// Admin is the operator API over a namespace: status, trigger, pause, resume,
+// disable, enable, shutdown, remove, config get/set. It needs no Registry:
+// any process with a store session can act. server "" means every server.
+type Admin struct {
+	impl *admin
+}
+
+// NewAdmin returns an Admin over st for namespace (default "shardflow").
+func NewAdmin(st store.Store, namespace string) *Admin { return &Admin{impl: newAdmin(st, namespace)} }
+
+// Jobs lists the job names in the namespace, sorted.
+func (a *Admin) Jobs(ctx context.Context) ([]string, error) { return a.impl.jobs(ctx) }
+
+// Status reads a job's full status (see JobStatus).
+func (a *Admin) Status(ctx context.Context, job string) (JobStatus, error) {
+	return a.impl.status(ctx, job)
+}
+
+// Trigger asks every live server of the job to run now.
+func (a *Admin) Trigger(ctx context.Context, job string) error { return a.impl.trigger(ctx, job) }
+
+// Pause stops new runs (and streaming loops) on server, or on all servers.
+func (a *Admin) Pause(ctx context.Context, job, server string) error {
+	return a.impl.setServerFlag(ctx, job, server, "paused", true)
+}
+
+// Resume undoes Pause.
+func (a *Admin) Resume(ctx context.Context, job, server string) error {
+	return a.impl.setServerFlag(ctx, job, server, "paused", false)
+}
+
+// Disable takes server (or all) out of sharding; kept across its restarts.
+func (a *Admin) Disable(ctx context.Context, job, server string) error {
+	return a.impl.setServerFlag(ctx, job, server, "disabled", true)
+}
+
+// Enable undoes Disable.
+func (a *Admin) Enable(ctx context.Context, job, server string) error {
+	return a.impl.setServerFlag(ctx, job, server, "disabled", false)
+}
+
+// DisableItem keeps a shard item from running on any server.
+func (a *Admin) DisableItem(ctx context.Context, job string, item int) error {
+	return a.impl.setItemDisabled(ctx, job, item, true)
+}
+
+// EnableItem undoes DisableItem.
+func (a *Admin) EnableItem(ctx context.Context, job string, item int) error {
+	return a.impl.setItemDisabled(ctx, job, item, false)
+}
+
+// Shutdown stops the job on server (or all servers) until it is restarted.
+func (a *Admin) Shutdown(ctx context.Context, job, server string) error {
+	return a.impl.shutdown(ctx, job, server)
+}
+
+// Remove deletes an offline server's node, or the whole job when server is "".
+// A live server or job refuses with an error saying to shut it down first.
+func (a *Admin) Remove(ctx context.Context, job, server string) error {
+	return a.impl.remove(ctx, job, server)
+}
+
+// Config reads the job's stored config.
+func (a *Admin) Config(ctx context.Context, job string) (jobconfig.Config, error) {
+	return a.impl.getConfig(ctx, job)
+}
+
+// SetConfig validates and writes one config field, named as in the config
+// node ("cron", "shardingTotalCount", "failover", ...).
+func (a *Admin) SetConfig(ctx context.Context, job, field, value string) error {
+	return a.impl.setConfig(ctx, job, field, value)
+}
+
+// JobStatus is a job's status as `shardflow status --json` prints it.
+type JobStatus struct {
+	Job string `json:"job"`
+	// Config holds the stored config fields as strings, by node name.
+	Config map[string]string `json:"config"`
+	// ConfigError is set when the stored config does not decode or validate.
+	ConfigError string         `json:"configError,omitempty"`
+	Leader      string         `json:"leader"`
+	Servers     []ServerStatus `json:"servers"`
+	Items       []ItemStatus   `json:"items"`
+	// ReshardingPending is the leader/sharding/necessary flag.
+	ReshardingPending bool `json:"reshardingPending"`
+	// FailoverQueue lists items waiting to be failed over.
+	FailoverQueue []int `json:"failoverQueue"`
+}
+
+// ServerStatus is one server of a job.
+type ServerStatus struct {
+	ID       string `json:"id"`
+	HostName string `json:"hostName"`
+	// Status is "READY", "RUNNING" or "OFFLINE".
+	Status              string `json:"status"`
+	Sharding            []int  `json:"sharding"`
+	ProcessSuccessCount int64  `json:"processSuccessCount"`
+	ProcessFailureCount int64  `json:"processFailureCount"`
+	Disabled            bool   `json:"disabled"`
+	Paused              bool   `json:"paused"`
+	Shutdown            bool   `json:"shutdown"`
+	// LastError is the last run error this server reported (clock skew, bad config).
+	LastError string `json:"lastError,omitempty"`
+}
+
+// ItemStatus is one shard item of a job.
+type ItemStatus struct {
+	Item             int        `json:"item"`
+	Running          bool       `json:"running"`
+	Completed        bool       `json:"completed"`
+	Failover         string     `json:"failover,omitempty"`
+	Misfire          bool       `json:"misfire"`
+	Disabled         bool       `json:"disabled"`
+	LastBeginTime    *time.Time `json:"lastBeginTime,omitempty"`
+	LastCompleteTime *time.Time `json:"lastCompleteTime,omitempty"`
+	NextFireTime     *time.Time `json:"nextFireTime,omitempty"`
+}

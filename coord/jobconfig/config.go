@@ -1,0 +1,104 @@
+// Package jobconfig is the configuration of one shardflow job: the fields of
+// ElasticJob-Lite's config node, their defaults, their validation, and their
+// encoding as the per-field children of /{namespace}/{job}/config.
+//
+// It sits below both coord (which stores and watches it) and dataflow (which
+// re-exports it as dataflow.JobConfig), so the two share one definition.
+package jobconfig
+
+import "time"
+
+// ErrorPolicy says what a run does with the first error of user code.
+type ErrorPolicy string
+
+// Error policies, after ElasticJob's jobExceptionHandler.
+const (
+	// ErrorPolicyLog logs the error and goes on (the default).
+	ErrorPolicyLog ErrorPolicy = "log"
+	// ErrorPolicyReturn reports the error to the job's listeners and to
+	// Node's error hook, and marks the run failed in status.
+	ErrorPolicyReturn ErrorPolicy = "return"
+	// ErrorPolicyIgnore drops the error silently (it is still counted).
+	ErrorPolicyIgnore ErrorPolicy = "ignore"
+)
+
+// Config is one job's configuration. Build it as a struct literal; zero
+// fields take the defaults stated on each field (WithDefaults fills them in),
+// and Validate reports the first bad field by name with the fix.
+//
+// Boolean fields whose default is true are pointers; nil means the default.
+type Config struct {
+	// JobName identifies the job; unique within a namespace. A rename is a
+	// new job. Required: letters, digits, '-', '_' and '.', at most 128 bytes.
+	JobName string
+	// Cron is the schedule, with a seconds field: "0/5 * * * * ?" or
+	// "0 15 10 ? * MON-FRI" (Quartz forms are accepted; '?' means any).
+	// Empty means the job runs only when triggered.
+	Cron string
+	// ShardingTotalCount is the number of shard items, numbered 0..n-1.
+	// Required, > 0.
+	ShardingTotalCount int
+	// ShardingItemParameters maps items to parameters: "0=Beijing,1=Shanghai".
+	// Items without one get "". Default "".
+	ShardingItemParameters string
+	// JobParameter is handed to every shard. Default "".
+	JobParameter string
+	// MonitorExecution records running and completed nodes per item; needed
+	// for misfire-on-overlap, waiting before resharding, and failover.
+	// Default true.
+	MonitorExecution *bool
+	// ProcessCountIntervalSeconds is how often each server writes its
+	// processSuccessCount and processFailureCount. Default 300, must be > 0.
+	ProcessCountIntervalSeconds int
+	// ConcurrentDataProcessThreadCount is the number of workers processing
+	// fetched items of one shard item. Default 2 x GOMAXPROCS, must be > 0.
+	ConcurrentDataProcessThreadCount int
+	// FetchDataCount is the most items one Fetch should return. Default 1,
+	// must be > 0.
+	FetchDataCount int
+	// StreamingProcess keeps fetching until a fetch returns nothing (or the
+	// job is paused, resharding is due, the node stops or ownership is lost).
+	// Default false: one fetch, one process per trigger.
+	StreamingProcess bool
+	// MaxTimeDiffSeconds is the tolerated skew, in seconds, between the local
+	// clock and the coordination service's. A run is refused when the skew is
+	// larger. Default 0: no check (ElasticJob's -1; any value <= 0 disables it).
+	MaxTimeDiffSeconds int
+	// Failover re-runs a crashed server's running items on a live one at
+	// once. Default false.
+	Failover bool
+	// Misfire runs once more after a run that overlapped a trigger.
+	// Default true.
+	Misfire *bool
+	// Description is free text for operators. Default "".
+	Description string
+	// Overwrite makes this config replace the one stored in the
+	// coordination service at start. Default false: a stored config wins.
+	Overwrite bool
+	// ShardingStrategy names the strategy: "average" (default), "odd-even",
+	// "round-robin", or a name registered with sharding.Register.
+	ShardingStrategy string
+	// Disabled registers this server disabled when it has no stored state;
+	// an operator's later enable/disable is kept across restarts. Default false.
+	Disabled bool
+	// ErrorPolicy is what happens to errors from Fetch and Process.
+	// Default ErrorPolicyLog.
+	ErrorPolicy ErrorPolicy
+	// ReconcileIntervalSeconds is how often the leader checks that no item
+	// is owned by a dead server. Default 60; must be > 0.
+	ReconcileIntervalSeconds int
+}
+
+// Bool returns a pointer to b, for MonitorExecution and Misfire literals.
+func Bool(b bool) *bool { return &b }
+
+// ProcessCountInterval returns ProcessCountIntervalSeconds as a duration.
+func (c Config) ProcessCountInterval() time.Duration {
+	return time.Duration(c.ProcessCountIntervalSeconds) * time.Second
+}
+
+// MonitorsExecution reports MonitorExecution with its default applied.
+func (c Config) MonitorsExecution() bool { return c.MonitorExecution == nil || *c.MonitorExecution }
+
+// MisfireEnabled reports Misfire with its default applied.
+func (c Config) MisfireEnabled() bool { return c.Misfire == nil || *c.Misfire }

@@ -1,0 +1,3 @@
+module github.com/shardflow/shardflow
+
+go 1.26
