@@ -1,0 +1,87 @@
+// Package dataflow is what shardflow users import: the Job[T] and BatchJob[T]
+// interfaces (Fetch, then Process per item or per batch), the Shard each call
+// receives, job configuration, listeners, and the Node that hosts many jobs
+// in one process with one scheduler.
+//
+// The pipeline engine knows nothing of ZooKeeper: it gets a context that is
+// cancelled when ownership is lost and a keep-going check between batches.
+package dataflow
+
+import (
+	"context"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+)
+
+// JobConfig is a job's configuration; see package coord/jobconfig for every
+// field, its default and its validation.
+type JobConfig = jobconfig.Config
+
+// Job is a dataflow job processing items one at a time. Fetch and Process
+// are called concurrently for different shard items, and Process is called
+// by up to ConcurrentDataProcessThreadCount workers at once for one item.
+type Job[T any] interface {
+	// Fetch returns up to shard.FetchCount items of shard.Item. An empty
+	// result ends a streaming loop. An error ends this shard item's run and
+	// is handled by the job's error policy.
+	Fetch(ctx context.Context, shard Shard) ([]T, error)
+	// Process handles one item. nil counts a success; an error (or a panic,
+	// which is recovered) counts a failure and processing goes on with the
+	// other items.
+	Process(ctx context.Context, shard Shard, item T) error
+}
+
+// BatchJob is a dataflow job processing fetched items in slices. The fetched
+// items are split into at most ConcurrentDataProcessThreadCount slices,
+// processed concurrently.
+type BatchJob[T any] interface {
+	// Fetch is as in Job.
+	Fetch(ctx context.Context, shard Shard) ([]T, error)
+	// ProcessBatch handles items and returns how many succeeded: succeeded
+	// count as successes and the rest as failures. A non-nil error means the
+	// whole slice failed, whatever succeeded says.
+	ProcessBatch(ctx context.Context, shard Shard, items []T) (succeeded int, err error)
+}
+
+// Shard is the context of one shard item's run, handed to every Fetch and
+// Process call.
+type Shard struct {
+	// JobName is the job's name.
+	JobName string
+	// Item is the shard item, 0..Total-1.
+	Item int
+	// Total is the job's ShardingTotalCount.
+	Total int
+	// ItemParameter is this item's value from ShardingItemParameters ("" if none).
+	ItemParameter string
+	// JobParameter is the job's JobParameter.
+	JobParameter string
+	// FetchCount is FetchDataCount: the most items Fetch should return.
+	FetchCount int
+	// Epoch is the fencing epoch of this item's ownership: it changes, and
+	// grows, whenever the item changes owner (resharding, failover). Sinks
+	// store it with their writes to refuse a stale owner's commit.
+	Epoch int64
+	// Failover is true when this server took the item over from a crashed one.
+	Failover bool
+
+	fence func(ctx context.Context) error
+}
+
+// CheckOwnership is the fencing check to call right before committing
+// side effects: nil only if this server still owns the item with the same
+// Epoch on a live coordination session. On the embedded single-process
+// default without coordination it always returns nil.
+func (s Shard) CheckOwnership(ctx context.Context) error {
+	if s.fence == nil {
+		return nil
+	}
+	return s.fence(ctx)
+}
+
+// WithFence returns a copy of s whose CheckOwnership calls fence. The Node
+// sets it; tests and custom hosts of the pipeline may too.
+func (s Shard) WithFence(fence func(ctx context.Context) error) Shard {
+	s.fence = fence
+	return s
+}
