@@ -1,0 +1,232 @@
+package jobconfig
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Names of the config fields, as the children of /{namespace}/{job}/config
+// and as `shardflow config set` takes them.
+const (
+	FieldJobName                          = "jobName" // the node path, not a config child
+	FieldCron                             = "cron"
+	FieldShardingTotalCount               = "shardingTotalCount"
+	FieldShardingItemParameters           = "shardingItemParameters"
+	FieldJobParameter                     = "jobParameter"
+	FieldMonitorExecution                 = "monitorExecution"
+	FieldProcessCountIntervalSeconds      = "processCountIntervalSeconds"
+	FieldConcurrentDataProcessThreadCount = "concurrentDataProcessThreadCount"
+	FieldFetchDataCount                   = "fetchDataCount"
+	FieldStreamingProcess                 = "streamingProcess"
+	FieldMaxTimeDiffSeconds               = "maxTimeDiffSeconds"
+	FieldFailover                         = "failover"
+	FieldMisfire                          = "misfire"
+	FieldDescription                      = "description"
+	FieldOverwrite                        = "overwrite"
+	FieldJobShardingStrategy              = "jobShardingStrategy"
+	FieldDisabled                         = "disabled"
+	FieldErrorPolicy                      = "errorPolicy"
+	FieldReconcileIntervalSeconds         = "reconcileIntervalSeconds"
+	// FieldJobType is written by Fields and checked by FromFields; it is
+	// not settable.
+	FieldJobType = "jobType"
+)
+
+// JobTypeDataflow is the only job type shardflow runs, stored in the
+// jobType config node as ElasticJob does.
+const JobTypeDataflow = "DATAFLOW"
+
+type fieldKind int
+
+const (
+	kindString fieldKind = iota
+	kindInt
+	kindBool
+)
+
+// fieldSpec describes how one config field is encoded and decoded.
+type fieldSpec struct {
+	kind    fieldKind
+	example string // a valid value, for fix hints
+	str     func(*Config) *string
+	num     func(*Config) *int
+	flag    func(*Config) *bool
+	ptr     func(*Config) **bool // bools whose default is true
+}
+
+var fieldSpecs = map[string]fieldSpec{
+	FieldCron:                             {kind: kindString, example: `"0/5 * * * * ?"`, str: func(c *Config) *string { return &c.Cron }},
+	FieldShardingTotalCount:               {kind: kindInt, example: "8", num: func(c *Config) *int { return &c.ShardingTotalCount }},
+	FieldShardingItemParameters:           {kind: kindString, example: `"0=Beijing,1=Shanghai"`, str: func(c *Config) *string { return &c.ShardingItemParameters }},
+	FieldJobParameter:                     {kind: kindString, example: `"full"`, str: func(c *Config) *string { return &c.JobParameter }},
+	FieldMonitorExecution:                 {kind: kindBool, example: "true", ptr: func(c *Config) **bool { return &c.MonitorExecution }},
+	FieldProcessCountIntervalSeconds:      {kind: kindInt, example: "300", num: func(c *Config) *int { return &c.ProcessCountIntervalSeconds }},
+	FieldConcurrentDataProcessThreadCount: {kind: kindInt, example: "8", num: func(c *Config) *int { return &c.ConcurrentDataProcessThreadCount }},
+	FieldFetchDataCount:                   {kind: kindInt, example: "100", num: func(c *Config) *int { return &c.FetchDataCount }},
+	FieldStreamingProcess:                 {kind: kindBool, example: "false", flag: func(c *Config) *bool { return &c.StreamingProcess }},
+	FieldMaxTimeDiffSeconds:               {kind: kindInt, example: "60", num: func(c *Config) *int { return &c.MaxTimeDiffSeconds }},
+	FieldFailover:                         {kind: kindBool, example: "true", flag: func(c *Config) *bool { return &c.Failover }},
+	FieldMisfire:                          {kind: kindBool, example: "true", ptr: func(c *Config) **bool { return &c.Misfire }},
+	FieldDescription:                      {kind: kindString, example: `"nightly order sync"`, str: func(c *Config) *string { return &c.Description }},
+	FieldOverwrite:                        {kind: kindBool, example: "false", flag: func(c *Config) *bool { return &c.Overwrite }},
+	FieldJobShardingStrategy:              {kind: kindString, example: "average", str: func(c *Config) *string { return &c.ShardingStrategy }},
+	FieldDisabled:                         {kind: kindBool, example: "false", flag: func(c *Config) *bool { return &c.Disabled }},
+	FieldErrorPolicy:                      {kind: kindString, example: "log", str: func(c *Config) *string { return (*string)(&c.ErrorPolicy) }},
+	FieldReconcileIntervalSeconds:         {kind: kindInt, example: "60", num: func(c *Config) *int { return &c.ReconcileIntervalSeconds }},
+}
+
+// FieldNames returns the names of the settable config fields, sorted: the
+// names Fields writes except jobType, and the names SetField accepts.
+func FieldNames() []string { return slices.Sorted(maps.Keys(fieldSpecs)) }
+
+// Fields encodes c as the children of its config node: field name -> text.
+// Every settable field is present, plus jobType = "DATAFLOW"; the job name is
+// the node's path and is not included. Integers are decimal, Booleans "true"
+// or "false", strings verbatim.
+//
+// Fields does not apply WithDefaults: a zero number or empty string is
+// written as is and keeps meaning "the default" wherever the config is read,
+// so a default that depends on the reading server (the worker count,
+// 2 x GOMAXPROCS) stays per server. A nil MonitorExecution or Misfire is
+// written as its default, "true".
+func (c Config) Fields() map[string]string {
+	m := make(map[string]string, len(fieldSpecs)+1)
+	for name, spec := range fieldSpecs {
+		m[name] = spec.get(&c)
+	}
+	m[FieldJobType] = JobTypeDataflow
+	return m
+}
+
+func (s fieldSpec) get(c *Config) string {
+	switch s.kind {
+	case kindInt:
+		return strconv.Itoa(*s.num(c))
+	case kindBool:
+		if s.ptr != nil {
+			p := *s.ptr(c)
+			return strconv.FormatBool(p == nil || *p)
+		}
+		return strconv.FormatBool(*s.flag(c))
+	default:
+		return *s.str(c)
+	}
+}
+
+// set decodes text into the field of c, or returns the problem.
+func (s fieldSpec) set(c *Config, text string) (problem string) {
+	switch s.kind {
+	case kindInt:
+		n, err := strconv.Atoi(strings.TrimSpace(text))
+		if err != nil {
+			return fmt.Sprintf("%q is not an integer", text)
+		}
+		*s.num(c) = n
+	case kindBool:
+		b, err := strconv.ParseBool(strings.TrimSpace(text))
+		if err != nil {
+			return fmt.Sprintf("%q is not true or false", text)
+		}
+		if s.ptr != nil {
+			*s.ptr(c) = Bool(b)
+		} else {
+			*s.flag(c) = b
+		}
+	default:
+		*s.str(c) = text
+	}
+	return ""
+}
+
+// FromFields decodes the children of a job's config node (as Fields writes
+// them) into a Config named job. Missing fields keep their zero value,
+// which means the default (see WithDefaults); MonitorExecution and Misfire
+// are always set, to true when missing. Unknown fields are ignored, so
+// newer writers stay readable. A jobType other than "DATAFLOW" is refused.
+//
+// Every value that does not decode is reported, as a *FieldError naming
+// the node ("config/shardingTotalCount") and the `shardflow config set`
+// command that fixes it, joined with errors.Join; all wrap ErrInvalid. On
+// error the returned Config is the zero value. FromFields does not call
+// Validate.
+func FromFields(job string, m map[string]string) (Config, error) {
+	c := Config{JobName: job}
+	var errs []error
+	if t, ok := m[FieldJobType]; ok && strings.TrimSpace(t) != JobTypeDataflow {
+		errs = append(errs, &FieldError{
+			Field: FieldJobType, Node: "config/" + FieldJobType,
+			Problem: fmt.Sprintf("job %q is registered as a %q job, not %s", job, t, JobTypeDataflow),
+			Fix:     "use another job name, or remove the other job first with `shardflow remove`",
+		})
+	}
+	for _, name := range FieldNames() {
+		text, ok := m[name]
+		if !ok {
+			continue
+		}
+		spec := fieldSpecs[name]
+		if p := spec.set(&c, text); p != "" {
+			errs = append(errs, &FieldError{
+				Field: name, Node: "config/" + name, Problem: "stored value " + p,
+				Fix: fmt.Sprintf("set it with `shardflow config set --job %s %s %s`", job, name, spec.example),
+			})
+		}
+	}
+	if len(errs) > 0 {
+		return Config{}, errors.Join(errs...)
+	}
+	c.MonitorExecution = Bool(c.MonitorsExecution())
+	c.Misfire = Bool(c.MisfireEnabled())
+	return c, nil
+}
+
+// SetField returns c with one field, named as in the config node, set from
+// its text form: the operator's `shardflow config set`. An unknown name,
+// jobType, or a value that does not decode is an error. The result is then
+// validated, and problems the edit introduces are errors (say, an item
+// parameter above a lowered shardingTotalCount); problems c already had are
+// not, so a broken stored config can be repaired one field at a time. All
+// errors wrap ErrInvalid and name the field; on error c is returned
+// unchanged.
+func SetField(c Config, name, value string) (Config, error) {
+	spec, ok := fieldSpecs[name]
+	if !ok {
+		fix := "settable fields are " + strings.Join(FieldNames(), ", ")
+		if name == FieldJobType {
+			return c, fieldErr(name, fix, "is fixed to %s", JobTypeDataflow)
+		}
+		return c, fieldErr(name, fix, "is not a config field")
+	}
+	next := c
+	// Fresh pointers, so the edit never writes through c's.
+	next.MonitorExecution = clonePtr(c.MonitorExecution)
+	next.Misfire = clonePtr(c.Misfire)
+	if p := spec.set(&next, value); p != "" {
+		return c, fieldErr(name, "give a value such as "+spec.example, "%s", p)
+	}
+	before := make(map[string]bool)
+	for _, fe := range FieldErrors(c.Validate()) {
+		before[fe.Error()] = true
+	}
+	var introduced []error
+	for _, fe := range FieldErrors(next.Validate()) {
+		if !before[fe.Error()] {
+			introduced = append(introduced, fe)
+		}
+	}
+	if len(introduced) > 0 {
+		return c, errors.Join(introduced...)
+	}
+	return next, nil
+}
+
+func clonePtr(p *bool) *bool {
+	if p == nil {
+		return nil
+	}
+	return Bool(*p)
+}

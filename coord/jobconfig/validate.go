@@ -1,0 +1,97 @@
+package jobconfig
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/shardflow/shardflow/coord/sharding"
+)
+
+// MaxJobNameLen is the longest job name accepted, in bytes.
+const MaxJobNameLen = 128
+
+// ValidateJobName checks a job name: 1 to 128 bytes of ASCII letters,
+// digits, '-', '_' and '.', and not "." or "..", since the name is a node of
+// the coordination tree. The error wraps ErrInvalid and names jobName.
+func ValidateJobName(name string) error {
+	const fix = `use 1-128 letters, digits, '-', '_' or '.', e.g. "order-sync"`
+	switch {
+	case name == "":
+		return fieldErr(FieldJobName, fix, "is empty")
+	case len(name) > MaxJobNameLen:
+		return fieldErr(FieldJobName, fix, "is %d bytes long, over %d", len(name), MaxJobNameLen)
+	case name == "." || name == "..":
+		return fieldErr(FieldJobName, fix, "%q is a relative path element", name)
+	}
+	for i := 0; i < len(name); i++ {
+		b := name[i]
+		if !('a' <= b && b <= 'z' || 'A' <= b && b <= 'Z' || '0' <= b && b <= '9' || b == '-' || b == '_' || b == '.') {
+			return fieldErr(FieldJobName, fix, "%q has the character %q at byte %d", name, rune(b), i)
+		}
+	}
+	return nil
+}
+
+// ValidErrorPolicy reports whether p is one of the defined error policies.
+func ValidErrorPolicy(p ErrorPolicy) bool {
+	switch p {
+	case ErrorPolicyLog, ErrorPolicyReturn, ErrorPolicyIgnore:
+		return true
+	}
+	return false
+}
+
+// Validate reports every problem of c, each as a *FieldError naming the
+// config-node field and the fix, joined with errors.Join; every one wraps
+// ErrInvalid. It returns nil for a valid config.
+//
+// Validate checks c.WithDefaults(): a zero field that has a default is
+// fine, an explicit negative one is an error. It checks: the job name
+// (ValidateJobName); shardingTotalCount > 0; the cron expression (ParseCron)
+// unless it is empty; the item parameters (ParseItemParameters against the
+// total); processCountIntervalSeconds, concurrentDataProcessThreadCount,
+// fetchDataCount and reconcileIntervalSeconds > 0; jobShardingStrategy
+// registered in package sharding; errorPolicy one of log, return, ignore.
+// Strategies registered later than the call are not known to it.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	if err := ValidateJobName(c.JobName); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ShardingTotalCount <= 0 {
+		errs = append(errs, fieldErr(FieldShardingTotalCount, "set it to the number of shard items, e.g. 8", "must be > 0, got %d", c.ShardingTotalCount))
+	}
+	if strings.TrimSpace(c.Cron) != "" {
+		if _, err := ParseCron(c.Cron); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if _, err := ParseItemParameters(c.ShardingItemParameters, c.ShardingTotalCount); err != nil {
+		errs = append(errs, err)
+	}
+	for _, f := range []struct {
+		name  string
+		value int
+		def   string
+	}{
+		{FieldProcessCountIntervalSeconds, c.ProcessCountIntervalSeconds, fmt.Sprint(DefaultProcessCountIntervalSeconds)},
+		{FieldConcurrentDataProcessThreadCount, c.ConcurrentDataProcessThreadCount, "2 x GOMAXPROCS"},
+		{FieldFetchDataCount, c.FetchDataCount, fmt.Sprint(DefaultFetchDataCount)},
+		{FieldReconcileIntervalSeconds, c.ReconcileIntervalSeconds, fmt.Sprint(DefaultReconcileIntervalSeconds)},
+	} {
+		if f.value <= 0 {
+			errs = append(errs, fieldErr(f.name, "set a positive number, or 0 for the default "+f.def, "must be > 0, got %d", f.value))
+		}
+	}
+	if _, err := sharding.Lookup(c.ShardingStrategy); err != nil {
+		errs = append(errs, fieldErr(FieldJobShardingStrategy,
+			"use one of "+strings.Join(sharding.Names(), ", ")+", or register the strategy with sharding.Register first",
+			"%q is not a registered strategy", c.ShardingStrategy))
+	}
+	if !ValidErrorPolicy(c.ErrorPolicy) {
+		errs = append(errs, fieldErr(FieldErrorPolicy, `use "log", "return" or "ignore"`, "%q is not an error policy", c.ErrorPolicy))
+	}
+	return errors.Join(errs...)
+}
