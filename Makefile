@@ -1,0 +1,67 @@
+# shardflow developer tasks. `make` alone lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO ?= go
+# Local images built by scripts/build-images.sh: this project's machines have no
+# container registry. On a machine with one, unset these to use the official
+# zookeeper:3.9 and postgres:16 images.
+SHARDFLOW_ZK_IMAGE ?= shardflow-local/zookeeper:3.8
+SHARDFLOW_PG_IMAGE ?= shardflow-local/postgres:15
+# Ryuk (testcontainers' reaper) is an image to pull, and testcontainers reads
+# this once per process: the harness removes its containers itself.
+TEST_ENV := TESTCONTAINERS_RYUK_DISABLED=true SHARDFLOW_REQUIRE_DOCKER=1 \
+	SHARDFLOW_ZK_IMAGE=$(SHARDFLOW_ZK_IMAGE) SHARDFLOW_PG_IMAGE=$(SHARDFLOW_PG_IMAGE)
+TEST_TIMEOUT ?= 25m
+FUZZTIME ?= 15s
+PKGS ?= ./...
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "} {printf "  %-18s %s\n", $$1, $$2}'
+
+.PHONY: demo
+demo: ## run the embedded demo (several servers in one process, no ZooKeeper needed)
+	$(GO) run ./cmd/shardflow demo
+
+.PHONY: setup
+setup: ## install missing Debian packages and build the local images (idempotent)
+	scripts/setup.sh
+
+.PHONY: images
+images: ## build shardflow-local/zookeeper:3.8 and shardflow-local/postgres:15 without a registry
+	scripts/build-images.sh
+
+.PHONY: clean-containers
+clean-containers: ## remove containers and networks left by a killed test binary (not while another test run is active)
+	@ids=$$(docker ps -aq --filter label=org.shardflow.integration=true); \
+	if [[ -n $$ids ]]; then echo "removing leftover containers: $$ids"; docker rm -f -v $$ids >/dev/null; fi; \
+	nets=$$(docker network ls -q --filter label=org.shardflow.integration=true); \
+	if [[ -n $$nets ]]; then docker network rm $$nets >/dev/null; fi
+
+.PHONY: test
+test: setup clean-containers ## run every test, with race detector, on real ZooKeeper and Postgres containers
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+
+.PHONY: test-integration
+test-integration: setup clean-containers ## run only the integration harness's own tests
+	$(TEST_ENV) $(GO) test -race -count=1 -timeout 10m -v ./integration/...
+
+.PHONY: bench
+bench: ## run the benchmarks (no tests)
+	$(TEST_ENV) $(GO) test -run '^$$' -bench . $(PKGS)
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+.PHONY: fuzz
+fuzz: ## run each Fuzz target for FUZZTIME (default 15s)
+	@set -e; for file in $$(git grep -l '^func Fuzz' -- '*_test.go'); do \
+		dir=./$$(dirname $$file); \
+		for target in $$(grep -oE '^func Fuzz[A-Za-z0-9_]+' $$file | cut -d' ' -f2); do \
+			echo "fuzz $$dir $$target for $(FUZZTIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$dir; \
+		done; \
+	done

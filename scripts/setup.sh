@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# setup.sh prepares a machine for `make test`, idempotently: it installs the
+# Debian packages the tests and local development need when they are missing
+# (debootstrap to build images; zookeeper and the PostgreSQL server for local
+# runs without containers), then builds the local container images
+# (scripts/build-images.sh), which needs no container registry.
+# It uses sudo only when not run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=
+if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
+log() { printf '[setup] %s\n' "$*"; }
+
+missing=()
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+dpkg-query -W -f='${Status}' zookeeper 2>/dev/null | grep -q 'install ok installed' || missing+=(zookeeper)
+if ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
+  missing+=(postgresql)
+fi
+
+if [[ ${#missing[@]} -gt 0 ]]; then
+  log "installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "debootstrap, zookeeper and postgresql present"
+fi
+
+if ! command -v docker >/dev/null; then
+  echo "setup: docker not found: install the Docker engine (apt-get install docker.io) and start it" >&2
+  exit 1
+fi
+scripts/build-images.sh
