@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -297,4 +299,55 @@ func TestWatcherMayCallBackIntoStore(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("watcher calling back into the store did not return")
 	}
+}
+
+// harness runs the conformance suite on one Server per test.
+type harness struct{}
+
+func (harness) NewSession(t *testing.T) store.Store {
+	return serverOf(t).Connect()
+}
+
+func (harness) Expire(t *testing.T, s store.Store) {
+	ms, ok := s.(*memstore.Session)
+	if !ok {
+		t.Fatalf("Expire: %T is not a *memstore.Session", s)
+	}
+	ms.Expire()
+}
+
+func (harness) Root(t *testing.T) string {
+	s := serverOf(t).Connect()
+	defer s.Close()
+	const root = "/conformance"
+	if err := store.CreateAll(context.Background(), s, root); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+var (
+	serversMu sync.Mutex
+	servers   = map[*testing.T]*memstore.Server{}
+)
+
+// serverOf returns the test's server, so every subtest gets a fresh tree.
+func serverOf(t *testing.T) *memstore.Server {
+	serversMu.Lock()
+	defer serversMu.Unlock()
+	srv := servers[t]
+	if srv == nil {
+		srv = memstore.NewServer()
+		servers[t] = srv
+		t.Cleanup(func() {
+			serversMu.Lock()
+			delete(servers, t)
+			serversMu.Unlock()
+		})
+	}
+	return srv
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, harness{})
 }
