@@ -1,0 +1,382 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// treeCache mirrors the hot part of one job's subtree (config, servers,
+// execution, leader flags) in memory, kept current by one-shot watches that
+// are re-armed per node each time they fire, and rebuilt in full after a
+// session change. Begin, KeepGoing and the reactions of the job's watcher
+// read it, so a trigger costs no reads.
+//
+// Threading: only the job's watcher goroutine (and Join, before the watcher
+// starts) calls load, resync and handle, which do store calls and arm
+// watches. Readers and the write-through notes may run on any goroutine;
+// everything is guarded by mu.
+//
+// Existence of a node is read from its parent's children list (every parent
+// of a node whose existence matters is children-watched); data and Stat are
+// kept for the nodes whose policy asks for it.
+type treeCache struct {
+	st   store.Store
+	root string
+
+	mu      sync.RWMutex
+	nodes   map[string]*cnode
+	changed chan struct{}
+}
+
+type cnode struct {
+	data     []byte
+	stat     store.Stat
+	hasData  bool
+	children []string
+	dataW    <-chan store.Event
+	childW   <-chan store.Event
+}
+
+type watchKind int
+
+const (
+	watchData watchKind = iota + 1
+	watchChildren
+)
+
+// watchRef names one armed watch of the cache.
+type watchRef struct {
+	rel  string
+	kind watchKind
+	ch   <-chan store.Event
+}
+
+func newTreeCache(st store.Store, root string) *treeCache {
+	return &treeCache{st: st, root: root, nodes: make(map[string]*cnode), changed: make(chan struct{})}
+}
+
+// policy says which watches a node (path relative to the job root) gets.
+func policy(rel string) (data, children bool) {
+	parts := strings.Split(rel, "/")
+	switch {
+	case rel == "":
+		return true, false
+	case len(parts) == 1:
+		switch rel {
+		case nConfig, nServers, nExecution:
+			return false, true
+		}
+	case parts[0] == nConfig && len(parts) == 2:
+		return true, false
+	case parts[0] == nServers && len(parts) == 2:
+		return false, true
+	case parts[0] == nServers && len(parts) == 3:
+		switch parts[2] {
+		case nSharding, nDisabled, nPaused, nShutdown:
+			return true, false
+		}
+	case parts[0] == nExecution && len(parts) == 2:
+		return false, true
+	case parts[0] == nExecution && len(parts) == 3:
+		return parts[2] == nFailover, false
+	case rel == relElection, rel == relShardingDir, rel == relFailoverQ:
+		return false, true
+	case rel == relHost:
+		return true, false
+	}
+	return false, false
+}
+
+func (c *treeCache) abs(rel string) string { return store.Join(c.root, rel) }
+
+func parentRel(rel string) string {
+	i := strings.LastIndexByte(rel, '/')
+	if i < 0 {
+		return ""
+	}
+	return rel[:i]
+}
+
+func joinRel(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "/" + name
+}
+
+// resync drops everything and loads the tree again (after a session change).
+func (c *treeCache) resync(ctx context.Context) error {
+	c.mu.Lock()
+	c.nodes = make(map[string]*cnode)
+	c.mu.Unlock()
+	for _, rel := range []string{"", nConfig, nServers, nExecution, relElection, relShardingDir, relFailoverQ} {
+		if err := c.load(ctx, rel); err != nil {
+			return err
+		}
+	}
+	c.notify()
+	return nil
+}
+
+// load reads rel per its policy, arms its watches, and loads its children.
+func (c *treeCache) load(ctx context.Context, rel string) error {
+	data, children := policy(rel)
+	if data {
+		if err := c.reloadData(ctx, rel); err != nil {
+			return err
+		}
+	}
+	if children {
+		return c.reloadChildren(ctx, rel)
+	}
+	return nil
+}
+
+func (c *treeCache) node(rel string) *cnode {
+	n := c.nodes[rel]
+	if n == nil {
+		n = &cnode{}
+		c.nodes[rel] = n
+	}
+	return n
+}
+
+func (c *treeCache) reloadData(ctx context.Context, rel string) error {
+	var (
+		data   []byte
+		stat   store.Stat
+		ch     <-chan store.Event
+		exists = true
+		err    error
+	)
+	if rel == "" {
+		exists, stat, ch, err = c.st.ExistsW(ctx, c.abs(rel))
+	} else {
+		data, stat, ch, err = c.st.GetW(ctx, c.abs(rel))
+		if errors.Is(err, store.ErrNoNode) {
+			exists, err = false, nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !exists && rel != "" {
+		c.dropLocked(rel)
+		return nil
+	}
+	n := c.node(rel)
+	n.data, n.stat, n.hasData, n.dataW = data, stat, exists, ch
+	return nil
+}
+
+func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
+	names, _, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		c.mu.Lock()
+		c.dropLocked(rel)
+		c.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var toLoad []string
+	c.mu.Lock()
+	n := c.node(rel)
+	old := n.children
+	n.children, n.childW = names, ch
+	for _, name := range old {
+		if _, ok := slices.BinarySearch(names, name); !ok {
+			c.dropLocked(joinRel(rel, name))
+		}
+	}
+	for _, name := range names {
+		crel := joinRel(rel, name)
+		d, k := policy(crel)
+		if (d || k) && c.nodes[crel] == nil {
+			toLoad = append(toLoad, crel)
+		}
+	}
+	c.mu.Unlock()
+	for _, crel := range toLoad {
+		if err := c.load(ctx, crel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropLocked forgets rel and everything below it.
+func (c *treeCache) dropLocked(rel string) {
+	delete(c.nodes, rel)
+	prefix := rel + "/"
+	for k := range c.nodes {
+		if strings.HasPrefix(k, prefix) {
+			delete(c.nodes, k)
+		}
+	}
+}
+
+// watches lists the armed watches, for the watcher's select.
+func (c *treeCache) watches(dst []watchRef) []watchRef {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for rel, n := range c.nodes {
+		if n.dataW != nil {
+			dst = append(dst, watchRef{rel: rel, kind: watchData, ch: n.dataW})
+		}
+		if n.childW != nil {
+			dst = append(dst, watchRef{rel: rel, kind: watchChildren, ch: n.childW})
+		}
+	}
+	return dst
+}
+
+// handle re-reads the node whose watch fired and re-arms it. A
+// not-watching event returns errResyncNeeded.
+func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) error {
+	c.mu.Lock()
+	if n := c.nodes[ref.rel]; n != nil {
+		if ref.kind == watchData && n.dataW == ref.ch {
+			n.dataW = nil
+		}
+		if ref.kind == watchChildren && n.childW == ref.ch {
+			n.childW = nil
+		}
+	}
+	c.mu.Unlock()
+	if ev.Type == store.EventNotWatching {
+		return errResyncNeeded
+	}
+	var err error
+	if ref.kind == watchData {
+		err = c.reloadData(ctx, ref.rel)
+	} else {
+		err = c.reloadChildren(ctx, ref.rel)
+	}
+	if err == nil {
+		c.notify()
+	}
+	return err
+}
+
+var errResyncNeeded = errors.New("coord: tree cache needs a resync")
+
+func (c *treeCache) notify() {
+	c.mu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// changedCh returns a channel closed at the next change; take it before
+// reading the state it guards.
+func (c *treeCache) changedCh() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.changed
+}
+
+// has reports whether rel exists, per its parent's children list.
+func (c *treeCache) has(rel string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.hasLocked(rel)
+}
+
+func (c *treeCache) hasLocked(rel string) bool {
+	if rel == "" {
+		n := c.nodes[""]
+		return n != nil && n.hasData
+	}
+	p := c.nodes[parentRel(rel)]
+	if p == nil {
+		return false
+	}
+	_, ok := slices.BinarySearch(p.children, rel[strings.LastIndexByte(rel, '/')+1:])
+	return ok
+}
+
+// get returns rel's cached data and stat.
+func (c *treeCache) get(rel string) ([]byte, store.Stat, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[rel]
+	if n == nil || !n.hasData || !c.hasLocked(rel) {
+		return nil, store.Stat{}, false
+	}
+	return n.data, n.stat, true
+}
+
+// children returns rel's cached children names, sorted.
+func (c *treeCache) children(rel string) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := c.nodes[rel]; n != nil {
+		return slices.Clone(n.children)
+	}
+	return nil
+}
+
+// flag reports a flag node (disabled, paused, shutdown) as on.
+func (c *treeCache) flag(rel string) bool {
+	d, _, ok := c.get(rel)
+	return ok && flagTrue(d)
+}
+
+// noteCreated and noteDeleted write our own committed changes through to
+// the children lists, so the next read sees them before the watch fires.
+func (c *treeCache) noteCreated(rels ...string) {
+	c.mu.Lock()
+	for _, rel := range rels {
+		p := c.nodes[parentRel(rel)]
+		if p == nil {
+			continue
+		}
+		name := rel[strings.LastIndexByte(rel, '/')+1:]
+		if i, ok := slices.BinarySearch(p.children, name); !ok {
+			p.children = slices.Insert(slices.Clone(p.children), i, name)
+		}
+	}
+	c.mu.Unlock()
+	c.notify()
+}
+
+func (c *treeCache) noteDeleted(rels ...string) {
+	c.mu.Lock()
+	for _, rel := range rels {
+		p := c.nodes[parentRel(rel)]
+		if p == nil {
+			continue
+		}
+		name := rel[strings.LastIndexByte(rel, '/')+1:]
+		if i, ok := slices.BinarySearch(p.children, name); ok {
+			p.children = slices.Delete(slices.Clone(p.children), i, i+1)
+		}
+		c.dropLocked(rel)
+	}
+	c.mu.Unlock()
+	c.notify()
+}
+
+// waitFor blocks until cond (evaluated on the cache) holds or ctx ends.
+func (c *treeCache) waitFor(ctx context.Context, cond func() bool) error {
+	for {
+		ch := c.changedCh()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

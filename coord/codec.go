@@ -1,0 +1,95 @@
+package coord
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// errBadNodeData is wrapped by the decoders below; callers add the node path.
+var errBadNodeData = fmt.Errorf("coord: malformed node data")
+
+// formatItems encodes shard items as the sharding node's "0,1,2".
+func formatItems(items []int) []byte {
+	var b strings.Builder
+	for i, it := range items {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(it))
+	}
+	return []byte(b.String())
+}
+
+// parseItems decodes "0,1,2" (spaces tolerated, empty = none). Items must be
+// non-negative; the result is sorted and free of duplicates.
+func parseItems(data []byte) ([]int, error) {
+	s := strings.TrimSpace(string(data))
+	if s == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	out := make([]int, 0, len(parts))
+	for _, p := range parts {
+		p = strings.TrimSpace(p)
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: shard item %q in %q is not a non-negative integer", errBadNodeData, p, s)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// formatTime encodes t as Unix milliseconds text.
+func formatTime(t time.Time) []byte { return []byte(strconv.FormatInt(t.UnixMilli(), 10)) }
+
+// parseTime decodes Unix milliseconds text.
+func parseTime(data []byte) (time.Time, error) {
+	s := strings.TrimSpace(string(data))
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: time %q is not Unix milliseconds", errBadNodeData, s)
+	}
+	return time.UnixMilli(ms), nil
+}
+
+// parseCount decodes a processSuccessCount/processFailureCount node; empty is 0.
+func parseCount(data []byte) (int64, error) {
+	s := strings.TrimSpace(string(data))
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: count %q is not an integer", errBadNodeData, s)
+	}
+	return n, nil
+}
+
+// flagTrue reports whether a flag node's data means "on". Flag nodes
+// (disabled, paused, shutdown) hold "true" or "false"; an empty node counts
+// as on, so a node created by hand with no data works as in ElasticJob 1.x.
+func flagTrue(data []byte) bool {
+	s := strings.TrimSpace(string(data))
+	return s == "" || strings.EqualFold(s, "true")
+}
+
+func flagData(on bool) []byte {
+	if on {
+		return []byte("true")
+	}
+	return []byte("false")
+}
+
+// parseItemName decodes an execution child name or a queue entry.
+func parseItemName(name string) (int, bool) {
+	n, err := strconv.Atoi(name)
+	if err != nil || n < 0 || strconv.Itoa(n) != name {
+		return 0, false
+	}
+	return n, true
+}

@@ -1,0 +1,112 @@
+package coord
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// CountingStore is a store.Store decorator that counts requests, to measure
+// the coordination cost of the protocol (docs/benchmarks.md). Safe for
+// concurrent use; it adds no goroutines and forwards every call unchanged.
+type CountingStore struct {
+	store.Store
+	reads, writes, multis, multiOps, syncs atomic.Int64
+}
+
+// NewCountingStore wraps st.
+func NewCountingStore(st store.Store) *CountingStore { return &CountingStore{Store: st} }
+
+// Counts is a snapshot of a CountingStore's counters.
+type Counts struct {
+	// Reads counts Get, GetW, Exists, ExistsW, Children and ChildrenW.
+	Reads int64
+	// Writes counts write requests: Create, Set, Delete, and each Multi once.
+	Writes int64
+	// Multis counts Multi requests; MultiOps the operations inside them.
+	Multis, MultiOps int64
+	// Syncs counts Sync requests.
+	Syncs int64
+}
+
+// Requests is the total number of requests sent.
+func (c Counts) Requests() int64 { return c.Reads + c.Writes + c.Syncs }
+
+// Sub returns c - o, for the cost of an interval.
+func (c Counts) Sub(o Counts) Counts {
+	return Counts{Reads: c.Reads - o.Reads, Writes: c.Writes - o.Writes, Multis: c.Multis - o.Multis, MultiOps: c.MultiOps - o.MultiOps, Syncs: c.Syncs - o.Syncs}
+}
+
+// Counts returns the counters so far.
+func (s *CountingStore) Counts() Counts {
+	return Counts{Reads: s.reads.Load(), Writes: s.writes.Load(), Multis: s.multis.Load(), MultiOps: s.multiOps.Load(), Syncs: s.syncs.Load()}
+}
+
+// Create counts a write.
+func (s *CountingStore) Create(ctx context.Context, path string, data []byte, mode store.Mode) (string, error) {
+	s.writes.Add(1)
+	return s.Store.Create(ctx, path, data, mode)
+}
+
+// Get counts a read.
+func (s *CountingStore) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
+	s.reads.Add(1)
+	return s.Store.Get(ctx, path)
+}
+
+// GetW counts a read.
+func (s *CountingStore) GetW(ctx context.Context, path string) ([]byte, store.Stat, <-chan store.Event, error) {
+	s.reads.Add(1)
+	return s.Store.GetW(ctx, path)
+}
+
+// Exists counts a read.
+func (s *CountingStore) Exists(ctx context.Context, path string) (bool, store.Stat, error) {
+	s.reads.Add(1)
+	return s.Store.Exists(ctx, path)
+}
+
+// ExistsW counts a read.
+func (s *CountingStore) ExistsW(ctx context.Context, path string) (bool, store.Stat, <-chan store.Event, error) {
+	s.reads.Add(1)
+	return s.Store.ExistsW(ctx, path)
+}
+
+// Children counts a read.
+func (s *CountingStore) Children(ctx context.Context, path string) ([]string, store.Stat, error) {
+	s.reads.Add(1)
+	return s.Store.Children(ctx, path)
+}
+
+// ChildrenW counts a read.
+func (s *CountingStore) ChildrenW(ctx context.Context, path string) ([]string, store.Stat, <-chan store.Event, error) {
+	s.reads.Add(1)
+	return s.Store.ChildrenW(ctx, path)
+}
+
+// Set counts a write.
+func (s *CountingStore) Set(ctx context.Context, path string, data []byte, version int32) (store.Stat, error) {
+	s.writes.Add(1)
+	return s.Store.Set(ctx, path, data, version)
+}
+
+// Delete counts a write.
+func (s *CountingStore) Delete(ctx context.Context, path string, version int32) error {
+	s.writes.Add(1)
+	return s.Store.Delete(ctx, path, version)
+}
+
+// Multi counts one write request and its operations.
+func (s *CountingStore) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+	s.writes.Add(1)
+	s.multis.Add(1)
+	s.multiOps.Add(int64(len(ops)))
+	return s.Store.Multi(ctx, ops...)
+}
+
+// Sync counts a sync.
+func (s *CountingStore) Sync(ctx context.Context, path string) error {
+	s.syncs.Add(1)
+	return s.Store.Sync(ctx, path)
+}

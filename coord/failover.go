@@ -1,0 +1,105 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// enqueueOrphans is the leader's failover detection: an item whose owner
+// (per sharding) is offline, that began (lastBeginTime) but did not
+// complete, and that nobody runs or has claimed, is queued under
+// leader/failover/items. A claimer that dies leaves its item in the same
+// state, so the item is queued again. One Multi for all items found.
+func (j *job) enqueueOrphans(ctx context.Context) {
+	cfg := j.config()
+	if !cfg.Failover || !cfg.MonitorsExecution() {
+		return
+	}
+	own := j.owners()
+	var ins []intent
+	var items []int
+	for it := range cfg.ShardingTotalCount {
+		s, ok := own[it]
+		if !ok || j.cache.has(relServer(s, nStatus)) {
+			continue
+		}
+		if !j.cache.has(relItem(it, nLastBeginTime)) || j.cache.has(relItem(it, nCompleted)) ||
+			j.cache.has(relItem(it, nRunning)) || j.cache.has(relItem(it, nFailover)) ||
+			j.cache.has(relFailoverQ+"/"+strconv.Itoa(it)) {
+			continue
+		}
+		items = append(items, it)
+		ins = append(ins, intent{kind: opCreateIfAbsent, rel: relFailoverQ + "/" + strconv.Itoa(it)})
+	}
+	if len(ins) == 0 {
+		return
+	}
+	if err := j.commit(ctx, ins); err != nil {
+		j.log.Warn("cannot queue items for failover", "items", items, "err", err)
+		return
+	}
+	j.log.Info("queued crashed items for failover", "items", items)
+}
+
+// claimFailover takes leader/failover/latch (ephemeral, create-or-fail),
+// claims the first queued item (execution/{item}/failover = me, queue entry
+// deleted, ONE Multi) and releases the latch.
+func (j *job) claimFailover(ctx context.Context) (bool, error) {
+	if _, _, err := j.ready(); err != nil {
+		return false, err
+	}
+	if !j.config().Failover || len(j.cache.children(relFailoverQ)) == 0 {
+		return false, nil
+	}
+	latch := j.p.abs(relFailoverLock)
+	if _, err := j.st.Create(ctx, latch, []byte(j.id), store.Ephemeral); errors.Is(err, store.ErrNodeExists) {
+		return false, nil // another server is claiming; the queue signal comes again
+	} else if err != nil {
+		return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch, err)
+	}
+	defer func() {
+		if err := j.st.Delete(context.WithoutCancel(ctx), latch, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			j.log.Warn("cannot release the failover latch", "err", err)
+		}
+	}()
+	names, _, err := j.st.Children(ctx, j.p.abs(relFailoverQ))
+	if err != nil {
+		return false, fmt.Errorf("coord: job %q: read the failover queue: %w", j.jname, err)
+	}
+	var queued []int
+	for _, n := range names {
+		if it, ok := parseItemName(n); ok {
+			queued = append(queued, it)
+		}
+	}
+	slices.Sort(queued)
+	for _, it := range queued {
+		ops := []store.Op{
+			&store.DeleteOp{Path: j.p.queued(it), Version: store.AnyVersion},
+			&store.CreateOp{Path: j.p.item(it, nFailover), Data: []byte(j.id), Mode: store.Ephemeral},
+		}
+		if _, err := j.st.Multi(ctx, ops...); err != nil {
+			if errors.Is(err, store.ErrNodeExists) || errors.Is(err, store.ErrNoNode) {
+				continue // claimed already, or its execution node is gone
+			}
+			return false, fmt.Errorf("coord: job %q: claim failover item %d: %w", j.jname, it, err)
+		}
+		_, st, err := j.st.Exists(ctx, j.p.item(it, nFailover))
+		if err != nil {
+			return false, fmt.Errorf("coord: job %q: read claimed item %d: %w", j.jname, it, err)
+		}
+		j.mu.Lock()
+		j.claims[it] = st.Czxid
+		j.mu.Unlock()
+		j.cache.noteDeleted(relFailoverQ + "/" + strconv.Itoa(it))
+		j.cache.noteCreated(relItem(it, nFailover))
+		j.log.Info("claimed failover item", "item", it)
+		return true, nil
+	}
+	return false, nil
+}

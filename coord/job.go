@@ -1,0 +1,462 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// job is one joined job. Its watcher goroutine (started by startJob, stopped
+// and awaited by leave) owns the tree cache's watches, the election, session
+// handling, the operator-flag reactions, reconcile and the Signals channel.
+type job struct {
+	reg   *registry
+	st    store.Store
+	p     jobPaths
+	jname string
+	id    string
+	log   *slog.Logger
+	cache *treeCache
+
+	mu          sync.Mutex
+	cfg         jobconfig.Config
+	cfgErr      error
+	cfgFields   map[string]string
+	regSession  int64
+	regCtx      context.Context
+	regCancel   context.CancelFunc
+	lostCh      chan struct{}
+	suspended   bool
+	leader      bool
+	offline     bool // shut down by an operator
+	removed     bool
+	left        bool
+	claims      map[int]int64 // failover items claimed, to their epoch
+	lastErrSet  bool
+	offlineSeen map[string]time.Time // leader: when a server was first seen offline
+
+	// Watcher-goroutine state.
+	candidate        string // absolute path of this server's election candidate
+	predAfterSession <-chan store.Event
+	lastLive  string // leader: the live and enabled server set last seen
+	lastTotal int
+	pending   [SignalRemoved + 1]bool
+
+	wake    chan struct{}
+	sigOut  chan Signal
+	stopW   context.CancelFunc
+	watchDn chan struct{}
+}
+
+func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, error) {
+	local, err := configPrepare(local)
+	if err != nil {
+		return nil, fmt.Errorf("coord: join job %q: %w", local.JobName, err)
+	}
+	j := &job{
+		reg:         r,
+		st:          r.st,
+		p:           newJobPaths(r.cfg.Namespace, local.JobName),
+		jname:       local.JobName,
+		id:          r.cfg.ServerID,
+		log:         r.cfg.Logger.With("job", local.JobName, "server", r.cfg.ServerID),
+		claims:      make(map[int]int64),
+		offlineSeen: make(map[string]time.Time),
+		wake:        make(chan struct{}, 1),
+		sigOut:      make(chan Signal),
+	}
+	j.cache = newTreeCache(j.st, j.p.root)
+	sess, _ := j.st.Session()
+	if sess.State != store.StateConnected {
+		return nil, fmt.Errorf("coord: join job %q: store session is %s: %w", j.jname, sess.State, ErrSessionLost)
+	}
+	for _, rel := range skeleton {
+		if err := store.CreateAll(ctx, j.st, j.p.abs(rel)); err != nil {
+			return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, j.p.abs(rel), err)
+		}
+	}
+	if err := j.applyOverwriteRule(ctx, local); err != nil {
+		return nil, err
+	}
+	fields, err := j.readConfigFields(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := j.decodeConfig(fields)
+	if err != nil {
+		return nil, err
+	}
+	j.cfg, j.cfgFields, j.lastTotal = cfg, fields, cfg.ShardingTotalCount
+	if err := j.registerServer(ctx, sess.ID, cfg, true); err != nil {
+		return nil, err
+	}
+	if err := j.cache.resync(ctx); err != nil {
+		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
+	}
+	j.regSession = sess.ID
+	j.regCtx, j.regCancel = context.WithCancel(context.Background())
+	j.lostCh = make(chan struct{})
+	if err := j.setNecessary(ctx); err != nil {
+		j.regCancel()
+		return nil, fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	j.stopW, j.watchDn = cancel, make(chan struct{})
+	predW, err := j.elect(ctx)
+	if err != nil {
+		cancel()
+		j.regCancel()
+		return nil, fmt.Errorf("coord: join job %q: leader election: %w", j.jname, err)
+	}
+	go j.watch(wctx, predW)
+	j.log.Debug("joined job")
+	return j, nil
+}
+
+// applyOverwriteRule writes the local config when nothing is stored or
+// Overwrite is set; a stored config of another job type is a conflict.
+func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) error {
+	names, _, err := j.st.Children(ctx, j.p.abs(nConfig))
+	if err != nil {
+		return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
+	}
+	if slices.Contains(names, jobTypeField) {
+		data, _, err := j.st.Get(ctx, j.p.config(jobTypeField))
+		if err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.config(jobTypeField), err)
+		}
+		if t := strings.TrimSpace(string(data)); err == nil && t != jobTypeValue {
+			return fmt.Errorf("%w: %s is %q, but shardflow runs %s jobs; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, jobTypeValue)
+		}
+	}
+	if len(names) > 0 && !local.Overwrite {
+		return nil
+	}
+	fields := configFields(local)
+	ops := make([]store.Op, 0, len(fields))
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		if slices.Contains(names, k) {
+			ops = append(ops, &store.SetOp{Path: j.p.config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
+		} else {
+			ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
+		}
+	}
+	if _, err := j.st.Multi(ctx, ops...); err != nil {
+		return fmt.Errorf("coord: join job %q: write config: %w", j.jname, err)
+	}
+	return nil
+}
+
+func (j *job) readConfigFields(ctx context.Context) (map[string]string, error) {
+	names, _, err := j.st.Children(ctx, j.p.abs(nConfig))
+	if err != nil {
+		return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
+	}
+	fields := make(map[string]string, len(names))
+	for _, n := range names {
+		data, _, err := j.st.Get(ctx, j.p.config(n))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.config(n), err)
+		}
+		fields[n] = string(data)
+	}
+	return fields, nil
+}
+
+// decodeConfig decodes stored fields; errors wrap ErrBadConfig and name the node.
+func (j *job) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
+	return decodeStoredConfig(j.p, j.jname, fields)
+}
+
+func decodeStoredConfig(p jobPaths, name string, fields map[string]string) (jobconfig.Config, error) {
+	cfg, err := configFromFields(name, fields)
+	if err != nil {
+		node := p.abs(nConfig)
+		if fes := jobconfig.FieldErrors(err); len(fes) > 0 {
+			node = p.config(fes[0].Field)
+		}
+		return jobconfig.Config{}, fmt.Errorf("%w: %s: %w", ErrBadConfig, node, err)
+	}
+	return cfg, nil
+}
+
+// registerServer writes servers/{id} for session sid: hostName, status
+// READY (ephemeral), disabled only when it was never written (an operator's
+// disable or enable survives restarts); a first join clears shutdown.
+func (j *job) registerServer(ctx context.Context, sid int64, cfg jobconfig.Config, first bool) error {
+	statusPath := j.p.server(j.id, nStatus)
+	ok, stat, err := j.st.Exists(ctx, statusPath)
+	if err != nil {
+		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
+	}
+	if ok && stat.EphemeralOwner != sid {
+		return fmt.Errorf("%w: %s belongs to live session 0x%x", ErrServerIDInUse, statusPath, stat.EphemeralOwner)
+	}
+	if err := store.CreateAll(ctx, j.st, j.p.server(j.id)); err != nil {
+		return fmt.Errorf("coord: job %q: create %s: %w", j.jname, j.p.server(j.id), err)
+	}
+	kids, _, err := j.st.Children(ctx, j.p.server(j.id))
+	if err != nil {
+		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id), err)
+	}
+	var ops []store.Op
+	put := func(name string, data []byte) {
+		if slices.Contains(kids, name) {
+			ops = append(ops, &store.SetOp{Path: j.p.server(j.id, name), Data: data, Version: store.AnyVersion})
+		} else {
+			ops = append(ops, &store.CreateOp{Path: j.p.server(j.id, name), Data: data})
+		}
+	}
+	put(nHostName, []byte(j.reg.cfg.HostName))
+	if !slices.Contains(kids, nDisabled) {
+		put(nDisabled, flagData(cfg.Disabled))
+	}
+	if first && slices.Contains(kids, nShutdown) {
+		ops = append(ops, &store.DeleteOp{Path: j.p.server(j.id, nShutdown), Version: store.AnyVersion})
+	}
+	if !ok {
+		ops = append(ops, &store.CreateOp{Path: statusPath, Data: []byte(statusReady), Mode: store.Ephemeral})
+	}
+	if _, err := j.st.Multi(ctx, ops...); err != nil {
+		if errors.Is(err, store.ErrNodeExists) {
+			return fmt.Errorf("%w: %s was created concurrently by another process", ErrServerIDInUse, statusPath)
+		}
+		return fmt.Errorf("coord: job %q: register %s: %w", j.jname, j.p.server(j.id), err)
+	}
+	return nil
+}
+
+// setNecessary raises the resharding flag unless the cache shows it.
+func (j *job) setNecessary(ctx context.Context) error {
+	return j.commit(ctx, []intent{{kind: opCreateIfAbsent, rel: relNecessary}})
+}
+
+// elect makes sure this server has a candidate under leader/election/latch
+// and either becomes leader (lowest sequence) or returns a watch on its
+// predecessor. Only the watcher goroutine (and startJob) calls it.
+func (j *job) elect(ctx context.Context) (<-chan store.Event, error) {
+	latch := j.p.abs(relLatch)
+	for range 16 {
+		if j.candidate == "" {
+			p, err := j.st.Create(ctx, store.Join(latch, candidatePrefix), []byte(j.id), store.EphemeralSequential)
+			if err != nil {
+				return nil, err
+			}
+			j.candidate = p
+		}
+		kids, _, err := j.st.Children(ctx, latch)
+		if err != nil {
+			return nil, err
+		}
+		slices.SortFunc(kids, func(a, b string) int { return strings.Compare(seqOf(a), seqOf(b)) })
+		idx := slices.Index(kids, store.Base(j.candidate))
+		if idx < 0 {
+			j.candidate = ""
+			continue
+		}
+		if idx == 0 {
+			return j.becomeLeader(ctx)
+		}
+		ok, _, ch, err := j.st.ExistsW(ctx, store.Join(latch, kids[idx-1]))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return ch, nil
+		}
+	}
+	return nil, errors.New("coord: leader election did not settle after 16 rounds")
+}
+
+// seqOf returns the sequence suffix of a candidate name (the last 10 bytes).
+func seqOf(name string) string {
+	if len(name) >= 10 {
+		return name[len(name)-10:]
+	}
+	return name
+}
+
+// becomeLeader writes leader/election/host. If a previous leader's host
+// node still exists, it returns a watch on it and tries again when it goes.
+func (j *job) becomeLeader(ctx context.Context) (<-chan store.Event, error) {
+	host := j.p.abs(relHost)
+	_, err := j.st.Create(ctx, host, []byte(j.id), store.Ephemeral)
+	if errors.Is(err, store.ErrNodeExists) {
+		sess, _ := j.st.Session()
+		ok, stat, ch, xerr := j.st.ExistsW(ctx, host)
+		if xerr != nil {
+			return nil, xerr
+		}
+		if ok && stat.EphemeralOwner != sess.ID {
+			return ch, nil
+		}
+		if !ok {
+			return j.becomeLeader(ctx)
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	j.mu.Lock()
+	was := j.leader
+	j.leader = true
+	j.mu.Unlock()
+	if !was {
+		j.log.Info("elected leader")
+		j.lastLive = ""
+		if err := j.setNecessary(ctx); err != nil {
+			return nil, err
+		}
+		j.leaderDuties(ctx, true)
+	}
+	return nil, nil
+}
+
+func (j *job) isLeader() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.leader
+}
+
+// emit marks a signal pending; the watcher delivers it (coalesced).
+func (j *job) emit(s Signal) { j.pending[s] = true }
+
+func (j *job) nextSignal() (Signal, bool) {
+	for s := SignalConfigChanged; s <= SignalRemoved; s++ {
+		if j.pending[s] {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+func (j *job) kick() {
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (j *job) name() string { return j.jname }
+
+func (j *job) config() jobconfig.Config {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cfg
+}
+
+func (j *job) signals() <-chan Signal { return j.sigOut }
+
+func (j *job) lost() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.lostCh
+}
+
+// registration returns the current registration's session and context.
+func (j *job) registration() (int64, context.Context) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.regSession, j.regCtx
+}
+
+// loseRegistration cancels runs and closes Lost; watcher goroutine only.
+func (j *job) loseRegistration(why string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.regCtx.Err() == nil {
+		j.log.Warn("registration lost; runs cancelled", "reason", why)
+		j.regCancel()
+		close(j.lostCh)
+	}
+	j.leader = false
+	j.candidate = ""
+	j.claims = make(map[int]int64)
+}
+
+func (j *job) leave(ctx context.Context) error {
+	j.mu.Lock()
+	if j.left {
+		j.mu.Unlock()
+		return nil
+	}
+	j.left = true
+	j.mu.Unlock()
+	j.stopW()
+	select {
+	case <-j.watchDn:
+	case <-ctx.Done():
+		return fmt.Errorf("coord: leave job %q: waiting for the watcher: %w", j.jname, ctx.Err())
+	}
+	j.mu.Lock()
+	j.regCancel()
+	live := j.regSession
+	j.mu.Unlock()
+	j.reg.forget(j.jname, j)
+	sess, _ := j.st.Session()
+	if sess.State != store.StateConnected || sess.ID != live {
+		return nil // our ephemerals are gone with the session
+	}
+	return j.goOffline(ctx)
+}
+
+// goOffline deletes this server's ephemerals (status, candidate, host when
+// leading) and raises the resharding flag so the others take over its items.
+func (j *job) goOffline(ctx context.Context) error {
+	var errs []error
+	if j.isLeader() {
+		if err := j.st.Delete(ctx, j.p.abs(relHost), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			errs = append(errs, err)
+		}
+	}
+	if j.candidate != "" {
+		if err := j.st.Delete(ctx, j.candidate, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			errs = append(errs, err)
+		}
+		j.candidate = ""
+	}
+	j.mu.Lock()
+	j.leader = false
+	j.mu.Unlock()
+	if err := j.st.Delete(ctx, j.p.server(j.id, nStatus), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
+		errs = append(errs, err)
+	}
+	if _, err := j.st.Create(ctx, j.p.abs(relNecessary), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("coord: leave job %q: %w", j.jname, err)
+	}
+	return nil
+}
+
+// recordLastError writes servers/{id}/lastError (empty text clears it).
+func (j *job) recordLastError(ctx context.Context, msg string) {
+	j.mu.Lock()
+	set := j.lastErrSet
+	j.lastErrSet = msg != ""
+	j.mu.Unlock()
+	if msg == "" && !set {
+		return
+	}
+	p := j.p.server(j.id, nLastError)
+	if _, err := j.st.Set(ctx, p, []byte(msg), store.AnyVersion); errors.Is(err, store.ErrNoNode) {
+		_, err = j.st.Create(ctx, p, []byte(msg), store.Persistent)
+		if err != nil && !errors.Is(err, store.ErrNodeExists) {
+			j.log.Warn("cannot record lastError", "err", err)
+		}
+	} else if err != nil {
+		j.log.Warn("cannot record lastError", "err", err)
+	}
+}

@@ -1,0 +1,138 @@
+package coord
+
+import (
+	"context"
+	"errors"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// intentKind says how an intent becomes a Multi operation.
+type intentKind int
+
+const (
+	// opCreate creates the node; its existence is an error.
+	opCreate intentKind = iota + 1
+	// opCreateIfAbsent creates the node unless it exists.
+	opCreateIfAbsent
+	// opPut sets the node's data, creating it when absent.
+	opPut
+	// opSet sets an existing node's data; absence is an error.
+	opSet
+	// opDelete deletes the node; absence is an error (a fenced delete).
+	opDelete
+	// opDeleteIfPresent deletes the node if it exists.
+	opDeleteIfPresent
+	// opCheck asserts the node's version.
+	opCheck
+)
+
+// intent is one write of a transaction, by path relative to the job root.
+// Conditional intents (IfAbsent, Put, IfPresent) are resolved against the
+// tree cache, so the steady state needs no reads; if the cache was stale the
+// Multi fails and commit resolves them again with direct reads.
+type intent struct {
+	kind    intentKind
+	rel     string
+	data    []byte
+	mode    store.Mode
+	version int32
+}
+
+func (k intentKind) conditional() bool {
+	return k == opCreateIfAbsent || k == opPut || k == opDeleteIfPresent
+}
+
+// commit applies intents in ONE Multi (two if the cache was stale) and
+// writes the outcome through to the cache. An empty resolution is no call.
+func (j *job) commit(ctx context.Context, intents []intent) error {
+	ops, created, deleted := j.resolve(intents, j.cache.has)
+	if len(ops) == 0 {
+		return nil
+	}
+	_, err := j.st.Multi(ctx, ops...)
+	var me *store.MultiError
+	if err != nil && errors.As(err, &me) && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNodeExists)) && hasConditional(intents) {
+		// The cache lagged: resolve the conditional intents with direct reads.
+		var readErr error
+		exists := func(rel string) bool {
+			ok, _, xerr := j.st.Exists(ctx, j.p.abs(rel))
+			if xerr != nil && readErr == nil {
+				readErr = xerr
+			}
+			return ok
+		}
+		ops, created, deleted = j.resolve(intents, exists)
+		if readErr != nil {
+			return readErr
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		_, err = j.st.Multi(ctx, ops...)
+	}
+	if err != nil {
+		return err
+	}
+	j.cache.noteCreated(created...)
+	j.cache.noteDeleted(deleted...)
+	return nil
+}
+
+func hasConditional(intents []intent) bool {
+	for _, in := range intents {
+		if in.kind.conditional() {
+			return true
+		}
+	}
+	return false
+}
+
+func (j *job) resolve(intents []intent, exists func(string) bool) (ops []store.Op, created, deleted []string) {
+	// pending tracks creations and deletions earlier in the same Multi.
+	pending := map[string]bool{}
+	has := func(rel string) bool {
+		if v, ok := pending[rel]; ok {
+			return v
+		}
+		return exists(rel)
+	}
+	for _, in := range intents {
+		p := j.p.abs(in.rel)
+		switch in.kind {
+		case opCreate:
+			ops = append(ops, &store.CreateOp{Path: p, Data: in.data, Mode: in.mode})
+			pending[in.rel] = true
+			created = append(created, in.rel)
+		case opCreateIfAbsent:
+			if !has(in.rel) {
+				ops = append(ops, &store.CreateOp{Path: p, Data: in.data, Mode: in.mode})
+				pending[in.rel] = true
+				created = append(created, in.rel)
+			}
+		case opPut:
+			if has(in.rel) {
+				ops = append(ops, &store.SetOp{Path: p, Data: in.data, Version: store.AnyVersion})
+			} else {
+				ops = append(ops, &store.CreateOp{Path: p, Data: in.data, Mode: store.Persistent})
+				pending[in.rel] = true
+				created = append(created, in.rel)
+			}
+		case opSet:
+			ops = append(ops, &store.SetOp{Path: p, Data: in.data, Version: store.AnyVersion})
+		case opDelete:
+			ops = append(ops, &store.DeleteOp{Path: p, Version: store.AnyVersion})
+			pending[in.rel] = false
+			deleted = append(deleted, in.rel)
+		case opDeleteIfPresent:
+			if has(in.rel) {
+				ops = append(ops, &store.DeleteOp{Path: p, Version: store.AnyVersion})
+				pending[in.rel] = false
+				deleted = append(deleted, in.rel)
+			}
+		case opCheck:
+			ops = append(ops, &store.CheckOp{Path: p, Version: in.version})
+		}
+	}
+	return ops, created, deleted
+}

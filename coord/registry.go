@@ -1,0 +1,137 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// DefaultNamespace is RegistryConfig.Namespace's default.
+const DefaultNamespace = "shardflow"
+
+// DefaultOfflineServerGrace is RegistryConfig.OfflineServerGrace's default.
+const DefaultOfflineServerGrace = 10 * time.Minute
+
+type registry struct {
+	st  store.Store
+	cfg RegistryConfig
+
+	mu     sync.Mutex
+	jobs   map[string]*job
+	closed bool
+}
+
+func newRegistry(st store.Store, cfg RegistryConfig) (*registry, error) {
+	if st == nil {
+		return nil, errors.New("coord: NewRegistry needs a store.Store; open one with memstore or zkstore")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if err := store.ValidatePath(store.Join(cfg.Namespace)); err != nil || cfg.Namespace != store.Base(store.Join(cfg.Namespace)) {
+		return nil, fmt.Errorf("coord: RegistryConfig.Namespace %q must be one path element without slashes", cfg.Namespace)
+	}
+	if cfg.ServerID == "" {
+		id, err := firstIPv4()
+		if err != nil {
+			return nil, fmt.Errorf("coord: RegistryConfig.ServerID is empty and no non-loopback IPv4 address was found (%v); set ServerID (e.g. the pod name)", err)
+		}
+		cfg.ServerID = id
+	}
+	if err := store.ValidatePath("/" + cfg.ServerID); err != nil || store.Base("/"+cfg.ServerID) != cfg.ServerID {
+		return nil, fmt.Errorf("coord: RegistryConfig.ServerID %q must be one path element without slashes", cfg.ServerID)
+	}
+	if cfg.HostName == "" {
+		cfg.HostName, _ = os.Hostname()
+	}
+	if cfg.OfflineServerGrace <= 0 {
+		cfg.OfflineServerGrace = DefaultOfflineServerGrace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &registry{st: st, cfg: cfg, jobs: make(map[string]*job)}, nil
+}
+
+// firstIPv4 returns the host's first non-loopback IPv4 address.
+func firstIPv4() (string, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", err
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() {
+			if v4 := ipn.IP.To4(); v4 != nil {
+				return v4.String(), nil
+			}
+		}
+	}
+	return "", errors.New("no interface has one")
+}
+
+func (r *registry) serverID() string { return r.cfg.ServerID }
+
+func (r *registry) join(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, errors.New("coord: Registry is closed")
+	}
+	if _, dup := r.jobs[cfg.JobName]; dup {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("coord: job %q already joined by this Registry; Leave it first", cfg.JobName)
+	}
+	// Reserve the name while joining.
+	r.jobs[cfg.JobName] = nil
+	r.mu.Unlock()
+
+	j, err := startJob(ctx, r, cfg)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		delete(r.jobs, cfg.JobName)
+		return nil, err
+	}
+	r.jobs[cfg.JobName] = j
+	return &Job{impl: j}, nil
+}
+
+// forget is called by a job's Leave.
+func (r *registry) forget(name string, j *job) {
+	r.mu.Lock()
+	if r.jobs[name] == j {
+		delete(r.jobs, name)
+	}
+	r.mu.Unlock()
+}
+
+func (r *registry) close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	jobs := make([]*job, 0, len(r.jobs))
+	for _, j := range r.jobs {
+		if j != nil {
+			jobs = append(jobs, j)
+		}
+	}
+	r.mu.Unlock()
+	var errs []error
+	for _, j := range jobs {
+		if err := j.leave(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,440 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/sharding"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+type run struct {
+	j       *job
+	session int64
+	items   []Assignment
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stop    func() bool
+	done    bool
+}
+
+// ready checks the preconditions every Begin shares: a live registration on
+// a connected session, not shut down, removed, paused, and a valid config.
+func (j *job) ready() (int64, context.Context, error) {
+	sess, _ := j.st.Session()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch {
+	case j.left:
+		return 0, nil, fmt.Errorf("coord: job %q: Leave was called: %w", j.jname, ErrShutdown)
+	case j.removed:
+		return 0, nil, fmt.Errorf("coord: job %q was removed from the namespace: %w", j.jname, ErrShutdown)
+	case j.offline:
+		return 0, nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrShutdown)
+	case sess.State != store.StateConnected || sess.ID != j.regSession || j.regCtx.Err() != nil:
+		return 0, nil, fmt.Errorf("coord: job %q: session is %s: %w", j.jname, sess.State, ErrSessionLost)
+	case j.cfgErr != nil:
+		return 0, nil, j.cfgErr
+	}
+	return j.regSession, j.regCtx, nil
+}
+
+func (j *job) begin(ctx context.Context, now time.Time) (*run, error) {
+	sid, regCtx, err := j.ready()
+	if err != nil {
+		return nil, err
+	}
+	if j.cache.flag(relServer(j.id, nShutdown)) {
+		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrShutdown)
+	}
+	if j.cache.flag(relServer(j.id, nPaused)) {
+		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
+	}
+	cfg := j.config()
+	if cfg.MaxTimeDiffSeconds > 0 {
+		if err := j.checkClock(ctx, now, time.Duration(cfg.MaxTimeDiffSeconds)*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	if err := j.awaitSharding(ctx); err != nil {
+		return nil, err
+	}
+	if _, _, err := j.ready(); err != nil {
+		return nil, err
+	}
+	cfg = j.config()
+	items, shardVersion := j.assignments()
+	monitor := cfg.MonitorsExecution()
+	if monitor {
+		var running []int
+		for _, a := range items {
+			if j.cache.has(relItem(a.Item, nRunning)) {
+				running = append(running, a.Item)
+			}
+		}
+		if len(running) > 0 {
+			if cfg.MisfireEnabled() {
+				var ins []intent
+				for _, it := range running {
+					ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(it, nMisfire)})
+				}
+				if err := j.commit(ctx, ins); err != nil && !errors.Is(err, store.ErrNoNode) {
+					return nil, fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
+				}
+			}
+			return nil, fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
+		}
+	}
+	var ins []intent
+	if shardVersion >= 0 {
+		ins = append(ins, intent{kind: opCheck, rel: relServer(j.id, nSharding), version: shardVersion})
+	}
+	begin := formatTime(now)
+	for _, a := range items {
+		ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(a.Item)})
+		if monitor {
+			ins = append(ins,
+				intent{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
+				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nCompleted)})
+		}
+		ins = append(ins, intent{kind: opPut, rel: relItem(a.Item, nLastBeginTime), data: begin})
+	}
+	if len(items) > 0 {
+		ins = append(ins, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusRunning)})
+	}
+	if err := j.commit(ctx, ins); err != nil {
+		if errors.Is(err, store.ErrNodeExists) {
+			return nil, fmt.Errorf("coord: job %q: an item started running elsewhere: %w", j.jname, ErrItemsRunning)
+		}
+		if errors.Is(err, store.ErrBadVersion) {
+			return nil, fmt.Errorf("coord: job %q: resharded while starting; retry at the next trigger: %w", j.jname, ErrNotOwner)
+		}
+		return nil, fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
+	}
+	j.recordLastError(ctx, "")
+	r := &run{j: j, session: sid, items: items}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	r.stop = context.AfterFunc(regCtx, r.cancel)
+	return r, nil
+}
+
+// checkClock writes systemTime/current and compares its Mtime with now.
+func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Duration) error {
+	p := j.p.abs(relClock)
+	st, err := j.st.Set(ctx, p, formatTime(now), store.AnyVersion)
+	if errors.Is(err, store.ErrNoNode) {
+		if _, err = j.st.Create(ctx, p, formatTime(now), store.Persistent); err == nil || errors.Is(err, store.ErrNodeExists) {
+			st, err = j.st.Set(ctx, p, formatTime(now), store.AnyVersion)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("coord: job %q: clock check via %s: %w", j.jname, p, err)
+	}
+	diff := now.Sub(st.Mtime)
+	if diff < 0 {
+		diff = -diff
+	}
+	if diff > maxDiff {
+		e := &ClockSkewError{Local: now, Coordinator: st.Mtime, MaxDiff: maxDiff}
+		j.recordLastError(ctx, e.Error())
+		return e
+	}
+	return nil
+}
+
+// awaitSharding reshards first if the flag is set and this server leads;
+// otherwise it waits until the leader has (flag and processing gone).
+func (j *job) awaitSharding(ctx context.Context) error {
+	for {
+		ch := j.cache.changedCh()
+		if !j.cache.has(relNecessary) && !j.cache.has(relProcessing) {
+			return nil
+		}
+		if _, _, err := j.ready(); err != nil {
+			return err
+		}
+		if j.isLeader() && !j.cache.has(relProcessing) {
+			if err := j.reshard(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("coord: job %q: waiting for the leader to reshard: %w", j.jname, ctx.Err())
+		}
+	}
+}
+
+// reshard is the leader's resharding: wait until no item runs, then in ONE
+// Multi create processing, write every server's sharding node, clear the
+// failover queue entries of items that got an owner, and delete necessary
+// and processing.
+func (j *job) reshard(ctx context.Context) error {
+	cfg := j.config()
+	if cfg.MonitorsExecution() {
+		err := j.cache.waitFor(ctx, func() bool {
+			for _, it := range j.cache.children(nExecution) {
+				if j.cache.has(nExecution + "/" + it + "/" + nRunning) {
+					return false
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("coord: job %q: waiting for running items to finish before resharding: %w", j.jname, err)
+		}
+	}
+	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.config("jobShardingStrategy"), err)
+	}
+	live := j.liveServers()
+	assign := strategy.Shard(live, j.jname, cfg.ShardingTotalCount)
+	ins := []intent{{kind: opCreate, rel: relProcessing, mode: store.Ephemeral}}
+	for _, s := range j.cache.children(nServers) {
+		ins = append(ins, intent{kind: opPut, rel: relServer(s, nSharding), data: formatItems(assign[s])})
+	}
+	if len(live) > 0 {
+		for _, q := range j.cache.children(relFailoverQ) {
+			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
+		}
+	}
+	ins = append(ins,
+		intent{kind: opDelete, rel: relNecessary},
+		intent{kind: opDelete, rel: relProcessing})
+	if err := j.commit(ctx, ins); err != nil {
+		if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNodeExists) {
+			// Another leader incarnation resharded, or a server node
+			// vanished: re-read through the cache and go again.
+			return nil
+		}
+		return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
+	}
+	j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
+	return j.cache.waitFor(ctx, func() bool {
+		d, _, ok := j.cache.get(relServer(j.id, nSharding))
+		return !slices.Contains(j.cache.children(nServers), j.id) || ok && string(d) == string(formatItems(assign[j.id]))
+	})
+}
+
+// assignments computes this server's items: its failover items if any,
+// else its sharding items minus items failed over to others and disabled
+// items. shardVersion is the sharding node's version to check at commit,
+// or -1 for failover runs.
+func (j *job) assignments() ([]Assignment, int32) {
+	var out []Assignment
+	j.mu.Lock()
+	claims := make(map[int]int64, len(j.claims))
+	for k, v := range j.claims {
+		claims[k] = v
+	}
+	j.mu.Unlock()
+	for _, name := range j.cache.children(nExecution) {
+		it, ok := parseItemName(name)
+		if !ok {
+			continue
+		}
+		if d, st, ok := j.cache.get(relItem(it, nFailover)); ok && string(d) == j.id {
+			claims[it] = st.Czxid
+		}
+	}
+	if len(claims) > 0 {
+		for it, epoch := range claims {
+			if j.cache.has(relItem(it, nDisabled)) {
+				continue
+			}
+			out = append(out, Assignment{Item: it, Epoch: epoch, Failover: true})
+		}
+		slices.SortFunc(out, func(a, b Assignment) int { return a.Item - b.Item })
+		if len(out) > 0 {
+			return out, -1
+		}
+	}
+	data, st, ok := j.cache.get(relServer(j.id, nSharding))
+	if !ok {
+		return nil, -1
+	}
+	if j.cache.flag(relServer(j.id, nDisabled)) {
+		return nil, st.Version
+	}
+	items, err := parseItems(data)
+	if err != nil {
+		j.log.Error("malformed sharding node; running nothing until the next reshard", "node", j.p.server(j.id, nSharding), "err", err)
+		return nil, st.Version
+	}
+	total := j.config().ShardingTotalCount
+	for _, it := range items {
+		if it >= total || j.cache.has(relItem(it, nDisabled)) {
+			continue
+		}
+		if d, _, ok := j.cache.get(relItem(it, nFailover)); ok && string(d) != j.id {
+			continue
+		}
+		out = append(out, Assignment{Item: it, Epoch: st.Mzxid})
+	}
+	return out, st.Version
+}
+
+func (r *run) shards() []Assignment { return slices.Clone(r.items) }
+
+func (r *run) context() context.Context { return r.ctx }
+
+func (r *run) keepGoing() bool {
+	j := r.j
+	if r.ctx.Err() != nil {
+		return false
+	}
+	return !j.cache.flag(relServer(j.id, nPaused)) && !j.cache.has(relNecessary) && !j.cache.flag(relServer(j.id, nShutdown))
+}
+
+func (r *run) checkOwnership(ctx context.Context, item int) error {
+	j := r.j
+	var a *Assignment
+	for i := range r.items {
+		if r.items[i].Item == item {
+			a = &r.items[i]
+		}
+	}
+	if a == nil {
+		return fmt.Errorf("coord: job %q: item %d is not part of this run: %w", j.jname, item, ErrNotOwner)
+	}
+	if err := j.st.Sync(ctx, j.p.root); err != nil {
+		return fmt.Errorf("coord: job %q: fencing sync: %w", j.jname, err)
+	}
+	sess, _ := j.st.Session()
+	if sess.State != store.StateConnected || sess.ID != r.session {
+		return fmt.Errorf("coord: job %q: item %d: session changed: %w", j.jname, item, ErrSessionLost)
+	}
+	if a.Failover {
+		ok, st, err := j.st.Exists(ctx, j.p.item(item, nFailover))
+		if err != nil {
+			return fmt.Errorf("coord: job %q: fencing read: %w", j.jname, err)
+		}
+		if !ok || st.Czxid != a.Epoch || st.EphemeralOwner != r.session {
+			return fmt.Errorf("coord: job %q: failover item %d (epoch %d): %w", j.jname, item, a.Epoch, ErrNotOwner)
+		}
+		return nil
+	}
+	data, st, err := j.st.Get(ctx, j.p.server(j.id, nSharding))
+	if errors.Is(err, store.ErrNoNode) {
+		return fmt.Errorf("coord: job %q: item %d: %s is gone: %w", j.jname, item, j.p.server(j.id, nSharding), ErrNotOwner)
+	}
+	if err != nil {
+		return fmt.Errorf("coord: job %q: fencing read: %w", j.jname, err)
+	}
+	items, perr := parseItems(data)
+	if perr != nil || st.Mzxid != a.Epoch || !slices.Contains(items, item) {
+		return fmt.Errorf("coord: job %q: item %d (epoch %d, now %d): %w", j.jname, item, a.Epoch, st.Mzxid, ErrNotOwner)
+	}
+	return nil
+}
+
+func (r *run) complete(ctx context.Context, next time.Time) error {
+	j := r.j
+	if r.done {
+		return nil
+	}
+	r.done = true
+	defer func() {
+		r.stop()
+		r.cancel()
+	}()
+	sess, _ := j.st.Session()
+	if sess.State != store.StateConnected || sess.ID != r.session {
+		return fmt.Errorf("coord: job %q: complete: %w", j.jname, ErrSessionLost)
+	}
+	monitor := j.config().MonitorsExecution()
+	var ins []intent
+	now := formatTime(j.reg.cfg.Now())
+	for _, a := range r.items {
+		if monitor {
+			ins = append(ins,
+				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nRunning)},
+				intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
+		}
+		ins = append(ins, intent{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now})
+		if !next.IsZero() {
+			ins = append(ins, intent{kind: opPut, rel: relItem(a.Item, nNextFireTime), data: formatTime(next)})
+		}
+		if a.Failover {
+			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)})
+		}
+	}
+	if len(r.items) > 0 {
+		ins = append(ins, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusReady)})
+	}
+	err := j.commit(ctx, ins)
+	j.mu.Lock()
+	for _, a := range r.items {
+		if a.Failover {
+			delete(j.claims, a.Item)
+		}
+	}
+	j.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: job %q: complete: this server's nodes are gone: %w", j.jname, ErrNotOwner)
+		}
+		return fmt.Errorf("coord: job %q: complete: %w", j.jname, err)
+	}
+	return nil
+}
+
+func (j *job) myItems() []int {
+	d, _, ok := j.cache.get(relServer(j.id, nSharding))
+	if !ok {
+		return nil
+	}
+	items, _ := parseItems(d)
+	return items
+}
+
+func (j *job) takeMisfire(ctx context.Context) (bool, error) {
+	cfg := j.config()
+	if !cfg.MisfireEnabled() || j.cache.has(relNecessary) {
+		return false, nil
+	}
+	var ins []intent
+	for _, it := range j.myItems() {
+		if j.cache.has(relItem(it, nMisfire)) {
+			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(it, nMisfire)})
+		}
+	}
+	if len(ins) == 0 {
+		return false, nil
+	}
+	if err := j.commit(ctx, ins); err != nil {
+		return false, fmt.Errorf("coord: job %q: clear misfire: %w", j.jname, err)
+	}
+	return true, nil
+}
+
+func (j *job) recordNextFireTime(ctx context.Context, next time.Time) error {
+	var ins []intent
+	for _, it := range j.myItems() {
+		ins = append(ins,
+			intent{kind: opCreateIfAbsent, rel: relItem(it)},
+			intent{kind: opPut, rel: relItem(it, nNextFireTime), data: formatTime(next)})
+	}
+	if err := j.commit(ctx, ins); err != nil {
+		return fmt.Errorf("coord: job %q: record nextFireTime: %w", j.jname, err)
+	}
+	return nil
+}
+
+func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
+	ins := []intent{
+		{kind: opPut, rel: relServer(j.id, nSuccess), data: []byte(strconv.FormatInt(success, 10))},
+		{kind: opPut, rel: relServer(j.id, nFailure), data: []byte(strconv.FormatInt(failure, 10))},
+	}
+	if err := j.commit(ctx, ins); err != nil {
+		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.server(j.id), err)
+	}
+	return nil
+}

@@ -1,0 +1,388 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// retryDelay is how soon the watcher retries a failed resync or
+// re-registration while the session is connected.
+const retryDelay = 200 * time.Millisecond
+
+// Fixed select cases of the watcher loop; the cache's watches follow.
+const (
+	caseStop = iota
+	caseSession
+	caseWake
+	caseTick
+	casePred
+	caseRetry
+	caseSignal
+	nFixed
+)
+
+// watch is the job's single goroutine: it re-arms the cache's watches,
+// follows the session, runs the election and the leader's duties, reacts to
+// operator flags and config edits, and delivers Signals. It closes sigOut
+// and watchDn when ctx ends.
+func (j *job) watch(ctx context.Context, predW <-chan store.Event) {
+	defer close(j.watchDn)
+	defer close(j.sigOut)
+	sess, sessCh := j.st.Session()
+	_ = sess
+	interval := j.reconcileInterval()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	var retry <-chan time.Time
+	needResync := false
+	var refs []watchRef
+	cases := make([]reflect.SelectCase, nFixed)
+	j.react(ctx)
+	for {
+		refs = j.cache.watches(refs[:0])
+		cases = cases[:nFixed]
+		cases[caseStop] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}
+		cases[caseSession] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(sessCh)}
+		cases[caseWake] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.wake)}
+		cases[caseTick] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ticker.C)}
+		cases[casePred] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(predW)}
+		cases[caseRetry] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(retry)}
+		if s, ok := j.nextSignal(); ok {
+			cases[caseSignal] = reflect.SelectCase{Dir: reflect.SelectSend, Chan: reflect.ValueOf(j.sigOut), Send: reflect.ValueOf(s)}
+		} else {
+			cases[caseSignal] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf((<-chan struct{})(nil))}
+		}
+		for _, r := range refs {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.ch)})
+		}
+		chosen, recv, _ := reflect.Select(cases)
+		switch chosen {
+		case caseStop:
+			return
+		case caseSession:
+			sess, sessCh = j.st.Session()
+			if j.onSession(ctx, sess) != nil {
+				retry = time.After(retryDelay)
+			} else {
+				needResync = false
+				predW = j.predAfterSession
+			}
+			continue
+		case caseSignal:
+			s, _ := j.nextSignal()
+			j.pending[s] = false
+			continue
+		case caseTick:
+			if iv := j.reconcileInterval(); iv != interval {
+				interval = iv
+				ticker.Reset(iv)
+			}
+			if j.isLeader() {
+				j.reconcile(ctx)
+			}
+		case casePred:
+			predW = nil
+			w, err := j.electIfRegistered(ctx)
+			if err != nil {
+				j.log.Warn("leader election failed; retrying", "err", err)
+				retry = time.After(retryDelay)
+			}
+			predW = w
+		case caseRetry:
+			retry = nil
+			if err := j.retryRecovery(ctx, &predW, needResync); err != nil {
+				j.log.Warn("recovery failed; retrying", "err", err)
+				retry = time.After(retryDelay)
+				continue
+			}
+			needResync = false
+		case caseWake:
+		default:
+			ref := refs[chosen-nFixed]
+			ev := recv.Interface().(store.Event)
+			hadFailover := ref.kind == watchChildren && strings.HasPrefix(ref.rel, nExecution+"/") && j.cache.has(ref.rel+"/"+nFailover)
+			if err := j.cache.handle(ctx, ref, ev); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				needResync = true
+				if !errors.Is(err, errResyncNeeded) {
+					retry = time.After(retryDelay)
+				}
+				continue
+			}
+			if hadFailover && !j.cache.has(ref.rel+"/"+nFailover) && j.isLeader() {
+				// A failover claimer finished or died: requeue if it died.
+				j.enqueueOrphans(ctx)
+			}
+		}
+		j.react(ctx)
+	}
+}
+
+// electIfRegistered runs the election if this server is registered on the
+// current session and not shut down.
+func (j *job) electIfRegistered(ctx context.Context) (<-chan store.Event, error) {
+	j.mu.Lock()
+	ok := !j.offline && !j.removed && j.regCtx.Err() == nil
+	j.mu.Unlock()
+	if !ok {
+		return nil, nil
+	}
+	return j.elect(ctx)
+}
+
+// retryRecovery re-runs what failed: a resync and, if the session changed,
+// the re-registration.
+func (j *job) retryRecovery(ctx context.Context, predW *<-chan store.Event, resync bool) error {
+	sess, _ := j.st.Session()
+	if err := j.onSession(ctx, sess); err != nil {
+		return err
+	}
+	*predW = j.predAfterSession
+	if resync && sess.State == store.StateConnected {
+		return j.cache.resync(ctx)
+	}
+	return nil
+}
+
+// onSession follows a session change: a lost or replaced session cancels
+// the registration; a new connected session registers again (status,
+// election, resharding flag) and resyncs the cache. It never gives up the
+// job for good.
+func (j *job) onSession(ctx context.Context, sess store.Session) error {
+	j.mu.Lock()
+	reg := j.regSession
+	j.suspended = sess.State == store.StateSuspended
+	stopped := j.offline || j.removed
+	j.mu.Unlock()
+	j.predAfterSession = nil
+	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != reg {
+		j.loseRegistration("session " + sess.State.String())
+	}
+	if sess.State != store.StateConnected || sess.ID == reg {
+		// Not connected, or the same session resumed: its watches and
+		// ephemerals were held, not dropped.
+		return nil
+	}
+	if err := j.cache.resync(ctx); err != nil {
+		return err
+	}
+	if stopped {
+		j.mu.Lock()
+		j.regSession = sess.ID
+		j.mu.Unlock()
+		return nil
+	}
+	if err := j.registerServer(ctx, sess.ID, j.config(), false); err != nil {
+		return err
+	}
+	j.mu.Lock()
+	j.regSession = sess.ID
+	j.regCtx, j.regCancel = context.WithCancel(context.Background())
+	j.lostCh = make(chan struct{})
+	j.mu.Unlock()
+	j.cache.noteCreated(relServer(j.id, nStatus))
+	if err := j.setNecessary(ctx); err != nil {
+		return err
+	}
+	w, err := j.elect(ctx)
+	if err != nil {
+		return err
+	}
+	j.predAfterSession = w
+	j.log.Info("re-registered on a new session", "session", sess.ID)
+	return nil
+}
+
+func (j *job) reconcileInterval() time.Duration {
+	s := j.config().ReconcileIntervalSeconds
+	if s <= 0 {
+		s = 60
+	}
+	return time.Duration(s) * time.Second
+}
+
+// react derives actions from the cache after a change: job removal,
+// trigger, shutdown, config edits, the failover signal, and the leader's
+// resharding flag on membership changes.
+func (j *job) react(ctx context.Context) {
+	if !j.cache.has("") {
+		j.mu.Lock()
+		was := j.removed
+		j.removed = true
+		if !was {
+			j.regCancel()
+		}
+		j.mu.Unlock()
+		if !was {
+			j.log.Info("job removed from the namespace")
+			j.emit(SignalRemoved)
+		}
+		return
+	}
+	if j.cache.has(relServer(j.id, nTrigger)) {
+		if err := j.st.Delete(ctx, j.p.server(j.id, nTrigger), store.AnyVersion); err == nil || errors.Is(err, store.ErrNoNode) {
+			j.cache.noteDeleted(relServer(j.id, nTrigger))
+			j.emit(SignalTrigger)
+		}
+	}
+	if j.cache.flag(relServer(j.id, nShutdown)) {
+		j.mu.Lock()
+		was := j.offline
+		j.offline = true
+		if !was {
+			j.regCancel()
+		}
+		j.mu.Unlock()
+		if !was {
+			j.log.Info("shut down by an operator")
+			if err := j.goOffline(ctx); err != nil {
+				j.log.Warn("going offline failed", "err", err)
+			}
+			j.emit(SignalShutdown)
+		}
+	}
+	j.reactConfig(ctx)
+	cfg := j.config()
+	if cfg.Failover && len(j.cache.children(relFailoverQ)) > 0 {
+		j.emit(SignalFailover)
+	}
+	if j.isLeader() {
+		j.leaderDuties(ctx, false)
+	}
+}
+
+// reactConfig re-decodes the config when the cached fields changed.
+func (j *job) reactConfig(ctx context.Context) {
+	fields := make(map[string]string)
+	for _, n := range j.cache.children(nConfig) {
+		if d, _, ok := j.cache.get(nConfig + "/" + n); ok {
+			fields[n] = string(d)
+		}
+	}
+	j.mu.Lock()
+	same := maps.Equal(fields, j.cfgFields)
+	j.mu.Unlock()
+	if same || len(fields) == 0 {
+		return
+	}
+	cfg, err := j.decodeConfig(fields)
+	j.mu.Lock()
+	j.cfgFields = fields
+	if err != nil {
+		j.cfgErr = err
+	} else {
+		j.cfg, j.cfgErr = cfg, nil
+	}
+	j.mu.Unlock()
+	if err != nil {
+		j.log.Error("stored config is invalid; the job does not run until it is fixed", "err", err)
+		j.recordLastError(ctx, err.Error())
+	} else {
+		j.recordLastError(ctx, "")
+	}
+	j.emit(SignalConfigChanged)
+}
+
+// liveServers returns the servers with a status node that are neither
+// disabled nor shut down, sorted: the ones sharding assigns items to.
+func (j *job) liveServers() []string {
+	var live []string
+	for _, s := range j.cache.children(nServers) {
+		if j.cache.has(relServer(s, nStatus)) && !j.cache.flag(relServer(s, nDisabled)) && !j.cache.flag(relServer(s, nShutdown)) {
+			live = append(live, s)
+		}
+	}
+	return live
+}
+
+// leaderDuties raises the resharding flag when the live set or the total
+// changed, and requeues a dead server's unfinished items for failover.
+func (j *job) leaderDuties(ctx context.Context, force bool) {
+	live := strings.Join(j.liveServers(), ",")
+	total := j.config().ShardingTotalCount
+	if live == j.lastLive && total == j.lastTotal && !force {
+		return
+	}
+	lostSome := j.lastLive != "" && len(strings.Split(live, ",")) <= len(strings.Split(j.lastLive, ","))
+	j.lastLive, j.lastTotal = live, total
+	if err := j.setNecessary(ctx); err != nil {
+		j.log.Warn("cannot raise the resharding flag", "err", err)
+	}
+	if force || lostSome || live != "" {
+		j.enqueueOrphans(ctx)
+	}
+}
+
+// owners maps each item to the server whose sharding node lists it.
+func (j *job) owners() map[int]string {
+	own := make(map[int]string)
+	for _, s := range j.cache.children(nServers) {
+		d, _, ok := j.cache.get(relServer(s, nSharding))
+		if !ok {
+			continue
+		}
+		items, err := parseItems(d)
+		if err != nil {
+			continue
+		}
+		for _, it := range items {
+			own[it] = s
+		}
+	}
+	return own
+}
+
+// reconcile is the leader's periodic check: an item owned by an offline or
+// disabled server, or by no one, raises the resharding flag; offline server
+// nodes older than the grace are pruned (operator-disabled ones are kept).
+func (j *job) reconcile(ctx context.Context) {
+	cfg := j.config()
+	live := j.liveServers()
+	if len(live) > 0 {
+		own := j.owners()
+		for it := range cfg.ShardingTotalCount {
+			s, ok := own[it]
+			if !ok || !slices.Contains(live, s) {
+				j.log.Info("reconcile: item has no live owner; resharding", "item", it, "owner", s)
+				if err := j.setNecessary(ctx); err != nil {
+					j.log.Warn("cannot raise the resharding flag", "err", err)
+				}
+				break
+			}
+		}
+	}
+	now := j.reg.cfg.Now()
+	for _, s := range j.cache.children(nServers) {
+		if j.cache.has(relServer(s, nStatus)) {
+			delete(j.offlineSeen, s)
+			continue
+		}
+		since, ok := j.offlineSeen[s]
+		if !ok {
+			j.offlineSeen[s] = now
+			continue
+		}
+		if now.Sub(since) < j.reg.cfg.OfflineServerGrace {
+			continue
+		}
+		if d, _, ok := j.cache.get(relServer(s, nDisabled)); ok && flagTrue(d) {
+			continue
+		}
+		j.log.Info("pruning offline server", "offline-server", s, "since", since)
+		if err := store.DeleteAll(ctx, j.st, j.p.server(s)); err != nil {
+			j.log.Warn("cannot prune offline server", "offline-server", s, "err", err)
+			continue
+		}
+		delete(j.offlineSeen, s)
+	}
+	j.enqueueOrphans(ctx)
+}
