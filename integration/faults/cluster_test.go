@@ -1,0 +1,369 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/zkstore"
+)
+
+// sessionTimeout is the workers' ZooKeeper session timeout: the smallest a
+// server with tickTime 500ms grants is 1s; 2s leaves room for a loaded
+// machine's scheduling hiccups without false expiries.
+const sessionTimeout = 2 * time.Second
+
+// cluster is one job shared by worker processes in one namespace of one
+// ZooKeeper (server or ensemble). Every worker's events go into one log.
+type cluster struct {
+	t         testing.TB
+	zk        []string // addresses the test's own session uses
+	namespace string
+	job       string
+	total     int
+	baseArgs  []string
+	log       *eventLog
+
+	mu      sync.Mutex
+	workers map[string]*worker
+
+	st    store.Store
+	admin *coord.Admin
+}
+
+// newCluster prepares a job named after the test in its own namespace on
+// zk. baseArgs are given to every worker (after the connection flags).
+// Nothing is started yet.
+func newCluster(t testing.TB, zk []string, total int, baseArgs ...string) *cluster {
+	t.Helper()
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	c := &cluster{
+		t:         t,
+		zk:        zk,
+		namespace: "faults-" + name + fmt.Sprintf("-%d", time.Now().UnixNano()%1e6),
+		job:       "tickjob",
+		total:     total,
+		baseArgs:  baseArgs,
+		log:       newEventLog(),
+		workers:   map[string]*worker{},
+	}
+	t.Cleanup(c.close)
+	return c
+}
+
+// session returns the test's own ZooKeeper session and an Admin over the
+// namespace, opening them on first use.
+func (c *cluster) session() (store.Store, *coord.Admin) {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.st == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		st, err := zkstore.Open(ctx, zkstore.Config{Servers: c.zk, SessionTimeout: 10 * time.Second, ConnectTimeout: 60 * time.Second})
+		if err != nil {
+			c.t.Fatalf("faults: open the test's ZooKeeper session on %v: %v", c.zk, err)
+		}
+		c.st = st
+		c.admin = coord.NewAdmin(st, c.namespace)
+	}
+	return c.st, c.admin
+}
+
+// status reads the job's status through coord.Admin, retrying transient
+// store errors (ZooKeeper restarting) until timeout.
+func (c *cluster) status(timeout time.Duration) coord.JobStatus {
+	c.t.Helper()
+	_, admin := c.session()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last error
+	for {
+		st, err := admin.Status(ctx, c.job)
+		if err == nil {
+			return st
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("faults: status of job %s in namespace %s: %v", c.job, c.namespace, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// awaitStatus polls status until cond returns nil or timeout passes, then
+// fails the test with cond's last error and the status.
+func (c *cluster) awaitStatus(timeout time.Duration, what string, cond func(coord.JobStatus) error) coord.JobStatus {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		st := c.status(timeout)
+		err := cond(st)
+		if err == nil {
+			return st
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("faults: waited %v for %s: %v\nstatus: %s\nlast events:\n%s", timeout, what, err, describeStatus(st), tail(c.log.all(), 30))
+		}
+		time.Sleep(250 * time.Millisecond) // polling a distributed condition with a deadline
+	}
+}
+
+// requireOwnership waits until the live servers are exactly want and their
+// sharding covers 0..total-1 disjointly.
+func (c *cluster) requireOwnership(timeout time.Duration, want ...string) coord.JobStatus {
+	c.t.Helper()
+	return c.awaitStatus(timeout, fmt.Sprintf("disjoint ownership by %v", want), func(st coord.JobStatus) error {
+		if got := liveServers(st); strings.Join(got, ",") != strings.Join(sorted(want), ",") {
+			return fmt.Errorf("live servers %v, want %v", got, sorted(want))
+		}
+		if st.ReshardingPending {
+			return errors.New("resharding still pending")
+		}
+		for _, s := range st.Servers {
+			if s.Status != "OFFLINE" && !s.Disabled && len(s.Sharding) == 0 && c.total >= len(want) {
+				return fmt.Errorf("server %s owns nothing yet", s.ID)
+			}
+		}
+		return checkDisjointOwnership(st, c.total)
+	})
+}
+
+// start launches a worker with the cluster's flags, args appended, and waits
+// for its "ready" event.
+func (c *cluster) start(id string, args ...string) *worker {
+	c.t.Helper()
+	return c.startVia(id, c.zk, args...)
+}
+
+// startVia is start with the worker connecting to zk instead of the
+// cluster's servers (a proxy in front of them).
+func (c *cluster) startVia(id string, zk []string, args ...string) *worker {
+	c.t.Helper()
+	full := append([]string{
+		"--zk", strings.Join(zk, ","),
+		"--namespace", c.namespace,
+		"--job", c.job,
+		"--server-id", id,
+		"--total", fmt.Sprint(c.total),
+		"--session-timeout", sessionTimeout.String(),
+	}, c.baseArgs...)
+	full = append(full, args...)
+	w := startWorker(c.t, workerBinary(c.t), id, full, c.log)
+	c.mu.Lock()
+	c.workers[id] = w
+	c.mu.Unlock()
+	since := w.started
+	c.log.waitFor(c.t, 60*time.Second, "worker "+id+" ready", func(evs []Event) bool {
+		for _, e := range evs {
+			if e.Server == id && e.Ev == "ready" && !e.Time().Before(since.Truncate(time.Millisecond)) {
+				return true
+			}
+			if e.Server == id && e.Ev == "error" && !e.Time().Before(since.Truncate(time.Millisecond)) {
+				c.t.Fatalf("faults: worker %s failed to start: %s\n%s", id, e.Err, w.stderrTail())
+			}
+		}
+		if w.exited() {
+			c.t.Fatalf("faults: worker %s exited before ready: %v\n%s", id, w.exitErr(), w.stderrTail())
+		}
+		return false
+	})
+	return w
+}
+
+// worker returns the last started worker with id.
+func (c *cluster) worker(id string) *worker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.workers[id]
+}
+
+// checkInvariants runs the end-of-test checks: no stale commit anywhere in
+// the log, and disjoint ownership over exactly want.
+func (c *cluster) checkInvariants(want ...string) {
+	c.t.Helper()
+	if stale := staleCommits(c.log.all()); len(stale) > 0 {
+		c.t.Errorf("faults: %d commits from a stale epoch:\n  %s", len(stale), strings.Join(stale, "\n  "))
+	}
+	if len(want) > 0 {
+		c.requireOwnership(30*time.Second, want...)
+	}
+	for _, e := range c.log.all() {
+		if e.Ev == "error" {
+			c.t.Logf("worker error event (not a failure by itself): %s", e)
+		}
+	}
+}
+
+// close stops every worker still running (SIGKILL: the test is over) and
+// closes the test's session.
+func (c *cluster) close() {
+	c.mu.Lock()
+	ws := make([]*worker, 0, len(c.workers))
+	for _, w := range c.workers {
+		ws = append(ws, w)
+	}
+	st := c.st
+	c.mu.Unlock()
+	for _, w := range ws {
+		w.kill()
+		w.wait()
+	}
+	if c.t.Failed() {
+		for _, w := range ws {
+			c.t.Logf("stderr of worker %s:\n%s", w.id, w.stderrTail())
+		}
+	}
+	if st != nil {
+		_ = st.Close()
+	}
+}
+
+func sorted(ids []string) []string {
+	out := append([]string(nil), ids...)
+	for i := range out {
+		for j := i + 1; j < len(out); j++ {
+			if out[j] < out[i] {
+				out[i], out[j] = out[j], out[i]
+			}
+		}
+	}
+	return out
+}
+
+// worker is one testworker process. Its stdout is parsed into the cluster's
+// event log by a reader goroutine that wait stops and waits for; its stderr
+// goes to a file shown when the test fails.
+type worker struct {
+	id      string
+	cmd     *exec.Cmd
+	started time.Time
+	errPath string
+
+	readerDone chan struct{}
+	waitOnce   sync.Once
+	done       chan struct{} // closed when the process has been reaped
+	err        error
+}
+
+func startWorker(t testing.TB, bin, id string, args []string, log *eventLog) *worker {
+	t.Helper()
+	errPath := filepath.Join(t.TempDir(), id+".stderr")
+	errFile, err := os.Create(errPath)
+	if err != nil {
+		t.Fatalf("faults: create %s: %v", errPath, err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = errFile
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("faults: stdout pipe of worker %s: %v", id, err)
+	}
+	w := &worker{id: id, cmd: cmd, errPath: errPath, readerDone: make(chan struct{}), done: make(chan struct{})}
+	w.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		errFile.Close()
+		t.Fatalf("faults: start worker %s (%s): %v", id, bin, err)
+	}
+	errFile.Close() // the child holds its own descriptor
+	go func() {
+		defer close(w.readerDone)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			e, err := parseEvent(sc.Bytes())
+			if err != nil {
+				e = Event{Ev: "garbage", Server: id, Err: err.Error(), T: time.Now().UnixMilli()}
+			}
+			if e.Server == "" {
+				e.Server = id
+			}
+			log.add(e)
+		}
+	}()
+	// Reap in the background so exited() is accurate; wait joins it.
+	go func() {
+		<-w.readerDone // Wait must follow the last read of the pipe
+		w.err = cmd.Wait()
+		close(w.done)
+	}()
+	t.Cleanup(func() { w.kill(); w.wait() })
+	return w
+}
+
+func (w *worker) signal(sig syscall.Signal) error {
+	if w.exited() {
+		return nil
+	}
+	return w.cmd.Process.Signal(sig)
+}
+
+// kill sends SIGKILL (a crash) and returns at once; the send time is the
+// moment of the fault.
+func (w *worker) kill() time.Time {
+	at := time.Now()
+	_ = w.signal(syscall.SIGKILL)
+	return at
+}
+
+// term sends SIGTERM (a graceful stop) and waits for the exit, failing t
+// when the worker does not exit cleanly within timeout.
+func (w *worker) term(t testing.TB, timeout time.Duration) {
+	t.Helper()
+	_ = w.signal(syscall.SIGTERM)
+	select {
+	case <-w.done:
+	case <-time.After(timeout):
+		t.Fatalf("faults: worker %s did not exit within %v of SIGTERM\n%s", w.id, timeout, w.stderrTail())
+	}
+	if w.err != nil {
+		t.Fatalf("faults: worker %s exited with %v after SIGTERM\n%s", w.id, w.err, w.stderrTail())
+	}
+}
+
+// pause sends SIGSTOP; resume sends SIGCONT.
+func (w *worker) pause() time.Time  { at := time.Now(); _ = w.signal(syscall.SIGSTOP); return at }
+func (w *worker) resume() time.Time { at := time.Now(); _ = w.signal(syscall.SIGCONT); return at }
+
+// wait blocks until the process has exited and its output is read.
+func (w *worker) wait() { <-w.done }
+
+func (w *worker) exited() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *worker) exitErr() error {
+	if !w.exited() {
+		return nil
+	}
+	return w.err
+}
+
+// stderrTail returns the last 8 KiB of the worker's stderr.
+func (w *worker) stderrTail() string {
+	b, err := os.ReadFile(w.errPath)
+	if err != nil {
+		return fmt.Sprintf("(stderr of %s unavailable: %v)", w.id, err)
+	}
+	if len(b) > 8<<10 {
+		b = b[len(b)-8<<10:]
+	}
+	return string(b)
+}

@@ -1,0 +1,25 @@
+// Package faults holds shardflow's multi-process fault suites: worker
+// processes (integration/testworker) sharing jobs over real ZooKeeper while
+// the tests kill them (SIGKILL), stop them (SIGTERM), freeze them (SIGSTOP),
+// cut their connections (a TCP proxy), and stop ZooKeeper servers; after each
+// fault the suites check the invariants of the protocol from the workers'
+// event streams and from coord.Admin status:
+//
+//   - disjoint ownership: the sharding lists of live servers are disjoint and
+//     together exactly 0..n-1;
+//   - no item lost: every item is begun again after each fault;
+//   - no stale commit: no item is committed with epoch e after another
+//     server began it with a larger epoch.
+//
+// The package has tests only; run them with
+//
+//	TESTCONTAINERS_RYUK_DISABLED=true SHARDFLOW_ZK_IMAGE=shardflow-local/zookeeper:3.8 \
+//	    go test -race -count=1 ./integration/faults/
+//
+// Environment: SHARDFLOW_ZK_DOWN (a duration, default 30s) is how long the
+// ZooKeeper-down test keeps the server stopped; SHARDFLOW_BENCH_OUT, when
+// set, is a directory where the failover test writes its latency figures;
+// SHARDFLOW_FAILOVER_KILLS (default 10) is how many workers it kills. The
+// integration package's variables (SHARDFLOW_ZK, SHARDFLOW_REQUIRE_DOCKER,
+// ...) apply as documented there.
+package faults

@@ -1,0 +1,143 @@
+package faults
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+)
+
+// checkDisjointOwnership returns nil when the sharding lists of the live
+// (not OFFLINE) servers in st are pairwise disjoint and together exactly
+// 0..total-1; otherwise an error naming the overlap or the gap.
+func checkDisjointOwnership(st coord.JobStatus, total int) error {
+	owner := map[int]string{}
+	var live []string
+	for _, s := range st.Servers {
+		if s.Status == "OFFLINE" {
+			continue
+		}
+		live = append(live, s.ID)
+		for _, it := range s.Sharding {
+			if it < 0 || it >= total {
+				return fmt.Errorf("server %s owns item %d outside 0..%d", s.ID, it, total-1)
+			}
+			if prev, dup := owner[it]; dup {
+				return fmt.Errorf("item %d owned by both %s and %s", it, prev, s.ID)
+			}
+			owner[it] = s.ID
+		}
+	}
+	var missing []int
+	for it := range total {
+		if _, ok := owner[it]; !ok {
+			missing = append(missing, it)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("items %v owned by no live server (live: %v)", missing, live)
+	}
+	return nil
+}
+
+// describeStatus renders servers and their sharding for failure messages.
+func describeStatus(st coord.JobStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "leader=%q reshardingPending=%v failoverQueue=%v;", st.Leader, st.ReshardingPending, st.FailoverQueue)
+	for _, s := range st.Servers {
+		fmt.Fprintf(&b, " %s[%s disabled=%v paused=%v]=%v", s.ID, s.Status, s.Disabled, s.Paused, s.Sharding)
+	}
+	return b.String()
+}
+
+// liveServers returns the ids of the servers of st that are not OFFLINE, sorted.
+func liveServers(st coord.JobStatus) []string {
+	var ids []string
+	for _, s := range st.Servers {
+		if s.Status != "OFFLINE" {
+			ids = append(ids, s.ID)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// itemsBegunSince returns the items of 0..total-1 that some server (any,
+// when servers is empty) began strictly after since, and the items not begun.
+func itemsBegunSince(evs []Event, since time.Time, total int, servers ...string) (begun, missing []int) {
+	seen := make([]bool, total)
+	for _, e := range evs {
+		if e.Ev != "begin" || e.T <= since.UnixMilli() || e.ItemNo() < 0 || e.ItemNo() >= total {
+			continue
+		}
+		if len(servers) > 0 && !slices.Contains(servers, e.Server) {
+			continue
+		}
+		seen[e.ItemNo()] = true
+	}
+	for it, ok := range seen {
+		if ok {
+			begun = append(begun, it)
+		} else {
+			missing = append(missing, it)
+		}
+	}
+	return begun, missing
+}
+
+// allBegunSince is a waitFor condition: every item begun after since.
+func allBegunSince(since time.Time, total int, servers ...string) func([]Event) bool {
+	return func(evs []Event) bool {
+		_, missing := itemsBegunSince(evs, since, total, servers...)
+		return len(missing) == 0
+	}
+}
+
+// staleCommits returns every commit of an item with epoch e that a worker
+// printed after another server had printed a begin of the same item with a
+// larger epoch — a zombie's side effect the fencing check should have
+// refused. Timestamps are compared at millisecond resolution; a commit in
+// the same millisecond as the newer begin is not counted (no order is
+// known).
+func staleCommits(evs []Event) []string {
+	type begin struct {
+		server string
+		epoch  int64
+		t      int64
+	}
+	begins := map[int][]begin{}
+	for _, e := range evs {
+		if e.Ev == "begin" && e.Item != nil {
+			begins[*e.Item] = append(begins[*e.Item], begin{e.Server, e.Epoch, e.T})
+		}
+	}
+	var out []string
+	for _, c := range evs {
+		if c.Ev != "commit" || c.Item == nil {
+			continue
+		}
+		for _, b := range begins[*c.Item] {
+			if b.server != c.Server && b.epoch > c.Epoch && b.t < c.T {
+				out = append(out, fmt.Sprintf("item %d: %s committed epoch %d at %d ms after %s began epoch %d at %d ms",
+					*c.Item, c.Server, c.Epoch, c.T, b.server, b.epoch, b.t))
+				break
+			}
+		}
+	}
+	return out
+}
+
+// percentile returns the p-th percentile (0..100, nearest rank) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := int(p/100*float64(len(s))+0.5) - 1
+	rank = max(0, min(rank, len(s)-1))
+	return s[rank]
+}
