@@ -1,0 +1,249 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardflow/shardflow/dataflow"
+)
+
+// CheckpointJob is the checkpoint mode for read-only tables: a
+// dataflow.BatchJob[Row[T]] reading each item's buckets by keyset on
+// (bucket, key) from the item's row in shardflow_checkpoint, and advancing
+// that row in the same transaction as the TxProcessFunc's writes, fenced
+// with FenceTx. Effects written with the transaction happen once per row.
+//
+// The checkpoint is a position, so one fetched batch commits in key order
+// as one transaction: the first ProcessBatch call of a fetch processes the
+// whole batch and the Node's other slices of it wait for that outcome.
+// Parallelism comes from shard items. A row whose processing fails counts
+// an attempt in the checkpoint row; after MaxAttempts it is written to
+// shardflow_dead_letter and skipped. A checkpoint written under another
+// ShardingTotalCount is ignored: after a resharding each item re-reads its
+// buckets from the start, so effects must be idempotent across reshardings
+// (use sinks/postgres.CopyUpsert). Safe for concurrent use.
+type CheckpointJob[T any] struct {
+	src     *Source[T]
+	process TxProcessFunc[T]
+
+	mu      sync.Mutex
+	batches map[int]*cpBatch[T] // by shard item: the last fetched batch
+}
+
+// cpBatch is one fetched batch, committed once by the first slice to come.
+type cpBatch[T any] struct {
+	rows      []Row[T]
+	keys      map[int64]bool
+	once      sync.Once
+	committed map[int64]bool
+	err       error
+}
+
+func newBatch[T any](rows []Row[T]) *cpBatch[T] {
+	b := &cpBatch[T]{rows: rows, keys: make(map[int64]bool, len(rows))}
+	for _, r := range rows {
+		b.keys[r.Key] = true
+	}
+	return b
+}
+
+func (b *cpBatch[T]) contains(items []Row[T]) bool {
+	for _, it := range items {
+		if !b.keys[it.Key] {
+			return false
+		}
+	}
+	return true
+}
+
+// Checkpoint returns the checkpoint-mode job. The table must be ReadOnly
+// in TableSpec (bucket column and (bucket, key) index, see Migrate).
+func (s *Source[T]) Checkpoint(process TxProcessFunc[T]) *CheckpointJob[T] {
+	return &CheckpointJob[T]{src: s, process: process, batches: map[int]*cpBatch[T]{}}
+}
+
+var _ dataflow.BatchJob[Row[int]] = (*CheckpointJob[int])(nil)
+
+// Fetch reads up to shard.FetchCount rows of the item's buckets after the
+// item's checkpoint (from the start when there is none, or when it was
+// written under another total). Transient errors are retried for up to
+// RetryFor.
+func (j *CheckpointJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
+	s := j.src
+	lo, hi, ok := BucketRange(shard.Item, shard.Total)
+	if !ok || shard.FetchCount <= 0 {
+		return nil, nil
+	}
+	var out []Row[T]
+	err := retry(ctx, s.cfg.RetryFor, s.logRetry("fetch", shard), func(ctx context.Context) error {
+		afterBucket, afterKey := int16(-1), int64(math.MinInt64)
+		var total int
+		var b int16
+		var k int64
+		err := s.cfg.Pool.QueryRow(ctx, `SELECT total, bucket, key FROM shardflow_checkpoint WHERE job = $1 AND item = $2`,
+			shard.JobName, shard.Item).Scan(&total, &b, &k)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		case total == shard.Total:
+			afterBucket, afterKey = b, k
+		}
+		rows, err := s.cfg.Pool.Query(ctx, s.sql.keyset, lo, hi, afterBucket, afterKey, shard.FetchCount)
+		if err != nil {
+			return err
+		}
+		out, err = s.collect(rows)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sources/postgres: reading table %s after the checkpoint of job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	j.mu.Lock()
+	if len(out) == 0 {
+		delete(j.batches, shard.Item)
+	} else {
+		j.batches[shard.Item] = newBatch(out)
+	}
+	j.mu.Unlock()
+	return out, nil
+}
+
+// ProcessBatch commits the item's last fetched batch once (whichever slice
+// of it arrives first does the work; the others wait for it) and returns
+// how many of items were committed. Rows up to the first failing one are
+// committed with the checkpoint; the failing row counts an attempt (or is
+// dead-lettered after MaxAttempts and skipped); the rows after it are left
+// for the next fetch.
+func (j *CheckpointJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
+	if len(items) == 0 {
+		return 0, nil
+	}
+	j.mu.Lock()
+	b := j.batches[shard.Item]
+	j.mu.Unlock()
+	if b == nil || !b.contains(items) {
+		// Not from the last Fetch of this item (a custom host): commit as its own batch.
+		b = newBatch(items)
+	}
+	b.once.Do(func() { b.committed, b.err = j.run(ctx, shard, b.rows) })
+	n := 0
+	for _, it := range items {
+		if b.committed[it.Key] {
+			n++
+		}
+	}
+	if n == 0 && b.err != nil {
+		return 0, b.err
+	}
+	return n, nil
+}
+
+// run commits rows in key order: all at once, or, when the function
+// fails, one per transaction up to the failing row.
+func (j *CheckpointJob[T]) run(ctx context.Context, shard dataflow.Shard, rows []Row[T]) (map[int64]bool, error) {
+	committed := make(map[int64]bool, len(rows))
+	err := j.commit(ctx, shard, rows)
+	if err == nil {
+		for _, r := range rows {
+			committed[r.Key] = true
+		}
+		return committed, nil
+	}
+	var ue *userError
+	if !errors.As(err, &ue) {
+		return committed, err
+	}
+	for i, r := range rows {
+		if len(rows) > 1 {
+			err = j.commit(ctx, shard, rows[i:i+1])
+		}
+		if err == nil {
+			committed[r.Key] = true
+			continue
+		}
+		if !errors.As(err, &ue) {
+			return committed, err
+		}
+		skipped, ferr := j.recordFailure(ctx, shard, r.Key, ue.err)
+		if ferr != nil {
+			return committed, ferr
+		}
+		j.src.cfg.Logger.Warn("sources/postgres: row processing failed", "table", j.src.spec.Table,
+			"job", shard.JobName, "item", shard.Item, "key", r.Key, "dead_lettered", skipped, "err", ue.err)
+		if !skipped {
+			// The checkpoint stays before this row: the next fetch retries it.
+			return committed, nil
+		}
+	}
+	return committed, nil
+}
+
+// commit runs the user's function on rows and advances the checkpoint to
+// the last of them, fenced, in one transaction.
+func (j *CheckpointJob[T]) commit(ctx context.Context, shard dataflow.Shard, rows []Row[T]) error {
+	s := j.src
+	tx, err := s.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("sources/postgres: beginning a transaction: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	if err := j.process(ctx, tx, shard, values(rows)); err != nil {
+		if isTransient(err) || ctx.Err() != nil {
+			return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
+		}
+		return &userError{err: err}
+	}
+	last := rows[len(rows)-1].Key
+	if _, err := tx.Exec(ctx, s.sql.checkpoint, shard.JobName, shard.Item, shard.Total, bucketOf(last), last, shard.Epoch); err != nil {
+		return fmt.Errorf("sources/postgres: writing the checkpoint of job %s item %d: %w", shard.JobName, shard.Item, err)
+	}
+	if err := FenceTx(ctx, tx, shard); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("sources/postgres: committing the checkpoint of job %s item %d: %w", shard.JobName, shard.Item, err)
+	}
+	return nil
+}
+
+// recordFailure counts a failed attempt of the row after the checkpoint;
+// at MaxAttempts it dead-letters the row and moves the checkpoint past it
+// (skipped is then true). One fenced transaction.
+func (j *CheckpointJob[T]) recordFailure(ctx context.Context, shard dataflow.Shard, key int64, perr error) (skipped bool, err error) {
+	s := j.src
+	err = pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		var attempts int
+		err := tx.QueryRow(ctx, `INSERT INTO shardflow_checkpoint AS c (job, item, total, bucket, key, epoch, attempts, last_error)
+VALUES ($1, $2, $3, $4, $5, $6, 1, $7)
+ON CONFLICT (job, item) DO UPDATE SET
+  attempts = CASE WHEN c.total = EXCLUDED.total THEN c.attempts + 1 ELSE 1 END,
+  bucket = CASE WHEN c.total = EXCLUDED.total THEN c.bucket ELSE EXCLUDED.bucket END,
+  key = CASE WHEN c.total = EXCLUDED.total THEN c.key ELSE EXCLUDED.key END,
+  total = EXCLUDED.total, epoch = EXCLUDED.epoch, last_error = EXCLUDED.last_error
+RETURNING c.attempts`, shard.JobName, shard.Item, shard.Total, int16(-1), int64(math.MinInt64), shard.Epoch, perr.Error()).Scan(&attempts)
+		if err != nil {
+			return err
+		}
+		if attempts >= s.cfg.MaxAttempts {
+			if _, err := tx.Exec(ctx, `INSERT INTO shardflow_dead_letter (job, key, error) VALUES ($1, $2, $3)
+ON CONFLICT (job, key) DO UPDATE SET error = EXCLUDED.error, failed_at = now()`, shard.JobName, key, perr.Error()); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.sql.checkpoint, shard.JobName, shard.Item, shard.Total, bucketOf(key), key, shard.Epoch); err != nil {
+				return err
+			}
+			skipped = true
+		}
+		return FenceTx(ctx, tx, shard)
+	})
+	if err != nil {
+		return false, fmt.Errorf("sources/postgres: recording the failure of row %d (job %s item %d; %v): %w", key, shard.JobName, shard.Item, perr, err)
+	}
+	return skipped, nil
+}

@@ -1,0 +1,153 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardflow/shardflow/dataflow"
+)
+
+// ProcessFunc processes one row in claim mode. nil marks the row done; an
+// error marks a failed attempt (retried up to MaxAttempts, then 'failed'
+// with the error's text). A panic is not recovered here; the dataflow Node
+// recovers it and the row's claim is reclaimed after the lease.
+type ProcessFunc[T any] func(ctx context.Context, shard dataflow.Shard, item T) error
+
+// markTimeout bounds the done/failure marks, which run even after the
+// run's context is cancelled so that finished work is recorded.
+const markTimeout = 10 * time.Second
+
+// ClaimJob is the claim mode: a dataflow.BatchJob[Row[T]] that claims rows
+// in Fetch and marks them in ProcessBatch. Delivery is at least once: a row
+// whose claimer dies before its done mark is processed again by the item's
+// next owner. Safe for concurrent use.
+type ClaimJob[T any] struct {
+	src     *Source[T]
+	process ProcessFunc[T]
+}
+
+// Claim returns the claim-mode job running process for each claimed row.
+func (s *Source[T]) Claim(process ProcessFunc[T]) *ClaimJob[T] {
+	return &ClaimJob[T]{src: s, process: process}
+}
+
+var _ dataflow.BatchJob[Row[int]] = (*ClaimJob[int])(nil)
+
+// Fetch checks ownership, reclaims the item's rows held by a claimer other
+// than (ServerID, shard.Epoch) or older than Lease (a row past MaxAttempts
+// becomes 'failed'), then claims up to shard.FetchCount pending rows of the
+// item's buckets, lowest (bucket, key) first, skipping rows locked by
+// others. Both statements go in one round trip. Transient errors are
+// retried for up to RetryFor.
+func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
+	s := j.src
+	lo, hi, ok := BucketRange(shard.Item, shard.Total)
+	if !ok || shard.FetchCount <= 0 {
+		return nil, nil
+	}
+	if err := shard.CheckOwnership(ctx); err != nil {
+		return nil, fmt.Errorf("%w: job %s item %d epoch %d: %w", ErrFenced, shard.JobName, shard.Item, shard.Epoch, err)
+	}
+	var out []Row[T]
+	err := retry(ctx, s.cfg.RetryFor, s.logRetry("claim", shard), func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		b.Queue(s.sql.reclaim, lo, hi, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
+		b.Queue(s.sql.claim, lo, hi, shard.FetchCount, s.cfg.ServerID, shard.Epoch)
+		br := s.cfg.Pool.SendBatch(ctx, b)
+		tag, err := br.Exec()
+		if err != nil {
+			br.Close()
+			return err
+		}
+		if n := tag.RowsAffected(); n > 0 {
+			s.cfg.Logger.Info("sources/postgres: reclaimed abandoned claims", "table", s.spec.Table,
+				"job", shard.JobName, "item", shard.Item, "rows", n)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return err
+		}
+		out, err = s.collect(rows)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sources/postgres: claiming rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	return out, nil
+}
+
+// ProcessBatch runs the ProcessFunc on each row in turn, then marks the
+// successes done and the failures failed in one round trip, guarded by
+// this claim (claimed_by = ServerID and claim_epoch = shard.Epoch), so a
+// row reclaimed meanwhile keeps its newer state. Rows not processed because
+// ctx ended are released to 'pending' without counting an attempt.
+// It returns the rows whose processing succeeded; the error is non-nil
+// only when the marks could not be written (the rows will be reclaimed).
+func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
+	s := j.src
+	var done, failed, released []int64
+	var errs []string
+	for i, it := range items {
+		if ctx.Err() != nil {
+			released = keys(items[i:])
+			break
+		}
+		if err := j.process(ctx, shard, it.Value); err != nil {
+			failed = append(failed, it.Key)
+			errs = append(errs, err.Error())
+			continue
+		}
+		done = append(done, it.Key)
+	}
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+	defer cancel()
+	err := retry(mctx, markTimeout, s.logRetry("mark", shard), func(ctx context.Context) error {
+		b := &pgx.Batch{}
+		var doneTag *int64
+		if len(done) > 0 {
+			b.Queue(s.sql.done, done, s.cfg.ServerID, shard.Epoch).Exec(func(ct pgconn.CommandTag) error {
+				n := ct.RowsAffected()
+				doneTag = &n
+				return nil
+			})
+		}
+		if len(failed) > 0 {
+			b.Queue(s.sql.fail, failed, errs, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts)
+		}
+		if len(released) > 0 {
+			b.Queue(s.sql.release, released, s.cfg.ServerID, shard.Epoch)
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		if err := s.cfg.Pool.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if doneTag != nil && *doneTag < int64(len(done)) {
+			s.cfg.Logger.Warn("sources/postgres: done marks refused: the rows were reclaimed by a newer claimer",
+				"table", s.spec.Table, "job", shard.JobName, "item", shard.Item, "epoch", shard.Epoch,
+				"refused", int64(len(done))-*doneTag)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("sources/postgres: marking %d done and %d failed rows of table %s (job %s item %d): %w",
+			len(done), len(failed), s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	return len(done), nil
+}
+
+func (s *Source[T]) logRetry(op string, shard dataflow.Shard) func(error, time.Duration) {
+	return func(err error, wait time.Duration) {
+		s.cfg.Logger.Warn("sources/postgres: transient error, retrying", "op", op, "table", s.spec.Table,
+			"job", shard.JobName, "item", shard.Item, "wait", wait, "err", err)
+	}
+}

@@ -1,0 +1,54 @@
+// Package postgres is a typed shardflow source over a Postgres table, on
+// jackc/pgx/v5.
+//
+// # Rows and shard items
+//
+// Every row carries a stored bucket, 0..NumBuckets-1, computed from its key
+// by a generated column: ((key % 1024) + 1024) % 1024. Modulo keeps
+// sequential keys evenly spread over the buckets, the double modulo keeps
+// negative keys in range, and because the bucket is stored a new
+// ShardingTotalCount moves no row between buckets. Shard item i of n owns
+// the contiguous bucket range [i*1024/n, (i+1)*1024/n) (see BucketRange),
+// so every query of an item is a range scan of one index:
+// (status, bucket, key) WHERE status IN ('pending','claimed') for the work
+// modes, (bucket, key) for the checkpoint mode. Migrate creates the columns
+// and the indexes; Validate (run by NewSource) refuses a table that lacks
+// them, naming the missing table or column.
+//
+// # Modes
+//
+// A Source[T] scans rows into T with pgx.RowToStructByName and offers three
+// dataflow.BatchJob[Row[T]] wrappers:
+//
+//   - Claim: at-least-once. Fetch claims a batch in one statement
+//     (UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED) RETURNING) and
+//     reclaims the item's rows claimed by a dead or stale claimer; the
+//     done and failure marks are batched and guarded by the claim
+//     (claimed_by and claim_epoch), so a stale claimer cannot overwrite
+//     newer state. A row whose processing fails is retried up to
+//     MaxAttempts times, then marked 'failed' with its error.
+//   - Transactional: exactly-once effects for effects written in the same
+//     database. Each processed slice is one transaction: the rows are
+//     locked (FOR UPDATE SKIP LOCKED, re-checked pending), the user's
+//     function writes its effects with the transaction, the done mark and
+//     the fencing row are written, Shard.CheckOwnership is consulted, and
+//     the transaction commits once.
+//   - Checkpoint: read-only tables read by keyset on (bucket, key); the
+//     position of each item is a row of shardflow_checkpoint committed in
+//     the same transaction as the sink's writes, fenced the same way.
+//
+// # Fencing
+//
+// shardflow_fence(job, item, epoch) holds the highest epoch that committed
+// for an item. A commit upserts its own epoch only where the stored one is
+// not newer; zero rows affected means a newer owner has committed, and the
+// transaction rolls back with ErrFenced. Together with the row locks this
+// gives zero duplicate effects even for a process paused past its session
+// timeout.
+//
+// # Threading
+//
+// Source and the jobs it returns are safe for concurrent use: the dataflow
+// Node calls Fetch and ProcessBatch for different items concurrently and
+// ProcessBatch for several slices of one item concurrently.
+package postgres

@@ -1,0 +1,46 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error the package returns wraps one of them (or a
+// context error) and names the table, column, field or endpoint concerned.
+var (
+	// ErrMissingTable: the table named in TableSpec does not exist. Create
+	// it, or fix TableSpec.Table (schema-qualify it if it is not on the
+	// search_path).
+	ErrMissingTable = errors.New("sources/postgres: table does not exist")
+	// ErrMissingColumn: a column the source needs is missing. Run
+	// postgres.Migrate for the bookkeeping columns, or fix TableSpec.
+	ErrMissingColumn = errors.New("sources/postgres: column does not exist")
+	// ErrRowMismatch: the selected columns do not match the fields of T
+	// (pgx.RowToStructByName rules: names match case-insensitively, a db tag
+	// overrides, db:"-" ignores a field).
+	ErrRowMismatch = errors.New("sources/postgres: row does not match the item type")
+	// ErrUnreachable: Postgres could not be reached or refused the
+	// connection. Check the DSN's host, port, user and database.
+	ErrUnreachable = errors.New("sources/postgres: cannot connect to Postgres")
+	// ErrFenced: a newer owner of the shard item has committed (or this
+	// server no longer owns it); the transaction was rolled back and its
+	// work is left to the new owner.
+	ErrFenced = errors.New("sources/postgres: shard item fenced by a newer owner; transaction rolled back")
+	// ErrConfig: a Config or TableSpec field is invalid; the message names it.
+	ErrConfig = errors.New("sources/postgres: invalid configuration")
+)
+
+// ProcessError is the error of one row whose processing failed; it is
+// what ends up, as text, in the row's last_error column.
+type ProcessError struct {
+	// Key is the row's key.
+	Key int64
+	// Err is the user's error.
+	Err error
+}
+
+// Error names the row.
+func (e *ProcessError) Error() string { return fmt.Sprintf("row %d: %v", e.Key, e.Err) }
+
+// Unwrap returns the user's error.
+func (e *ProcessError) Unwrap() error { return e.Err }

@@ -1,0 +1,289 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Config configures a Source. Zero fields take the stated defaults.
+type Config struct {
+	// Pool is the connection pool; required. The Source does not close it.
+	// Connect opens one with a bounded, host-naming connection check.
+	Pool *pgxpool.Pool
+	// Table names the table, its key and the columns scanned into T.
+	Table TableSpec
+	// ServerID is written to claimed_by: in claim mode it guards the done
+	// marks, in the other modes it records who committed. Use the Node's
+	// ServerID. Default: hostname:pid.
+	ServerID string
+	// Lease is how long a claim (claim mode) is honoured before the item's
+	// owner reclaims the row, whoever claimed it. Claims by another server
+	// or another epoch are reclaimed at once. Default 5m.
+	Lease time.Duration
+	// MaxAttempts is how many times a row is processed before it is marked
+	// 'failed' (work tables) or dead-lettered (checkpoint mode). Default 3.
+	MaxAttempts int
+	// RetryFor bounds how long a Fetch retries transient errors (connection
+	// refused or reset, Postgres restarting, serialization failures), with
+	// exponential backoff from 100ms to 5s. Default 1m; the Fetch's ctx
+	// ends it sooner.
+	RetryFor time.Duration
+	// Logger receives retries and rows that another owner took. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Row is one fetched row: its key and its other columns scanned into T.
+// It is the item type of every job the Source returns.
+type Row[T any] struct {
+	// Key is the row's key column.
+	Key int64
+	// Value is the row scanned with pgx.RowToStructByName.
+	Value T
+}
+
+// Source reads rows of one table into T. Build it with NewSource; it is
+// safe for concurrent use and owns no goroutine.
+type Source[T any] struct {
+	cfg  Config
+	spec TableSpec
+	cols []string // columns scanned into T, resolved by Validate
+	sql  statements
+}
+
+// NewSource fills in cfg's defaults, validates it, and runs Validate: the
+// table, the key, the bookkeeping columns, the fencing tables and the
+// columns of T must exist and match, or an error names what is missing.
+func NewSource[T any](ctx context.Context, cfg Config) (*Source[T], error) {
+	if cfg.Pool == nil {
+		return nil, fmt.Errorf("%w: Config.Pool is nil; open one with postgres.Connect", ErrConfig)
+	}
+	cfg.Table = cfg.Table.withDefaults()
+	if err := cfg.Table.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.ServerID == "" {
+		h, _ := os.Hostname()
+		cfg.ServerID = h + ":" + strconv.Itoa(os.Getpid())
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = 5 * time.Minute
+	}
+	if cfg.Lease < 0 {
+		return nil, fmt.Errorf("%w: Config.Lease is negative (%s); use a positive duration or 0 for 5m", ErrConfig, cfg.Lease)
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = 3
+	}
+	if cfg.MaxAttempts < 0 {
+		return nil, fmt.Errorf("%w: Config.MaxAttempts is negative (%d); use a positive count or 0 for 3", ErrConfig, cfg.MaxAttempts)
+	}
+	if cfg.RetryFor == 0 {
+		cfg.RetryFor = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Source[T]{cfg: cfg, spec: cfg.Table}
+	if err := s.Validate(ctx); err != nil {
+		return nil, err
+	}
+	s.sql = buildStatements(s.spec, s.cols)
+	return s, nil
+}
+
+// Columns returns the columns scanned into T, in order.
+func (s *Source[T]) Columns() []string { return append([]string(nil), s.cols...) }
+
+// Validate checks, before any run, that the table exists, that the key,
+// bucket and (for a work table) bookkeeping columns exist, that the
+// fencing tables exist, and that the selected columns match the fields of
+// T. Errors wrap ErrMissingTable, ErrMissingColumn or ErrRowMismatch and
+// name the table, column or field with the fix.
+func (s *Source[T]) Validate(ctx context.Context) error {
+	pool := s.cfg.Pool
+	table := s.spec.ident().Sanitize()
+	var oid *uint32
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, table).Scan(&oid); err != nil {
+		return fmt.Errorf("sources/postgres: looking up table %s: %w", s.spec.Table, err)
+	}
+	if oid == nil {
+		return fmt.Errorf("%w: %s (create it, or fix TableSpec.Table; schema-qualify a table outside the search_path)", ErrMissingTable, s.spec.Table)
+	}
+	rows, err := pool.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, *oid)
+	if err != nil {
+		return fmt.Errorf("sources/postgres: reading the columns of table %s: %w", s.spec.Table, err)
+	}
+	var order []string
+	types := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			rows.Close()
+			return fmt.Errorf("sources/postgres: reading the columns of table %s: %w", s.spec.Table, err)
+		}
+		order = append(order, name)
+		types[name] = typ
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sources/postgres: reading the columns of table %s: %w", s.spec.Table, err)
+	}
+	migrate := "run postgres.Migrate(ctx, pool, TableSpec{Table: \"" + s.spec.Table + "\"})"
+	need := []string{ColBucket}
+	if !s.spec.ReadOnly {
+		need = append(need, ColStatus, ColClaimedBy, ColClaimEpoch, ColClaimedAt, ColAttempts, ColLastError)
+	}
+	typ, ok := types[s.spec.Key]
+	if !ok {
+		return fmt.Errorf("%w: key column %q of table %s (set TableSpec.Key to the table's bigint unique key)", ErrMissingColumn, s.spec.Key, s.spec.Table)
+	}
+	if typ != "bigint" && typ != "integer" && typ != "smallint" {
+		return fmt.Errorf("%w: TableSpec.Key %q of table %s has type %s; the key must be an integer column (bigint)", ErrConfig, s.spec.Key, s.spec.Table, typ)
+	}
+	for _, c := range need {
+		if _, ok := types[c]; !ok {
+			return fmt.Errorf("%w: bookkeeping column %q of table %s; %s", ErrMissingColumn, c, s.spec.Table, migrate)
+		}
+	}
+	cols := s.spec.Columns
+	if len(cols) == 0 {
+		for _, c := range order {
+			if !bookkeeping[c] {
+				cols = append(cols, c)
+			}
+		}
+	}
+	for _, c := range cols {
+		if _, ok := types[c]; !ok {
+			return fmt.Errorf("%w: column %q of table %s named in TableSpec.Columns", ErrMissingColumn, c, s.spec.Table)
+		}
+	}
+	fences := []string{FenceTable}
+	if s.spec.ReadOnly {
+		fences = append(fences, CheckpointTable, "shardflow_dead_letter")
+	}
+	for _, f := range fences {
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, f).Scan(&ok); err != nil {
+			return fmt.Errorf("sources/postgres: looking up table %s: %w", f, err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: %s (the fencing table); %s or postgres.MigrateFencing", ErrMissingTable, f, migrate)
+		}
+	}
+	s.cols = cols
+	return s.checkType(ctx)
+}
+
+// checkType matches the selected columns against T without reading a row.
+func (s *Source[T]) checkType(ctx context.Context) error {
+	rows, err := s.cfg.Pool.Query(ctx, "SELECT "+selectList(s.cols, "")+" FROM "+s.spec.ident().Sanitize()+" LIMIT 0")
+	if err != nil {
+		return fmt.Errorf("sources/postgres: selecting the columns of table %s: %w", s.spec.Table, err)
+	}
+	defer rows.Close()
+	fds := rows.FieldDescriptions()
+	if _, err := pgx.RowToStructByName[T](describedRow{fds: fds}); err != nil {
+		var zero T
+		return fmt.Errorf("%w: table %s columns %v into %T: %w (add the field, tag it `db:\"column\"`, or list the columns in TableSpec.Columns)", ErrRowMismatch, s.spec.Table, s.cols, zero, err)
+	}
+	return nil
+}
+
+// describedRow is a row with field descriptions and no values, to let
+// pgx check a struct against a result's columns.
+type describedRow struct{ fds []pgconn.FieldDescription }
+
+func (r describedRow) FieldDescriptions() []pgconn.FieldDescription { return r.fds }
+func (r describedRow) Scan(...any) error                            { return nil }
+func (r describedRow) Values() ([]any, error)                       { return nil, nil }
+func (r describedRow) RawValues() [][]byte                          { return nil }
+
+// keyedRow hides the leading key column of a result from RowToStructByName
+// and scans it into key.
+type keyedRow struct {
+	pgx.Rows
+	key *int64
+}
+
+func (r keyedRow) FieldDescriptions() []pgconn.FieldDescription {
+	return r.Rows.FieldDescriptions()[1:]
+}
+
+func (r keyedRow) Scan(dest ...any) error {
+	return r.Rows.Scan(append([]any{r.key}, dest...)...)
+}
+
+func (r keyedRow) Values() ([]any, error) {
+	v, err := r.Rows.Values()
+	if err != nil {
+		return nil, err
+	}
+	return v[1:], nil
+}
+
+func (r keyedRow) RawValues() [][]byte { return r.Rows.RawValues()[1:] }
+
+// collect reads rows whose first column is the key.
+func (s *Source[T]) collect(rows pgx.Rows) ([]Row[T], error) {
+	defer rows.Close()
+	var out []Row[T]
+	for rows.Next() {
+		var r Row[T]
+		v, err := pgx.RowToStructByName[T](keyedRow{Rows: rows, key: &r.Key})
+		if err != nil {
+			if isTransient(err) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: scanning a row of table %s into %T: %w", ErrRowMismatch, s.spec.Table, v, err)
+		}
+		r.Value = v
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// selectList is "alias.key, alias.col, ..." for cols, quoted.
+func selectList(cols []string, alias string) string {
+	var b strings.Builder
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		if alias != "" {
+			b.WriteString(alias + ".")
+		}
+		b.WriteString(quote(c))
+	}
+	return b.String()
+}
+
+// keys returns the keys of rows.
+func keys[T any](rows []Row[T]) []int64 {
+	ks := make([]int64, len(rows))
+	for i, r := range rows {
+		ks[i] = r.Key
+	}
+	return ks
+}
+
+func values[T any](rows []Row[T]) []T {
+	vs := make([]T, len(rows))
+	for i, r := range rows {
+		vs[i] = r.Value
+	}
+	return vs
+}
+
+// bucketOf is the generated column's formula, in Go.
+func bucketOf(key int64) int { return int(((key % NumBuckets) + NumBuckets) % NumBuckets) }

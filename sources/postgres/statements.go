@@ -1,0 +1,88 @@
+package postgres
+
+import "strings"
+
+// statements are a Source's SQL, built once from its quoted identifiers.
+type statements struct {
+	reclaim, claim, done, fail, release string // claim mode
+	pending, lock, txDone, txFail       string // transactional mode
+	keyset, checkpoint                  string // checkpoint mode
+}
+
+const fenceSQL = `INSERT INTO shardflow_fence AS f (job, item, epoch) VALUES ($1, $2, $3)
+ON CONFLICT (job, item) DO UPDATE SET epoch = EXCLUDED.epoch WHERE f.epoch <= EXCLUDED.epoch`
+
+func buildStatements(spec TableSpec, cols []string) statements {
+	r := strings.NewReplacer(
+		"{t}", spec.ident().Sanitize(),
+		"{k}", quote(spec.Key),
+		"{cols}", selectList(cols, "t"),
+	)
+	return statements{
+		// $1 lo, $2 hi, $3 me, $4 epoch, $5 max attempts, $6 lease seconds.
+		// Re-evaluated on the latest row version under the row lock, so a
+		// claim marked done meanwhile is left alone.
+		reclaim: r.Replace(`UPDATE {t} AS t SET
+  status = CASE WHEN t.attempts >= $5 THEN 'failed' ELSE 'pending' END,
+  last_error = CASE WHEN t.attempts >= $5
+    THEN 'shardflow: claim abandoned by ' || coalesce(t.claimed_by, '?') || ' (epoch ' || coalesce(t.claim_epoch::text, '?') || ') after ' || t.attempts || ' attempts'
+    ELSE t.last_error END,
+  claimed_by = NULL, claim_epoch = NULL, claimed_at = NULL
+WHERE t.status = 'claimed' AND t.bucket BETWEEN $1 AND $2
+  AND (t.claimed_by IS DISTINCT FROM $3 OR t.claim_epoch IS DISTINCT FROM $4
+       OR t.claimed_at < now() - make_interval(secs => $6))`),
+		// $1 lo, $2 hi, $3 limit, $4 me, $5 epoch.
+		claim: r.Replace(`WITH c AS (
+  SELECT {k} FROM {t}
+  WHERE status = 'pending' AND bucket BETWEEN $1 AND $2
+  ORDER BY status, bucket, {k} LIMIT $3
+  FOR UPDATE SKIP LOCKED)
+UPDATE {t} AS t SET status = 'claimed', claimed_by = $4, claim_epoch = $5, claimed_at = now(), attempts = t.attempts + 1
+FROM c WHERE t.{k} = c.{k}
+RETURNING t.{k}, {cols}`),
+		// $1 keys, $2 me, $3 epoch.
+		done: r.Replace(`UPDATE {t} AS t SET status = 'done', last_error = NULL
+WHERE t.{k} = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AND t.claim_epoch = $3`),
+		// $1 keys, $2 errors, $3 me, $4 epoch, $5 max attempts.
+		fail: r.Replace(`UPDATE {t} AS t SET
+  status = CASE WHEN t.attempts >= $5 THEN 'failed' ELSE 'pending' END,
+  last_error = f.err,
+  claimed_by = CASE WHEN t.attempts >= $5 THEN t.claimed_by END,
+  claim_epoch = CASE WHEN t.attempts >= $5 THEN t.claim_epoch END,
+  claimed_at = CASE WHEN t.attempts >= $5 THEN t.claimed_at END
+FROM unnest($1::bigint[], $2::text[]) AS f(k, err)
+WHERE t.{k} = f.k AND t.status = 'claimed' AND t.claimed_by = $3 AND t.claim_epoch = $4`),
+		// $1 keys, $2 me, $3 epoch: claims never processed go back unpenalised.
+		release: r.Replace(`UPDATE {t} AS t SET status = 'pending', attempts = greatest(t.attempts - 1, 0),
+  claimed_by = NULL, claim_epoch = NULL, claimed_at = NULL
+WHERE t.{k} = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AND t.claim_epoch = $3`),
+
+		// $1 lo, $2 hi, $3 limit.
+		pending: r.Replace(`SELECT t.{k}, {cols} FROM {t} AS t
+WHERE t.status = 'pending' AND t.bucket BETWEEN $1 AND $2
+ORDER BY t.status, t.bucket, t.{k} LIMIT $3`),
+		// $1 keys, $2 lo, $3 hi: only rows still pending and still this item's.
+		lock: r.Replace(`SELECT {k} FROM {t}
+WHERE {k} = ANY($1::bigint[]) AND status = 'pending' AND bucket BETWEEN $2 AND $3
+FOR UPDATE SKIP LOCKED`),
+		// $1 keys, $2 me, $3 epoch.
+		txDone: r.Replace(`UPDATE {t} SET status = 'done', claimed_by = $2, claim_epoch = $3, claimed_at = now(),
+  attempts = attempts + 1, last_error = NULL
+WHERE {k} = ANY($1::bigint[])`),
+		// $1 key, $2 error, $3 me, $4 epoch, $5 max attempts.
+		txFail: r.Replace(`UPDATE {t} SET attempts = attempts + 1, last_error = $2,
+  status = CASE WHEN attempts + 1 >= $5 THEN 'failed' ELSE 'pending' END,
+  claimed_by = $3, claim_epoch = $4, claimed_at = now()
+WHERE {k} = $1 AND status = 'pending'`),
+
+		// $1 lo, $2 hi, $3 after bucket, $4 after key, $5 limit.
+		keyset: r.Replace(`SELECT t.{k}, {cols} FROM {t} AS t
+WHERE t.bucket BETWEEN $1 AND $2 AND (t.bucket, t.{k}) > ($3::smallint, $4::bigint)
+ORDER BY t.bucket, t.{k} LIMIT $5`),
+		// $1 job, $2 item, $3 total, $4 bucket, $5 key, $6 epoch.
+		checkpoint: `INSERT INTO shardflow_checkpoint AS c (job, item, total, bucket, key, epoch, attempts, last_error)
+VALUES ($1, $2, $3, $4, $5, $6, 0, NULL)
+ON CONFLICT (job, item) DO UPDATE SET total = EXCLUDED.total, bucket = EXCLUDED.bucket, key = EXCLUDED.key,
+  epoch = EXCLUDED.epoch, attempts = 0, last_error = NULL`,
+	}
+}

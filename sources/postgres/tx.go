@@ -1,0 +1,189 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardflow/shardflow/dataflow"
+)
+
+// TxProcessFunc processes rows inside tx, the transaction that will also
+// mark them done (transactional mode) or advance the checkpoint
+// (checkpoint mode): write every effect with tx, so it commits or rolls
+// back with the mark. Do not commit or roll back tx. An error rolls the
+// whole slice back; the rows are then retried one per transaction to find
+// the failing one, which counts an attempt.
+type TxProcessFunc[T any] func(ctx context.Context, tx pgx.Tx, shard dataflow.Shard, items []T) error
+
+// TxJob is the transactional mode: a dataflow.BatchJob[Row[T]] whose every
+// slice is one transaction holding the rows' locks, the user's effects, the
+// done mark and the fence. A row is marked done only by a transaction that
+// locked it while pending, and that transaction also holds its effects, so
+// effects written with the transaction happen exactly once. Safe for
+// concurrent use.
+type TxJob[T any] struct {
+	src     *Source[T]
+	process TxProcessFunc[T]
+}
+
+// Transactional returns the transactional-mode job.
+func (s *Source[T]) Transactional(process TxProcessFunc[T]) *TxJob[T] {
+	return &TxJob[T]{src: s, process: process}
+}
+
+var _ dataflow.BatchJob[Row[int]] = (*TxJob[int])(nil)
+
+// userError marks an error returned by the user's function.
+type userError struct{ err error }
+
+func (e *userError) Error() string { return e.err.Error() }
+func (e *userError) Unwrap() error { return e.err }
+
+// Fetch reads up to shard.FetchCount pending rows of the item's buckets,
+// lowest (bucket, key) first, without locking them (ProcessBatch locks).
+// Transient errors are retried for up to RetryFor.
+func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
+	s := j.src
+	lo, hi, ok := BucketRange(shard.Item, shard.Total)
+	if !ok || shard.FetchCount <= 0 {
+		return nil, nil
+	}
+	var out []Row[T]
+	err := retry(ctx, s.cfg.RetryFor, s.logRetry("fetch", shard), func(ctx context.Context) error {
+		rows, err := s.cfg.Pool.Query(ctx, s.sql.pending, lo, hi, shard.FetchCount)
+		if err != nil {
+			return err
+		}
+		out, err = s.collect(rows)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sources/postgres: reading pending rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	return out, nil
+}
+
+// ProcessBatch commits items in one transaction: lock the rows still
+// pending in this item's buckets (FOR UPDATE SKIP LOCKED; rows another
+// owner holds or finished are skipped and count as succeeded, being not
+// this run's to fail), run the TxProcessFunc on them, mark them done, fence
+// (FenceTx), commit. If the function fails, each row is retried in its own
+// transaction and a failing row's attempt is recorded (after MaxAttempts it
+// is marked 'failed' with the error). An infrastructure error or ErrFenced
+// fails the whole slice with nothing committed for it.
+func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
+	if len(items) == 0 {
+		return 0, nil
+	}
+	err := j.commit(ctx, shard, items)
+	var ue *userError
+	if err == nil {
+		return len(items), nil
+	}
+	if !errors.As(err, &ue) {
+		return 0, err
+	}
+	succeeded := 0
+	for _, it := range items {
+		err := error(ue)
+		if len(items) > 1 { // a lone row's failure is already known
+			err = j.commit(ctx, shard, []Row[T]{it})
+		}
+		if err == nil {
+			succeeded++
+			continue
+		}
+		if errors.As(err, &ue) {
+			err = j.recordFailure(ctx, shard, it.Key, ue.err)
+		}
+		if errors.Is(err, errRowFailed) {
+			j.src.cfg.Logger.Warn("sources/postgres: row processing failed", "table", j.src.spec.Table,
+				"job", shard.JobName, "item", shard.Item, "err", err)
+			continue
+		}
+		// Infrastructure or fence: the remaining rows stay pending.
+		if succeeded == 0 {
+			return 0, err
+		}
+		j.src.cfg.Logger.Warn("sources/postgres: slice stopped; its remaining rows stay pending", "table", j.src.spec.Table,
+			"job", shard.JobName, "item", shard.Item, "err", err)
+		return succeeded, nil
+	}
+	return succeeded, nil
+}
+
+var errRowFailed = errors.New("sources/postgres: row processing failed")
+
+func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row[T]) error {
+	s := j.src
+	lo, hi, ok := BucketRange(shard.Item, shard.Total)
+	if !ok {
+		return nil
+	}
+	tx, err := s.cfg.Pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("sources/postgres: beginning a transaction on table %s: %w", s.spec.Table, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
+	var locked []int64
+	rows, err := tx.Query(ctx, s.sql.lock, keys(items), lo, hi)
+	if err == nil {
+		locked, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil {
+		return fmt.Errorf("sources/postgres: locking rows of table %s: %w", s.spec.Table, err)
+	}
+	if len(locked) == 0 {
+		return nil
+	}
+	mine := items
+	if len(locked) < len(items) {
+		set := make(map[int64]bool, len(locked))
+		for _, k := range locked {
+			set[k] = true
+		}
+		mine = make([]Row[T], 0, len(locked))
+		for _, it := range items {
+			if set[it.Key] {
+				mine = append(mine, it)
+			}
+		}
+		s.cfg.Logger.Debug("sources/postgres: rows taken by another owner skipped", "table", s.spec.Table,
+			"job", shard.JobName, "item", shard.Item, "skipped", len(items)-len(locked))
+	}
+	if err := j.process(ctx, tx, shard, values(mine)); err != nil {
+		if isTransient(err) || ctx.Err() != nil {
+			return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
+		}
+		return &userError{err: err}
+	}
+	if _, err := tx.Exec(ctx, s.sql.txDone, keys(mine), s.cfg.ServerID, shard.Epoch); err != nil {
+		return fmt.Errorf("sources/postgres: marking rows of table %s done: %w", s.spec.Table, err)
+	}
+	if err := FenceTx(ctx, tx, shard); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("sources/postgres: committing rows of table %s (job %s item %d): %w", s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	return nil
+}
+
+// recordFailure counts an attempt of row key in its own fenced transaction
+// and returns an error wrapping errRowFailed and the user's error.
+func (j *TxJob[T]) recordFailure(ctx context.Context, shard dataflow.Shard, key int64, perr error) error {
+	s := j.src
+	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, s.sql.txFail, key, perr.Error(), s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts); err != nil {
+			return err
+		}
+		return FenceTx(ctx, tx, shard)
+	})
+	if err != nil {
+		return fmt.Errorf("sources/postgres: recording the failure of row %d of table %s (%v): %w", key, s.spec.Table, perr, err)
+	}
+	return fmt.Errorf("%w: %w", errRowFailed, &ProcessError{Key: key, Err: perr})
+}

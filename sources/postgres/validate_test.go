@@ -1,0 +1,141 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/sources/postgres"
+)
+
+func TestNewSourceNamesWhatIsMissing(t *testing.T) {
+	pool := newDB(t)
+	ctx := testCtx(t)
+	exec(t, pool, `CREATE TABLE raw (id bigint PRIMARY KEY, payload text)`)
+	exec(t, pool, `CREATE TABLE half (id bigint PRIMARY KEY, payload text, bucket smallint)`)
+	newOrders(t, pool, 0)
+
+	tests := []struct {
+		name    string
+		spec    postgres.TableSpec
+		sentinel error
+		mention []string
+	}{
+		{"missing table", postgres.TableSpec{Table: "nope"}, postgres.ErrMissingTable, []string{"nope"}},
+		{"missing schema-qualified table", postgres.TableSpec{Table: "other.orders"}, postgres.ErrMissingTable, []string{"other.orders"}},
+		{"missing key", postgres.TableSpec{Table: "orders", Key: "order_id"}, postgres.ErrMissingColumn, []string{`"order_id"`, "orders", "TableSpec.Key"}},
+		{"unmigrated table", postgres.TableSpec{Table: "raw"}, postgres.ErrMissingColumn, []string{`"bucket"`, "raw", "postgres.Migrate"}},
+		{"half-migrated table", postgres.TableSpec{Table: "half"}, postgres.ErrMissingColumn, []string{`"status"`, "half"}},
+		{"missing user column", postgres.TableSpec{Table: "orders", Columns: []string{"id", "amount"}}, postgres.ErrMissingColumn, []string{`"amount"`, "orders"}},
+		{"non-integer key", postgres.TableSpec{Table: "orders", Key: "payload"}, postgres.ErrConfig, []string{"payload", "text"}},
+		{"empty table name", postgres.TableSpec{}, postgres.ErrConfig, []string{"TableSpec.Table"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := postgres.NewSource[Order](ctx, postgres.Config{Pool: pool, Table: tc.spec})
+			if !errors.Is(err, tc.sentinel) {
+				t.Fatalf("err = %v; want %v", err, tc.sentinel)
+			}
+			for _, m := range tc.mention {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("error %q does not mention %q", err, m)
+				}
+			}
+		})
+	}
+}
+
+func TestNewSourceNeedsTheFenceTable(t *testing.T) {
+	pool := newDB(t)
+	newOrders(t, pool, 0)
+	exec(t, pool, `DROP TABLE shardflow_fence`)
+	_, err := postgres.NewSource[Order](testCtx(t), postgres.Config{Pool: pool, Table: postgres.TableSpec{Table: "orders"}})
+	if !errors.Is(err, postgres.ErrMissingTable) || !strings.Contains(err.Error(), "shardflow_fence") {
+		t.Fatalf("err = %v; want ErrMissingTable naming shardflow_fence", err)
+	}
+}
+
+func TestNewSourceNamesTheMismatchedField(t *testing.T) {
+	pool := newDB(t)
+	newOrders(t, pool, 0)
+	type extraField struct {
+		ID      int64
+		Payload string
+		Amount  int64
+	}
+	_, err := postgres.NewSource[extraField](testCtx(t), postgres.Config{Pool: pool, Table: postgres.TableSpec{Table: "orders"}})
+	if !errors.Is(err, postgres.ErrRowMismatch) || !strings.Contains(err.Error(), "Amount") {
+		t.Fatalf("err = %v; want ErrRowMismatch naming field Amount", err)
+	}
+	type missingField struct{ ID int64 }
+	_, err = postgres.NewSource[missingField](testCtx(t), postgres.Config{Pool: pool, Table: postgres.TableSpec{Table: "orders"}})
+	if !errors.Is(err, postgres.ErrRowMismatch) || !strings.Contains(err.Error(), "payload") {
+		t.Fatalf("err = %v; want ErrRowMismatch naming column payload", err)
+	}
+	// Listing the columns fixes it.
+	if _, err := postgres.NewSource[missingField](testCtx(t), postgres.Config{Pool: pool,
+		Table: postgres.TableSpec{Table: "orders", Columns: []string{"id"}}}); err != nil {
+		t.Fatalf("with Columns [id]: %v", err)
+	}
+}
+
+func TestMigrateIsIdempotentAndComputesBuckets(t *testing.T) {
+	pool := newDB(t)
+	ctx := testCtx(t)
+	exec(t, pool, `CREATE TABLE orders (id bigint PRIMARY KEY, payload text NOT NULL)`)
+	exec(t, pool, `INSERT INTO orders VALUES (-1, 'a'), (0, 'b'), (1023, 'c'), (1024, 'd'), (-1025, 'e')`)
+	for range 2 {
+		if err := postgres.Migrate(ctx, pool, postgres.TableSpec{Table: "orders"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, want := range map[int64]int64{-1: 1023, 0: 0, 1023: 1023, 1024: 0, -1025: 1023} {
+		if got := queryInt(t, pool, `SELECT bucket FROM orders WHERE id = $1`, id); got != want {
+			t.Errorf("bucket of id %d = %d; want %d", id, got, want)
+		}
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'pending' AND attempts = 0`); n != 5 {
+		t.Errorf("pending rows after Migrate = %d; want 5", n)
+	}
+}
+
+func TestConnectNamesTheEndpointWithinTheBound(t *testing.T) {
+	ctx := testCtx(t)
+	// A closed port: refused at once.
+	start := time.Now()
+	_, err := postgres.Connect(ctx, "postgres://nobody@127.0.0.1:1/db", 0)
+	if !errors.Is(err, postgres.ErrUnreachable) || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("err = %v; want ErrUnreachable naming 127.0.0.1:1", err)
+	}
+	// An unroutable address: bounded by connect_timeout.
+	start = time.Now()
+	_, err = postgres.Connect(ctx, "postgres://nobody@10.255.255.1:5432/db?connect_timeout=1", 0)
+	if !errors.Is(err, postgres.ErrUnreachable) || !strings.Contains(err.Error(), "10.255.255.1:5432") {
+		t.Fatalf("err = %v; want ErrUnreachable naming 10.255.255.1:5432", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Connect took %s; want about the 1s connect_timeout", d)
+	}
+	// A DSN that does not parse.
+	_, err = postgres.Connect(ctx, "postgres://u:secret@host:notaport/db", 0)
+	if !errors.Is(err, postgres.ErrConfig) || strings.Contains(err.Error(), "secret") {
+		t.Fatalf("err = %v; want ErrConfig without the password", err)
+	}
+}
+
+func TestConnectDefaultTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits the 10s default connect timeout")
+	}
+	start := time.Now()
+	_, err := postgres.Connect(context.Background(), "postgres://nobody@10.255.255.1:5432/db", 0)
+	d := time.Since(start)
+	if !errors.Is(err, postgres.ErrUnreachable) || !strings.Contains(err.Error(), "10.255.255.1:5432") {
+		t.Fatalf("err = %v; want ErrUnreachable naming 10.255.255.1:5432", err)
+	}
+	if d < 9*time.Second || d > 13*time.Second {
+		t.Errorf("Connect took %s; want about DefaultConnectTimeout (%s)", d, postgres.DefaultConnectTimeout)
+	}
+}
