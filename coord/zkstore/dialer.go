@@ -174,19 +174,23 @@ func (c *sniffConn) Close() error {
 // hostProvider is a zk.HostProvider over a fixed list of addresses. Unlike
 // the client's default DNS provider it resolves nothing at Init (which would
 // fail a redial while DNS is down and pin stale addresses): the dialer
-// resolves at every attempt.
+// resolves at every attempt. And unlike it, the first round of attempts
+// after a lost connection is free: the default provider reports retryStart
+// on the very first reconnect attempt to a one-server ensemble, which makes
+// the client sleep a second and fail every queued call with ErrNoServer on
+// each blip.
 type hostProvider struct {
 	mu      sync.Mutex
 	servers []string
 	curr    int
-	last    int
+	tried   int // attempts since the last successful connection
 }
 
 func (hp *hostProvider) Init(servers []string) error {
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
 	hp.servers = append([]string(nil), servers...)
-	hp.curr, hp.last = -1, -1
+	hp.curr, hp.tried = -1, 0
 	return nil
 }
 
@@ -196,22 +200,22 @@ func (hp *hostProvider) Len() int {
 	return len(hp.servers)
 }
 
-// Next returns the next address; retryStart is true once every address was
-// tried since the last successful connection, which makes the client pause
-// one second and fail its queued requests with ErrNoServer.
+// Next returns the next address; retryStart is true at the start of every
+// round after the first one since the last successful connection: the
+// client then pauses one second and fails its queued requests with
+// ErrNoServer.
 func (hp *hostProvider) Next() (string, bool) {
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
-	hp.curr = (hp.curr + 1) % len(hp.servers)
-	retryStart := hp.curr == hp.last
-	if hp.last == -1 {
-		hp.last = 0
-	}
+	n := len(hp.servers)
+	hp.curr = (hp.curr + 1) % n
+	hp.tried++
+	retryStart := hp.tried > n && (hp.tried-1)%n == 0
 	return hp.servers[hp.curr], retryStart
 }
 
 func (hp *hostProvider) Connected() {
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
-	hp.last = hp.curr
+	hp.tried = 0
 }

@@ -1,0 +1,183 @@
+package zkstore_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/storetest"
+	"github.com/shardflow/shardflow/coord/zkstore"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testSessionTimeout is short so that expiry tests are fast, and long enough
+// that -race on a busy 2-core machine does not miss pings. The test server
+// needs tickTime <= 1s (it clamps sessions to 2x..20x tickTime).
+const testSessionTimeout = 2 * time.Second
+
+// zkServers returns the ZooKeeper named by SHARDFLOW_ZK or skips the test.
+func zkServers(t *testing.T) []string {
+	t.Helper()
+	v := os.Getenv("SHARDFLOW_ZK")
+	if v == "" {
+		t.Skip("needs a ZooKeeper server: set SHARDFLOW_ZK=host:port[,host:port] (tickTime <= 1000), e.g. SHARDFLOW_ZK=127.0.0.1:2181 go test -race ./coord/zkstore/")
+	}
+	return strings.Split(v, ",")
+}
+
+func testLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// open opens a store with cfg (Servers, SessionTimeout and Logger filled in
+// when empty) and closes it at the end of the test.
+func open(t *testing.T, cfg zkstore.Config) *zkstore.Store {
+	t.Helper()
+	if len(cfg.Servers) == 0 {
+		cfg.Servers = zkServers(t)
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = testSessionTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	s, err := zkstore.Open(testCtx(t), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+var baseSeq atomic.Int64
+
+// freshBase returns a new empty persistent path for one test, deleted at
+// the end of it.
+func freshBase(t *testing.T, admin store.Store) string {
+	t.Helper()
+	base := fmt.Sprintf("/zkstore-test-%d-%d", time.Now().UnixNano(), baseSeq.Add(1))
+	if err := store.CreateAll(testCtx(t), admin, base); err != nil {
+		t.Fatalf("create base %s: %v", base, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := store.DeleteAll(ctx, admin, base); err != nil {
+			t.Logf("cleanup %s: %v", base, err)
+		}
+	})
+	return base
+}
+
+// awaitState follows s.Session() until ok holds, failing after d.
+func awaitState(t *testing.T, s store.Store, d time.Duration, what string, ok func(store.Session) bool) store.Session {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		cur, changed := s.Session()
+		if ok(cur) {
+			return cur
+		}
+		select {
+		case <-changed:
+		case <-deadline.C:
+			t.Fatalf("%s: session still %v (id 0x%x) after %v", what, cur.State, cur.ID, d)
+		}
+	}
+}
+
+// harness runs the conformance suite on real ZooKeeper. Every session goes
+// through its own proxy, so Expire can partition exactly one session.
+type harness struct {
+	servers []string
+	admin   *zkstore.Store
+	base    string
+
+	mu      sync.Mutex
+	proxies map[store.Store]*proxy
+	roots   int
+}
+
+func (h *harness) NewSession(t *testing.T) store.Store {
+	t.Helper()
+	p := newProxy(t, h.servers[0])
+	s, err := zkstore.Open(testCtx(t), zkstore.Config{
+		Servers:        []string{p.addr()},
+		SessionTimeout: testSessionTimeout,
+		Logger:         testLogger(),
+	})
+	if err != nil {
+		t.Fatalf("Open via proxy %s: %v", p.addr(), err)
+	}
+	h.mu.Lock()
+	h.proxies[s] = p
+	h.mu.Unlock()
+	return s
+}
+
+// Expire partitions s from ZooKeeper until the store declares the session
+// lost (after the session timeout; the server expires it too), then heals
+// the path. The store has retired the old client by then, so the session
+// cannot be resumed: it reconnects with a new one.
+func (h *harness) Expire(t *testing.T, s store.Store) {
+	t.Helper()
+	h.mu.Lock()
+	p := h.proxies[s]
+	h.mu.Unlock()
+	if p == nil {
+		t.Fatalf("Expire: store was not opened by this harness")
+	}
+	before, _ := s.Session()
+	p.Cut()
+	awaitState(t, s, 4*testSessionTimeout, "Expire", func(cur store.Session) bool {
+		return cur.State == store.StateLost || cur.ID != before.ID
+	})
+	p.Restore()
+}
+
+func (h *harness) Root(t *testing.T) string {
+	t.Helper()
+	h.mu.Lock()
+	h.roots++
+	p := fmt.Sprintf("%s/r%d", h.base, h.roots)
+	h.mu.Unlock()
+	if _, err := h.admin.Create(testCtx(t), p, nil, store.Persistent); err != nil {
+		t.Fatalf("Root %s: %v", p, err)
+	}
+	return p
+}
+
+func TestConformance(t *testing.T) {
+	admin := open(t, zkstore.Config{})
+	h := &harness{
+		servers: zkServers(t),
+		admin:   admin,
+		base:    freshBase(t, admin),
+		proxies: map[store.Store]*proxy{},
+	}
+	storetest.Run(t, h)
+}
