@@ -86,7 +86,9 @@ func TestCLI(t *testing.T) {
 
 	// pause --server w1: w1 stops running, the others go on.
 	c.cli(cliBin, []string{"pause"}, append(job, "--server", "w1"))
-	c.awaitStatus(settle, "w1 paused in status", func(st coord.JobStatus) error { return serverFlag(st, "w1", func(s coord.ServerStatus) bool { return s.Paused }) })
+	c.awaitStatus(settle, "w1 paused in status", func(st coord.JobStatus) error {
+		return serverFlag(st, "w1", func(s coord.ServerStatus) bool { return s.Paused })
+	})
 	paused := time.Now()
 	c.cli(cliBin, []string{"trigger"}, job)
 	c.log.waitFor(t, settle, "w2 and w3 run after the trigger", func(evs []Event) bool {

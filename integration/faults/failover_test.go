@@ -164,4 +164,3 @@ func TestFailoverAfterKill(t *testing.T) {
 	}
 	c.checkInvariants(ids...)
 }
-
