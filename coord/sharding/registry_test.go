@@ -48,6 +48,11 @@ func TestRegister(t *testing.T) {
 	if err := Register("test-all-to-first", allToFirst); err != nil {
 		t.Fatalf("Register: %v", err)
 	}
+	t.Cleanup(func() { // the registry is process-global; keep -count=N runs independent
+		registryMu.Lock()
+		delete(registered, "test-all-to-first")
+		registryMu.Unlock()
+	})
 	s, err := Lookup("test-all-to-first")
 	if err != nil {
 		t.Fatalf("Lookup after Register: %v", err)
