@@ -150,4 +150,3 @@ func checkOncePerRun(t *testing.T, evs []Event, servers int, since, now time.Tim
 	}
 	t.Logf("checked %d run windows of %d servers: exactly one started and one completed callback each", checked, servers)
 }
-
