@@ -14,19 +14,20 @@ import (
 
 // CheckpointJob is the checkpoint mode for read-only tables: a
 // dataflow.BatchJob[Row[T]] reading each item's buckets by keyset on
-// (bucket, key) from the item's row in shardflow_checkpoint, and advancing
-// that row in the same transaction as the TxProcessFunc's writes, fenced
-// with FenceTx. Effects written with the transaction happen once per row.
+// (bucket, key), each bucket from its row in shardflow_checkpoint (the last
+// key done), and advancing those rows in the same transaction as the
+// TxProcessFunc's writes, fenced with FenceTx. Effects written with the
+// transaction happen once per row. Rows appended later with a key above
+// their bucket's checkpoint are read by a later fetch; a row inserted
+// below it is never read (the table is meant to be append-only by key).
 //
 // The checkpoint is a position, so one fetched batch commits in key order
 // as one transaction: the first ProcessBatch call of a fetch processes the
 // whole batch and the Node's other slices of it wait for that outcome.
 // Parallelism comes from shard items. A row whose processing fails counts
-// an attempt in the checkpoint row; after MaxAttempts it is written to
-// shardflow_dead_letter and skipped. A checkpoint written under another
-// ShardingTotalCount is ignored: after a resharding each item re-reads its
-// buckets from the start, so effects must be idempotent across reshardings
-// (use sinks/postgres.CopyUpsert). Safe for concurrent use.
+// an attempt in its bucket's checkpoint row; after MaxAttempts it is
+// written to shardflow_dead_letter and skipped. Checkpoints are per bucket,
+// so a new ShardingTotalCount keeps every position. Safe for concurrent use.
 type CheckpointJob[T any] struct {
 	src     *Source[T]
 	process TxProcessFunc[T]
@@ -69,10 +70,9 @@ func (s *Source[T]) Checkpoint(process TxProcessFunc[T]) *CheckpointJob[T] {
 
 var _ dataflow.BatchJob[Row[int]] = (*CheckpointJob[int])(nil)
 
-// Fetch reads up to shard.FetchCount rows of the item's buckets after the
-// item's checkpoint (from the start when there is none, or when it was
-// written under another total). Transient errors are retried for up to
-// RetryFor.
+// Fetch reads up to shard.FetchCount rows of the item's buckets, in
+// (bucket, key) order, each bucket after its checkpoint (from its first
+// key when it has none). Transient errors are retried for up to RetryFor.
 func (j *CheckpointJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
 	s := j.src
 	lo, hi, ok := BucketRange(shard.Item, shard.Total)
@@ -81,20 +81,7 @@ func (j *CheckpointJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]R
 	}
 	var out []Row[T]
 	err := retry(ctx, s.cfg.RetryFor, s.logRetry("fetch", shard), func(ctx context.Context) error {
-		afterBucket, afterKey := int16(-1), int64(math.MinInt64)
-		var total int
-		var b int16
-		var k int64
-		err := s.cfg.Pool.QueryRow(ctx, `SELECT total, bucket, key FROM shardflow_checkpoint WHERE job = $1 AND item = $2`,
-			shard.JobName, shard.Item).Scan(&total, &b, &k)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return err
-		case total == shard.Total:
-			afterBucket, afterKey = b, k
-		}
-		rows, err := s.cfg.Pool.Query(ctx, s.sql.keyset, lo, hi, afterBucket, afterKey, shard.FetchCount)
+		rows, err := s.cfg.Pool.Query(ctx, s.sql.keyset, lo, hi, shard.JobName, shard.FetchCount)
 		if err != nil {
 			return err
 		}
@@ -199,8 +186,8 @@ func (j *CheckpointJob[T]) commit(ctx context.Context, shard dataflow.Shard, row
 		}
 		return &userError{err: err}
 	}
-	last := rows[len(rows)-1].Key
-	if _, err := tx.Exec(ctx, s.sql.checkpoint, shard.JobName, shard.Item, shard.Total, bucketOf(last), last, shard.Epoch); err != nil {
+	buckets, lasts := positions(rows)
+	if _, err := tx.Exec(ctx, s.sql.checkpoint, shard.JobName, buckets, lasts, shard.Epoch); err != nil {
 		return fmt.Errorf("sources/postgres: writing the checkpoint of job %s item %d: %w", shard.JobName, shard.Item, err)
 	}
 	if err := FenceTx(ctx, tx, shard); err != nil {
@@ -219,14 +206,10 @@ func (j *CheckpointJob[T]) recordFailure(ctx context.Context, shard dataflow.Sha
 	s := j.src
 	err = pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
 		var attempts int
-		err := tx.QueryRow(ctx, `INSERT INTO shardflow_checkpoint AS c (job, item, total, bucket, key, epoch, attempts, last_error)
-VALUES ($1, $2, $3, $4, $5, $6, 1, $7)
-ON CONFLICT (job, item) DO UPDATE SET
-  attempts = CASE WHEN c.total = EXCLUDED.total THEN c.attempts + 1 ELSE 1 END,
-  bucket = CASE WHEN c.total = EXCLUDED.total THEN c.bucket ELSE EXCLUDED.bucket END,
-  key = CASE WHEN c.total = EXCLUDED.total THEN c.key ELSE EXCLUDED.key END,
-  total = EXCLUDED.total, epoch = EXCLUDED.epoch, last_error = EXCLUDED.last_error
-RETURNING c.attempts`, shard.JobName, shard.Item, shard.Total, int16(-1), int64(math.MinInt64), shard.Epoch, perr.Error()).Scan(&attempts)
+		err := tx.QueryRow(ctx, `INSERT INTO shardflow_checkpoint AS c (job, bucket, key, epoch, attempts, last_error)
+VALUES ($1, $2, $3, $4, 1, $5)
+ON CONFLICT (job, bucket) DO UPDATE SET attempts = c.attempts + 1, epoch = EXCLUDED.epoch, last_error = EXCLUDED.last_error
+RETURNING c.attempts`, shard.JobName, int16(bucketOf(key)), int64(math.MinInt64), shard.Epoch, perr.Error()).Scan(&attempts)
 		if err != nil {
 			return err
 		}
@@ -235,7 +218,7 @@ RETURNING c.attempts`, shard.JobName, shard.Item, shard.Total, int16(-1), int64(
 ON CONFLICT (job, key) DO UPDATE SET error = EXCLUDED.error, failed_at = now()`, shard.JobName, key, perr.Error()); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, s.sql.checkpoint, shard.JobName, shard.Item, shard.Total, bucketOf(key), key, shard.Epoch); err != nil {
+			if _, err := tx.Exec(ctx, s.sql.checkpoint, shard.JobName, []int16{int16(bucketOf(key))}, []int64{key}, shard.Epoch); err != nil {
 				return err
 			}
 			skipped = true
@@ -246,4 +229,21 @@ ON CONFLICT (job, key) DO UPDATE SET error = EXCLUDED.error, failed_at = now()`,
 		return false, fmt.Errorf("sources/postgres: recording the failure of row %d (job %s item %d; %v): %w", key, shard.JobName, shard.Item, perr, err)
 	}
 	return skipped, nil
+}
+
+// positions returns, for each bucket of rows (sorted by bucket, key), the
+// last key: the bucket checkpoints after committing rows.
+func positions[T any](rows []Row[T]) ([]int16, []int64) {
+	var buckets []int16
+	var lasts []int64
+	for _, r := range rows {
+		b := int16(bucketOf(r.Key))
+		if n := len(buckets); n > 0 && buckets[n-1] == b {
+			lasts[n-1] = max(lasts[n-1], r.Key)
+			continue
+		}
+		buckets = append(buckets, b)
+		lasts = append(lasts, r.Key)
+	}
+	return buckets, lasts
 }

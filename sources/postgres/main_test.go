@@ -108,6 +108,8 @@ func newSource(t testing.TB, pool *pgxpool.Pool, cfg postgres.Config) *postgres.
 	return src
 }
 
+type dataflowShard = dataflow.Shard
+
 func shard(item, total, fetch int, epoch int64) dataflow.Shard {
 	return dataflow.Shard{JobName: "job", Item: item, Total: total, FetchCount: fetch, Epoch: epoch}
 }

@@ -168,16 +168,16 @@ func MigrateFencing(ctx context.Context, db Execer) error {
   item  int    NOT NULL,
   epoch bigint NOT NULL,
   PRIMARY KEY (job, item))`,
+		// One row per bucket, not per item: a new ShardingTotalCount regroups
+		// buckets into items and keeps every bucket's position.
 		`CREATE TABLE IF NOT EXISTS shardflow_checkpoint (
   job        text     NOT NULL,
-  item       int      NOT NULL,
-  total      int      NOT NULL,
   bucket     smallint NOT NULL,
   key        bigint   NOT NULL,
   epoch      bigint   NOT NULL,
   attempts   int      NOT NULL DEFAULT 0,
   last_error text,
-  PRIMARY KEY (job, item))`,
+  PRIMARY KEY (job, bucket))`,
 		`CREATE TABLE IF NOT EXISTS shardflow_dead_letter (
   job       text        NOT NULL,
   key       bigint      NOT NULL,

@@ -75,14 +75,19 @@ WHERE {k} = ANY($1::bigint[])`),
   claimed_by = $3, claim_epoch = $4, claimed_at = now()
 WHERE {k} = $1 AND status = 'pending'`),
 
-		// $1 lo, $2 hi, $3 after bucket, $4 after key, $5 limit.
-		keyset: r.Replace(`SELECT t.{k}, {cols} FROM {t} AS t
-WHERE t.bucket BETWEEN $1 AND $2 AND (t.bucket, t.{k}) > ($3::smallint, $4::bigint)
-ORDER BY t.bucket, t.{k} LIMIT $5`),
-		// $1 job, $2 item, $3 total, $4 bucket, $5 key, $6 epoch.
-		checkpoint: `INSERT INTO shardflow_checkpoint AS c (job, item, total, bucket, key, epoch, attempts, last_error)
-VALUES ($1, $2, $3, $4, $5, $6, 0, NULL)
-ON CONFLICT (job, item) DO UPDATE SET total = EXCLUDED.total, bucket = EXCLUDED.bucket, key = EXCLUDED.key,
-  epoch = EXCLUDED.epoch, attempts = 0, last_error = NULL`,
+		// $1 lo, $2 hi, $3 job, $4 limit: per bucket, the rows after its
+		// checkpoint; one index probe per bucket of the item.
+		keyset: r.Replace(`SELECT t.{k}, {cols} FROM generate_series($1::int, $2::int) AS g(b)
+LEFT JOIN shardflow_checkpoint AS c ON c.job = $3 AND c.bucket = g.b
+CROSS JOIN LATERAL (
+  SELECT * FROM {t} AS x
+  WHERE x.bucket = g.b AND (c.key IS NULL OR x.{k} > c.key)
+  ORDER BY x.{k} LIMIT $4) AS t
+ORDER BY t.bucket, t.{k} LIMIT $4`),
+		// $1 job, $2 buckets, $3 keys, $4 epoch.
+		checkpoint: `INSERT INTO shardflow_checkpoint AS c (job, bucket, key, epoch, attempts, last_error)
+SELECT $1, u.b, u.k, $4, 0, NULL FROM unnest($2::smallint[], $3::bigint[]) AS u(b, k)
+ON CONFLICT (job, bucket) DO UPDATE SET key = EXCLUDED.key, epoch = EXCLUDED.epoch, attempts = 0, last_error = NULL
+WHERE c.key < EXCLUDED.key`,
 	}
 }

@@ -18,10 +18,10 @@ func TestNewSourceNamesWhatIsMissing(t *testing.T) {
 	newOrders(t, pool, 0)
 
 	tests := []struct {
-		name    string
-		spec    postgres.TableSpec
+		name     string
+		spec     postgres.TableSpec
 		sentinel error
-		mention []string
+		mention  []string
 	}{
 		{"missing table", postgres.TableSpec{Table: "nope"}, postgres.ErrMissingTable, []string{"nope"}},
 		{"missing schema-qualified table", postgres.TableSpec{Table: "other.orders"}, postgres.ErrMissingTable, []string{"other.orders"}},
