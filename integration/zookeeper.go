@@ -1,0 +1,337 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/testcontainers/testcontainers-go"
+	tcnetwork "github.com/testcontainers/testcontainers-go/network"
+)
+
+// DefaultTickTime is the ZooKeeper tickTime the harness configures. The server
+// clamps session timeouts to 2..20 ticks, so 500ms allows 1 s sessions for fast
+// failover tests.
+const DefaultTickTime = 500 * time.Millisecond
+
+// Option configures a ZooKeeper started by [StartZooKeeper] or [StartEnsemble].
+type Option func(*zkConfig)
+
+type zkConfig struct {
+	image    string
+	tickTime time.Duration
+	env      map[string]string
+}
+
+// WithTickTime sets the server's tickTime (default [DefaultTickTime]).
+func WithTickTime(d time.Duration) Option { return func(c *zkConfig) { c.tickTime = d } }
+
+// WithImage sets the image, overriding SHARDFLOW_ZK_IMAGE and the default
+// [DefaultZooKeeperImage].
+func WithImage(image string) Option { return func(c *zkConfig) { c.image = image } }
+
+// WithServerEnv adds an environment variable of the official image (for
+// example ZOO_CFG_EXTRA="zookeeper.extendedTypesEnabled=true").
+func WithServerEnv(key, value string) Option {
+	return func(c *zkConfig) { c.env[key] = value }
+}
+
+func newZKConfig(opts []Option) zkConfig {
+	c := zkConfig{image: envOr(EnvZooKeeperImg, DefaultZooKeeperImage), tickTime: DefaultTickTime, env: map[string]string{}}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// ZooKeeper is one ZooKeeper server: a container owned by the test, or a
+// server named by SHARDFLOW_ZK. Methods are safe for concurrent use.
+type ZooKeeper struct {
+	servers []string
+	name    string // container alias inside an ensemble network
+
+	mu      sync.Mutex
+	ctr     *testcontainers.DockerContainer // nil when named by the environment
+	running bool
+}
+
+// StartZooKeeper starts one ZooKeeper server in a container and returns once
+// it answers `ruok` with `imok`; the container is removed in t.Cleanup. When
+// SHARDFLOW_ZK is set it starts nothing and returns that server, not
+// controllable. It skips the test when Docker is missing, unless
+// SHARDFLOW_REQUIRE_DOCKER is set, and fails it when the server cannot start.
+func StartZooKeeper(t testing.TB, opts ...Option) *ZooKeeper {
+	t.Helper()
+	if z := zkFromEnv(); z != nil {
+		return z
+	}
+	requireDocker(t, "ZooKeeper", EnvZooKeeper)
+	cfg := newZKConfig(opts)
+	z, err := startZKContainer(t, cfg, false, nil, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return z
+}
+
+func zkFromEnv() *ZooKeeper {
+	v := os.Getenv(EnvZooKeeper)
+	if v == "" {
+		return nil
+	}
+	var servers []string
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			servers = append(servers, s)
+		}
+	}
+	return &ZooKeeper{servers: servers, running: true}
+}
+
+// startZKContainer runs one server. With nw set it joins that network under
+// alias name with id myID and ensemble members servers; shared containers are
+// not registered for t.Cleanup (Main removes them).
+func startZKContainer(t testing.TB, cfg zkConfig, shared bool, nw *testcontainers.DockerNetwork, myID int, zooServers string) (*ZooKeeper, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := checkImage(ctx, cfg.image, EnvZooKeeper); err != nil {
+		return nil, err
+	}
+	env := map[string]string{
+		"ZOO_MY_ID":                  fmt.Sprint(myID),
+		"ZOO_TICK_TIME":              fmt.Sprint(cfg.tickTime.Milliseconds()),
+		"ZOO_4LW_COMMANDS_WHITELIST": "*",
+		"ZOO_ADMINSERVER_ENABLED":    "false",
+		"ZOO_CFG_EXTRA":              "quorumListenOnAllIPs=true",
+		"ZOO_INIT_LIMIT":             "10",
+		"ZOO_SYNC_LIMIT":             "5",
+	}
+	if zooServers != "" {
+		env["ZOO_SERVERS"] = zooServers
+	}
+	for k, v := range cfg.env {
+		env[k] = v
+	}
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		opts := []testcontainers.ContainerCustomizer{
+			containerLogger(t, shared),
+			testcontainers.WithEnv(env),
+			testcontainers.WithExposedPorts("2181/tcp"),
+			testcontainers.WithLabels(map[string]string{ContainerLabel: "true"}),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				hc.PortBindings = network.PortMap{
+					network.MustParsePort("2181/tcp"): {{HostIP: netipLoopback, HostPort: fmt.Sprint(port)}},
+				}
+			}),
+		}
+		name := ""
+		if nw != nil {
+			name = fmt.Sprintf("zk%d", myID)
+			opts = append(opts, tcnetwork.WithNetwork([]string{name}, nw))
+		}
+		ctr, err := testcontainers.Run(ctx, cfg.image, opts...)
+		if !shared {
+			testcontainers.CleanupContainer(t, ctr)
+		}
+		if err != nil {
+			if shared && ctr != nil {
+				_ = testcontainers.TerminateContainer(ctr)
+			}
+			lastErr = err
+			if isPortConflict(err) {
+				continue
+			}
+			return nil, fmt.Errorf("integration: start ZooKeeper container from %s: %w (%s)", cfg.image, err, imageHint(cfg.image, EnvZooKeeperImg, EnvZooKeeper))
+		}
+		z := &ZooKeeper{servers: []string{hostPort(port)}, name: name, ctr: ctr, running: true}
+		if nw == nil { // ensemble members wait for a quorum instead.
+			if err := waitRuok(ctx, z.servers[0]); err != nil {
+				return nil, fmt.Errorf("integration: ZooKeeper container at %s did not answer ruok: %w\n%s", z.servers[0], err, containerLogs(ctr))
+			}
+		}
+		return z, nil
+	}
+	return nil, fmt.Errorf("integration: start ZooKeeper container: no free host port after 3 tries: %w", lastErr)
+}
+
+// Servers returns the client addresses (host:port) reachable from the host.
+// For a container it is one address on 127.0.0.1 that stays the same across
+// Stop and Start.
+func (z *ZooKeeper) Servers() []string { return append([]string(nil), z.servers...) }
+
+// Controllable reports whether the harness owns the server, so that Stop and
+// Start work. It is false for servers named by SHARDFLOW_ZK.
+func (z *ZooKeeper) Controllable() bool { return z.ctr != nil }
+
+// RequireControl skips the test, saying why, when the server is not
+// controllable: fault tests that stop servers call it first.
+func (z *ZooKeeper) RequireControl(t testing.TB) {
+	t.Helper()
+	if !z.Controllable() {
+		t.Skipf("integration: this test stops ZooKeeper servers, but the server comes from %s=%s; unset it to run against a container", EnvZooKeeper, os.Getenv(EnvZooKeeper))
+	}
+}
+
+// Stop stops the server's container (SIGTERM, SIGKILL after 10 s) and keeps its
+// data. It blocks until the container has exited or ctx ends. Stopping a
+// stopped server is a no-op. It returns [ErrNotControllable] when the server
+// is not the harness's.
+func (z *ZooKeeper) Stop(ctx context.Context) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.ctr == nil {
+		return ErrNotControllable
+	}
+	if !z.running {
+		return nil
+	}
+	timeout := 10 * time.Second
+	if err := z.ctr.Stop(ctx, &timeout); err != nil {
+		return fmt.Errorf("integration: stop ZooKeeper %s: %w", z.servers[0], err)
+	}
+	z.running = false
+	return nil
+}
+
+// Start starts a stopped server again, with its data and on the same host
+// port, and blocks until it answers `ruok` (a member of an ensemble: until it
+// serves as leader or follower) or ctx ends. Starting a running server is a
+// no-op.
+func (z *ZooKeeper) Start(ctx context.Context) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.ctr == nil {
+		return ErrNotControllable
+	}
+	if !z.running {
+		if err := z.ctr.Start(ctx); err != nil {
+			return fmt.Errorf("integration: start ZooKeeper %s again: %w", z.servers[0], err)
+		}
+		z.running = true
+	}
+	wait := waitRuok
+	if z.name != "" {
+		wait = waitServing
+	}
+	if err := wait(ctx, z.servers[0]); err != nil {
+		return fmt.Errorf("integration: ZooKeeper %s did not come back: %w", z.servers[0], err)
+	}
+	return nil
+}
+
+// FourLetterWord sends a four-letter command (ruok, srvr, mntr, cons, ...) to
+// the first server and returns its reply. It blocks until the server closes
+// the connection or ctx ends.
+func (z *ZooKeeper) FourLetterWord(ctx context.Context, cmd string) (string, error) {
+	return FourLetterWord(ctx, z.servers[0], cmd)
+}
+
+// FourLetterWord sends a four-letter command to the ZooKeeper server at addr
+// and returns its whole reply. The server must whitelist the command
+// (4lw.commands.whitelist; the harness's containers allow all). It blocks
+// until the server closes the connection or ctx ends (5 s when ctx has no
+// deadline).
+func FourLetterWord(ctx context.Context, addr, cmd string) (string, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("integration: %s to ZooKeeper %s: %w", cmd, addr, err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	if _, err := io.WriteString(conn, cmd); err != nil {
+		return "", fmt.Errorf("integration: %s to ZooKeeper %s: %w", cmd, addr, err)
+	}
+	reply, err := io.ReadAll(bufio.NewReader(conn))
+	if err != nil {
+		return string(reply), fmt.Errorf("integration: %s reply from ZooKeeper %s: %w", cmd, addr, err)
+	}
+	return string(reply), nil
+}
+
+// errNotServing means a server answered but is not serving clients yet.
+var errNotServing = errors.New("integration: ZooKeeper is not serving yet")
+
+func waitRuok(ctx context.Context, addr string) error {
+	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		reply, err := FourLetterWord(ctx, addr, "ruok")
+		if err != nil {
+			return err
+		}
+		if reply != "imok" {
+			return fmt.Errorf("%w: ruok answered %q", errNotServing, reply)
+		}
+		return nil
+	})
+}
+
+// ServerMode returns the Mode line of `srvr` (leader, follower, standalone,
+// observer), or an error when the server does not serve clients.
+func ServerMode(ctx context.Context, addr string) (string, error) {
+	reply, err := FourLetterWord(ctx, addr, "srvr")
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(reply) {
+		if mode, ok := strings.CutPrefix(strings.TrimSpace(line), "Mode: "); ok {
+			return mode, nil
+		}
+	}
+	return "", fmt.Errorf("%w: srvr answered %q", errNotServing, strings.TrimSpace(reply))
+}
+
+func waitServing(ctx context.Context, addr string) error {
+	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		mode, err := ServerMode(ctx, addr)
+		if err != nil {
+			return err
+		}
+		if mode != "leader" && mode != "follower" {
+			return fmt.Errorf("%w: mode %s", errNotServing, mode)
+		}
+		return nil
+	})
+}
+
+// containerLogs returns the container's output for a failure message.
+func containerLogs(ctr *testcontainers.DockerContainer) string {
+	if ctr == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rc, err := ctr.Logs(ctx)
+	if err != nil {
+		return fmt.Sprintf("(container logs unavailable: %v)", err)
+	}
+	defer rc.Close()
+	b, _ := io.ReadAll(io.LimitReader(rc, 64<<10))
+	return "container output:\n" + string(b)
+}
+
+// netipLoopback is the host address containers publish their ports on.
+var netipLoopback = netip.MustParseAddr("127.0.0.1")
