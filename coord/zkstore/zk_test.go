@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/integration"
 )
 
 func TestDigestAuthProtectsCreatedNodes(t *testing.T) {
@@ -16,8 +17,8 @@ func TestDigestAuthProtectsCreatedNodes(t *testing.T) {
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
 
-	p := newProxy(t, servers[0])
-	owner := open(t, zkstore.Config{Servers: []string{p.addr()}, Auth: "alice:secret", WorldReadable: true})
+	p := integration.NewProxy(t, servers[0])
+	owner := open(t, zkstore.Config{Servers: []string{p.Addr()}, Auth: "alice:secret", WorldReadable: true})
 	anon := open(t, zkstore.Config{})
 	intruder := open(t, zkstore.Config{Auth: "alice:wrong"})
 	peer := open(t, zkstore.Config{Auth: "alice:secret"})
@@ -31,6 +32,7 @@ func TestDigestAuthProtectsCreatedNodes(t *testing.T) {
 	if _, err := owner.Create(ctx, kid, nil, store.Persistent); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = peer.Delete(context.Background(), kid, store.AnyVersion) }) // before base's cleanup
 	for name, s := range map[string]store.Store{"unauthenticated": anon, "wrong password": intruder} {
 		if _, err := s.Set(ctx, readable, []byte("x"), store.AnyVersion); !errors.Is(err, store.ErrNoAuth) {
 			t.Errorf("%s Set: %v, want ErrNoAuth", name, err)
@@ -85,8 +87,8 @@ func TestPartitionLongerThanTimeoutIsLostThenNewSession(t *testing.T) {
 	admin := open(t, zkstore.Config{})
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
-	p := newProxy(t, servers[0])
-	s := open(t, zkstore.Config{Servers: []string{p.addr()}})
+	p := integration.NewProxy(t, servers[0])
+	s := open(t, zkstore.Config{Servers: []string{p.Addr()}})
 
 	eph, err := s.Create(ctx, base+"/eph", nil, store.Ephemeral)
 	if err != nil {
@@ -162,8 +164,8 @@ func TestShortDisconnectResumesTheSameSession(t *testing.T) {
 	admin := open(t, zkstore.Config{})
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
-	p := newProxy(t, servers[0])
-	s := open(t, zkstore.Config{Servers: []string{p.addr()}})
+	p := integration.NewProxy(t, servers[0])
+	s := open(t, zkstore.Config{Servers: []string{p.Addr()}})
 
 	eph, err := s.Create(ctx, base+"/eph", nil, store.Ephemeral)
 	if err != nil {
@@ -295,8 +297,8 @@ func TestCloseWhilePartitionedIsBoundedAndFiresWatches(t *testing.T) {
 	admin := open(t, zkstore.Config{})
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
-	p := newProxy(t, servers[0])
-	s, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{p.addr()}, SessionTimeout: testSessionTimeout, Logger: testLogger()})
+	p := integration.NewProxy(t, servers[0])
+	s, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{p.Addr()}, SessionTimeout: testSessionTimeout, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,4 +350,51 @@ func recvEvent(t *testing.T, ch <-chan store.Event, what string) store.Event {
 		t.Fatalf("%s: no event within 10s", what)
 		return store.Event{}
 	}
+}
+
+func TestServerRestartWithinTimeoutResumesTheSameSession(t *testing.T) {
+	// tickTime 2s lets the server grant a 30s session, longer than a JVM
+	// restart on a loaded machine.
+	z := integration.StartZooKeeper(t, integration.WithTickTime(2*time.Second))
+	z.RequireControl(t)
+	ctx := testCtx(t)
+	const timeout = 30 * time.Second
+	s := open(t, zkstore.Config{Servers: z.Servers(), SessionTimeout: timeout})
+	before, _ := s.Session()
+	if before.Timeout != timeout {
+		t.Fatalf("negotiated timeout %v, want %v", before.Timeout, timeout)
+	}
+	eph, err := s.Create(ctx, "/restart-eph", []byte("v"), store.Ephemeral)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, watch, err := s.GetW(ctx, eph)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	down := time.Now()
+	if err := z.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, s, timeout, "suspended while ZooKeeper is down", func(c store.Session) bool { return c.State == store.StateSuspended })
+	if err := z.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := awaitState(t, s, timeout, "reconnected after the restart", func(c store.Session) bool { return c.State != store.StateSuspended })
+	downtime := time.Since(down)
+	if after.State != store.StateConnected || after.ID != before.ID {
+		t.Fatalf("after a restart of %v: %v session 0x%x, want connected with the same session 0x%x", downtime, after.State, after.ID, before.ID)
+	}
+	_, st, err := s.Get(ctx, eph)
+	if err != nil || st.EphemeralOwner != before.ID {
+		t.Fatalf("ephemeral after the restart: owner 0x%x, %v; want kept by 0x%x", st.EphemeralOwner, err, before.ID)
+	}
+	if _, err := s.Set(ctx, eph, []byte("w"), store.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if ev := recvEvent(t, watch, "watch armed before the restart"); ev.Type != store.EventNodeDataChanged {
+		t.Fatalf("watch after the restart: %v (err %v), want data-changed", ev.Type, ev.Err)
+	}
+	t.Logf("ZooKeeper down and back in %v; session 0x%x resumed", downtime, after.ID)
 }

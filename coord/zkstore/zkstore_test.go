@@ -6,36 +6,36 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/storetest"
 	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/integration"
 )
 
+// TestMain removes the shared ZooKeeper container and checks for leaked
+// goroutines (goleak) after the tests.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	integration.Main(m)
 }
 
 // testSessionTimeout is short so that expiry tests are fast, and long enough
-// that -race on a busy 2-core machine does not miss pings. The test server
-// needs tickTime <= 1s (it clamps sessions to 2x..20x tickTime).
+// that -race on a busy 2-core machine does not miss pings. The server needs
+// tickTime <= 1s (it clamps sessions to 2x..20x tickTime); the harness's
+// containers use 500ms.
 const testSessionTimeout = 2 * time.Second
 
-// zkServers returns the ZooKeeper named by SHARDFLOW_ZK or skips the test.
+// zkServers returns the shared ZooKeeper: the one named by SHARDFLOW_ZK
+// (host:port[,host:port], tickTime <= 1s), else a container started by the
+// integration harness (the test is skipped without Docker, unless
+// SHARDFLOW_REQUIRE_DOCKER is set).
 func zkServers(t *testing.T) []string {
 	t.Helper()
-	v := os.Getenv("SHARDFLOW_ZK")
-	if v == "" {
-		t.Skip("needs a ZooKeeper server: set SHARDFLOW_ZK=host:port[,host:port] (tickTime <= 1000), e.g. SHARDFLOW_ZK=127.0.0.1:2181 go test -race ./coord/zkstore/")
-	}
-	return strings.Split(v, ",")
+	return integration.SharedZooKeeper(t).Servers()
 }
 
 func testLogger() *slog.Logger {
@@ -118,20 +118,20 @@ type harness struct {
 	base    string
 
 	mu      sync.Mutex
-	proxies map[store.Store]*proxy
+	proxies map[store.Store]*integration.Proxy
 	roots   int
 }
 
 func (h *harness) NewSession(t *testing.T) store.Store {
 	t.Helper()
-	p := newProxy(t, h.servers[0])
+	p := integration.NewProxy(t, h.servers[0])
 	s, err := zkstore.Open(testCtx(t), zkstore.Config{
-		Servers:        []string{p.addr()},
+		Servers:        []string{p.Addr()},
 		SessionTimeout: testSessionTimeout,
 		Logger:         testLogger(),
 	})
 	if err != nil {
-		t.Fatalf("Open via proxy %s: %v", p.addr(), err)
+		t.Fatalf("Open via proxy %s: %v", p.Addr(), err)
 	}
 	h.mu.Lock()
 	h.proxies[s] = p
@@ -177,7 +177,7 @@ func TestConformance(t *testing.T) {
 		servers: zkServers(t),
 		admin:   admin,
 		base:    freshBase(t, admin),
-		proxies: map[store.Store]*proxy{},
+		proxies: map[store.Store]*integration.Proxy{},
 	}
 	storetest.Run(t, h)
 }
