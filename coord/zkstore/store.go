@@ -259,6 +259,9 @@ func (s *Store) onEvent(c *client, ev zk.Event) {
 		if ev.State == zk.StateHasSession {
 			se.sessionID = c.d.sessionID.Load()
 			se.timeout = time.Duration(c.d.timeoutMs.Load()) * time.Millisecond
+			if se.timeout <= 0 { // never seen: the reply is read before this event
+				se.timeout = s.cfg.SessionTimeout
+			}
 		}
 		s.qmu.Lock()
 		s.queue = append(s.queue, se)
