@@ -46,7 +46,9 @@ func awaitState(t *testing.T, events <-chan zk.Event, want zk.State, timeout tim
 
 type zkTestLogger struct{ t *testing.T }
 
-func (l zkTestLogger) Printf(format string, args ...any) { l.t.Logf("zk: "+format, args...) }
+func (l zkTestLogger) Printf(format string, args ...any) {
+	l.t.Logf(time.Now().Format("15:04:05.000")+" zk: "+format, args...)
+}
 
 func TestZooKeeperRuokClientAndRestart(t *testing.T) {
 	start := time.Now()
@@ -122,6 +124,7 @@ func TestEnsembleSurvivesStoppedLeader(t *testing.T) {
 	if err := e.StopMember(ctx, leader); err != nil {
 		t.Fatal(err)
 	}
+	stopped := time.Now()
 	// The remaining two elect a leader; until then writes fail. The client
 	// retries other servers on its own.
 	created := false
@@ -136,6 +139,7 @@ func TestEnsembleSurvivesStoppedLeader(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // bounded poll: a distributed condition
 		}
 	}
+	t.Logf("a write succeeded %v after leader (member %d) stopped", time.Since(stopped).Round(time.Millisecond), leader)
 	if ok, _, err := conn.Exists("/before"); err != nil || !ok {
 		t.Fatalf("/before lost after leader stop: exists=%v err=%v", ok, err)
 	}
