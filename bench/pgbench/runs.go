@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/sources/postgres"
+)
+
+type workRow struct {
+	ID      int64  `db:"id"`
+	Payload string `db:"payload"`
+}
+
+// benchShardflow drains the table with the claim mode: two servers, each
+// with its own Source (claimed_by) and its half of the items, each running
+// the dataflow pipeline engine (streaming, one worker per item).
+func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch int) (result, error) {
+	if err := seedWork(ctx, pool, n); err != nil {
+		return result{}, err
+	}
+	var jobs []*postgres.ClaimJob[workRow]
+	for _, id := range []string{"server-a", "server-b"} {
+		src, err := postgres.NewSource[workRow](ctx, postgres.Config{Pool: pool, ServerID: id,
+			Table: postgres.TableSpec{Table: "work", Columns: []string{"id", "payload"}}})
+		if err != nil {
+			return result{}, err
+		}
+		jobs = append(jobs, src.Claim(func(context.Context, dataflow.Shard, workRow) error { return nil }))
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	results := make([]dataflow.RunResult, len(jobs))
+	for s, job := range jobs {
+		var shards []dataflow.Shard
+		for item := s; item < items; item += len(jobs) {
+			shards = append(shards, dataflow.Shard{JobName: "bench", Item: item, Total: items, FetchCount: batch, Epoch: 1})
+		}
+		wg.Go(func() {
+			results[s] = dataflow.RunBatchJob[postgres.Row[workRow]](ctx, job, shards,
+				dataflow.PipelineConfig{JobName: "bench", Threads: 1, Streaming: true})
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var ok int64
+	for _, r := range results {
+		ok += r.Success
+		if r.Failure > 0 {
+			return result{}, fmt.Errorf("%d failures", r.Failure)
+		}
+	}
+	done, err := countDone(ctx, pool)
+	if err != nil {
+		return result{}, err
+	}
+	if done != n || ok != n {
+		return result{}, fmt.Errorf("done %d, counted %d; want %d", done, ok, n)
+	}
+	return result{name: "shardflow", rows: n, elapsed: elapsed,
+		note: fmt.Sprintf("claim mode, %d items over 2 servers in one process (dataflow pipeline engine, streaming, no coordination store), batch %d", items, batch)}, nil
+}
+
+// benchPgxLoop is what one would write by hand: one goroutine per item
+// claiming a batch with the same statement and marking it done with the
+// same guarded UPDATE.
+func benchPgxLoop(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch int) (result, error) {
+	if err := seedWork(ctx, pool, n); err != nil {
+		return result{}, err
+	}
+	const claim = `WITH c AS (
+  SELECT id FROM work WHERE status = 'pending' AND bucket BETWEEN $1 AND $2
+  ORDER BY status, bucket, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+UPDATE work AS t SET status = 'claimed', claimed_by = $4, claim_epoch = $5, claimed_at = now(), attempts = t.attempts + 1
+FROM c WHERE t.id = c.id
+RETURNING t.id, t.payload`
+	const done = `UPDATE work AS t SET status = 'done', last_error = NULL
+WHERE t.id = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AND t.claim_epoch = $3`
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make([]error, items)
+	for item := range items {
+		lo, hi, _ := postgres.BucketRange(item, items)
+		me := fmt.Sprintf("server-%d", item%2)
+		wg.Go(func() {
+			for {
+				rows, err := pool.Query(ctx, claim, lo, hi, batch, me, 1)
+				if err != nil {
+					errs[item] = err
+					return
+				}
+				got, err := pgx.CollectRows(rows, pgx.RowToStructByName[workRow])
+				if err != nil {
+					errs[item] = err
+					return
+				}
+				if len(got) == 0 {
+					return
+				}
+				ids := make([]int64, len(got))
+				for i, r := range got {
+					ids[i] = r.ID
+				}
+				if _, err := pool.Exec(ctx, done, ids, me, 1); err != nil {
+					errs[item] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return result{}, err
+		}
+	}
+	d, err := countDone(ctx, pool)
+	if err != nil || d != n {
+		return result{}, fmt.Errorf("done %d, %v; want %d", d, err, n)
+	}
+	return result{name: "pgx", rows: n, elapsed: elapsed, note: fmt.Sprintf("hand-written loop, %d goroutines, same claim and done SQL, batch %d", items, batch)}, nil
+}
+
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type noopWorker struct{ river.WorkerDefaults[noopArgs] }
+
+func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+// benchRiver inserts n no-op jobs with InsertManyFast (COPY) and times a
+// river client working them off.
+func benchRiver(ctx context.Context, pool *pgxpool.Pool, n int64, maxWorkers int) (result, error) {
+	driver := riverpgxv5.New(pool)
+	migrator, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		return result{}, err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return result{}, err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{})
+	client, err := river.NewClient(driver, &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers: workers,
+	})
+	if err != nil {
+		return result{}, err
+	}
+	insertStart := time.Now()
+	const chunk = 10_000
+	params := make([]river.InsertManyParams, chunk)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: noopArgs{}}
+	}
+	for left := n; left > 0; left -= chunk {
+		if _, err := client.InsertManyFast(ctx, params[:min(left, chunk)]); err != nil {
+			return result{}, err
+		}
+	}
+	insert := time.Since(insertStart)
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE river_job"); err != nil {
+		return result{}, err
+	}
+	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: 200_000})
+	defer cancel()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return result{}, err
+	}
+	var completed int64
+	poll := time.NewTicker(2 * time.Second)
+	defer poll.Stop()
+wait:
+	for completed < n {
+		select {
+		case <-events:
+			completed++
+		case <-poll.C: // events may be dropped when the channel is full
+			var left int64
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE state <> 'completed'`).Scan(&left); err != nil {
+				return result{}, err
+			}
+			if left == 0 {
+				break wait
+			}
+		}
+	}
+	elapsed := time.Since(start)
+	stopCtx, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	if err := client.Stop(stopCtx); err != nil {
+		return result{}, err
+	}
+	return result{name: "river", rows: n, elapsed: elapsed,
+		note: fmt.Sprintf("river %s, no-op worker, MaxWorkers %d, default fetch settings; working only (InsertManyFast of the jobs took %.2fs, %.0f jobs/s)", "v0.51.1", maxWorkers, insert.Seconds(), float64(n)/insert.Seconds())}, nil
+}
+
+// benchUpdate is the physical limit: one statement marking every row done.
+func benchUpdate(ctx context.Context, pool *pgxpool.Pool, n int64) (result, error) {
+	if err := seedWork(ctx, pool, n); err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	tag, err := pool.Exec(ctx, `UPDATE work SET status = 'done'`)
+	if err != nil {
+		return result{}, err
+	}
+	elapsed := time.Since(start)
+	if tag.RowsAffected() != n {
+		return result{}, fmt.Errorf("updated %d; want %d", tag.RowsAffected(), n)
+	}
+	return result{name: "update", rows: n, elapsed: elapsed, note: "one UPDATE work SET status = 'done' over the whole table"}, nil
+}
