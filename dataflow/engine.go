@@ -1,0 +1,355 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Counter receives outcome counts from the pipeline. stats.Counter
+// implements it. Add is called concurrently from many workers, once per
+// processed chunk (not per item), so it must be safe for concurrent use.
+type Counter interface {
+	Add(success, failure int64)
+}
+
+// PipelineConfig configures one run of the pipeline engine (RunJob and
+// RunBatchJob). Zero fields take the stated defaults.
+type PipelineConfig struct {
+	// JobName names the job in errors and logs.
+	JobName string
+	// Threads is the number of workers per shard item
+	// (ConcurrentDataProcessThreadCount). Default 2 x GOMAXPROCS.
+	Threads int
+	// Streaming keeps fetching after each processed batch until a fetch
+	// returns nothing, KeepGoing says no, or ctx ends. Default false: one
+	// fetch per shard item.
+	Streaming bool
+	// KeepGoing is checked between streaming batches; nil means always.
+	// It is called concurrently from the shard items' goroutines.
+	KeepGoing func() bool
+	// Counter receives the outcome counts; nil discards them (RunResult
+	// still carries the totals).
+	Counter Counter
+	// ErrorPolicy decides what happens to each shard item's first error.
+	// Default ErrorPolicyLog.
+	ErrorPolicy ErrorPolicy
+	// Logger receives errors under ErrorPolicyLog. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// RunResult is the outcome of one run.
+type RunResult struct {
+	// Success and Failure are the counted outcomes of the run.
+	Success, Failure int64
+	// Err is nil unless the job's ErrorPolicy is ErrorPolicyReturn and user
+	// code failed: then it joins one *ItemError per failing shard item, in
+	// item order. Under the other policies errors are logged or dropped.
+	// The Node also puts coordination errors here (e.g. a failed Complete).
+	Err error
+	// Started is when the run began; Duration how long it took.
+	Started  time.Time
+	Duration time.Duration
+}
+
+// RunJob runs job over shards, the engine under Node: every shard item runs
+// concurrently in its own goroutine, which fetches up to shard.FetchCount
+// items and hands them to up to cfg.Threads workers, then, when streaming,
+// fetches again. It blocks until every shard item has finished.
+//
+// Cancelling ctx stops fetching and stops handing out items at once; calls
+// already in progress get ctx and are waited for. Items that were fetched
+// but not handed out are counted neither as successes nor as failures.
+//
+// A Process error counts one failure and processing goes on; the first
+// error of each shard item is kept and handled by cfg.ErrorPolicy. A panic
+// in Fetch or Process is recovered as a *PanicError: in Process it counts
+// one failure, in Fetch one failure and it ends that shard item's run.
+func RunJob[T any](ctx context.Context, job Job[T], shards []Shard, cfg PipelineConfig) RunResult {
+	e := newEngine[T](cfg)
+	e.fetch = job.Fetch
+	e.job = job
+	return e.run(ctx, shards)
+}
+
+// RunBatchJob is RunJob for a BatchJob: each fetched batch is split into at
+// most cfg.Threads contiguous slices of near-equal length, processed
+// concurrently by ProcessBatch. A slice counts succeeded successes and
+// len-succeeded failures; a non-nil error or a panic counts the whole slice
+// as failed.
+func RunBatchJob[T any](ctx context.Context, job BatchJob[T], shards []Shard, cfg PipelineConfig) RunResult {
+	e := newEngine[T](cfg)
+	e.fetch = job.Fetch
+	e.batch = job
+	return e.run(ctx, shards)
+}
+
+// engine is one run of the pipeline. Exactly one of job and batch is set.
+type engine[T any] struct {
+	cfg   PipelineConfig
+	fetch func(context.Context, Shard) ([]T, error)
+	job   Job[T]
+	batch BatchJob[T]
+
+	success, failure atomic.Int64
+}
+
+func newEngine[T any](cfg PipelineConfig) *engine[T] {
+	if cfg.Threads <= 0 {
+		cfg.Threads = 2 * runtime.GOMAXPROCS(0)
+	}
+	if cfg.ErrorPolicy == "" {
+		cfg.ErrorPolicy = ErrorPolicyLog
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &engine[T]{cfg: cfg}
+}
+
+func (e *engine[T]) run(ctx context.Context, shards []Shard) RunResult {
+	res := RunResult{Started: time.Now()}
+	items := make([]itemRun[T], len(shards))
+	var wg sync.WaitGroup
+	for i := range shards {
+		r := &items[i]
+		r.e, r.shard = e, shards[i]
+		if i == len(shards)-1 {
+			r.run(ctx) // the last one runs on the caller's goroutine
+			continue
+		}
+		wg.Go(func() { r.run(ctx) })
+	}
+	wg.Wait()
+
+	res.Success, res.Failure = e.success.Load(), e.failure.Load()
+	res.Duration = time.Since(res.Started)
+	var errs []error
+	for i := range items {
+		ie := items[i].err.Load()
+		if ie == nil {
+			continue
+		}
+		switch e.cfg.ErrorPolicy {
+		case ErrorPolicyReturn:
+			errs = append(errs, ie)
+		case ErrorPolicyIgnore:
+		default:
+			attrs := []any{"job", ie.Job, "item", ie.Item, "op", ie.Op, "err", ie.Err}
+			var pe *PanicError
+			if errors.As(ie.Err, &pe) {
+				attrs = append(attrs, "stack", string(pe.Stack))
+			}
+			e.cfg.Logger.ErrorContext(ctx, "dataflow: shard item failed", attrs...)
+		}
+	}
+	res.Err = errors.Join(errs...)
+	return res
+}
+
+func (e *engine[T]) count(success, failure int64) {
+	if success == 0 && failure == 0 {
+		return
+	}
+	if success != 0 {
+		e.success.Add(success)
+	}
+	if failure != 0 {
+		e.failure.Add(failure)
+	}
+	if e.cfg.Counter != nil {
+		e.cfg.Counter.Add(success, failure)
+	}
+}
+
+// itemRun is one shard item's run: an owner goroutine (run) that fetches and
+// dispatches, and up to Threads workers started on demand, which receive
+// chunk indices of the current pass on work. The owner is the only sender
+// on work and closes it; it waits for the workers before returning.
+type itemRun[T any] struct {
+	e     *engine[T]
+	shard Shard
+	err   atomic.Pointer[ItemError]
+
+	work    chan int // chunk index of cur
+	workers sync.WaitGroup
+	started int
+	cur     pass[T]
+}
+
+// pass is one fetched batch being processed. The owner sets its fields
+// before sending the first chunk index (the send publishes them) and reads
+// them again only after wg.Wait.
+type pass[T any] struct {
+	items  []T
+	chunks int          // chunks handed out: 0..chunks-1
+	stride int64        // items claimed per cursor step (per-item jobs)
+	next   atomic.Int64 // cursor into items (per-item jobs)
+	wg     sync.WaitGroup
+}
+
+func (r *itemRun[T]) recordErr(op string, err error) {
+	if r.err.Load() != nil {
+		return
+	}
+	r.err.CompareAndSwap(nil, &ItemError{Job: r.e.cfg.JobName, Item: r.shard.Item, Op: op, Err: err})
+}
+
+func (r *itemRun[T]) run(ctx context.Context) {
+	defer func() {
+		if r.work != nil {
+			close(r.work)
+			r.workers.Wait()
+		}
+		r.cur.items = nil
+	}()
+	for ctx.Err() == nil {
+		items, err := r.callFetch(ctx)
+		if err != nil {
+			r.recordErr("fetch", err)
+			return
+		}
+		if len(items) == 0 {
+			return
+		}
+		r.dispatch(ctx, items)
+		if !r.e.cfg.Streaming || (r.e.cfg.KeepGoing != nil && !r.e.cfg.KeepGoing()) {
+			return
+		}
+	}
+}
+
+func (r *itemRun[T]) callFetch(ctx context.Context) (items []T, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.e.count(0, 1)
+			items, err = nil, newPanicError("fetch", v)
+		}
+	}()
+	return r.e.fetch(ctx, r.shard)
+}
+
+// dispatch processes one fetched batch and returns when every handed-out
+// chunk is done. A batch that needs one chunk is processed on the owner's
+// goroutine without a hand-off.
+func (r *itemRun[T]) dispatch(ctx context.Context, items []T) {
+	p := &r.cur
+	p.items = items
+	p.chunks = min(r.e.cfg.Threads, len(items))
+	p.next.Store(0)
+	// Per-item jobs claim items in strides, about four per worker and pass:
+	// a slow item holds back at most its stride, and the shared cursor is
+	// touched a handful of times per pass rather than once per item.
+	p.stride = int64(max(1, len(items)/(4*p.chunks)))
+	if p.chunks == 1 {
+		r.processChunk(ctx, p, 0)
+		return
+	}
+	if r.work == nil {
+		r.work = make(chan int, r.e.cfg.Threads)
+	}
+	for r.started < p.chunks {
+		r.started++
+		r.workers.Go(func() { r.worker(ctx) })
+	}
+	done := ctx.Done()
+	p.wg.Add(p.chunks)
+	for i := 0; i < p.chunks; i++ {
+		select {
+		case r.work <- i:
+		case <-done:
+			p.wg.Add(i - p.chunks) // chunks never handed out
+			p.wg.Wait()
+			return
+		}
+	}
+	p.wg.Wait()
+}
+
+func (r *itemRun[T]) worker(ctx context.Context) {
+	for chunk := range r.work {
+		p := &r.cur
+		r.processChunk(ctx, p, chunk)
+		p.wg.Done()
+	}
+}
+
+func (r *itemRun[T]) processChunk(ctx context.Context, p *pass[T], chunk int) {
+	if r.e.batch != nil {
+		n := len(p.items)
+		lo, hi := chunk*n/p.chunks, (chunk+1)*n/p.chunks
+		if ctx.Err() != nil || lo == hi {
+			return
+		}
+		r.processBatch(ctx, p.items[lo:hi])
+		return
+	}
+	r.processItems(ctx, p)
+}
+
+// processItems claims strides of the pass's items until none are left or
+// ctx ends, and counts their outcomes once at the end.
+func (r *itemRun[T]) processItems(ctx context.Context, p *pass[T]) {
+	done := ctx.Done()
+	n := int64(len(p.items))
+	var success, failure int64
+claim:
+	for {
+		hi := p.next.Add(p.stride)
+		lo := hi - p.stride
+		if lo >= n {
+			break
+		}
+		hi = min(hi, n)
+		for i := lo; i < hi; i++ {
+			select {
+			case <-done:
+				break claim
+			default:
+			}
+			if err := r.callProcess(ctx, p.items[i]); err != nil {
+				failure++
+				r.recordErr("process", err)
+			} else {
+				success++
+			}
+		}
+	}
+	r.e.count(success, failure)
+}
+
+func (r *itemRun[T]) callProcess(ctx context.Context, item T) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = newPanicError("process", v)
+		}
+	}()
+	return r.e.job.Process(ctx, r.shard, item)
+}
+
+func (r *itemRun[T]) processBatch(ctx context.Context, items []T) {
+	n, err := r.callProcessBatch(ctx, items)
+	if err != nil {
+		r.recordErr("process batch", err)
+		r.e.count(0, int64(len(items)))
+		return
+	}
+	if n < 0 || n > len(items) {
+		r.recordErr("process batch", ErrBadSucceeded)
+		n = max(0, min(n, len(items)))
+	}
+	r.e.count(int64(n), int64(len(items)-n))
+}
+
+func (r *itemRun[T]) callProcessBatch(ctx context.Context, items []T) (n int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			n, err = 0, newPanicError("process batch", v)
+		}
+	}()
+	return r.e.batch.ProcessBatch(ctx, r.shard, items)
+}
