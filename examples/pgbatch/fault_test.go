@@ -1,0 +1,170 @@
+package main
+
+// FAULT SUITE: real ZooKeeper and Postgres (integration harness), pgbatch
+// worker processes killed, paused past their session timeout, and a
+// Postgres restart. SHARDFLOW_PGBATCH_ROWS overrides the 200k default.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/sources/postgres"
+)
+
+func TestMain(m *testing.M) { integration.Main(m) }
+
+const sessionTimeout = 4 * time.Second
+
+func faultRows() int {
+	if v, err := strconv.Atoi(os.Getenv("SHARDFLOW_PGBATCH_ROWS")); err == nil && v > 0 {
+		return v
+	}
+	return 200_000
+}
+
+type cluster struct {
+	t        *testing.T
+	bin, dsn string
+	zk, ns   string
+	workers  []*integration.Process
+}
+
+func (c *cluster) start(i int) {
+	c.workers[i] = integration.StartProcess(c.t, c.bin, []string{"work", "--pg", c.dsn, "--zk", c.zk,
+		"--server-id", fmt.Sprintf("w%d", i), "--namespace", c.ns, "--follow",
+		"--session-timeout", sessionTimeout.String()}, nil)
+}
+
+func setupCluster(t *testing.T, pg *integration.Postgres, workers, rows int) (*cluster, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	zk := integration.SharedZooKeeper(t)
+	c := &cluster{t: t, bin: integration.BuildBinary(t, "github.com/shardflow/shardflow/examples/pgbatch"),
+		dsn: pg.NewDatabase(t), zk: zk.Servers()[0], ns: fmt.Sprintf("pgbatch-%s-%d", t.Name(), time.Now().UnixNano()),
+		workers: make([]*integration.Process, workers)}
+	if out, err := exec.Command(c.bin, "seed", "--pg", c.dsn, "--rows", strconv.Itoa(rows)).CombinedOutput(); err != nil {
+		t.Fatalf("seed: %v\n%s", err, out)
+	}
+	pool, err := postgres.Connect(ctx, c.dsn, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for i := range workers {
+		c.start(i)
+	}
+	return c, pool
+}
+
+// waitDone polls verify until nothing is pending, calling chaos between polls.
+func waitDone(t *testing.T, pool *pgxpool.Pool, limit time.Duration, chaos func()) Report {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		r, err := verify(ctx, pool)
+		cancel()
+		if err == nil && r.Pending == 0 {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not done within %s: %+v (last error %v)", limit, r, err)
+		}
+		if chaos != nil {
+			chaos()
+		}
+		time.Sleep(500 * time.Millisecond) // polling a distributed condition
+	}
+}
+
+func checkExactlyOnce(t *testing.T, r Report, rows int) {
+	t.Helper()
+	t.Logf("verify: %+v", r)
+	if r.Rows != int64(rows) || r.Done != int64(rows) || r.Failed != 0 || r.Lost != 0 || r.DuplicateEffects != 0 || r.OrphanEffects != 0 {
+		t.Fatalf("verify = %+v; want all %d rows done, 0 failed, 0 lost, 0 duplicate effects, 0 orphan effects", r, rows)
+	}
+}
+
+func TestFaultKillPauseExactlyOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault suite")
+	}
+	rows := faultRows()
+	c, pool := setupCluster(t, integration.SharedPostgres(t), 3, rows)
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("chaos seed %d", seed)
+	kills, paused := 0, false
+	lastKill := time.Now()
+	r := waitDone(t, pool, 150*time.Second, func() {
+		if !paused && kills >= 2 {
+			// SIGSTOP one worker past its session timeout, then SIGCONT it:
+			// it wakes up believing it owns items it lost.
+			paused = true
+			w := c.workers[rng.IntN(len(c.workers))]
+			if err := w.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2*sessionTimeout + time.Second) // the fault is the elapsed time
+			if err := w.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("paused and resumed pid %d for %s", w.Pid(), 2*sessionTimeout+time.Second)
+			return
+		}
+		if time.Since(lastKill) > 3*time.Second {
+			i := rng.IntN(len(c.workers))
+			if err := c.workers[i].Kill(); err != nil {
+				t.Fatal(err)
+			}
+			c.start(i)
+			kills++
+			lastKill = time.Now()
+		}
+	})
+	t.Logf("%d kills, pause done %v", kills, paused)
+	if kills < 2 {
+		t.Logf("the run finished before the chaos did much: %d kills; raise SHARDFLOW_PGBATCH_ROWS", kills)
+	}
+	checkExactlyOnce(t, r, rows)
+}
+
+func TestFaultPostgresRestartLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault suite")
+	}
+	pg := integration.StartPostgres(t)
+	pg.RequireControl(t)
+	rows := faultRows() / 2
+	_, pool := setupCluster(t, pg, 2, rows)
+	restarted := false
+	start := time.Now()
+	r := waitDone(t, pool, 150*time.Second, func() {
+		if restarted || time.Since(start) < 2*time.Second {
+			return
+		}
+		restarted = true
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := pg.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := pg.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Log("Postgres restarted")
+	})
+	if !restarted {
+		t.Log("the run finished before the restart; raise SHARDFLOW_PGBATCH_ROWS")
+	}
+	checkExactlyOnce(t, r, rows)
+}
