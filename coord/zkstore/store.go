@@ -239,7 +239,9 @@ func (c *client) shutdown(graceful bool) {
 		c.d.retire()
 		c.conn.Close()
 	}
-	for range c.events { //nolint:revive // drain until the client's main goroutine closes it
+	// The client closes its event channel when its main goroutine ends;
+	// draining it is how to wait for that.
+	for range c.events {
 	}
 }
 
