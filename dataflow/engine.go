@@ -294,41 +294,57 @@ func (r *itemRun[T]) processChunk(ctx context.Context, p *pass[T], chunk int) {
 // processItems claims strides of the pass's items until none are left or
 // ctx ends, and counts their outcomes once at the end.
 func (r *itemRun[T]) processItems(ctx context.Context, p *pass[T]) {
-	done := ctx.Done()
 	n := int64(len(p.items))
-	var success, failure int64
-claim:
+	var t tally
 	for {
 		hi := p.next.Add(p.stride)
 		lo := hi - p.stride
 		if lo >= n {
 			break
 		}
-		hi = min(hi, n)
-		for i := lo; i < hi; i++ {
-			select {
-			case <-done:
-				break claim
-			default:
-			}
-			if err := r.callProcess(ctx, p.items[i]); err != nil {
-				failure++
-				r.recordErr("process", err)
-			} else {
-				success++
+		next, end := int(lo), int(min(hi, n))
+		for next < end {
+			var stopped bool
+			if next, stopped = r.processRange(ctx, p.items, next, end, &t); stopped {
+				r.e.count(t.success, t.failure)
+				return
 			}
 		}
 	}
-	r.e.count(success, failure)
+	r.e.count(t.success, t.failure)
 }
 
-func (r *itemRun[T]) callProcess(ctx context.Context, item T) (err error) {
+type tally struct{ success, failure int64 }
+
+// processRange processes items[lo:hi] until the end, a panic or ctx's end.
+// It returns the index after the last item handled, and whether ctx ended.
+// Recovering here, once per range instead of once per item, keeps the
+// per-item cost to the Process call, a counter increment and a ctx check.
+func (r *itemRun[T]) processRange(ctx context.Context, items []T, lo, hi int, t *tally) (next int, stopped bool) {
+	i := lo
 	defer func() {
 		if v := recover(); v != nil {
-			err = newPanicError("process", v)
+			t.failure++
+			r.recordErr("process", newPanicError("process", v))
+			next, stopped = i+1, false
 		}
 	}()
-	return r.e.job.Process(ctx, r.shard, item)
+	done := ctx.Done()
+	job, shard := r.e.job, r.shard
+	for ; i < hi; i++ {
+		select {
+		case <-done:
+			return i, true
+		default:
+		}
+		if err := job.Process(ctx, shard, items[i]); err != nil {
+			t.failure++
+			r.recordErr("process", err)
+		} else {
+			t.success++
+		}
+	}
+	return hi, false
 }
 
 func (r *itemRun[T]) processBatch(ctx context.Context, items []T) {
