@@ -18,6 +18,8 @@ type Event struct {
 	Epoch    int64  `json:"epoch"`
 	Failover bool   `json:"failover"`
 	Seq      int64  `json:"seq"`
+	// Checked, on commits, is when the fencing check returned nil (Unix ms).
+	Checked int64 `json:"checked"`
 	Phase    string `json:"phase"`
 	Reason   string `json:"reason"`
 	Err      string `json:"err"`

@@ -121,8 +121,12 @@ func staleCommits(evs []Event) []string {
 		}
 		for _, b := range begins[*c.Item] {
 			if b.server != c.Server && b.epoch > c.Epoch && b.t < c.T {
-				out = append(out, fmt.Sprintf("item %d: %s committed epoch %d at %d ms after %s began epoch %d at %d ms",
-					*c.Item, c.Server, c.Epoch, c.T, b.server, b.epoch, b.t))
+				kind := "FENCING CHECK PASSED AFTER THE NEWER BEGIN"
+				if c.Checked != 0 && c.Checked < b.t {
+					kind = "check passed before the newer begin; printed after (check-then-act window, closed only by a sink-side epoch fence)"
+				}
+				out = append(out, fmt.Sprintf("item %d: %s committed epoch %d at %d ms (checked at %d ms) after %s began epoch %d at %d ms: %s",
+					*c.Item, c.Server, c.Epoch, c.T, c.Checked, b.server, b.epoch, b.t, kind))
 				break
 			}
 		}

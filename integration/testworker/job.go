@@ -103,12 +103,13 @@ func (j *tickJob) Process(ctx context.Context, sh dataflow.Shard, _ tick) error 
 		j.em.emit(event{Ev: "fenced", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Err: err.Error()})
 		return fmt.Errorf("testworker: commit of item %d epoch %d refused: %w", sh.Item, sh.Epoch, err)
 	}
+	checked := time.Now().UnixMilli()
 	j.mu.Lock()
 	j.seq[sh.Item]++
 	seq := j.seq[sh.Item]
 	// Emitted under mu so that a commit is never printed after the "end"
 	// of its own item run.
-	j.em.emit(event{Ev: "commit", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Seq: seq})
+	j.em.emit(event{Ev: "commit", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Seq: seq, Checked: checked})
 	j.mu.Unlock()
 	return nil
 }
