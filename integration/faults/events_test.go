@@ -19,10 +19,10 @@ type Event struct {
 	Failover bool   `json:"failover"`
 	Seq      int64  `json:"seq"`
 	// Checked, on commits, is when the fencing check returned nil (Unix ms).
-	Checked int64 `json:"checked"`
-	Phase    string `json:"phase"`
-	Reason   string `json:"reason"`
-	Err      string `json:"err"`
+	Checked int64  `json:"checked"`
+	Phase   string `json:"phase"`
+	Reason  string `json:"reason"`
+	Err     string `json:"err"`
 	// T is the worker's clock at the event, Unix milliseconds. Workers run
 	// on the test's host, so T is comparable with the test's time.Now.
 	T int64 `json:"t"`

@@ -18,11 +18,11 @@ type event struct {
 	Failover bool   `json:"failover,omitempty"`
 	Seq      int64  `json:"seq,omitempty"`
 	// Checked is when the fencing check of a commit returned nil (Unix ms).
-	Checked int64 `json:"checked,omitempty"`
-	Phase    string `json:"phase,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	Err      string `json:"err,omitempty"`
-	T        int64  `json:"t"`
+	Checked int64  `json:"checked,omitempty"`
+	Phase   string `json:"phase,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Err     string `json:"err,omitempty"`
+	T       int64  `json:"t"`
 }
 
 // emitter writes events as JSON lines. Each event is marshalled and written
