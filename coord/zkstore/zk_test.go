@@ -398,3 +398,53 @@ func TestServerRestartWithinTimeoutResumesTheSameSession(t *testing.T) {
 	}
 	t.Logf("ZooKeeper down and back in %v; session 0x%x resumed", downtime, after.ID)
 }
+
+func TestEnsembleMemberStopFailsOverKeepingTheSession(t *testing.T) {
+	// tickTime 1s lets the ensemble grant a 15s session, longer than a
+	// leader election on a loaded machine.
+	e := integration.StartEnsemble(t, 3, integration.WithTickTime(time.Second))
+	e.RequireControl(t)
+	ctx := testCtx(t)
+	const timeout = 15 * time.Second
+	s := open(t, zkstore.Config{Servers: e.Servers(), SessionTimeout: timeout})
+	before, _ := s.Session()
+	eph, err := s.Create(ctx, "/failover-eph", nil, store.Ephemeral)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, watch, err := s.GetW(ctx, eph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	connectedTo := s.Conn().Server()
+	member := -1
+	for i := range e.Size() {
+		if e.Member(i).Servers()[0] == connectedTo {
+			member = i
+		}
+	}
+	if member < 0 {
+		t.Fatalf("connected to %s, which is none of %v", connectedTo, e.Servers())
+	}
+
+	stopped := time.Now()
+	if err := e.StopMember(ctx, member); err != nil {
+		t.Fatal(err)
+	}
+	awaitState(t, s, timeout, "suspended after its server stopped", func(c store.Session) bool { return c.State != store.StateConnected })
+	after := awaitState(t, s, 2*timeout, "failed over", func(c store.Session) bool { return c.State == store.StateConnected || c.State == store.StateLost })
+	failover := time.Since(stopped)
+	if after.State != store.StateConnected || after.ID != before.ID {
+		t.Fatalf("after stopping member %d: %v session 0x%x, want connected with the same session 0x%x", member, after.State, after.ID, before.ID)
+	}
+	if now := s.Conn().Server(); now == connectedTo {
+		t.Fatalf("still connected to the stopped member %s", now)
+	}
+	if _, err := s.Set(ctx, eph, []byte("x"), store.AnyVersion); err != nil {
+		t.Fatalf("Set after failover: %v", err)
+	}
+	if ev := recvEvent(t, watch, "watch armed before the failover"); ev.Type != store.EventNodeDataChanged {
+		t.Fatalf("watch after failover: %v (err %v), want data-changed", ev.Type, ev.Err)
+	}
+	t.Logf("member %d (%s) stopped; session 0x%x resumed on %s after %v", member, connectedTo, after.ID, s.Conn().Server(), failover)
+}
