@@ -28,9 +28,9 @@ func TestPausePastSessionTimeout(t *testing.T) {
 	})
 
 	paused := w3.pause()
-	// The fault under test is the freeze itself: hold it for twice the
-	// session timeout plus ZooKeeper's expiry tick, long enough for the
-	// others to take w3's items over, which we await instead of guessing.
+	// The fault under test is the freeze itself: it lasts until the others
+	// own and have begun all of w3's items (past the session timeout),
+	// which is awaited rather than slept.
 	c.requireOwnership(settle, "w1", "w2")
 	c.log.waitFor(t, settle, "every item begun by w1 and w2 while w3 is frozen", allBegunSince(paused, c.total, "w1", "w2"))
 	frozenFor := time.Since(paused)
