@@ -120,7 +120,7 @@ func startPGContainer(t testing.TB, image string, shared bool) (*Postgres, error
 
 func waitPostgres(ctx context.Context, dsn string) error {
 	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
 		conn, err := pgx.Connect(cctx, dsn)
 		if err != nil {

@@ -273,11 +273,17 @@ func FourLetterWord(ctx context.Context, addr, cmd string) (string, error) {
 	return string(reply), nil
 }
 
+// attemptTimeout bounds one readiness probe: while a container starts,
+// Docker's port proxy may accept a connection that nothing answers.
+const attemptTimeout = 3 * time.Second
+
 // errNotServing means a server answered but is not serving clients yet.
 var errNotServing = errors.New("integration: ZooKeeper is not serving yet")
 
 func waitRuok(ctx context.Context, addr string) error {
 	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
 		reply, err := FourLetterWord(ctx, addr, "ruok")
 		if err != nil {
 			return err
@@ -306,6 +312,8 @@ func ServerMode(ctx context.Context, addr string) (string, error) {
 
 func waitServing(ctx context.Context, addr string) error {
 	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
 		mode, err := ServerMode(ctx, addr)
 		if err != nil {
 			return err
