@@ -1,0 +1,362 @@
+package dataflow
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+)
+
+// Reason says why a run started.
+type Reason int
+
+// Run reasons.
+const (
+	// ReasonCron: the job's cron schedule fired.
+	ReasonCron Reason = iota + 1
+	// ReasonTrigger: Node.Trigger or an operator's trigger.
+	ReasonTrigger
+	// ReasonMisfire: the catch-up run after triggers missed during a run.
+	ReasonMisfire
+	// ReasonFailover: this server claimed a crashed server's item.
+	ReasonFailover
+)
+
+// String names the reason.
+func (r Reason) String() string {
+	switch r {
+	case ReasonCron:
+		return "cron"
+	case ReasonTrigger:
+		return "trigger"
+	case ReasonMisfire:
+		return "misfire"
+	case ReasonFailover:
+		return "failover"
+	}
+	return fmt.Sprintf("Reason(%d)", int(r))
+}
+
+// runFunc performs one run of a job. ctx is the job's run context: it is
+// cancelled by a hard stop, by a remove that timed out, and by a graceful
+// stop that timed out.
+type runFunc func(ctx context.Context, reason Reason)
+
+// scheduler is the one cron scheduler of a Node: one robfig/cron instance
+// for every job, and at most one run per job at a time.
+//
+// A job costs no goroutine while idle: a runner goroutine is started when a
+// run is due and exits when no run is pending. A cron fire during a run sets
+// the job's misfire flag (when misfire is on), so any number of fires during
+// one run give exactly one catch-up run after it; a manual trigger during a
+// run is queued (one pending) and never dropped.
+//
+// All methods are safe for concurrent use.
+type scheduler struct {
+	cron   *cron.Cron
+	logger *slog.Logger
+
+	base   context.Context // parent of every job's run context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	jobs     map[string]*schedJob
+	active   map[*schedJob]struct{} // jobs with a runner goroutine, removed ones too
+	started  bool
+	stopping bool
+}
+
+type schedJob struct {
+	name    string
+	run     runFunc
+	misfire bool
+	spec    string
+	sched   cron.Schedule // nil: trigger only
+	entry   cron.EntryID
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// Guarded by scheduler.mu.
+	removed        bool
+	pendingMisfire bool
+	pendingTrigger bool
+	idle           chan struct{} // non-nil while a runner goroutine exists; closed when it exits
+}
+
+func newScheduler(logger *slog.Logger) *scheduler {
+	base, cancel := context.WithCancel(context.Background())
+	return &scheduler{
+		cron:   cron.New(cron.WithLogger(cron.DiscardLogger)),
+		logger: logger,
+		base:   base,
+		cancel: cancel,
+		jobs:   map[string]*schedJob{},
+		active: map[*schedJob]struct{}{},
+	}
+}
+
+// parseSpec parses a cron spec; "" means trigger-only (nil schedule).
+func parseSpec(spec string) (cron.Schedule, error) {
+	if spec == "" {
+		return nil, nil
+	}
+	s, err := jobconfig.ParseCron(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadCron, err)
+	}
+	return s, nil
+}
+
+// start starts the cron loop. Jobs added before start fire only after it.
+func (s *scheduler) start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.stopping {
+		return
+	}
+	s.started = true
+	s.cron.Start()
+}
+
+// add schedules a job. spec "" makes it trigger-only.
+func (s *scheduler) add(name, spec string, misfire bool, run runFunc) error {
+	sched, err := parseSpec(spec)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return ErrNodeStopped
+	}
+	if _, ok := s.jobs[name]; ok {
+		return fmt.Errorf("%w: %q", ErrJobExists, name)
+	}
+	j := &schedJob{name: name, run: run, misfire: misfire, spec: spec, sched: sched}
+	j.ctx, j.cancel = context.WithCancel(s.base)
+	if sched != nil {
+		j.entry = s.cron.Schedule(sched, cron.FuncJob(func() { s.fire(j) }))
+	}
+	s.jobs[name] = j
+	return nil
+}
+
+// reschedule replaces a job's cron spec and misfire setting.
+func (s *scheduler) reschedule(name, spec string, misfire bool) error {
+	sched, err := parseSpec(spec)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNoJob, name)
+	}
+	j.misfire = misfire
+	if spec == j.spec {
+		return nil
+	}
+	if j.entry != 0 {
+		s.cron.Remove(j.entry)
+		j.entry = 0
+	}
+	j.spec, j.sched = spec, sched
+	if sched != nil {
+		j.entry = s.cron.Schedule(sched, cron.FuncJob(func() { s.fire(j) }))
+	}
+	return nil
+}
+
+// nextFire returns the job's next cron fire time after now; zero for a
+// trigger-only job or an unknown one.
+func (s *scheduler) nextFire(name string, now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[name]
+	if !ok || j.sched == nil {
+		return time.Time{}
+	}
+	return j.sched.Next(now)
+}
+
+// fire is the cron callback: start a run, or record a misfire if one runs.
+func (s *scheduler) fire(j *schedJob) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j.removed || s.stopping {
+		return
+	}
+	if j.idle != nil {
+		if j.misfire {
+			j.pendingMisfire = true
+		}
+		return
+	}
+	s.startRunnerLocked(j, ReasonCron)
+}
+
+// trigger asks for a run now, or queues one if a run is in progress.
+func (s *scheduler) trigger(name string, reason Reason) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping {
+		return ErrNodeStopped
+	}
+	j, ok := s.jobs[name]
+	if !ok {
+		return fmt.Errorf("%w: %q", ErrNoJob, name)
+	}
+	if j.idle != nil {
+		j.pendingTrigger = true
+		return nil
+	}
+	s.startRunnerLocked(j, reason)
+	return nil
+}
+
+// busy reports whether the job has a run in progress.
+func (s *scheduler) busy(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[name]
+	return ok && j.idle != nil
+}
+
+func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason) {
+	j.idle = make(chan struct{})
+	s.active[j] = struct{}{}
+	go s.runner(j, reason)
+}
+
+// runner runs the job, then the queued trigger or the one catch-up run,
+// until nothing is pending. It is owned by the scheduler: stop and remove
+// wait for it through j.idle.
+func (s *scheduler) runner(j *schedJob, reason Reason) {
+	for {
+		j.run(j.ctx, reason)
+
+		s.mu.Lock()
+		switch {
+		case j.removed || s.stopping || j.ctx.Err() != nil:
+			reason = 0
+		case j.pendingTrigger:
+			reason = ReasonTrigger
+		case j.pendingMisfire:
+			reason = ReasonMisfire
+		default:
+			reason = 0
+		}
+		// One run after this one serves both a queued trigger and the
+		// missed cron fires: both flags are consumed.
+		j.pendingTrigger, j.pendingMisfire = false, false
+		if reason == 0 {
+			close(j.idle)
+			j.idle = nil
+			delete(s.active, j)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+}
+
+// remove unschedules a job and waits for its run to finish. If ctx ends
+// first, the run's context is cancelled and ctx.Err() returned; the runner
+// exits by itself once the run returns.
+func (s *scheduler) remove(ctx context.Context, name string) error {
+	s.mu.Lock()
+	j, ok := s.jobs[name]
+	if !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrNoJob, name)
+	}
+	delete(s.jobs, name)
+	j.removed = true
+	if j.entry != 0 {
+		s.cron.Remove(j.entry)
+	}
+	idle := j.idle
+	s.mu.Unlock()
+
+	defer j.cancel()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// stop stops scheduling (no new cron fires, no pending runs) and waits for
+// runs in progress. If ctx ends first, every run's context is cancelled and
+// ctx.Err() returned. Safe before start and more than once.
+func (s *scheduler) stop(ctx context.Context) error {
+	s.halt()
+	if err := s.wait(ctx); err != nil {
+		s.cancel()
+		return err
+	}
+	s.cancel()
+	return nil
+}
+
+// stopAndCancel is stop that cancels every run's context first.
+func (s *scheduler) stopAndCancel(ctx context.Context) error {
+	s.halt()
+	s.cancel()
+	return s.wait(ctx)
+}
+
+// halt stops the cron loop and marks the scheduler stopping. It waits for
+// cron callbacks in flight (they only take s.mu briefly).
+func (s *scheduler) halt() {
+	s.mu.Lock()
+	s.stopping = true
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		<-s.cron.Stop().Done()
+	}
+}
+
+// wait blocks until no runner goroutine is left or ctx ends.
+func (s *scheduler) wait(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		var idle chan struct{}
+		for j := range s.active {
+			idle = j.idle
+			break
+		}
+		s.mu.Unlock()
+		if idle == nil {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// names returns the scheduled jobs' names, unsorted.
+func (s *scheduler) names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.jobs))
+	for n := range s.jobs {
+		out = append(out, n)
+	}
+	return out
+}

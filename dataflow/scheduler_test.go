@@ -1,0 +1,303 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder is a runFunc whose first run blocks until released.
+type recorder struct {
+	mu      sync.Mutex
+	reasons []Reason
+	started chan struct{} // receives one value per run start
+	release chan struct{} // closed to let the first run end
+	first   sync.Once
+}
+
+func newRecorder() *recorder {
+	return &recorder{started: make(chan struct{}, 100), release: make(chan struct{})}
+}
+
+func (r *recorder) run(ctx context.Context, reason Reason) {
+	r.mu.Lock()
+	r.reasons = append(r.reasons, reason)
+	r.mu.Unlock()
+	r.started <- struct{}{}
+	blocked := false
+	r.first.Do(func() { blocked = true })
+	if blocked {
+		select {
+		case <-r.release:
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (r *recorder) got() []Reason {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.reasons)
+}
+
+func testScheduler(t *testing.T) *scheduler {
+	t.Helper()
+	s := newScheduler(slog.Default())
+	t.Cleanup(func() {
+		if err := s.stopAndCancel(context.Background()); err != nil {
+			t.Errorf("stopAndCancel: %v", err)
+		}
+	})
+	return s
+}
+
+func waitIdle(t *testing.T, s *scheduler) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := s.wait(ctx); err != nil {
+		t.Fatalf("scheduler did not go idle: %v", err)
+	}
+}
+
+func TestSchedulerOverlap(t *testing.T) {
+	tests := []struct {
+		name     string
+		misfire  bool
+		fires    int // cron fires during the first run
+		triggers int // manual triggers during the first run
+		want     []Reason
+	}{
+		{"first missed fire counts", true, 1, 0, []Reason{ReasonCron, ReasonMisfire}},
+		{"many missed fires collapse into one", true, 7, 0, []Reason{ReasonCron, ReasonMisfire}},
+		{"misfire off drops fires", false, 3, 0, []Reason{ReasonCron}},
+		{"manual trigger during a run is queued", false, 0, 1, []Reason{ReasonCron, ReasonTrigger}},
+		{"triggers coalesce into one pending", true, 0, 3, []Reason{ReasonCron, ReasonTrigger}},
+		{"trigger and misfire served by one run", true, 4, 2, []Reason{ReasonCron, ReasonTrigger}},
+		{"no overlap, no extra run", true, 0, 0, []Reason{ReasonCron}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := testScheduler(t)
+			rec := newRecorder()
+			if err := s.add("j", "", tt.misfire, rec.run); err != nil {
+				t.Fatal(err)
+			}
+			j := s.jobs["j"]
+			s.fire(j) // the cron callback, called directly
+			<-rec.started
+			for range tt.fires {
+				s.fire(j)
+			}
+			for range tt.triggers {
+				if err := s.trigger("j", ReasonTrigger); err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(rec.release)
+			waitIdle(t, s)
+			if got := rec.got(); !slices.Equal(got, tt.want) {
+				t.Fatalf("runs = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSchedulerTriggerIdleRunsAtOnce(t *testing.T) {
+	s := testScheduler(t)
+	rec := newRecorder()
+	close(rec.release)
+	if err := s.add("j", "", true, rec.run); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.trigger("j", ReasonTrigger); err != nil {
+		t.Fatal(err)
+	}
+	waitIdle(t, s)
+	if got := rec.got(); !slices.Equal(got, []Reason{ReasonTrigger}) {
+		t.Fatalf("runs = %v", got)
+	}
+	if err := s.trigger("nope", ReasonTrigger); !errors.Is(err, ErrNoJob) {
+		t.Fatalf("trigger unknown job: %v, want ErrNoJob", err)
+	}
+}
+
+func TestSchedulerGracefulStopTimeoutCancelsRuns(t *testing.T) {
+	s := newScheduler(slog.Default())
+	s.start()
+	canceled := make(chan struct{})
+	started := make(chan struct{})
+	run := func(ctx context.Context, _ Reason) {
+		close(started)
+		<-ctx.Done() // a run that only ends when cancelled
+		close(canceled)
+	}
+	if err := s.add("j", "", true, run); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.trigger("j", ReasonTrigger); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("stop = %v, want DeadlineExceeded", err)
+	}
+	<-canceled // the timed-out stop cancelled the run
+	if err := s.stopAndCancel(t.Context()); err != nil {
+		t.Fatalf("stopAndCancel after a timed-out stop: %v", err)
+	}
+	if err := s.trigger("j", ReasonTrigger); !errors.Is(err, ErrNodeStopped) {
+		t.Fatalf("trigger after stop: %v, want ErrNodeStopped", err)
+	}
+}
+
+func TestSchedulerGracefulStopWaitsForRun(t *testing.T) {
+	s := newScheduler(slog.Default())
+	rec := newRecorder()
+	if err := s.add("j", "", true, rec.run); err != nil {
+		t.Fatal(err)
+	}
+	s.fire(s.jobs["j"])
+	<-rec.started
+	s.fire(s.jobs["j"]) // a pending misfire is dropped by stop
+	stopped := make(chan error)
+	go func() { stopped <- s.stop(t.Context()) }()
+	select {
+	case err := <-stopped:
+		t.Fatalf("stop returned %v while the run was in progress", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(rec.release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.got(); !slices.Equal(got, []Reason{ReasonCron}) {
+		t.Fatalf("runs = %v, want only the first (no catch-up after stop)", got)
+	}
+}
+
+func TestSchedulerHardStopCancels(t *testing.T) {
+	s := newScheduler(slog.Default())
+	started, canceled := make(chan struct{}), make(chan struct{})
+	if err := s.add("j", "", true, func(ctx context.Context, _ Reason) {
+		close(started)
+		<-ctx.Done()
+		close(canceled)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.trigger("j", ReasonTrigger); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if err := s.stopAndCancel(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-canceled:
+	default:
+		t.Fatal("stopAndCancel returned before the run observed cancellation")
+	}
+}
+
+func TestSchedulerStopBeforeStartAndTwice(t *testing.T) {
+	s := newScheduler(slog.Default())
+	for range 2 {
+		if err := s.stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.add("j", "", true, func(context.Context, Reason) {}); !errors.Is(err, ErrNodeStopped) {
+		t.Fatalf("add after stop: %v", err)
+	}
+}
+
+func TestSchedulerCronAddRemoveAtRuntime(t *testing.T) {
+	s := testScheduler(t)
+	s.start()
+	runs := make(chan Reason, 10)
+	if err := s.add("every-second", "* * * * * ?", true, func(_ context.Context, r Reason) { runs <- r }); err != nil {
+		t.Fatal(err)
+	}
+	if next := s.nextFire("every-second", time.Now()); next.IsZero() || time.Until(next) > time.Second {
+		t.Fatalf("nextFire = %v, want within a second", next)
+	}
+	select {
+	case r := <-runs:
+		if r != ReasonCron {
+			t.Fatalf("reason %v, want cron", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("cron did not fire within 5s")
+	}
+	if err := s.remove(t.Context(), "every-second"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.names(); len(got) != 0 {
+		t.Fatalf("jobs after remove = %v", got)
+	}
+	drained := len(runs)
+	// The schedule is gone: no fire in the next 1.5 s (one period and a half).
+	time.Sleep(1500 * time.Millisecond)
+	if len(runs) != drained {
+		t.Fatalf("job fired after remove")
+	}
+	if err := s.remove(t.Context(), "every-second"); !errors.Is(err, ErrNoJob) {
+		t.Fatalf("second remove: %v, want ErrNoJob", err)
+	}
+}
+
+func TestSchedulerRemoveWaitsAndTimesOut(t *testing.T) {
+	s := testScheduler(t)
+	started, canceled := make(chan struct{}), make(chan struct{})
+	if err := s.add("j", "", true, func(ctx context.Context, _ Reason) {
+		close(started)
+		<-ctx.Done()
+		close(canceled)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.trigger("j", ReasonTrigger); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	defer cancel()
+	if err := s.remove(ctx, "j"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("remove = %v, want DeadlineExceeded", err)
+	}
+	<-canceled
+	waitIdle(t, s)
+}
+
+func TestSchedulerBadCronAndReschedule(t *testing.T) {
+	s := testScheduler(t)
+	if err := s.add("bad", "not a cron", true, func(context.Context, Reason) {}); !errors.Is(err, ErrBadCron) {
+		t.Fatalf("add bad cron: %v, want ErrBadCron", err)
+	}
+	if err := s.add("j", "", true, func(context.Context, Reason) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.add("j", "", true, func(context.Context, Reason) {}); !errors.Is(err, ErrJobExists) {
+		t.Fatalf("duplicate add: %v, want ErrJobExists", err)
+	}
+	if !s.nextFire("j", time.Now()).IsZero() {
+		t.Fatal("trigger-only job has a next fire time")
+	}
+	if err := s.reschedule("j", "0 15 10 ? * MON-FRI", true); err != nil {
+		t.Fatal(err)
+	}
+	next := s.nextFire("j", time.Date(2026, 11, 20, 9, 0, 0, 0, time.Local)) // a Friday
+	if want := time.Date(2026, 11, 20, 10, 15, 0, 0, time.Local); !next.Equal(want) {
+		t.Fatalf("nextFire = %v, want %v", next, want)
+	}
+	if err := s.reschedule("j", "bogus", true); !errors.Is(err, ErrBadCron) {
+		t.Fatalf("reschedule bad cron: %v", err)
+	}
+}
