@@ -116,6 +116,7 @@ func (s *suite) multi(t *testing.T) {
 			&store.CheckOp{Path: c, Version: 0},
 			&store.DeleteOp{Path: d, Version: 0},
 			&store.CheckOp{Path: a, Version: 1},
+			&store.CreateOp{Path: store.Join(root, "last"), Mode: store.Persistent},
 		}
 		res, err := st.Multi(ctx(t), ops...)
 		if err != nil {
@@ -140,8 +141,9 @@ func (s *suite) multi(t *testing.T) {
 		_, sq := mustGet(t, st, res[0].Path)
 		_, sc := mustGet(t, st, c)
 		_, sa := mustGet(t, st, a)
-		if sq.Czxid != sc.Czxid || sa.Mzxid != sc.Czxid {
-			t.Fatalf("one Multi wrote zxids %d, %d and %d, want one transaction id", sq.Czxid, sc.Czxid, sa.Mzxid)
+		_, sl := mustGet(t, st, res[6].Path)
+		if sq.Czxid != sc.Czxid || sa.Mzxid != sc.Czxid || sl.Czxid != sc.Czxid {
+			t.Fatalf("one Multi wrote zxids %d, %d, %d and %d, want one transaction id", sq.Czxid, sc.Czxid, sa.Mzxid, sl.Czxid)
 		}
 		if sess, _ := st.Session(); sc.EphemeralOwner != sess.ID {
 			t.Fatalf("ephemeral created by Multi owned by 0x%x, want the session 0x%x", sc.EphemeralOwner, sess.ID)
