@@ -263,8 +263,9 @@ func (sess *Session) enter(ctx context.Context, op, p string) error {
 		s.mu.Unlock()
 		return fmt.Errorf("memstore: %s %q: %w", op, p, store.ErrClosed)
 	case sess.disconnected:
+		id := sess.id
 		s.mu.Unlock()
-		return fmt.Errorf("memstore: %s %q: session 0x%x disconnected: %w", op, p, sess.id, store.ErrConnectionLoss)
+		return fmt.Errorf("memstore: %s %q: session 0x%x disconnected: %w", op, p, id, store.ErrConnectionLoss)
 	}
 	s.stats.Requests++
 	return nil
