@@ -28,6 +28,7 @@ const markTimeout = 10 * time.Second
 type ClaimJob[T any] struct {
 	src     *Source[T]
 	process ProcessFunc[T]
+	cursors cursors
 }
 
 // Claim returns the claim-mode job running process for each claimed row.
@@ -52,31 +53,48 @@ func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T]
 	if err := shard.CheckOwnership(ctx); err != nil {
 		return nil, fmt.Errorf("%w: job %s item %d epoch %d: %w", ErrFenced, shard.JobName, shard.Item, shard.Epoch, err)
 	}
+	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
 	var out []Row[T]
 	err := retry(ctx, s.cfg.RetryFor, s.logRetry("claim", shard), func(ctx context.Context) error {
-		b := &pgx.Batch{}
-		b.Queue(s.sql.reclaim, lo, hi, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
-		b.Queue(s.sql.claim, lo, hi, shard.FetchCount, s.cfg.ServerID, shard.Epoch)
-		br := s.cfg.Pool.SendBatch(ctx, b)
-		tag, err := br.Exec()
-		if err != nil {
-			br.Close()
-			return err
+		out = nil
+		pos := j.cursors.get(ck)
+		for {
+			b := &pgx.Batch{}
+			b.Queue(s.sql.reclaim, lo, hi, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
+			b.Queue(s.sql.claim, lo, hi, shard.FetchCount-len(out), s.cfg.ServerID, shard.Epoch, pos.bucket, pos.key)
+			br := s.cfg.Pool.SendBatch(ctx, b)
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return err
+			}
+			reclaimed := tag.RowsAffected()
+			if reclaimed > 0 {
+				s.cfg.Logger.Info("sources/postgres: reclaimed abandoned claims", "table", s.spec.Table,
+					"job", shard.JobName, "item", shard.Item, "rows", reclaimed)
+			}
+			rows, err := br.Query()
+			if err != nil {
+				br.Close()
+				return err
+			}
+			got, err := s.collect(rows)
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+			out = append(out, got...)
+			j.cursors.advance(ck, keys(got))
+			if len(out) >= shard.FetchCount || (pos.atStart() && reclaimed == 0) {
+				return nil
+			}
+			// Short after a cursor, or rows were just reclaimed: look
+			// again from the range start.
+			pos = start
+			j.cursors.reset(ck)
 		}
-		if n := tag.RowsAffected(); n > 0 {
-			s.cfg.Logger.Info("sources/postgres: reclaimed abandoned claims", "table", s.spec.Table,
-				"job", shard.JobName, "item", shard.Item, "rows", n)
-		}
-		rows, err := br.Query()
-		if err != nil {
-			br.Close()
-			return err
-		}
-		out, err = s.collect(rows)
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sources/postgres: claiming rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
@@ -106,6 +124,10 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 			continue
 		}
 		done = append(done, it.Key)
+	}
+	if len(failed) > 0 || len(released) > 0 {
+		// Retried and released rows go back to pending behind the cursor.
+		j.cursors.reset(cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch})
 	}
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()

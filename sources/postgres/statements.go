@@ -31,10 +31,10 @@ func buildStatements(spec TableSpec, cols []string) statements {
 WHERE t.status = 'claimed' AND t.bucket BETWEEN $1 AND $2
   AND (t.claimed_by IS DISTINCT FROM $3 OR t.claim_epoch IS DISTINCT FROM $4
        OR t.claimed_at < now() - make_interval(secs => $6))`),
-		// $1 lo, $2 hi, $3 limit, $4 me, $5 epoch.
+		// $1 lo, $2 hi, $3 limit, $4 me, $5 epoch, $6 after bucket, $7 after key.
 		claim: r.Replace(`WITH c AS (
   SELECT {k} FROM {t}
-  WHERE status = 'pending' AND bucket BETWEEN $1 AND $2
+  WHERE status = 'pending' AND bucket BETWEEN $1 AND $2 AND (bucket, {k}) > ($6::smallint, $7::bigint)
   ORDER BY status, bucket, {k} LIMIT $3
   FOR UPDATE SKIP LOCKED)
 UPDATE {t} AS t SET status = 'claimed', claimed_by = $4, claim_epoch = $5, claimed_at = now(), attempts = t.attempts + 1
@@ -57,9 +57,9 @@ WHERE t.{k} = f.k AND t.status = 'claimed' AND t.claimed_by = $3 AND t.claim_epo
   claimed_by = NULL, claim_epoch = NULL, claimed_at = NULL
 WHERE t.{k} = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AND t.claim_epoch = $3`),
 
-		// $1 lo, $2 hi, $3 limit.
+		// $1 lo, $2 hi, $3 limit, $4 after bucket, $5 after key.
 		pending: r.Replace(`SELECT t.{k}, {cols} FROM {t} AS t
-WHERE t.status = 'pending' AND t.bucket BETWEEN $1 AND $2
+WHERE t.status = 'pending' AND t.bucket BETWEEN $1 AND $2 AND (t.bucket, t.{k}) > ($4::smallint, $5::bigint)
 ORDER BY t.status, t.bucket, t.{k} LIMIT $3`),
 		// $1 keys, $2 lo, $3 hi: only rows still pending and still this item's.
 		lock: r.Replace(`SELECT {k} FROM {t}

@@ -27,6 +27,7 @@ type TxProcessFunc[T any] func(ctx context.Context, tx pgx.Tx, shard dataflow.Sh
 type TxJob[T any] struct {
 	src     *Source[T]
 	process TxProcessFunc[T]
+	cursors cursors
 }
 
 // Transactional returns the transactional-mode job.
@@ -51,14 +52,28 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 	if !ok || shard.FetchCount <= 0 {
 		return nil, nil
 	}
+	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
 	var out []Row[T]
 	err := retry(ctx, s.cfg.RetryFor, s.logRetry("fetch", shard), func(ctx context.Context) error {
-		rows, err := s.cfg.Pool.Query(ctx, s.sql.pending, lo, hi, shard.FetchCount)
-		if err != nil {
-			return err
+		pos := j.cursors.get(ck)
+		for {
+			rows, err := s.cfg.Pool.Query(ctx, s.sql.pending, lo, hi, shard.FetchCount, pos.bucket, pos.key)
+			if err != nil {
+				return err
+			}
+			out, err = s.collect(rows)
+			if err != nil {
+				return err
+			}
+			j.cursors.advance(ck, keys(out))
+			if len(out) >= shard.FetchCount || pos.atStart() {
+				return nil
+			}
+			// Short after a cursor: rows may be pending behind it
+			// (failed attempts, rows another owner held): rescan.
+			pos = start
+			j.cursors.reset(ck)
 		}
-		out, err = s.collect(rows)
-		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sources/postgres: reading pending rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)

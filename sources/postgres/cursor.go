@@ -1,0 +1,73 @@
+package postgres
+
+import (
+	"math"
+	"sync"
+)
+
+// cursors remember, per shard item run, the highest (bucket, key) fetched,
+// so the next fetch's index scan starts there instead of walking the index
+// entries of rows already done (dead until vacuum, they make a scan from
+// the range start quadratic over a drain). A fetch that finds fewer rows
+// than asked after a cursor falls back to a scan from the range start, so
+// rows that went back to pending behind the cursor (retries, releases,
+// reclaims, rows skipped while another owner held them) are still found.
+type cursors struct {
+	mu sync.Mutex
+	m  map[cursorKey]position
+}
+
+type cursorKey struct {
+	job         string
+	item, total int
+	epoch       int64
+}
+
+type position struct {
+	bucket int16
+	key    int64
+}
+
+var start = position{bucket: -1, key: math.MinInt64}
+
+func (p position) atStart() bool { return p == start }
+
+func (c *cursors) get(k cursorKey) position {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p, ok := c.m[k]; ok {
+		return p
+	}
+	return start
+}
+
+// advance moves k's cursor to the highest position of keys.
+func (c *cursors) advance(k cursorKey, keys []int64) {
+	if len(keys) == 0 {
+		return
+	}
+	p := start
+	for _, key := range keys {
+		q := position{bucket: int16(bucketOf(key)), key: key}
+		if q.bucket > p.bucket || (q.bucket == p.bucket && q.key > p.key) {
+			p = q
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[cursorKey]position{}
+	}
+	// Runs end and epochs change: keep the map from growing without bound.
+	if len(c.m) > 4096 {
+		clear(c.m)
+	}
+	c.m[k] = p
+}
+
+// reset sends k's next fetch back to the range start.
+func (c *cursors) reset(k cursorKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, k)
+}
