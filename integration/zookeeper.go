@@ -67,7 +67,7 @@ type ZooKeeper struct {
 }
 
 // StartZooKeeper starts one ZooKeeper server in a container and returns once
-// it answers `ruok` with `imok`; the container is removed in t.Cleanup. When
+// it answers `ruok` with `imok` and `srvr` shows it serving; the container is removed in t.Cleanup. When
 // SHARDFLOW_ZK is set it starts nothing and returns that server, not
 // controllable. It skips the test when Docker is missing, unless
 // SHARDFLOW_REQUIRE_DOCKER is set, and fails it when the server cannot start.
@@ -163,7 +163,11 @@ func startZKContainer(t testing.TB, cfg zkConfig, shared bool, nw *testcontainer
 		z := &ZooKeeper{servers: []string{hostPort(port)}, name: name, ctr: ctr, running: true}
 		if nw == nil { // ensemble members wait for a quorum instead.
 			if err := waitRuok(ctx, z.servers[0]); err != nil {
-				return nil, fmt.Errorf("integration: ZooKeeper container at %s did not answer ruok: %w\n%s", z.servers[0], err, containerLogs(ctr))
+				err = fmt.Errorf("integration: ZooKeeper container at %s did not serve: %w\n%s", z.servers[0], err, containerLogs(ctr))
+				if shared {
+					_ = testcontainers.TerminateContainer(ctr)
+				}
+				return nil, err
 			}
 		}
 		return z, nil
@@ -280,6 +284,8 @@ const attemptTimeout = 3 * time.Second
 // errNotServing means a server answered but is not serving clients yet.
 var errNotServing = errors.New("integration: ZooKeeper is not serving yet")
 
+// waitRuok polls until the server answers ruok with imok and serves clients
+// (srvr reports a Mode).
 func waitRuok(ctx context.Context, addr string) error {
 	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
@@ -291,7 +297,10 @@ func waitRuok(ctx context.Context, addr string) error {
 		if reply != "imok" {
 			return fmt.Errorf("%w: ruok answered %q", errNotServing, reply)
 		}
-		return nil
+		// imok only says the process runs: it comes before the database is
+		// loaded. A Mode line in srvr means it serves clients.
+		_, err = ServerMode(ctx, addr)
+		return err
 	})
 }
 
