@@ -258,14 +258,17 @@ func (sess *Session) enter(ctx context.Context, op, p string) error {
 	}
 	s := sess.srv
 	s.mu.Lock()
-	switch {
-	case sess.closed:
+	if sess.closed || sess.disconnected {
+		closed, id := sess.closed, sess.id
 		s.mu.Unlock()
-		return fmt.Errorf("memstore: %s %q: %w", op, p, store.ErrClosed)
-	case sess.disconnected:
-		id := sess.id
-		s.mu.Unlock()
-		return fmt.Errorf("memstore: %s %q: session 0x%x disconnected: %w", op, p, id, store.ErrConnectionLoss)
+		what := op
+		if p != "" {
+			what = fmt.Sprintf("%s %q", op, p)
+		}
+		if closed {
+			return fmt.Errorf("memstore: %s: %w", what, store.ErrClosed)
+		}
+		return fmt.Errorf("memstore: %s: session 0x%x disconnected: %w", what, id, store.ErrConnectionLoss)
 	}
 	s.stats.Requests++
 	return nil
