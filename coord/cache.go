@@ -34,9 +34,12 @@ type treeCache struct {
 }
 
 type cnode struct {
-	data     []byte
-	stat     store.Stat
-	hasData  bool
+	data    []byte
+	stat    store.Stat
+	hasData bool
+	// stub marks a node known only from our own writes: not yet loaded
+	// and not watched; the next children reload of its parent loads it.
+	stub     bool
 	children []string
 	dataW    <-chan store.Event
 	childW   <-chan store.Event
@@ -172,7 +175,7 @@ func (c *treeCache) reloadData(ctx context.Context, rel string) error {
 		return nil
 	}
 	n := c.node(rel)
-	n.data, n.stat, n.hasData, n.dataW = data, stat, exists, ch
+	n.data, n.stat, n.hasData, n.dataW, n.stub = data, stat, exists, ch, false
 	return nil
 }
 
@@ -191,7 +194,7 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 	c.mu.Lock()
 	n := c.node(rel)
 	old := n.children
-	n.children, n.childW = names, ch
+	n.children, n.childW, n.stub = names, ch, false
 	for _, name := range old {
 		if _, ok := slices.BinarySearch(names, name); !ok {
 			c.dropLocked(joinRel(rel, name))
@@ -200,7 +203,7 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 	for _, name := range names {
 		crel := joinRel(rel, name)
 		d, k := policy(crel)
-		if (d || k) && c.nodes[crel] == nil {
+		if cn := c.nodes[crel]; (d || k) && (cn == nil || cn.stub) {
 			toLoad = append(toLoad, crel)
 		}
 	}
@@ -338,7 +341,12 @@ func (c *treeCache) noteCreated(rels ...string) {
 	for _, rel := range rels {
 		p := c.nodes[parentRel(rel)]
 		if p == nil {
-			continue
+			// The parent was created in the same transaction.
+			if _, children := policy(parentRel(rel)); !children || c.nodes[parentRel(parentRel(rel))] == nil {
+				continue
+			}
+			p = &cnode{stub: true}
+			c.nodes[parentRel(rel)] = p
 		}
 		name := rel[strings.LastIndexByte(rel, '/')+1:]
 		if i, ok := slices.BinarySearch(p.children, name); !ok {

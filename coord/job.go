@@ -27,29 +27,32 @@ type job struct {
 	log   *slog.Logger
 	cache *treeCache
 
-	mu          sync.Mutex
-	cfg         jobconfig.Config
-	cfgErr      error
-	cfgFields   map[string]string
-	regSession  int64
-	regCtx      context.Context
-	regCancel   context.CancelFunc
-	lostCh      chan struct{}
-	suspended   bool
-	leader      bool
-	offline     bool // shut down by an operator
-	removed     bool
-	left        bool
-	claims      map[int]int64 // failover items claimed, to their epoch
-	lastErrSet  bool
-	offlineSeen map[string]time.Time // leader: when a server was first seen offline
+	mu         sync.Mutex
+	cfg        jobconfig.Config
+	cfgErr     error
+	cfgFields  map[string]string
+	regSession int64
+	regCtx     context.Context
+	regCancel  context.CancelFunc
+	lostCh     chan struct{}
+	suspended  bool
+	leader     bool
+	offline    bool // shut down by an operator
+	removed    bool
+	left       bool
+	claims     map[int]int64 // failover items claimed, to their epoch
+	lastErrSet bool
+	// localDisabled is the joining config's Disabled, applied only to a
+	// server node that has never been written.
+	localDisabled bool
+	offlineSeen   map[string]time.Time // leader: when a server was first seen offline
 
 	// Watcher-goroutine state.
 	candidate        string // absolute path of this server's election candidate
 	predAfterSession <-chan store.Event
-	lastLive  string // leader: the live and enabled server set last seen
-	lastTotal int
-	pending   [SignalRemoved + 1]bool
+	lastLive         string // leader: the live and enabled server set last seen
+	lastTotal        int
+	pending          [SignalRemoved + 1]bool
 
 	wake    chan struct{}
 	sigOut  chan Signal
@@ -96,7 +99,8 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		return nil, err
 	}
 	j.cfg, j.cfgFields, j.lastTotal = cfg, fields, cfg.ShardingTotalCount
-	if err := j.registerServer(ctx, sess.ID, cfg, true); err != nil {
+	j.localDisabled = local.Disabled
+	if err := j.registerServer(ctx, sess.ID, true); err != nil {
 		return nil, err
 	}
 	if err := j.cache.resync(ctx); err != nil {
@@ -195,7 +199,7 @@ func decodeStoredConfig(p jobPaths, name string, fields map[string]string) (jobc
 // registerServer writes servers/{id} for session sid: hostName, status
 // READY (ephemeral), disabled only when it was never written (an operator's
 // disable or enable survives restarts); a first join clears shutdown.
-func (j *job) registerServer(ctx context.Context, sid int64, cfg jobconfig.Config, first bool) error {
+func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 	statusPath := j.p.server(j.id, nStatus)
 	ok, stat, err := j.st.Exists(ctx, statusPath)
 	if err != nil {
@@ -221,7 +225,7 @@ func (j *job) registerServer(ctx context.Context, sid int64, cfg jobconfig.Confi
 	}
 	put(nHostName, []byte(j.reg.cfg.HostName))
 	if !slices.Contains(kids, nDisabled) {
-		put(nDisabled, flagData(cfg.Disabled))
+		put(nDisabled, flagData(j.localDisabled))
 	}
 	if first && slices.Contains(kids, nShutdown) {
 		ops = append(ops, &store.DeleteOp{Path: j.p.server(j.id, nShutdown), Version: store.AnyVersion})

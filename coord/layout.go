@@ -63,7 +63,7 @@ type jobPaths struct{ root string }
 
 func newJobPaths(namespace, job string) jobPaths { return jobPaths{root: store.Join(namespace, job)} }
 
-func (p jobPaths) abs(rel string) string     { return store.Join(p.root, rel) }
+func (p jobPaths) abs(rel string) string      { return store.Join(p.root, rel) }
 func (p jobPaths) config(field string) string { return store.Join(p.root, nConfig, field) }
 func (p jobPaths) server(id string, node ...string) string {
 	return store.Join(append([]string{p.root, nServers, id}, node...)...)
@@ -71,7 +71,9 @@ func (p jobPaths) server(id string, node ...string) string {
 func (p jobPaths) item(item int, node ...string) string {
 	return store.Join(append([]string{p.root, nExecution, strconv.Itoa(item)}, node...)...)
 }
-func (p jobPaths) queued(item int) string { return store.Join(p.root, relFailoverQ, strconv.Itoa(item)) }
+func (p jobPaths) queued(item int) string {
+	return store.Join(p.root, relFailoverQ, strconv.Itoa(item))
+}
 
 // skeleton lists the persistent nodes Join makes sure exist.
 var skeleton = []string{

@@ -355,7 +355,7 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	for _, a := range r.items {
 		if monitor {
 			ins = append(ins,
-				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nRunning)},
+				intent{kind: opDelete, rel: relItem(a.Item, nRunning)},
 				intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
 		}
 		ins = append(ins, intent{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now})

@@ -181,7 +181,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 		j.mu.Unlock()
 		return nil
 	}
-	if err := j.registerServer(ctx, sess.ID, j.config(), false); err != nil {
+	if err := j.registerServer(ctx, sess.ID, false); err != nil {
 		return err
 	}
 	j.mu.Lock()

@@ -1,0 +1,97 @@
+// Package coordtest is the protocol suite of package coord, runnable on any
+// coordination store: Run executes every protocol test against a Backend.
+// coord's own tests run it on memstore; the integration harness runs it on
+// real ZooKeeper by supplying a Backend whose fault hooks cut connections
+// (or that skips the tests it cannot fault).
+package coordtest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// Backend opens sessions on one coordination service and injects faults.
+type Backend interface {
+	// Connect opens a new session (one simulated process). The backend
+	// closes it at test cleanup.
+	Connect(t testing.TB) store.Store
+	// Kill makes st's session die as in a crash: its ephemeral nodes vanish
+	// and st stays unusable (StateLost) afterwards. Skip the test if the
+	// backend cannot.
+	Kill(t testing.TB, st store.Store)
+	// Expire expires st's session; st then reconnects with a new session.
+	Expire(t testing.TB, st store.Store)
+	// SkewServerClock shifts the service's clock by d (0 restores it).
+	SkewServerClock(t testing.TB, d time.Duration)
+}
+
+// Mem is a Backend on one memstore.Server, with short session timeouts so
+// Kill takes milliseconds.
+func Mem() Backend { return &memBackend{srv: memstore.NewServer()} }
+
+type memBackend struct{ srv *memstore.Server }
+
+func (b *memBackend) Connect(t testing.TB) store.Store {
+	s := b.srv.Connect(memstore.WithSessionTimeout(50 * time.Millisecond))
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func (b *memBackend) Kill(t testing.TB, st store.Store) {
+	s := unwrap(st).(*memstore.Session)
+	s.Disconnect()
+	timeout := time.After(5 * time.Second)
+	for {
+		sess, changed := s.Session()
+		if sess.State == store.StateLost {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("memstore session did not expire after Disconnect")
+		}
+	}
+}
+
+func (b *memBackend) Expire(t testing.TB, st store.Store) { unwrap(st).(*memstore.Session).Expire() }
+
+func (b *memBackend) SkewServerClock(t testing.TB, d time.Duration) {
+	if d == 0 {
+		b.srv.SetClock(nil)
+		return
+	}
+	b.srv.SetClock(func() time.Time { return time.Now().Add(d) })
+}
+
+// unwrap strips a CountingStore.
+func unwrap(st store.Store) store.Store {
+	if c, ok := st.(*coord.CountingStore); ok {
+		return c.Store
+	}
+	return st
+}
+
+// quietLogger discards protocol logs in tests.
+// Set COORDTEST_LOG=1 to see them on stderr.
+func quietLogger() *slog.Logger {
+	if os.Getenv("COORDTEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// ctx returns a test context bounded to 20 s.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,820 @@
+package coordtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// Run runs the whole protocol suite on b, one subtest per behaviour.
+func Run(t *testing.T, b Backend) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, *Harness)
+	}{
+		{"Registration", testRegistration},
+		{"OverwriteRule", testOverwriteRule},
+		{"DisableSurvivesRestart", testDisableSurvivesRestart},
+		{"Election", testElection},
+		{"Resharding", testResharding},
+		{"BeginComplete", testBeginComplete},
+		{"Misfire", testMisfire},
+		{"Failover", testFailover},
+		{"Fencing", testFencing},
+		{"SessionExpiry", testSessionExpiry},
+		{"ClockSkew", testClockSkew},
+		{"CorruptedConfig", testCorruptedConfig},
+		{"Once", testOnce},
+		{"OnceTimeout", testOnceTimeout},
+		{"Reconcile", testReconcile},
+		{"Admin", testAdmin},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, NewHarness(t, b)) })
+	}
+}
+
+var nsCounter atomic.Int64
+
+// Harness starts servers of one job in a fresh namespace.
+type Harness struct {
+	t  *testing.T
+	B  Backend
+	NS string
+	// Admin acts on the namespace through its own session.
+	Admin *coord.Admin
+}
+
+// NewHarness returns a Harness with a fresh namespace on b.
+func NewHarness(t *testing.T, b Backend) *Harness {
+	ns := fmt.Sprintf("coordtest%d_%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
+	return &Harness{t: t, B: b, NS: ns, Admin: coord.NewAdmin(b.Connect(t), ns)}
+}
+
+// Server is one simulated process with one joined job.
+type Server struct {
+	ID  string
+	St  store.Store
+	Reg *coord.Registry
+	Job *coord.Job
+}
+
+// Config returns a job config for tests: no cron, total items, the given tweaks.
+func Config(job string, total int, tweak ...func(*jobconfig.Config)) jobconfig.Config {
+	c := jobconfig.Config{JobName: job, ShardingTotalCount: total, ReconcileIntervalSeconds: 60}
+	for _, f := range tweak {
+		f(&c)
+	}
+	return c
+}
+
+// Start connects a new session as server id and joins cfg; it fails the test on error.
+func (h *Harness) Start(id string, cfg jobconfig.Config) *Server {
+	h.t.Helper()
+	s, err := h.TryStart(id, cfg, nil)
+	if err != nil {
+		h.t.Fatalf("start %s: %v", id, err)
+	}
+	return s
+}
+
+// TryStart is Start returning the Join error; st may be nil (new session).
+func (h *Harness) TryStart(id string, cfg jobconfig.Config, st store.Store) (*Server, error) {
+	if st == nil {
+		st = h.B.Connect(h.t)
+	}
+	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger()})
+	if err != nil {
+		return nil, err
+	}
+	j, err := reg.Join(testCtx(h.t), cfg)
+	if err != nil {
+		_ = reg.Close(context.Background())
+		return nil, err
+	}
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = reg.Close(ctx)
+	})
+	return &Server{ID: id, St: st, Reg: reg, Job: j}, nil
+}
+
+// Stop closes s's Registry (a graceful leave).
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	if err := s.Reg.Close(testCtx(t)); err != nil {
+		t.Fatalf("close %s: %v", s.ID, err)
+	}
+}
+
+// BeginAll begins a run on every server concurrently (non-leaders wait for
+// the leader's resharding) and returns the runs in order.
+func BeginAll(t testing.TB, servers ...*Server) []*coord.Run {
+	t.Helper()
+	runs := make([]*coord.Run, len(servers))
+	errs := make([]error, len(servers))
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, s := range servers {
+		wg.Go(func() { runs[i], errs[i] = s.Job.Begin(ctx, time.Now()) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Begin on %s: %v", servers[i].ID, err)
+		}
+	}
+	return runs
+}
+
+// CompleteAll completes runs.
+func CompleteAll(t testing.TB, runs ...*coord.Run) {
+	t.Helper()
+	for _, r := range runs {
+		if err := r.Complete(testCtx(t), time.Time{}); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+	}
+}
+
+// AssertPartition checks that the runs' items are disjoint and cover 0..n-1.
+func AssertPartition(t testing.TB, n int, runs ...*coord.Run) [][]int {
+	t.Helper()
+	seen := map[int]int{}
+	var out [][]int
+	for i, r := range runs {
+		var items []int
+		for _, a := range r.Shards() {
+			if prev, dup := seen[a.Item]; dup {
+				t.Fatalf("item %d assigned to runs %d and %d", a.Item, prev, i)
+			}
+			seen[a.Item] = i
+			items = append(items, a.Item)
+		}
+		out = append(out, items)
+	}
+	for it := range n {
+		if _, ok := seen[it]; !ok {
+			t.Fatalf("item %d assigned to no run (assignments %v)", it, out)
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("items outside 0..%d assigned: %v", n-1, out)
+	}
+	return out
+}
+
+// Eventually polls cond until it holds or 10 s pass (distributed
+// conditions with no single signal to await).
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// WaitSignal waits for sig on j's Signals, skipping other signals.
+func WaitSignal(t testing.TB, j *coord.Job, sig coord.Signal) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case s, ok := <-j.Signals():
+			if !ok {
+				t.Fatalf("Signals closed while waiting for %v", sig)
+			}
+			if s == sig {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("timed out waiting for signal %v", sig)
+		}
+	}
+}
+
+func status(t testing.TB, h *Harness, job string) coord.JobStatus {
+	t.Helper()
+	st, err := h.Admin.Status(testCtx(t), job)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	return st
+}
+
+func serverStatus(t testing.TB, h *Harness, job, id string) coord.ServerStatus {
+	t.Helper()
+	for _, s := range status(t, h, job).Servers {
+		if s.ID == id {
+			return s
+		}
+	}
+	t.Fatalf("server %s not in status", id)
+	return coord.ServerStatus{}
+}
+
+func testRegistration(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 4))
+	if a.Reg.ServerID() != "a" {
+		t.Fatalf("ServerID = %q", a.Reg.ServerID())
+	}
+	_, err := h.TryStart("a", Config("job", 4), nil)
+	if !errors.Is(err, coord.ErrServerIDInUse) {
+		t.Fatalf("second live server with id a: err = %v, want ErrServerIDInUse", err)
+	}
+	ss := serverStatus(t, h, "job", "a")
+	if ss.Status != "READY" || ss.HostName != "host-a" {
+		t.Fatalf("server a status %+v, want READY on host-a", ss)
+	}
+	a.Stop(t)
+	if got := serverStatus(t, h, "job", "a").Status; got != "OFFLINE" {
+		t.Fatalf("after Leave status = %s, want OFFLINE", got)
+	}
+	if _, err := h.TryStart("a", Config("job", 4), nil); err != nil {
+		t.Fatalf("restart with id a after Leave: %v", err)
+	}
+}
+
+func testOverwriteRule(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 4, func(c *jobconfig.Config) { c.JobParameter = "first" }))
+	a.Stop(t)
+	b := h.Start("b", Config("job", 8, func(c *jobconfig.Config) { c.JobParameter = "second" }))
+	if got := b.Job.Config(); got.ShardingTotalCount != 4 || got.JobParameter != "first" {
+		t.Fatalf("without overwrite the stored config must win: got total %d param %q", got.ShardingTotalCount, got.JobParameter)
+	}
+	b.Stop(t)
+	c := h.Start("c", Config("job", 8, func(c *jobconfig.Config) { c.JobParameter = "third"; c.Overwrite = true }))
+	if got := c.Job.Config(); got.ShardingTotalCount != 8 || got.JobParameter != "third" {
+		t.Fatalf("with overwrite the local config must win: got total %d param %q", got.ShardingTotalCount, got.JobParameter)
+	}
+	// A stored job of another type is a conflict.
+	st := h.B.Connect(t)
+	if _, err := st.Set(testCtx(t), store.Join(h.NS, "job", "config", "jobType"), []byte("SIMPLE"), store.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.TryStart("d", Config("job", 8), nil)
+	if !errors.Is(err, coord.ErrBadConfig) {
+		t.Fatalf("jobType SIMPLE: err = %v, want ErrBadConfig", err)
+	}
+}
+
+func testDisableSurvivesRestart(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 4))
+	if err := h.Admin.Disable(testCtx(t), "job", "a"); err != nil {
+		t.Fatal(err)
+	}
+	a.Stop(t)
+	h.Start("a", Config("job", 4))
+	if !serverStatus(t, h, "job", "a").Disabled {
+		t.Fatal("operator's disable was reset by a restart")
+	}
+	// A config asking for disabled applies only to a server never seen before.
+	h.Start("b", Config("job", 4, func(c *jobconfig.Config) { c.Disabled = true }))
+	if !serverStatus(t, h, "job", "b").Disabled {
+		t.Fatal("new server with Disabled config is not disabled")
+	}
+	if err := h.Admin.Enable(testCtx(t), "job", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if serverStatus(t, h, "job", "a").Disabled {
+		t.Fatal("Enable did not enable")
+	}
+}
+
+func testElection(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 4))
+	b := h.Start("b", Config("job", 4))
+	c := h.Start("c", Config("job", 4))
+	if got := status(t, h, "job").Leader; got != "a" {
+		t.Fatalf("leader = %q, want a (first to join)", got)
+	}
+	h.B.Kill(t, a.St)
+	Eventually(t, "re-election after the leader died", func() bool {
+		l := status(t, h, "job").Leader
+		return l == "b" || l == "c"
+	})
+	leader := status(t, h, "job").Leader
+	other := map[string]*Server{"b": c, "c": b}[leader]
+	if leader == "b" {
+		b.Stop(t)
+	} else {
+		c.Stop(t)
+	}
+	Eventually(t, "re-election after the leader left", func() bool { return status(t, h, "job").Leader == other.ID })
+	// The survivor reshards alone: all items are its.
+	AssertPartition(t, 4, BeginAll(t, other)...)
+}
+
+func testResharding(t *testing.T, h *Harness) {
+	const n = 10
+	a := h.Start("a", Config("job", n))
+	b := h.Start("b", Config("job", n))
+	c := h.Start("c", Config("job", n))
+	runs := BeginAll(t, a, b, c)
+	parts := AssertPartition(t, n, runs...)
+	if !slices.Equal(parts[0], []int{0, 1, 2, 9}) || !slices.Equal(parts[1], []int{3, 4, 5}) || !slices.Equal(parts[2], []int{6, 7, 8}) {
+		t.Fatalf("average over a,b,c of 10 = %v, want [0 1 2 9] [3 4 5] [6 7 8]", parts)
+	}
+	CompleteAll(t, runs...)
+	if status(t, h, "job").ReshardingPending {
+		t.Fatal("resharding still pending after the runs")
+	}
+
+	d := h.Start("d", Config("job", n)) // join
+	runs = BeginAll(t, a, b, c, d)
+	AssertPartition(t, n, runs...)
+	CompleteAll(t, runs...)
+
+	b.Stop(t) // leave
+	Eventually(t, "resharding flag after a leave", func() bool { return status(t, h, "job").ReshardingPending })
+	runs = BeginAll(t, a, c, d)
+	AssertPartition(t, n, runs...)
+	CompleteAll(t, runs...)
+
+	if err := h.Admin.Disable(testCtx(t), "job", "c"); err != nil { // disable
+		t.Fatal(err)
+	}
+	runs = BeginAll(t, a, c, d)
+	if len(runs[1].Shards()) != 0 {
+		t.Fatalf("disabled server c got items %v", runs[1].Shards())
+	}
+	AssertPartition(t, n, runs...)
+	CompleteAll(t, runs...)
+
+	if err := h.Admin.SetConfig(testCtx(t), "job", "shardingTotalCount", "6"); err != nil { // total change
+		t.Fatal(err)
+	}
+	Eventually(t, "config change reaches every server", func() bool {
+		return a.Job.Config().ShardingTotalCount == 6 && c.Job.Config().ShardingTotalCount == 6 && d.Job.Config().ShardingTotalCount == 6
+	})
+	runs = BeginAll(t, a, c, d)
+	AssertPartition(t, 6, runs...)
+	CompleteAll(t, runs...)
+}
+
+func testBeginComplete(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 4))
+	runs := BeginAll(t, a)
+	AssertPartition(t, 4, runs...)
+	st := status(t, h, "job")
+	if st.Servers[0].Status != "RUNNING" {
+		t.Fatalf("server status during a run = %s, want RUNNING", st.Servers[0].Status)
+	}
+	for _, it := range st.Items {
+		if !it.Running || it.Completed || it.LastBeginTime == nil {
+			t.Fatalf("item during run: %+v, want running with lastBeginTime", it)
+		}
+	}
+	next := time.Now().Add(time.Minute).Truncate(time.Millisecond)
+	if err := runs[0].Complete(testCtx(t), next); err != nil {
+		t.Fatal(err)
+	}
+	st = status(t, h, "job")
+	if st.Servers[0].Status != "READY" {
+		t.Fatalf("server status after the run = %s, want READY", st.Servers[0].Status)
+	}
+	for _, it := range st.Items {
+		if it.Running || !it.Completed || it.LastCompleteTime == nil || it.NextFireTime == nil || !it.NextFireTime.Equal(next) {
+			t.Fatalf("item after run: %+v, want completed with times and nextFireTime %v", it, next)
+		}
+	}
+	if err := a.Job.ReportCounts(testCtx(t), 7, 2); err != nil {
+		t.Fatal(err)
+	}
+	if ss := serverStatus(t, h, "job", "a"); ss.ProcessSuccessCount != 7 || ss.ProcessFailureCount != 2 {
+		t.Fatalf("counts %d/%d, want 7/2", ss.ProcessSuccessCount, ss.ProcessFailureCount)
+	}
+}
+
+func testMisfire(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 3))
+	runs := BeginAll(t, a)
+	if _, err := a.Job.Begin(testCtx(t), time.Now()); !errors.Is(err, coord.ErrItemsRunning) {
+		t.Fatalf("Begin during a run: err = %v, want ErrItemsRunning", err)
+	}
+	for _, it := range status(t, h, "job").Items {
+		if !it.Misfire {
+			t.Fatalf("item %d not flagged misfire after the first overlapping trigger", it.Item)
+		}
+	}
+	CompleteAll(t, runs...)
+	Eventually(t, "misfire visible to the job", func() bool { return true })
+	ok, err := a.Job.TakeMisfire(testCtx(t))
+	if err != nil || !ok {
+		t.Fatalf("TakeMisfire = %v, %v; want true", ok, err)
+	}
+	ok, err = a.Job.TakeMisfire(testCtx(t))
+	if err != nil || ok {
+		t.Fatalf("second TakeMisfire = %v, %v; want false (flags cleared)", ok, err)
+	}
+	for _, it := range status(t, h, "job").Items {
+		if it.Misfire {
+			t.Fatalf("item %d still flagged misfire", it.Item)
+		}
+	}
+}
+
+func withFailover(c *jobconfig.Config) { c.Failover = true }
+
+func testFailover(t *testing.T, h *Harness) {
+	const n = 6
+	c := h.Start("c", Config("job", n, withFailover)) // leader
+	a := h.Start("a", Config("job", n, withFailover))
+	b := h.Start("b", Config("job", n, withFailover))
+	runs := BeginAll(t, c, a, b)
+	parts := AssertPartition(t, n, runs...)
+	CompleteAll(t, runs[0], runs[2]) // c and b finish; a crashes mid-run
+	aItems := parts[1]
+	h.B.Kill(t, a.St)
+	Eventually(t, "a's unfinished items queued for failover", func() bool {
+		return slices.Equal(status(t, h, "job").FailoverQueue, aItems)
+	})
+	WaitSignal(t, b.Job, coord.SignalFailover)
+	ok, err := b.Job.ClaimFailover(testCtx(t))
+	if err != nil || !ok {
+		t.Fatalf("ClaimFailover = %v, %v", ok, err)
+	}
+	run, err := b.Job.Begin(testCtx(t), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := run.Shards()
+	if len(sh) != 1 || !sh[0].Failover || sh[0].Item != aItems[0] {
+		t.Fatalf("failover run shards = %+v, want item %d as failover", sh, aItems[0])
+	}
+	if err := run.CheckOwnership(testCtx(t), sh[0].Item); err != nil {
+		t.Fatalf("CheckOwnership of a claimed item: %v", err)
+	}
+	// The claimer dies mid-run: the item re-enters the queue, nothing is left behind.
+	h.B.Kill(t, b.St)
+	Eventually(t, "a dead claimer's item back in the queue", func() bool {
+		st := status(t, h, "job")
+		return slices.Contains(st.FailoverQueue, aItems[0]) && st.Items[aItems[0]].Failover == ""
+	})
+	ok, err = c.Job.ClaimFailover(testCtx(t))
+	if err != nil || !ok {
+		t.Fatalf("c ClaimFailover = %v, %v", ok, err)
+	}
+	run, err = c.Job.Begin(testCtx(t), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	CompleteAll(t, run)
+	st := status(t, h, "job")
+	for _, it := range st.Items {
+		if it.Failover != "" {
+			t.Fatalf("failover node left behind on item %d: %+v", it.Item, it)
+		}
+	}
+	// failover=false clears the queue and failover nodes.
+	if err := h.Admin.SetConfig(testCtx(t), "job", "failover", "false"); err != nil {
+		t.Fatal(err)
+	}
+	st = status(t, h, "job")
+	if len(st.FailoverQueue) != 0 {
+		t.Fatalf("failover queue after failover=false: %v", st.FailoverQueue)
+	}
+	// The next reshard gives everything to the survivor.
+	AssertPartition(t, n, BeginAll(t, c)...)
+}
+
+func testFencing(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 4))
+	runs := BeginAll(t, a)
+	r := runs[0]
+	item := r.Shards()[0].Item
+	if err := r.CheckOwnership(testCtx(t), item); err != nil {
+		t.Fatalf("CheckOwnership of an owned item: %v", err)
+	}
+	CompleteAll(t, r)
+	// A reshard changes the epoch.
+	run2 := BeginAll(t, a)[0]
+	b := h.Start("b", Config("job", 4))
+	CompleteAll(t, run2)
+	runs = BeginAll(t, a, b)
+	if err := run2.CheckOwnership(testCtx(t), item); !errors.Is(err, coord.ErrNotOwner) {
+		t.Fatalf("CheckOwnership of the pre-reshard run: %v, want ErrNotOwner", err)
+	}
+	for _, sh := range runs[0].Shards() {
+		if sh.Epoch <= run2.Shards()[0].Epoch {
+			t.Fatalf("epoch did not grow across a reshard: %d -> %d", run2.Shards()[0].Epoch, sh.Epoch)
+		}
+		if err := runs[0].CheckOwnership(testCtx(t), sh.Item); err != nil {
+			t.Fatalf("CheckOwnership after reshard: %v", err)
+		}
+	}
+	if err := runs[0].CheckOwnership(testCtx(t), 99); !errors.Is(err, coord.ErrNotOwner) {
+		t.Fatalf("CheckOwnership of an item not in the run: %v", err)
+	}
+	// Session loss fences.
+	h.B.Expire(t, a.St)
+	select {
+	case <-runs[0].Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("run context not cancelled on session expiry")
+	}
+	err := runs[0].CheckOwnership(testCtx(t), runs[0].Shards()[0].Item)
+	if !errors.Is(err, coord.ErrSessionLost) && !errors.Is(err, coord.ErrNotOwner) {
+		t.Fatalf("CheckOwnership after session loss: %v", err)
+	}
+	if runs[0].KeepGoing() {
+		t.Fatal("KeepGoing true after session loss")
+	}
+	if err := runs[0].Complete(testCtx(t), time.Time{}); err == nil {
+		t.Fatal("Complete after session loss succeeded")
+	}
+}
+
+func testSessionExpiry(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 2))
+	lost := a.Job.Lost()
+	runs := BeginAll(t, a)
+	h.B.Expire(t, a.St)
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost not closed on session expiry")
+	}
+	select {
+	case <-runs[0].Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("run context not cancelled on session expiry")
+	}
+	// The job re-registers by itself on the new session and runs again.
+	Eventually(t, "re-registration on the new session", func() bool {
+		return serverStatus(t, h, "job", "a").Status == "READY" && a.Job.Lost() != lost
+	})
+	runs = BeginAll(t, a)
+	AssertPartition(t, 2, runs...)
+	CompleteAll(t, runs...)
+}
+
+func testClockSkew(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 2, func(c *jobconfig.Config) { c.MaxTimeDiffSeconds = 5 }))
+	h.B.SkewServerClock(t, time.Hour)
+	defer h.B.SkewServerClock(t, 0)
+	_, err := a.Job.Begin(testCtx(t), time.Now())
+	var cse *coord.ClockSkewError
+	if !errors.As(err, &cse) || !errors.Is(err, coord.ErrClockSkew) {
+		t.Fatalf("Begin with a 1h skew: err = %v, want *ClockSkewError", err)
+	}
+	if d := cse.Coordinator.Sub(cse.Local); d < 59*time.Minute || d > 61*time.Minute {
+		t.Fatalf("clocks in the error differ by %v, want ~1h (%v vs %v)", d, cse.Local, cse.Coordinator)
+	}
+	if le := serverStatus(t, h, "job", "a").LastError; le == "" {
+		t.Fatal("clock skew not recorded in lastError")
+	}
+	h.B.SkewServerClock(t, 0)
+	runs := BeginAll(t, a)
+	CompleteAll(t, runs...)
+	if le := serverStatus(t, h, "job", "a").LastError; le != "" {
+		t.Fatalf("lastError not cleared after a good run: %q", le)
+	}
+}
+
+func testCorruptedConfig(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 2))
+	other := h.Start("a", Config("other", 2))
+	adminSt := h.B.Connect(t)
+	ctx := testCtx(t)
+	for _, tc := range []struct{ field, value string }{{"shardingTotalCount", "abc"}, {"cron", "not a cron"}} {
+		path := store.Join(h.NS, "job", "config", tc.field)
+		old, _, err := adminSt.Get(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adminSt.Set(ctx, path, []byte(tc.value), store.AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		WaitSignal(t, a.Job, coord.SignalConfigChanged)
+		_, err = a.Job.Begin(ctx, time.Now())
+		if !errors.Is(err, coord.ErrBadConfig) || !strings.Contains(err.Error(), "config/"+tc.field) {
+			t.Fatalf("%s=%q: Begin err = %v, want ErrBadConfig naming config/%s", tc.field, tc.value, err, tc.field)
+		}
+		st := status(t, h, "job")
+		if !strings.Contains(st.ConfigError, tc.field) {
+			t.Fatalf("Status ConfigError = %q, want it to name %s", st.ConfigError, tc.field)
+		}
+		if le := serverStatus(t, h, "job", "a").LastError; !strings.Contains(le, tc.field) {
+			t.Fatalf("lastError = %q, want it to name %s", le, tc.field)
+		}
+		if _, err := h.TryStart("b", Config("job", 2), nil); !errors.Is(err, coord.ErrBadConfig) {
+			t.Fatalf("join with corrupted stored config: %v, want ErrBadConfig", err)
+		}
+		// The other job in the namespace keeps working.
+		runs := BeginAll(t, other)
+		AssertPartition(t, 2, runs...)
+		CompleteAll(t, runs...)
+		if _, err := adminSt.Set(ctx, path, old, store.AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		Eventually(t, "repaired config", func() bool {
+			r, err := a.Job.Begin(ctx, time.Now())
+			if err != nil {
+				return false
+			}
+			return r.Complete(ctx, time.Time{}) == nil
+		})
+	}
+}
+
+func testOnce(t *testing.T, h *Harness) {
+	const n = 6
+	servers := []*Server{h.Start("a", Config("job", n)), h.Start("b", Config("job", n)), h.Start("c", Config("job", n))}
+	for round := range 3 {
+		runs := BeginAll(t, servers...)
+		var calls atomic.Int64
+		var wg sync.WaitGroup
+		errs := make([]error, len(servers))
+		for i, s := range servers {
+			var items []int
+			for _, a := range runs[i].Shards() {
+				items = append(items, a.Item)
+			}
+			wg.Go(func() {
+				errs[i] = s.Job.Once(testCtx(t), "started", items, 10*time.Second, func(context.Context) error {
+					calls.Add(1)
+					return nil
+				})
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: Once on %s: %v", round, servers[i].ID, err)
+			}
+		}
+		if got := calls.Load(); got != 1 {
+			t.Fatalf("round %d: fn ran %d times, want exactly once", round, got)
+		}
+		CompleteAll(t, runs...)
+	}
+}
+
+func testOnceTimeout(t *testing.T, h *Harness) {
+	const n = 4
+	a := h.Start("a", Config("job", n))
+	b := h.Start("b", Config("job", n))
+	runs := BeginAll(t, a, b)
+	var items []int
+	for _, s := range runs[0].Shards() {
+		items = append(items, s.Item)
+	}
+	// b dies before registering: a waits, times out, clears its registration.
+	h.B.Kill(t, b.St)
+	called := false
+	err := a.Job.Once(testCtx(t), "completed", items, 200*time.Millisecond, func(context.Context) error { called = true; return nil })
+	if !errors.Is(err, coord.ErrGuaranteeTimeout) || called {
+		t.Fatalf("Once with a dead peer: err = %v, called = %v; want ErrGuaranteeTimeout, not called", err, called)
+	}
+	kids, _, err := h.B.Connect(t).Children(testCtx(t), store.Join(h.NS, "job", "guarantee", "completed"))
+	if err != nil || len(kids) != 0 {
+		t.Fatalf("guarantee/completed after timeout: %v, %v; want empty", kids, err)
+	}
+}
+
+func testReconcile(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 4, func(c *jobconfig.Config) { c.ReconcileIntervalSeconds = 1 }))
+	runs := BeginAll(t, a)
+	CompleteAll(t, runs...)
+	st := h.B.Connect(t)
+	ctx := testCtx(t)
+	// Corrupt the assignment behind the protocol's back: item 3 owned by a
+	// server that is not live, and the flag cleared.
+	if _, err := st.Set(ctx, store.Join(h.NS, "job", "servers", "a", "sharding"), []byte("0,1,2"), store.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.CreateAll(ctx, st, store.Join(h.NS, "job", "servers", "ghost")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Create(ctx, store.Join(h.NS, "job", "servers", "ghost", "sharding"), []byte("3"), store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Delete(ctx, store.Join(h.NS, "job", "leader", "sharding", "necessary"), store.AnyVersion)
+	Eventually(t, "reconcile raising the resharding flag", func() bool { return status(t, h, "job").ReshardingPending })
+	AssertPartition(t, 4, BeginAll(t, a)...)
+}
+
+func testAdmin(t *testing.T, h *Harness) {
+	ctx := testCtx(t)
+	a := h.Start("a", Config("job", 4))
+	b := h.Start("b", Config("job", 4))
+	jobs, err := h.Admin.Jobs(ctx)
+	if err != nil || !slices.Equal(jobs, []string{"job"}) {
+		t.Fatalf("Jobs = %v, %v", jobs, err)
+	}
+	if _, err := h.Admin.Status(ctx, "nope"); !errors.Is(err, coord.ErrNoJob) {
+		t.Fatalf("Status of a missing job: %v, want ErrNoJob", err)
+	}
+	if err := h.Admin.Pause(ctx, "job", "nope"); !errors.Is(err, coord.ErrNoServer) {
+		t.Fatalf("Pause of a missing server: %v, want ErrNoServer", err)
+	}
+	// Trigger.
+	if err := h.Admin.Trigger(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	WaitSignal(t, a.Job, coord.SignalTrigger)
+	WaitSignal(t, b.Job, coord.SignalTrigger)
+	// Pause / resume.
+	runs := BeginAll(t, a, b)
+	if err := h.Admin.Pause(ctx, "job", "a"); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, "KeepGoing false when paused", func() bool { return !runs[0].KeepGoing() })
+	if !runs[1].KeepGoing() {
+		t.Fatal("KeepGoing false on the server that was not paused")
+	}
+	CompleteAll(t, runs...)
+	if _, err := a.Job.Begin(ctx, time.Now()); !errors.Is(err, coord.ErrPaused) {
+		t.Fatalf("Begin while paused: %v, want ErrPaused", err)
+	}
+	if err := h.Admin.Resume(ctx, "job", ""); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, "resume", func() bool {
+		r, err := a.Job.Begin(ctx, time.Now())
+		if err != nil {
+			return false
+		}
+		return r.Complete(ctx, time.Time{}) == nil
+	})
+	// DisableItem.
+	if err := h.Admin.DisableItem(ctx, "job", 0); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, "item 0 disabled", func() bool {
+		runs := BeginAll(t, a, b)
+		defer CompleteAll(t, runs...)
+		for _, r := range runs {
+			for _, s := range r.Shards() {
+				if s.Item == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if err := h.Admin.EnableItem(ctx, "job", 0); err != nil {
+		t.Fatal(err)
+	}
+	// Remove refuses live servers.
+	if err := h.Admin.Remove(ctx, "job", "b"); err == nil {
+		t.Fatal("Remove of a live server succeeded")
+	}
+	// Shutdown b.
+	if err := h.Admin.Shutdown(ctx, "job", "b"); err != nil {
+		t.Fatal(err)
+	}
+	WaitSignal(t, b.Job, coord.SignalShutdown)
+	if _, err := b.Job.Begin(ctx, time.Now()); !errors.Is(err, coord.ErrShutdown) {
+		t.Fatalf("Begin after shutdown: %v, want ErrShutdown", err)
+	}
+	Eventually(t, "b offline", func() bool { return serverStatus(t, h, "job", "b").Status == "OFFLINE" })
+	runs = BeginAll(t, a)
+	AssertPartition(t, 4, runs...)
+	CompleteAll(t, runs...)
+	if err := h.Admin.Remove(ctx, "job", "b"); err != nil {
+		t.Fatalf("Remove of an offline server: %v", err)
+	}
+	// Config get/set.
+	if err := h.Admin.SetConfig(ctx, "job", "shardingTotalCount", "0"); err == nil {
+		t.Fatal("SetConfig accepted shardingTotalCount 0")
+	}
+	if err := h.Admin.SetConfig(ctx, "job", "jobParameter", "p2"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := h.Admin.Config(ctx, "job")
+	if err != nil || cfg.JobParameter != "p2" {
+		t.Fatalf("Config after set: %+v, %v", cfg.JobParameter, err)
+	}
+	WaitSignal(t, a.Job, coord.SignalConfigChanged)
+	Eventually(t, "config edit reaches the job", func() bool { return a.Job.Config().JobParameter == "p2" })
+	// Remove the whole job: refused while a is live, then done.
+	if err := h.Admin.Remove(ctx, "job", ""); err == nil {
+		t.Fatal("Remove of a job with a live server succeeded")
+	}
+	if err := h.Admin.Shutdown(ctx, "job", ""); err != nil {
+		t.Fatal(err)
+	}
+	WaitSignal(t, a.Job, coord.SignalShutdown)
+	Eventually(t, "a offline", func() bool { return serverStatus(t, h, "job", "a").Status == "OFFLINE" })
+	if err := h.Admin.Remove(ctx, "job", ""); err != nil {
+		t.Fatalf("Remove of a stopped job: %v", err)
+	}
+	WaitSignal(t, a.Job, coord.SignalRemoved)
+}
