@@ -93,6 +93,11 @@ type node struct {
 	data     []byte
 	stat     store.Stat
 	children map[string]struct{}
+	// seq is the next sequential suffix: the number of children ever
+	// created. ZooKeeper 3.8 names sequential nodes this way: deletes raise
+	// Stat.Cversion but not the suffix (measured: after 4 creates and a
+	// delete, Cversion is 5 and the next suffix 4).
+	seq int32
 }
 
 // NewServer returns an empty tree holding only the root "/".

@@ -83,7 +83,7 @@ func (t *txn) create(owner int64, p string, data []byte, mode store.Mode) (strin
 		return "", fmt.Errorf("memstore: create %q: parent %q: %w", p, parentPath, store.ErrNoParent)
 	}
 	if mode.IsSequential() {
-		p = fmt.Sprintf("%s%010d", p, parent.stat.Cversion)
+		p = fmt.Sprintf("%s%010d", p, parent.seq)
 	}
 	if s.nodes[p] != nil {
 		return "", fmt.Errorf("memstore: create %q: %w", p, store.ErrNodeExists)
@@ -103,10 +103,11 @@ func (t *txn) create(owner int64, p string, data []byte, mode store.Mode) (strin
 	if mode.IsEphemeral() {
 		n.stat.EphemeralOwner = owner
 	}
-	oldParentStat := parent.stat
+	oldParentStat, oldSeq := parent.stat, parent.seq
 	name := store.Base(p)
 	s.nodes[p] = n
 	parent.children[name] = struct{}{}
+	parent.seq++
 	parent.stat.Cversion++
 	parent.stat.NumChildren++
 	if owner != 0 && mode.IsEphemeral() {
@@ -120,7 +121,7 @@ func (t *txn) create(owner int64, p string, data []byte, mode store.Mode) (strin
 	t.undo = append(t.undo, func() {
 		delete(s.nodes, p)
 		delete(parent.children, name)
-		parent.stat = oldParentStat
+		parent.stat, parent.seq = oldParentStat, oldSeq
 		if mode.IsEphemeral() {
 			delete(s.ephemerals[owner], p)
 		}

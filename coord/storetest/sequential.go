@@ -26,7 +26,7 @@ func seqOf(t *testing.T, p string) (string, int) {
 }
 
 func (s *suite) sequential(t *testing.T) {
-	t.Run("the suffix is the parent's cversion, 10 digits zero-padded", func(t *testing.T) {
+	t.Run("the suffix counts from 0, 10 digits zero-padded", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		q := mustCreate(t, st, store.Join(root, "q"), nil, store.Persistent)
 		prefix := store.Join(q, "item-")
@@ -42,7 +42,9 @@ func (s *suite) sequential(t *testing.T) {
 		}
 	})
 
-	t.Run("the counter never goes back, also after deletes and plain creates", func(t *testing.T) {
+	// Measured on ZooKeeper 3.8: the suffix counts the parent's child
+	// creations. A delete raises the parent's Cversion but not the suffix.
+	t.Run("the counter counts child creations and never goes back after deletes", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		q := mustCreate(t, st, store.Join(root, "q"), nil, store.Persistent)
 		prefix := store.Join(q, "n-")
@@ -50,20 +52,39 @@ func (s *suite) sequential(t *testing.T) {
 		for range 3 {
 			last = append(last, mustCreate(t, st, prefix, nil, store.EphemeralSequential))
 		}
-		// A plain child and a delete each count as a child change.
-		mustCreate(t, st, store.Join(q, "plain"), nil, store.Persistent)
+		mustCreate(t, st, store.Join(q, "plain"), nil, store.Persistent) // a plain child counts too
 		if err := st.Delete(ctx(t), last[2], store.AnyVersion); err != nil {
 			t.Fatal(err)
 		}
 		got := mustCreate(t, st, prefix, nil, store.PersistentSequential)
 		_, n := seqOf(t, got)
-		if n != 5 {
-			t.Fatalf("after 3 sequential creates, 1 plain create and 1 delete the next suffix is %d (%s), want 5", n, got)
+		if n != 4 {
+			t.Fatalf("after 3 sequential creates, 1 plain create and 1 delete the next suffix is %d (%s), want 4", n, got)
 		}
 		for _, p := range last {
 			if _, m := seqOf(t, p); m >= n {
 				t.Fatalf("suffix %d of %s is not below the later %d", m, p, n)
 			}
+		}
+		// A refused create and a failed Multi do not advance the counter.
+		if _, err := st.Create(ctx(t), store.Join(q, "plain"), nil, store.Persistent); err == nil {
+			t.Fatal("second Create of plain succeeded")
+		}
+		_, err := st.Multi(ctx(t),
+			&store.CreateOp{Path: store.Join(q, "m"), Mode: store.Persistent},
+			&store.CheckOp{Path: store.Join(q, "missing"), Version: store.AnyVersion})
+		if err == nil {
+			t.Fatal("Multi with a failing CheckOp succeeded")
+		}
+		// A Multi that creates and deletes a child advances it by one.
+		if _, err := st.Multi(ctx(t),
+			&store.CreateOp{Path: store.Join(q, "m"), Mode: store.Persistent},
+			&store.DeleteOp{Path: store.Join(q, "m"), Version: store.AnyVersion}); err != nil {
+			t.Fatal(err)
+		}
+		got = mustCreate(t, st, prefix, nil, store.PersistentSequential)
+		if _, n := seqOf(t, got); n != 6 {
+			t.Fatalf("after a refused create, a failed Multi and a create+delete Multi the next suffix is %d (%s), want 6", n, got)
 		}
 	})
 
