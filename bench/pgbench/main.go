@@ -42,7 +42,7 @@ func main() {
 	batch := flag.Int("batch", 1000, "FetchDataCount: rows claimed per fetch")
 	items := flag.Int("items", 8, "ShardingTotalCount")
 	riverWorkers := flag.Int("river-workers", 2000, "river MaxWorkers")
-	only := flag.String("only", "", "comma-separated subset of: shardflow,pgx,river,update")
+	only := flag.String("only", "", "comma-separated subset of: shardflow,shardflow-tx,pgx,river,update")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx := context.Background()
@@ -67,7 +67,10 @@ func main() {
 		results = append(results, r)
 	}
 	run("shardflow", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
-		return benchShardflow(ctx, p, *rows, *items, *batch)
+		return benchShardflow(ctx, p, *rows, *items, *batch, false)
+	})
+	run("shardflow-tx", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
+		return benchShardflow(ctx, p, *rows, *items, *batch, true)
 	})
 	run("pgx", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
 		return benchPgxLoop(ctx, p, *rows, *items, *batch)
@@ -117,7 +120,7 @@ func freshDB(ctx context.Context, dsn, name string) (*pgxpool.Pool, func(), erro
 	if err != nil {
 		return nil, nil, err
 	}
-	db := fmt.Sprintf("shardflow_bench_%d_%s", os.Getpid(), name)
+	db := fmt.Sprintf("shardflow_bench_%d_%s", os.Getpid(), strings.ReplaceAll(name, "-", "_"))
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 		admin.Close()
 		return nil, nil, fmt.Errorf("creating database %s: %w", db, err)

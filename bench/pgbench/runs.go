@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -21,21 +22,26 @@ type workRow struct {
 	Payload string `db:"payload"`
 }
 
-// benchShardflow drains the table with the claim mode: two servers, each
-// with its own Source (claimed_by) and its half of the items, each running
-// the dataflow pipeline engine (streaming, one worker per item).
-func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch int) (result, error) {
+// benchShardflow drains the table with the claim mode (or, with tx, the
+// transactional mode): two servers, each with its own Source (claimed_by)
+// and its half of the items, each running the dataflow pipeline engine
+// (streaming, one worker per item).
+func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch int, tx bool) (result, error) {
 	if err := seedWork(ctx, pool, n); err != nil {
 		return result{}, err
 	}
-	var jobs []*postgres.ClaimJob[workRow]
+	var jobs []dataflow.BatchJob[postgres.Row[workRow]]
 	for _, id := range []string{"server-a", "server-b"} {
 		src, err := postgres.NewSource[workRow](ctx, postgres.Config{Pool: pool, ServerID: id,
 			Table: postgres.TableSpec{Table: "work", Columns: []string{"id", "payload"}}})
 		if err != nil {
 			return result{}, err
 		}
-		jobs = append(jobs, src.Claim(func(context.Context, dataflow.Shard, workRow) error { return nil }))
+		if tx {
+			jobs = append(jobs, src.Transactional(func(context.Context, pgx.Tx, dataflow.Shard, []workRow) error { return nil }))
+		} else {
+			jobs = append(jobs, src.Claim(func(context.Context, dataflow.Shard, workRow) error { return nil }))
+		}
 	}
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -66,8 +72,12 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 	if done != n || ok != n {
 		return result{}, fmt.Errorf("done %d, counted %d; want %d", done, ok, n)
 	}
-	return result{name: "shardflow", rows: n, elapsed: elapsed,
-		note: fmt.Sprintf("claim mode, %d items over 2 servers in one process (dataflow pipeline engine, streaming, no coordination store), batch %d", items, batch)}, nil
+	name, mode := "shardflow", "claim mode"
+	if tx {
+		name, mode = "shardflow-tx", "transactional mode (rows locked in the batch transaction, one done UPDATE, fence)"
+	}
+	return result{name: name, rows: n, elapsed: elapsed,
+		note: fmt.Sprintf(mode+", %d items over 2 servers in one process (dataflow pipeline engine, streaming, no coordination store), batch %d", items, batch)}, nil
 }
 
 // benchPgxLoop is what one would write by hand: one goroutine per item
@@ -78,7 +88,7 @@ func benchPgxLoop(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch
 		return result{}, err
 	}
 	const claim = `WITH c AS (
-  SELECT id FROM work WHERE status = 'pending' AND bucket BETWEEN $1 AND $2
+  SELECT id FROM work WHERE status = 'pending' AND bucket BETWEEN $1 AND $2 AND (bucket, id) > ($6::smallint, $7::bigint)
   ORDER BY status, bucket, id LIMIT $3 FOR UPDATE SKIP LOCKED)
 UPDATE work AS t SET status = 'claimed', claimed_by = $4, claim_epoch = $5, claimed_at = now(), attempts = t.attempts + 1
 FROM c WHERE t.id = c.id
@@ -92,8 +102,11 @@ WHERE t.id = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AN
 		lo, hi, _ := postgres.BucketRange(item, items)
 		me := fmt.Sprintf("server-%d", item%2)
 		wg.Go(func() {
+			// The same keyset cursor as the claim mode: start after the
+			// last claimed (bucket, id); rescan from the start when short.
+			after, afterID := int16(-1), int64(math.MinInt64)
 			for {
-				rows, err := pool.Query(ctx, claim, lo, hi, batch, me, 1)
+				rows, err := pool.Query(ctx, claim, lo, hi, batch, me, 1, after, afterID)
 				if err != nil {
 					errs[item] = err
 					return
@@ -104,11 +117,18 @@ WHERE t.id = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AN
 					return
 				}
 				if len(got) == 0 {
-					return
+					if after == -1 {
+						return
+					}
+					after, afterID = -1, math.MinInt64
+					continue
 				}
 				ids := make([]int64, len(got))
 				for i, r := range got {
 					ids[i] = r.ID
+					if b := int16(((r.ID % 1024) + 1024) % 1024); b > after || (b == after && r.ID > afterID) {
+						after, afterID = b, r.ID
+					}
 				}
 				if _, err := pool.Exec(ctx, done, ids, me, 1); err != nil {
 					errs[item] = err
@@ -128,7 +148,7 @@ WHERE t.id = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AN
 	if err != nil || d != n {
 		return result{}, fmt.Errorf("done %d, %v; want %d", d, err, n)
 	}
-	return result{name: "pgx", rows: n, elapsed: elapsed, note: fmt.Sprintf("hand-written loop, %d goroutines, same claim and done SQL, batch %d", items, batch)}, nil
+	return result{name: "pgx", rows: n, elapsed: elapsed, note: fmt.Sprintf("hand-written loop, %d goroutines, same claim (with the keyset cursor) and done SQL, batch %d", items, batch)}, nil
 }
 
 type noopArgs struct{}

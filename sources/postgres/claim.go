@@ -40,10 +40,12 @@ var _ dataflow.BatchJob[Row[int]] = (*ClaimJob[int])(nil)
 
 // Fetch checks ownership, reclaims the item's rows held by a claimer other
 // than (ServerID, shard.Epoch) or older than Lease (a row past MaxAttempts
-// becomes 'failed'), then claims up to shard.FetchCount pending rows of the
-// item's buckets, lowest (bucket, key) first, skipping rows locked by
-// others. Both statements go in one round trip. Transient errors are
-// retried for up to RetryFor.
+// becomes 'failed') when the fetch scans from the item's range start (the
+// first fetch of a run, or after a short fetch) or at most every
+// min(Lease/4, 30s) otherwise, then claims up to shard.FetchCount pending
+// rows of the item's buckets, lowest (bucket, key) after the item's cursor
+// first, skipping rows locked by others. Both statements go in one round
+// trip. Transient errors are retried for up to RetryFor.
 func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
 	s := j.src
 	lo, hi, ok := BucketRange(shard.Item, shard.Total)
@@ -59,16 +61,25 @@ func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T]
 		out = nil
 		pos := j.cursors.get(ck)
 		for {
+			// The sweep walks the index entries of claimed rows, which
+			// include every row claimed and since done until vacuum: run
+			// it when scanning from the range start or every reclaimEvery.
+			sweep := j.cursors.reclaimDue(ck, pos.atStart(), time.Now(), s.reclaimEvery())
 			b := &pgx.Batch{}
-			b.Queue(s.sql.reclaim, lo, hi, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
+			if sweep {
+				b.Queue(s.sql.reclaim, lo, hi, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
+			}
 			b.Queue(s.sql.claim, lo, hi, shard.FetchCount-len(out), s.cfg.ServerID, shard.Epoch, pos.bucket, pos.key)
 			br := s.cfg.Pool.SendBatch(ctx, b)
-			tag, err := br.Exec()
-			if err != nil {
-				br.Close()
-				return err
+			var reclaimed int64
+			if sweep {
+				tag, err := br.Exec()
+				if err != nil {
+					br.Close()
+					return err
+				}
+				reclaimed = tag.RowsAffected()
 			}
-			reclaimed := tag.RowsAffected()
 			if reclaimed > 0 {
 				s.cfg.Logger.Info("sources/postgres: reclaimed abandoned claims", "table", s.spec.Table,
 					"job", shard.JobName, "item", shard.Item, "rows", reclaimed)
@@ -173,3 +184,7 @@ func (s *Source[T]) logRetry(op string, shard dataflow.Shard) func(error, time.D
 			"job", shard.JobName, "item", shard.Item, "wait", wait, "err", err)
 	}
 }
+
+// reclaimEvery is how often a claim fetch that continues from its cursor
+// also sweeps abandoned claims.
+func (s *Source[T]) reclaimEvery() time.Duration { return min(s.cfg.Lease/4, 30*time.Second) }

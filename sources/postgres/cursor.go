@@ -3,6 +3,7 @@ package postgres
 import (
 	"math"
 	"sync"
+	"time"
 )
 
 // cursors remember, per shard item run, the highest (bucket, key) fetched,
@@ -13,8 +14,9 @@ import (
 // rows that went back to pending behind the cursor (retries, releases,
 // reclaims, rows skipped while another owner held them) are still found.
 type cursors struct {
-	mu sync.Mutex
-	m  map[cursorKey]position
+	mu        sync.Mutex
+	m         map[cursorKey]position
+	reclaimed map[cursorKey]time.Time // claim mode: last reclaim sweep
 }
 
 type cursorKey struct {
@@ -70,4 +72,24 @@ func (c *cursors) reset(k cursorKey) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, k)
+}
+
+// reclaimDue reports whether k's claim fetch should sweep abandoned
+// claims: on a scan from the range start (the first fetch of a run, and
+// whenever a fetch came back short), and otherwise every interval. It
+// records the sweep as done when it says yes.
+func (c *cursors) reclaimDue(k cursorKey, fromStart bool, now time.Time, interval time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.reclaimed == nil {
+		c.reclaimed = map[cursorKey]time.Time{}
+	}
+	if !fromStart && now.Sub(c.reclaimed[k]) < interval {
+		return false
+	}
+	if len(c.reclaimed) > 4096 {
+		clear(c.reclaimed)
+	}
+	c.reclaimed[k] = now
+	return true
 }
