@@ -11,10 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/shardflow/shardflow/coord"
-	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/sources/postgres"
@@ -79,115 +76,54 @@ func runWork(ctx context.Context, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("work: job config: %w", err)
 	}
-	return hostJob(ctx, st, o, cfg, job, pool, logger)
-}
-
-// hostJob runs the job on the coord protocol and the dataflow pipeline
-// engine, one run at a time, following the trigger sequence of
-// ARCHITECTURE.md: Begin -> RunBatchJob over the run's fenced shards ->
-// Complete -> misfire catch-up -> failover claim. It stands in for
-// dataflow.Node until that lands. It returns when ctx ends or, without
-// --follow, when no row is pending. It owns no goroutine.
-func hostJob(ctx context.Context, st *zkstore.Store, o workOptions, cfg dataflow.JobConfig, job *postgres.TxJob[Source], pool *pgxpool.Pool, logger *slog.Logger) error {
-	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: o.namespace, ServerID: o.serverID, Logger: logger})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: o.namespace, ServerID: o.serverID, Logger: logger})
 	if err != nil {
-		return fmt.Errorf("work: coord registry: %w", err)
+		return fmt.Errorf("work: %w", err)
 	}
 	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Graceful: streaming loops end after their batch; a batch's
+		// transaction commits or rolls back whole either way.
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_ = reg.Close(cctx)
+		if err := node.Stop(sctx); err != nil {
+			logger.Warn("pgbatch: stopping the node", "err", err)
+		}
 	}()
-	var cj *coord.Job
 	for {
-		// A previous process with this server id may still hold its session.
-		cj, err = reg.Join(ctx, cfg)
+		// A previous process with this server id (killed) may still hold
+		// its session until the session timeout.
+		err = dataflow.AddBatchJob[postgres.Row[Source]](node, cfg, job)
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, coord.ErrServerIDInUse) || ctx.Err() != nil {
-			return fmt.Errorf("work: joining job %s: %w", cfg.JobName, err)
+			return fmt.Errorf("work: adding job %s: %w", cfg.JobName, err)
 		}
 		select {
 		case <-ctx.Done():
+			return nil
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = cj.Leave(cctx)
-	}()
-	sched, err := jobconfig.ParseCron(cfg.Cron)
-	if err != nil {
-		return err
+	if err := node.Start(ctx); err != nil {
+		return fmt.Errorf("work: %w", err)
 	}
-	timer := time.NewTimer(time.Until(sched.Next(time.Now())))
-	defer timer.Stop()
-	var processed int64
+	fmt.Printf("work %s: started\n", o.serverID)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-timer.C:
-		case sig, ok := <-cj.Signals():
-			if !ok || sig == coord.SignalShutdown || sig == coord.SignalRemoved {
-				return nil
-			}
+		case <-tick.C:
 		}
-		for ctx.Err() == nil {
-			processed += runOnce(ctx, cj, job, logger)
-			if again, err := cj.TakeMisfire(ctx); err == nil && again {
-				continue
-			}
-			if claimed, err := cj.ClaimFailover(ctx); err == nil && claimed {
-				continue
-			}
-			break
+		if o.follow {
+			continue
 		}
-		if !o.follow {
-			var left int64
-			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgbatch_source WHERE status IN ('pending', 'claimed')`).Scan(&left); err == nil && left == 0 {
-				fmt.Printf("work %s: no pending row left; processed %d rows\n", o.serverID, processed)
-				return nil
-			}
+		var left int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgbatch_source WHERE status IN ('pending', 'claimed')`).Scan(&left); err == nil && left == 0 {
+			fmt.Printf("work %s: no pending row left\n", o.serverID)
+			return nil
 		}
-		timer.Reset(time.Until(sched.Next(time.Now())))
 	}
-}
-
-func runOnce(ctx context.Context, cj *coord.Job, job *postgres.TxJob[Source], logger *slog.Logger) int64 {
-	run, err := cj.Begin(ctx, time.Now())
-	switch {
-	case err == nil:
-	case errors.Is(err, coord.ErrItemsRunning), errors.Is(err, coord.ErrPaused), ctx.Err() != nil:
-		return 0
-	default:
-		logger.Warn("pgbatch: begin", "err", err)
-		return 0
-	}
-	cfg := cj.Config()
-	var shards []dataflow.Shard
-	for _, a := range run.Shards() {
-		item := a.Item
-		shards = append(shards, dataflow.Shard{
-			JobName: cfg.JobName, Item: a.Item, Total: cfg.ShardingTotalCount,
-			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
-		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }))
-	}
-	// The run's context ends on ownership loss; ctx (SIGTERM) ends it too.
-	rctx, cancel := context.WithCancel(run.Context())
-	defer cancel()
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	res := dataflow.RunBatchJob[postgres.Row[Source]](rctx, job, shards, dataflow.PipelineConfig{
-		JobName: cfg.JobName, Threads: cfg.ConcurrentDataProcessThreadCount, Streaming: cfg.StreamingProcess,
-		KeepGoing: run.KeepGoing, ErrorPolicy: dataflow.ErrorPolicyLog, Logger: logger,
-	})
-	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer ccancel()
-	if err := run.Complete(cctx, time.Time{}); err != nil && rctx.Err() == nil {
-		logger.Warn("pgbatch: complete", "err", err)
-	}
-	return res.Success
 }
