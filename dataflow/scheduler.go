@@ -221,12 +221,17 @@ func (s *scheduler) trigger(name string, reason Reason) error {
 	return nil
 }
 
-// busy reports whether the job has a run in progress.
-func (s *scheduler) busy(name string) bool {
+// triggerIfIdle starts a run with reason if the job is idle, and reports
+// whether it did. A busy job is left alone.
+func (s *scheduler) triggerIfIdle(name string, reason Reason) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j, ok := s.jobs[name]
-	return ok && j.idle != nil
+	if !ok || s.stopping || j.idle != nil {
+		return false
+	}
+	s.startRunnerLocked(j, reason)
+	return true
 }
 
 func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason) {
@@ -268,8 +273,8 @@ func (s *scheduler) runner(j *schedJob, reason Reason) {
 }
 
 // remove unschedules a job and waits for its run to finish. If ctx ends
-// first, the run's context is cancelled and ctx.Err() returned; the runner
-// exits by itself once the run returns.
+// first, the run's context is cancelled, the cancelled run is waited for,
+// and ctx.Err() returned.
 func (s *scheduler) remove(ctx context.Context, name string) error {
 	s.mu.Lock()
 	j, ok := s.jobs[name]
@@ -293,6 +298,8 @@ func (s *scheduler) remove(ctx context.Context, name string) error {
 	case <-idle:
 		return nil
 	case <-ctx.Done():
+		j.cancel()
+		<-idle
 		return ctx.Err()
 	}
 }

@@ -1,0 +1,72 @@
+package dataflow
+
+import (
+	"context"
+	"time"
+)
+
+// RunInfo describes one run on this server, as listeners see it.
+type RunInfo struct {
+	// JobName is the job's name.
+	JobName string
+	// ServerID is this server's id.
+	ServerID string
+	// Reason says why the run started.
+	Reason Reason
+	// Items are this server's shard items in this run, failover items first.
+	// It may be empty: a server with no items still runs (and calls listeners).
+	Items []int
+	// Started is when the run began (before coordination).
+	Started time.Time
+}
+
+// JobListener is told before and after each run of a job on this server,
+// as ElasticJob's ElasticJobListener. Calls for one job come from one
+// goroutine, one run at a time; one listener added to several jobs is
+// called concurrently. ctx is the run's context (cancelled when ownership
+// is lost or the Node hard-stops). A panic is recovered and reported to
+// NodeConfig.OnError.
+type JobListener interface {
+	// BeforeRun is called after the run's items are marked running and
+	// before the pipeline starts.
+	BeforeRun(ctx context.Context, info RunInfo)
+	// AfterRun is called after the run is completed in the coordination
+	// store, with its counts and error (see RunResult.Err).
+	AfterRun(ctx context.Context, info RunInfo, result RunResult)
+}
+
+// OnceListener runs callbacks once per run across all servers of a job
+// (ElasticJob's AbstractDistributeOnceElasticJobListener): BeforeAll on
+// the server whose items complete the set registered under
+// guarantee/started, before any server's pipeline starts; AfterAll likewise
+// under guarantee/completed after every server's pipeline has finished.
+// The other servers wait for the callback to finish, up to StartedTimeout
+// or CompletedTimeout (<= 0: forever); a timeout is reported to
+// NodeConfig.OnError (wrapping coord.ErrGuaranteeTimeout) and the run goes
+// on. Either callback may be nil.
+type OnceListener struct {
+	BeforeAll        func(ctx context.Context) error
+	AfterAll         func(ctx context.Context) error
+	StartedTimeout   time.Duration
+	CompletedTimeout time.Duration
+}
+
+// JobOption configures a job added to a Node.
+type JobOption func(*jobOptions)
+
+type jobOptions struct {
+	listeners []JobListener
+	once      []OnceListener
+}
+
+// WithListeners adds listeners called before and after every run of the
+// job on this server, in the order given.
+func WithListeners(ls ...JobListener) JobOption {
+	return func(o *jobOptions) { o.listeners = append(o.listeners, ls...) }
+}
+
+// WithOnceListeners adds distribute-once listeners, called in the order
+// given.
+func WithOnceListeners(ls ...OnceListener) JobOption {
+	return func(o *jobOptions) { o.once = append(o.once, ls...) }
+}

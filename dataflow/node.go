@@ -1,0 +1,578 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/stats"
+)
+
+// Timeouts of coordination calls the Node makes without a caller's ctx.
+const (
+	// joinTimeout bounds Registry.Join in AddJob.
+	joinTimeout = 30 * time.Second
+	// completeTimeout bounds Run.Complete, which runs even when the run's
+	// context is cancelled (the items' running nodes must be cleared).
+	completeTimeout = 30 * time.Second
+	// detachTimeout bounds leaving a job that an operator shut down or
+	// removed, and the teardown after a Stop whose ctx already ended.
+	detachTimeout = 10 * time.Second
+)
+
+// NodeConfig configures a Node. Zero fields take the stated defaults.
+type NodeConfig struct {
+	// Store is the coordination store session shared by all jobs of the
+	// Node; the Node does not close it. Default nil: an embedded in-process
+	// memstore server and session owned (and closed) by the Node, for a
+	// single process with no ZooKeeper.
+	Store store.Store
+	// Namespace is the root node of the jobs. Default "shardflow".
+	Namespace string
+	// ServerID identifies this process among a job's servers (see
+	// coord.RegistryConfig.ServerID). Default: the first non-loopback IPv4
+	// address; set it (e.g. the pod name) when processes share an address.
+	ServerID string
+	// Logger receives the Node's events. Default slog.Default().
+	Logger *slog.Logger
+	// OnError is called with errors of a job that no caller receives: a
+	// refused run (clock skew, bad stored config), a failed Complete, a
+	// listener's panic, a distribute-once timeout, and the run's errors
+	// under ErrorPolicyReturn. It is called from the job's run goroutine;
+	// keep it short. Default nil: such errors are logged at error level.
+	OnError func(job string, err error)
+	// Metrics, when set, gets each job's counter (Track) and each run's
+	// duration and outcome (ObserveRun). Default nil: no metrics.
+	Metrics *stats.Collector
+}
+
+// Node hosts many dataflow jobs in one process: one coordination session
+// and registry, one cron scheduler, at most one run per job at a time.
+//
+// Lifecycle (as river's Client): NewNode, AddJob (before or after Start),
+// Start, then Stop or StopAndCancel. Stop is safe before Start and more than
+// once. No goroutine started by the Node outlives Stop or StopAndCancel.
+// All methods are safe for concurrent use.
+type Node struct {
+	cfg      NodeConfig
+	logger   *slog.Logger
+	st       store.Store
+	ownStore *memstore.Session // the embedded default, closed by Stop
+	reg      *coord.Registry
+	sched    *scheduler
+
+	ctx    context.Context // the Node's lifetime; cancelled at the end of Stop
+	cancel context.CancelFunc
+
+	started   chan struct{}
+	startOnce sync.Once
+	stopOnce  sync.Once
+	stopErr   error
+
+	mu       sync.Mutex
+	jobs     map[string]*hostedJob
+	running  bool // Start was called
+	stopping bool
+}
+
+// hostedJob is one job on the Node.
+type hostedJob struct {
+	name     string
+	cj       *coord.Job
+	pipeline func(ctx context.Context, shards []Shard, cfg PipelineConfig) RunResult
+	opts     jobOptions
+	counter  *stats.Counter
+	reporter *stats.Reporter
+
+	quit        chan struct{} // closed to end watch
+	watchDone   chan struct{} // closed when watch returns
+	detachOnce  sync.Once
+	detachErr   error
+	removedFlag chan struct{} // closed when the job is being detached
+}
+
+// NewNode returns a Node for cfg. It connects nothing but the embedded store
+// (when cfg.Store is nil) and starts no goroutine; jobs join the cluster in
+// AddJob and are scheduled from Start.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{cfg: cfg, logger: cfg.Logger, st: cfg.Store, started: make(chan struct{}), jobs: map[string]*hostedJob{}}
+	if n.st == nil {
+		n.ownStore = memstore.NewServer().Connect()
+		n.st = n.ownStore
+	}
+	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, Logger: cfg.Logger})
+	if err != nil {
+		if n.ownStore != nil {
+			_ = n.ownStore.Close()
+		}
+		return nil, fmt.Errorf("dataflow: NewNode: %w", err)
+	}
+	n.reg = reg
+	n.sched = newScheduler(cfg.Logger)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n, nil
+}
+
+// ServerID returns the effective server id.
+func (n *Node) ServerID() string { return n.reg.ServerID() }
+
+// Start starts the scheduler and the jobs' count reporters and returns at
+// once; Started is closed. ctx is not retained. A second Start is a no-op;
+// Start after Stop returns ErrNodeStopped.
+func (n *Node) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stopping {
+		return ErrNodeStopped
+	}
+	if n.running {
+		return nil
+	}
+	n.running = true
+	for _, h := range n.jobs {
+		n.startReporterLocked(h)
+	}
+	n.sched.start()
+	n.startOnce.Do(func() { close(n.started) })
+	return nil
+}
+
+// Started returns a channel closed once Start has succeeded.
+func (n *Node) Started() <-chan struct{} { return n.started }
+
+// Stop stops the Node gracefully: no new runs start (cron fires, triggers
+// and pending catch-ups are dropped; streaming loops end after their
+// current batch), runs in progress are waited for, then every job's last
+// counts are reported, jobs leave the cluster and the embedded store is
+// closed. If ctx ends before the runs finish, their contexts are cancelled,
+// the cancelled runs are waited for, teardown completes, and ctx.Err() is
+// returned. Safe before Start and more than once (later calls wait for the
+// first and return nil).
+func (n *Node) Stop(ctx context.Context) error {
+	return n.shutdown(ctx, false)
+}
+
+// StopAndCancel stops the Node like Stop but cancels the runs' contexts
+// first, then waits for them (bounded by ctx: ctx.Err() is returned when it
+// ends first, after teardown).
+func (n *Node) StopAndCancel(ctx context.Context) error {
+	return n.shutdown(ctx, true)
+}
+
+func (n *Node) shutdown(ctx context.Context, hard bool) error {
+	first := false
+	n.stopOnce.Do(func() {
+		first = true
+		n.mu.Lock()
+		n.stopping = true
+		n.mu.Unlock()
+
+		var err error
+		if hard {
+			err = n.sched.stopAndCancel(ctx)
+		} else if err = n.sched.stop(ctx); err != nil {
+			// Runs are cancelled now; wait for them so that nothing
+			// outlives Stop.
+			_ = n.sched.stopAndCancel(context.Background())
+		}
+		tctx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			tctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
+			defer cancel()
+		}
+		n.mu.Lock()
+		hs := make([]*hostedJob, 0, len(n.jobs))
+		for _, h := range n.jobs {
+			hs = append(hs, h)
+		}
+		n.mu.Unlock()
+		for _, h := range hs {
+			if derr := n.detach(tctx, h, false); derr != nil && err == nil {
+				n.logger.Warn("dataflow: leaving job at stop", "job", h.name, "err", derr)
+			}
+		}
+		if cerr := n.reg.Close(tctx); cerr != nil {
+			n.logger.Warn("dataflow: closing registry", "err", cerr)
+		}
+		n.cancel()
+		if n.ownStore != nil {
+			_ = n.ownStore.Close()
+		}
+		n.stopErr = err
+	})
+	if !first {
+		return nil
+	}
+	return n.stopErr
+}
+
+// AddJob adds a per-item job to n: it validates cfg (after defaults),
+// joins the cluster (the stored config wins unless cfg.Overwrite; see
+// coord.Registry.Join) and schedules the job on the stored config's cron.
+// It blocks for the join, up to 30 s. Errors: a *jobconfig.FieldError
+// (wrapping jobconfig.ErrInvalid), ErrJobExists, ErrNodeStopped, ErrBadCron,
+// or a coord error such as coord.ErrServerIDInUse.
+func AddJob[T any](n *Node, cfg JobConfig, job Job[T], opts ...JobOption) error {
+	if job == nil {
+		return fmt.Errorf("dataflow: AddJob %q: job is nil; pass a Job implementation", cfg.JobName)
+	}
+	return n.add(cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
+		return RunJob(ctx, job, shards, pc)
+	}, opts)
+}
+
+// AddBatchJob is AddJob for a BatchJob.
+func AddBatchJob[T any](n *Node, cfg JobConfig, job BatchJob[T], opts ...JobOption) error {
+	if job == nil {
+		return fmt.Errorf("dataflow: AddBatchJob %q: job is nil; pass a BatchJob implementation", cfg.JobName)
+	}
+	return n.add(cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
+		return RunBatchJob(ctx, job, shards, pc)
+	}, opts)
+}
+
+func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, PipelineConfig) RunResult, opts []JobOption) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("dataflow: AddJob %q: %w", cfg.JobName, err)
+	}
+	h := &hostedJob{name: cfg.JobName, pipeline: pipeline, counter: new(stats.Counter),
+		quit: make(chan struct{}), watchDone: make(chan struct{}), removedFlag: make(chan struct{})}
+	for _, o := range opts {
+		o(&h.opts)
+	}
+
+	n.mu.Lock()
+	if n.stopping {
+		n.mu.Unlock()
+		return ErrNodeStopped
+	}
+	if _, dup := n.jobs[h.name]; dup {
+		n.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrJobExists, h.name)
+	}
+	n.jobs[h.name] = nil // reserve the name while joining
+	n.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(n.ctx, joinTimeout)
+	defer cancel()
+	cj, err := n.reg.Join(ctx, cfg)
+	if err == nil {
+		h.cj = cj
+		eff := cj.Config()
+		err = n.sched.add(h.name, eff.Cron, eff.MisfireEnabled(), n.runFunc(h))
+		if err != nil {
+			_ = cj.Leave(ctx)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil {
+		delete(n.jobs, h.name)
+		return fmt.Errorf("dataflow: AddJob %q: %w", h.name, err)
+	}
+	n.jobs[h.name] = h
+	h.reporter = stats.NewReporter(h.counter, cj, cj.Config().ProcessCountInterval(), n.logger)
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.Track(h.name, h.counter)
+	}
+	if n.running {
+		n.startReporterLocked(h)
+	}
+	go n.watch(h)
+	return nil
+}
+
+func (n *Node) startReporterLocked(h *hostedJob) {
+	if h == nil {
+		return // still joining; add starts it
+	}
+	if err := h.reporter.Start(n.ctx); err != nil && !errors.Is(err, stats.ErrReporterStarted) {
+		n.logger.Warn("dataflow: starting count reporter", "job", h.name, "err", err)
+	}
+}
+
+// RemoveJob stops scheduling the job, waits for its run in progress
+// (bounded by ctx: on timeout the run is cancelled and ctx.Err() returned
+// after it ends), reports its last counts and leaves the cluster (its
+// server node goes offline and the others reshard).
+func (n *Node) RemoveJob(ctx context.Context, name string) error {
+	n.mu.Lock()
+	h := n.jobs[name]
+	n.mu.Unlock()
+	if h == nil {
+		return fmt.Errorf("%w: %q", ErrNoJob, name)
+	}
+	return n.detach(ctx, h, false)
+}
+
+// detach removes h from the Node; the first call does the work and later
+// ones return its result. fromWatch is true when h's watch goroutine calls
+// it (an operator's shutdown or remove), which then must not wait for
+// itself.
+func (n *Node) detach(ctx context.Context, h *hostedJob, fromWatch bool) error {
+	h.detachOnce.Do(func() {
+		close(h.removedFlag)
+		var errs []error
+		if err := n.sched.remove(ctx, h.name); err != nil && !errors.Is(err, ErrNoJob) {
+			errs = append(errs, err) // the run was cancelled and has returned
+		}
+		tctx := ctx
+		if ctx.Err() != nil {
+			var cancel context.CancelFunc
+			tctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
+			defer cancel()
+		}
+		if err := h.reporter.Stop(tctx); err != nil {
+			n.logger.Warn("dataflow: last count report", "job", h.name, "err", err)
+		}
+		if err := h.cj.Leave(tctx); err != nil {
+			errs = append(errs, fmt.Errorf("leave: %w", err))
+		}
+		if n.cfg.Metrics != nil {
+			n.cfg.Metrics.Forget(h.name)
+		}
+		n.mu.Lock()
+		if n.jobs[h.name] == h {
+			delete(n.jobs, h.name)
+		}
+		n.mu.Unlock()
+		close(h.quit)
+		h.detachErr = errors.Join(errs...)
+	})
+	if !fromWatch {
+		<-h.watchDone
+	}
+	if h.detachErr != nil {
+		return fmt.Errorf("dataflow: remove job %q: %w", h.name, h.detachErr)
+	}
+	return nil
+}
+
+// Trigger runs the job on this server now, or right after its run in
+// progress (one pending trigger; more are coalesced).
+func (n *Node) Trigger(name string) error {
+	return n.sched.trigger(name, ReasonTrigger)
+}
+
+// Jobs returns the names of the jobs on this Node, sorted.
+func (n *Node) Jobs() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.jobs))
+	for name, h := range n.jobs {
+		if h != nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// NextFireTime returns the job's next cron fire time, zero for a job run
+// only by triggers or an unknown job.
+func (n *Node) NextFireTime(name string) time.Time {
+	return n.sched.nextFire(name, time.Now())
+}
+
+// watch reacts to the coord job's signals until the job is detached. One
+// goroutine per job, owned by the Node: detach closes quit and waits.
+func (n *Node) watch(h *hostedJob) {
+	defer close(h.watchDone)
+	sigs := h.cj.Signals()
+	for {
+		select {
+		case <-h.quit:
+			return
+		case sig, ok := <-sigs:
+			if !ok {
+				sigs = nil // closed after Leave; wait for quit
+				continue
+			}
+			switch sig {
+			case coord.SignalConfigChanged:
+				cfg := h.cj.Config()
+				if err := n.sched.reschedule(h.name, cfg.Cron, cfg.MisfireEnabled()); err != nil {
+					n.reportError(h.name, fmt.Errorf("dataflow: apply stored config: %w", err))
+				}
+				h.reporter.SetInterval(cfg.ProcessCountInterval())
+			case coord.SignalTrigger:
+				if err := n.sched.trigger(h.name, ReasonTrigger); err != nil && !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
+					n.reportError(h.name, err)
+				}
+			case coord.SignalFailover:
+				// A busy job claims failover items after its run.
+				n.sched.triggerIfIdle(h.name, ReasonFailover)
+			case coord.SignalShutdown, coord.SignalRemoved:
+				n.logger.Info("dataflow: job stopped by an operator", "job", h.name, "signal", int(sig))
+				ctx, cancel := context.WithTimeout(n.ctx, detachTimeout)
+				err := n.detach(ctx, h, true)
+				cancel()
+				if err != nil {
+					n.logger.Warn("dataflow: stopping job", "job", h.name, "err", err)
+				}
+				return
+			}
+		}
+	}
+}
+
+func (n *Node) reportError(job string, err error) {
+	if n.cfg.OnError != nil {
+		n.cfg.OnError(job, err)
+		return
+	}
+	n.logger.Error("dataflow: job error", "job", job, "err", err)
+}
+
+func (n *Node) isStopping(h *hostedJob) bool {
+	select {
+	case <-h.removedFlag:
+		return true
+	default:
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stopping
+}
+
+// runFunc is the scheduler's run of h: one trigger, then the coordination's
+// misfire catch-up and failover claims, until none is due.
+func (n *Node) runFunc(h *hostedJob) runFunc {
+	return func(ctx context.Context, reason Reason) {
+		if reason == ReasonFailover {
+			claimed, err := h.cj.ClaimFailover(ctx)
+			if err != nil || !claimed {
+				return
+			}
+		}
+		for ctx.Err() == nil && !n.isStopping(h) {
+			n.runOnce(ctx, h, reason)
+			if ctx.Err() != nil || n.isStopping(h) {
+				return
+			}
+			if again, err := h.cj.TakeMisfire(ctx); err == nil && again {
+				reason = ReasonMisfire
+				continue
+			}
+			if claimed, err := h.cj.ClaimFailover(ctx); err == nil && claimed {
+				reason = ReasonFailover
+				continue
+			}
+			return
+		}
+	}
+}
+
+// runOnce is one trigger, as data flows (ARCHITECTURE.md).
+func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
+	started := time.Now()
+	run, err := h.cj.Begin(ctx, started)
+	switch {
+	case err == nil:
+	case errors.Is(err, coord.ErrItemsRunning), errors.Is(err, coord.ErrPaused), errors.Is(err, coord.ErrShutdown):
+		n.logger.Debug("dataflow: run skipped", "job", h.name, "reason", reason.String(), "err", err)
+		return
+	case ctx.Err() != nil:
+		return
+	default:
+		n.reportError(h.name, fmt.Errorf("dataflow: begin run: %w", err))
+		return
+	}
+	cfg := h.cj.Config()
+	params, perr := jobconfig.ParseItemParameters(cfg.ShardingItemParameters, cfg.ShardingTotalCount)
+	if perr != nil {
+		n.reportError(h.name, fmt.Errorf("dataflow: item parameters: %w", perr))
+	}
+	assigned := run.Shards()
+	info := RunInfo{JobName: h.name, ServerID: n.reg.ServerID(), Reason: reason, Started: started, Items: make([]int, len(assigned))}
+	shards := make([]Shard, len(assigned))
+	for i, a := range assigned {
+		item := a.Item
+		info.Items[i] = item
+		shards[i] = Shard{
+			JobName: h.name, Item: item, Total: cfg.ShardingTotalCount,
+			ItemParameter: params[item], JobParameter: cfg.JobParameter,
+			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
+		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) })
+	}
+	rctx := run.Context()
+
+	for _, l := range h.opts.listeners {
+		n.callListener(h.name, "BeforeRun", func() { l.BeforeRun(rctx, info) })
+	}
+	for _, ol := range h.opts.once {
+		if ol.BeforeAll != nil {
+			if err := h.cj.Once(rctx, "started", info.Items, ol.StartedTimeout, ol.BeforeAll); err != nil {
+				n.reportError(h.name, fmt.Errorf("dataflow: distribute-once BeforeAll: %w", err))
+			}
+		}
+	}
+
+	res := h.pipeline(rctx, shards, PipelineConfig{
+		JobName:     h.name,
+		Threads:     cfg.ConcurrentDataProcessThreadCount,
+		Streaming:   cfg.StreamingProcess,
+		KeepGoing:   func() bool { return run.KeepGoing() && !n.isStopping(h) },
+		Counter:     h.counter,
+		ErrorPolicy: cfg.ErrorPolicy,
+		Logger:      n.logger,
+	})
+	if res.Err != nil {
+		n.reportError(h.name, res.Err)
+	}
+
+	for _, ol := range h.opts.once {
+		if ol.AfterAll != nil {
+			if err := h.cj.Once(rctx, "completed", info.Items, ol.CompletedTimeout, ol.AfterAll); err != nil {
+				n.reportError(h.name, fmt.Errorf("dataflow: distribute-once AfterAll: %w", err))
+			}
+		}
+	}
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
+	defer cancel()
+	if err := run.Complete(cctx, n.sched.nextFire(h.name, time.Now())); err != nil {
+		err = fmt.Errorf("dataflow: complete run: %w", err)
+		if rctx.Err() != nil {
+			// Ownership was lost: the run was cancelled and its items
+			// belong to someone else now.
+			n.logger.Warn("dataflow: run cancelled, not completed", "job", h.name, "err", err)
+		} else {
+			n.reportError(h.name, err)
+		}
+		res.Err = errors.Join(res.Err, err)
+	}
+	res.Duration = time.Since(started)
+
+	for _, l := range h.opts.listeners {
+		n.callListener(h.name, "AfterRun", func() { l.AfterRun(rctx, info, res) })
+	}
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.ObserveRun(h.name, res.Duration, res.Err)
+	}
+}
+
+func (n *Node) callListener(job, what string, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			n.reportError(job, &ItemError{Job: job, Item: -1, Op: "listener " + what, Err: newPanicError("listener "+what, v)})
+		}
+	}()
+	f()
+}

@@ -1,0 +1,402 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/memstore"
+)
+
+// itemJob processes one value per shard item and run: its item number. It
+// records which items it processed.
+type itemJob struct {
+	mu    sync.Mutex
+	items []int
+	// block, when set, makes Process wait for ctx's end and report it.
+	block   bool
+	blocked chan struct{} // receives when Process starts blocking
+	unblock chan error    // receives ctx.Err() when a blocked Process returns
+}
+
+func (j *itemJob) Fetch(_ context.Context, s Shard) ([]int, error) { return []int{s.Item}, nil }
+
+func (j *itemJob) Process(ctx context.Context, s Shard, v int) error {
+	j.mu.Lock()
+	j.items = append(j.items, v)
+	j.mu.Unlock()
+	if j.block {
+		j.blocked <- struct{}{}
+		<-ctx.Done()
+		j.unblock <- ctx.Err()
+	}
+	return nil
+}
+
+func (j *itemJob) take() []int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := j.items
+	j.items = nil
+	slices.Sort(out)
+	return out
+}
+
+type runEvent struct {
+	info RunInfo
+	res  RunResult
+}
+
+// afterListener sends every finished run on runs.
+type afterListener struct {
+	runs   chan runEvent
+	before chan RunInfo
+}
+
+func newAfterListener() *afterListener {
+	return &afterListener{runs: make(chan runEvent, 16), before: make(chan RunInfo, 16)}
+}
+
+func (l *afterListener) BeforeRun(_ context.Context, info RunInfo) { l.before <- info }
+func (l *afterListener) AfterRun(_ context.Context, info RunInfo, res RunResult) {
+	l.runs <- runEvent{info, res}
+}
+
+func (l *afterListener) next(t *testing.T) runEvent {
+	t.Helper()
+	select {
+	case ev := <-l.runs:
+		return ev
+	case <-time.After(20 * time.Second):
+		t.Fatal("no run finished within 20s")
+		return runEvent{}
+	}
+}
+
+func stopNode(t *testing.T, n *Node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := n.Stop(ctx); err != nil {
+		t.Errorf("Stop: %v", err)
+	}
+}
+
+func TestNodeEmbeddedRunAndListeners(t *testing.T) {
+	var mu sync.Mutex
+	var hookErrs []error
+	n, err := NewNode(NodeConfig{ServerID: "solo", OnError: func(_ string, err error) {
+		mu.Lock()
+		hookErrs = append(hookErrs, err)
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopNode(t, n)
+	j := &itemJob{}
+	l := newAfterListener()
+	cfg := JobConfig{JobName: "solo-job", ShardingTotalCount: 4, ShardingItemParameters: "0=a,3=d"}
+	if err := AddJob(n, cfg, Job[int](j), WithListeners(l)); err != nil {
+		t.Fatal(err)
+	}
+	if err := AddJob(n, cfg, Job[int](j)); !errors.Is(err, ErrJobExists) {
+		t.Fatalf("duplicate AddJob: %v, want ErrJobExists", err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	<-n.Started()
+	if err := n.Trigger("solo-job"); err != nil {
+		t.Fatal(err)
+	}
+	ev := l.next(t)
+	if ev.res.Success != 4 || ev.res.Failure != 0 || ev.res.Err != nil {
+		t.Fatalf("run result %+v, want 4 successes", ev.res)
+	}
+	if !slices.Equal(ev.info.Items, []int{0, 1, 2, 3}) || ev.info.Reason != ReasonTrigger || ev.info.ServerID != "solo" {
+		t.Fatalf("run info %+v", ev.info)
+	}
+	if got := j.take(); !slices.Equal(got, []int{0, 1, 2, 3}) {
+		t.Fatalf("processed %v, want 0..3", got)
+	}
+	if got := n.Jobs(); !slices.Equal(got, []string{"solo-job"}) {
+		t.Fatalf("Jobs = %v", got)
+	}
+	if err := n.Trigger("nope"); !errors.Is(err, ErrNoJob) {
+		t.Fatalf("Trigger unknown: %v", err)
+	}
+	if err := n.RemoveJob(t.Context(), "solo-job"); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Jobs()) != 0 {
+		t.Fatalf("Jobs after remove = %v", n.Jobs())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hookErrs) != 0 {
+		t.Fatalf("OnError got %v", hookErrs)
+	}
+}
+
+func TestNodeAddJobValidates(t *testing.T) {
+	n, err := NewNode(NodeConfig{ServerID: "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopNode(t, n)
+	err = AddJob(n, JobConfig{JobName: "bad", ShardingTotalCount: 0}, Job[int](&itemJob{}))
+	if !errors.Is(err, jobconfig.ErrInvalid) {
+		t.Fatalf("AddJob with ShardingTotalCount 0: %v, want jobconfig.ErrInvalid", err)
+	}
+	err = AddJob(n, JobConfig{JobName: "badcron", ShardingTotalCount: 1, Cron: "every tuesday"}, Job[int](&itemJob{}))
+	if err == nil {
+		t.Fatal("AddJob with a bad cron succeeded")
+	}
+	if len(n.Jobs()) != 0 {
+		t.Fatalf("failed adds left jobs: %v", n.Jobs())
+	}
+}
+
+func TestNodeStopBeforeStartAndTwice(t *testing.T) {
+	n, err := NewNode(NodeConfig{ServerID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := AddJob(n, JobConfig{JobName: "j", ShardingTotalCount: 1}, Job[int](&itemJob{})); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := n.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.Start(t.Context()); !errors.Is(err, ErrNodeStopped) {
+		t.Fatalf("Start after Stop: %v", err)
+	}
+	if err := AddJob(n, JobConfig{JobName: "k", ShardingTotalCount: 1}, Job[int](&itemJob{})); !errors.Is(err, ErrNodeStopped) {
+		t.Fatalf("AddJob after Stop: %v", err)
+	}
+}
+
+func TestNodeErrorPolicyReturnReachesHook(t *testing.T) {
+	errc := make(chan error, 4)
+	n, err := NewNode(NodeConfig{ServerID: "e", OnError: func(_ string, err error) { errc <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopNode(t, n)
+	l := newAfterListener()
+	job := failingJob{}
+	if err := AddJob(n, JobConfig{JobName: "fails", ShardingTotalCount: 2, ErrorPolicy: ErrorPolicyReturn}, Job[int](job), WithListeners(l)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Trigger("fails"); err != nil {
+		t.Fatal(err)
+	}
+	ev := l.next(t)
+	if ev.res.Failure != 2 || !errors.Is(ev.res.Err, errBoom) {
+		t.Fatalf("result %+v, want 2 failures and errBoom", ev.res)
+	}
+	select {
+	case err := <-errc:
+		if !errors.Is(err, errBoom) {
+			t.Fatalf("OnError got %v, want errBoom", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnError not called")
+	}
+}
+
+type failingJob struct{}
+
+func (failingJob) Fetch(_ context.Context, s Shard) ([]int, error) { return []int{s.Item}, nil }
+func (failingJob) Process(context.Context, Shard, int) error       { return errBoom }
+
+// cluster starts n Nodes on one memstore server, each with its own session.
+func cluster(t *testing.T, srv *memstore.Server, ns string, count int) ([]*Node, []*memstore.Session) {
+	t.Helper()
+	var nodes []*Node
+	var sessions []*memstore.Session
+	for i := range count {
+		sess := srv.Connect(memstore.WithSessionTimeout(2 * time.Second))
+		t.Cleanup(func() { _ = sess.Close() })
+		n, err := NewNode(NodeConfig{Store: sess, Namespace: ns, ServerID: fmt.Sprintf("server-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+		sessions = append(sessions, sess)
+	}
+	return nodes, sessions
+}
+
+func TestNodeClusterShardsDisjointAndFailsOverOnStop(t *testing.T) {
+	srv := memstore.NewServer()
+	nodes, _ := cluster(t, srv, "cluster", 3)
+	const total = 9
+	jobs := make([]*itemJob, 3)
+	ls := make([]*afterListener, 3)
+	for i, n := range nodes {
+		jobs[i], ls[i] = &itemJob{}, newAfterListener()
+		if err := AddJob(n, JobConfig{JobName: "shared", ShardingTotalCount: total}, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := make([]bool, 3)
+	defer func() {
+		for i, n := range nodes {
+			if !stopped[i] {
+				stopNode(t, n)
+			}
+		}
+	}()
+
+	runAll := func(live []int) map[int][]int {
+		t.Helper()
+		for _, i := range live {
+			if err := nodes[i].Trigger("shared"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := map[int][]int{}
+		for _, i := range live {
+			ev := ls[i].next(t)
+			if ev.res.Err != nil {
+				t.Fatalf("server %d run error: %v", i, ev.res.Err)
+			}
+			got[i] = jobs[i].take()
+			if !slices.Equal(got[i], slices.Sorted(slices.Values(ev.info.Items))) {
+				t.Fatalf("server %d processed %v but was assigned %v", i, got[i], ev.info.Items)
+			}
+		}
+		return got
+	}
+	want := make([]int, total)
+	for i := range want {
+		want[i] = i
+	}
+	// union returns the items of all servers, sorted, with repeats.
+	union := func(got map[int][]int) []int {
+		var all []int
+		for _, items := range got {
+			all = append(all, items...)
+		}
+		slices.Sort(all)
+		return all
+	}
+	checkPartition := func(got map[int][]int) {
+		t.Helper()
+		if all := union(got); !slices.Equal(all, want) {
+			t.Fatalf("items per server %v: union %v, want each of 0..%d exactly once", got, all, total-1)
+		}
+	}
+
+	got := runAll([]int{0, 1, 2})
+	checkPartition(got)
+	for i := range 3 {
+		if len(got[i]) != 3 {
+			t.Fatalf("average sharding of 9 items over 3 servers: %v", got)
+		}
+	}
+
+	stopNode(t, nodes[2])
+	stopped[2] = true
+	// The survivors learn of the departure through their caches' watches,
+	// so a trigger right after Stop may still run the old assignment, or
+	// one survivor may run the old one and then the other the new one (the
+	// leader reshards only once no item runs, so such runs are sequential,
+	// not concurrent). Poll, with a deadline, for the round of triggers in
+	// which the two survivors own each of the 9 items exactly once.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got = runAll([]int{0, 1})
+		if slices.Equal(union(got), want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10s after a server stopped the survivors still run %v, want all of 0..%d", got, total-1)
+		}
+	}
+}
+
+func TestNodeLostSessionCancelsRun(t *testing.T) {
+	srv := memstore.NewServer()
+	nodes, sessions := cluster(t, srv, "lost", 1)
+	n := nodes[0]
+	defer stopNode(t, n)
+	j := &itemJob{block: true, blocked: make(chan struct{}, 4), unblock: make(chan error, 4)}
+	if err := AddJob(n, JobConfig{JobName: "blocking", ShardingTotalCount: 1}, Job[int](j)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Trigger("blocking"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-j.blocked:
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not start")
+	}
+	sessions[0].Expire()
+	select {
+	case err := <-j.unblock:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("run ctx ended with %v, want Canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("lost session did not cancel the run's context")
+	}
+}
+
+func TestNodeGracefulStopTimeoutAndHardStop(t *testing.T) {
+	for _, hard := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hard=%v", hard), func(t *testing.T) {
+			n, err := NewNode(NodeConfig{ServerID: "stopper"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := &itemJob{block: true, blocked: make(chan struct{}, 4), unblock: make(chan error, 4)}
+			if err := AddJob(n, JobConfig{JobName: "blocking", ShardingTotalCount: 1}, Job[int](j)); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Trigger("blocking"); err != nil {
+				t.Fatal(err)
+			}
+			<-j.blocked
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			defer cancel()
+			if hard {
+				if err := n.StopAndCancel(t.Context()); err != nil {
+					t.Fatalf("StopAndCancel: %v", err)
+				}
+			} else if err := n.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Stop with a run that outlives ctx: %v, want DeadlineExceeded", err)
+			}
+			select {
+			case err := <-j.unblock:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("run ctx: %v", err)
+				}
+			default:
+				t.Fatal("stop returned before the run saw its cancellation")
+			}
+		})
+	}
+}
