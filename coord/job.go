@@ -318,7 +318,6 @@ func (j *job) becomeLeader(ctx context.Context) (<-chan store.Event, error) {
 	j.mu.Unlock()
 	if !was {
 		j.log.Info("elected leader")
-		j.lastLive = ""
 		if err := j.setNecessary(ctx); err != nil {
 			return nil, err
 		}

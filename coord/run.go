@@ -60,33 +60,57 @@ func (j *job) begin(ctx context.Context, now time.Time) (*run, error) {
 			return nil, err
 		}
 	}
-	if err := j.awaitSharding(ctx); err != nil {
-		return nil, err
+	var items []Assignment
+	for attempt := 0; ; attempt++ {
+		var shardVersion int32
+		items, shardVersion = j.failoverAssignments()
+		if len(items) == 0 {
+			// Failover items run first and need no resharding; otherwise
+			// reshard (leader) or wait for it.
+			if _, err := j.awaitSharding(ctx); err != nil {
+				return nil, err
+			}
+			if _, _, err := j.ready(); err != nil {
+				return nil, err
+			}
+			// One direct read of this server's sharding node: the fresh
+			// assignment and the version that fences the Multi below.
+			data, st, err := j.st.Get(ctx, j.p.server(j.id, nSharding))
+			if err != nil && !errors.Is(err, store.ErrNoNode) {
+				return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
+			}
+			items, shardVersion = j.assignments(data, st, err == nil)
+		}
+		err := j.markRunning(ctx, now, items, shardVersion)
+		if errors.Is(err, store.ErrBadVersion) && attempt < 3 {
+			continue // resharded between our read and the Multi
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
 	}
-	if _, _, err := j.ready(); err != nil {
-		return nil, err
-	}
-	cfg = j.config()
-	items, shardVersion := j.assignments()
+	j.recordLastError(ctx, "")
+	r := &run{j: j, session: sid, items: items}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	r.stop = context.AfterFunc(regCtx, r.cancel)
+	return r, nil
+}
+
+// markRunning checks for items still running (misfire) and marks items
+// running in ONE Multi, fenced by the sharding node's version.
+func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment, shardVersion int32) error {
+	cfg := j.config()
 	monitor := cfg.MonitorsExecution()
 	if monitor {
-		var running []int
+		var suspects []int
 		for _, a := range items {
 			if j.cache.has(relItem(a.Item, nRunning)) {
-				running = append(running, a.Item)
+				suspects = append(suspects, a.Item)
 			}
 		}
-		if len(running) > 0 {
-			if cfg.MisfireEnabled() {
-				var ins []intent
-				for _, it := range running {
-					ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(it, nMisfire)})
-				}
-				if err := j.commit(ctx, ins); err != nil && !errors.Is(err, store.ErrNoNode) {
-					return nil, fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
-				}
-			}
-			return nil, fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
+		if err := j.misfireIfRunning(ctx, suspects); err != nil {
+			return err
 		}
 	}
 	var ins []intent
@@ -107,19 +131,54 @@ func (j *job) begin(ctx context.Context, now time.Time) (*run, error) {
 		ins = append(ins, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusRunning)})
 	}
 	if err := j.commit(ctx, ins); err != nil {
-		if errors.Is(err, store.ErrNodeExists) {
-			return nil, fmt.Errorf("coord: job %q: an item started running elsewhere: %w", j.jname, ErrItemsRunning)
+		if errors.Is(err, store.ErrNodeExists) && monitor {
+			// The cache had not seen a running node yet.
+			all := make([]int, len(items))
+			for i, a := range items {
+				all[i] = a.Item
+			}
+			if merr := j.misfireIfRunning(ctx, all); merr != nil {
+				return merr
+			}
 		}
 		if errors.Is(err, store.ErrBadVersion) {
-			return nil, fmt.Errorf("coord: job %q: resharded while starting; retry at the next trigger: %w", j.jname, ErrNotOwner)
+			return fmt.Errorf("coord: job %q: resharded while starting: %w", j.jname, err)
 		}
-		return nil, fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
+		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
 	}
-	j.recordLastError(ctx, "")
-	r := &run{j: j, session: sid, items: items}
-	r.ctx, r.cancel = context.WithCancel(ctx)
-	r.stop = context.AfterFunc(regCtx, r.cancel)
-	return r, nil
+	return nil
+}
+
+// misfireIfRunning checks suspects (items the cache shows running)
+// directly; if any really runs, it flags them misfire (when enabled) and
+// returns ErrItemsRunning. Direct reads happen only on this overlap path.
+func (j *job) misfireIfRunning(ctx context.Context, suspects []int) error {
+	var running []int
+	for _, it := range suspects {
+		ok, _, err := j.st.Exists(ctx, j.p.item(it, nRunning))
+		if err != nil {
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(it, nRunning), err)
+		}
+		if ok {
+			running = append(running, it)
+		}
+	}
+	if len(running) == 0 {
+		return nil
+	}
+	if debugHook != nil {
+		debugHook(j, running)
+	}
+	if j.config().MisfireEnabled() {
+		var ins []intent
+		for _, it := range running {
+			ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(it, nMisfire)})
+		}
+		if err := j.commit(ctx, ins); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
+		}
+	}
+	return fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
 }
 
 // checkClock writes systemTime/current and compares its Mtime with now.
@@ -148,25 +207,32 @@ func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Durati
 
 // awaitSharding reshards first if the flag is set and this server leads;
 // otherwise it waits until the leader has (flag and processing gone).
-func (j *job) awaitSharding(ctx context.Context) error {
+func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 	for {
 		ch := j.cache.changedCh()
-		if !j.cache.has(relNecessary) && !j.cache.has(relProcessing) {
-			return nil
+		// The flag is read directly (one read per trigger): a cache that
+		// has not seen it yet must not let this server run stale items.
+		nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary))
+		if err != nil {
+			return waited, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(relNecessary), err)
 		}
+		if !nec && !j.cache.has(relProcessing) {
+			return waited, nil
+		}
+		waited = true
 		if _, _, err := j.ready(); err != nil {
-			return err
+			return waited, err
 		}
-		if j.isLeader() && !j.cache.has(relProcessing) {
+		if nec && j.isLeader() && !j.cache.has(relProcessing) {
 			if err := j.reshard(ctx); err != nil {
-				return err
+				return waited, err
 			}
 			continue
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("coord: job %q: waiting for the leader to reshard: %w", j.jname, ctx.Err())
+			return waited, fmt.Errorf("coord: job %q: waiting for the leader to reshard: %w", j.jname, ctx.Err())
 		}
 	}
 }
@@ -187,18 +253,39 @@ func (j *job) reshard(ctx context.Context) error {
 			return true
 		})
 		if err != nil {
-			return fmt.Errorf("coord: job %q: waiting for running items to finish before resharding: %w", j.jname, err)
+			var running []string
+			for _, it := range j.cache.children(nExecution) {
+				if j.cache.has(nExecution + "/" + it + "/" + nRunning) {
+					running = append(running, it)
+				}
+			}
+			if debugHook != nil {
+				var its []int
+				for _, r := range running {
+					n, _ := strconv.Atoi(r)
+					its = append(its, n)
+				}
+				debugHook(j, its)
+			}
+			return fmt.Errorf("coord: job %q: waiting for running items %v to finish before resharding: %w", j.jname, running, err)
 		}
 	}
 	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.config("jobShardingStrategy"), err)
 	}
-	live := j.liveServers()
+	servers, live, err := j.readServers(ctx)
+	if err != nil {
+		return err
+	}
 	assign := strategy.Shard(live, j.jname, cfg.ShardingTotalCount)
 	ins := []intent{{kind: opCreate, rel: relProcessing, mode: store.Ephemeral}}
-	for _, s := range j.cache.children(nServers) {
-		ins = append(ins, intent{kind: opPut, rel: relServer(s, nSharding), data: formatItems(assign[s])})
+	for s, hasSharding := range servers {
+		k := opCreate
+		if hasSharding {
+			k = opSet
+		}
+		ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
 	}
 	if len(live) > 0 {
 		for _, q := range j.cache.children(relFailoverQ) {
@@ -217,17 +304,12 @@ func (j *job) reshard(ctx context.Context) error {
 		return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
 	}
 	j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
-	return j.cache.waitFor(ctx, func() bool {
-		d, _, ok := j.cache.get(relServer(j.id, nSharding))
-		return !slices.Contains(j.cache.children(nServers), j.id) || ok && string(d) == string(formatItems(assign[j.id]))
-	})
+	return nil
 }
 
-// assignments computes this server's items: its failover items if any,
-// else its sharding items minus items failed over to others and disabled
-// items. shardVersion is the sharding node's version to check at commit,
-// or -1 for failover runs.
-func (j *job) assignments() ([]Assignment, int32) {
+// failoverAssignments returns the failover items this server claimed,
+// with the failover nodes' Czxid as epochs.
+func (j *job) failoverAssignments() ([]Assignment, int32) {
 	var out []Assignment
 	j.mu.Lock()
 	claims := make(map[int]int64, len(j.claims))
@@ -252,11 +334,55 @@ func (j *job) assignments() ([]Assignment, int32) {
 			out = append(out, Assignment{Item: it, Epoch: epoch, Failover: true})
 		}
 		slices.SortFunc(out, func(a, b Assignment) int { return a.Item - b.Item })
-		if len(out) > 0 {
-			return out, -1
+	}
+	return out, -1
+}
+
+// readServers reads the server set directly (resharding must not act on
+// a lagging cache): every server, whether it has a sharding node, and the
+// live (status present), enabled, not shut down ones, sorted.
+func (j *job) readServers(ctx context.Context) (map[string]bool, []string, error) {
+	names, _, err := j.st.Children(ctx, j.p.abs(nServers))
+	if err != nil {
+		return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
+	}
+	all := make(map[string]bool, len(names))
+	var live []string
+	for _, s := range names {
+		kids, _, err := j.st.Children(ctx, j.p.server(s))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(s), err)
+		}
+		all[s] = slices.Contains(kids, nSharding)
+		if !slices.Contains(kids, nStatus) {
+			continue
+		}
+		off := false
+		for _, flag := range []string{nDisabled, nShutdown} {
+			if !slices.Contains(kids, flag) {
+				continue
+			}
+			d, _, err := j.st.Get(ctx, j.p.server(s, flag))
+			if err != nil && !errors.Is(err, store.ErrNoNode) {
+				return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(s, flag), err)
+			}
+			off = off || err == nil && flagTrue(d)
+		}
+		if !off {
+			live = append(live, s)
 		}
 	}
-	data, st, ok := j.cache.get(relServer(j.id, nSharding))
+	slices.Sort(live)
+	return all, live, nil
+}
+
+// assignments computes this server's sharding items minus items failed
+// over to others and disabled items, with the sharding node's version.
+func (j *job) assignments(data []byte, st store.Stat, ok bool) ([]Assignment, int32) {
+	var out []Assignment
 	if !ok {
 		return nil, -1
 	}
@@ -438,3 +564,5 @@ func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
 	}
 	return nil
 }
+
+var debugHook func(*job, []int)

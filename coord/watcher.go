@@ -304,22 +304,32 @@ func (j *job) liveServers() []string {
 	return live
 }
 
-// leaderDuties raises the resharding flag when the live set or the total
-// changed, and requeues a dead server's unfinished items for failover.
+// leaderDuties raises the resharding flag when a server went offline (or
+// was disabled or shut down) or the total changed, and requeues a dead
+// server's unfinished items for failover. Joining servers raise the flag
+// themselves, so a join seen late here does not cause a second reshard.
 func (j *job) leaderDuties(ctx context.Context, force bool) {
-	live := strings.Join(j.liveServers(), ",")
+	live := j.liveServers()
 	total := j.config().ShardingTotalCount
-	if live == j.lastLive && total == j.lastTotal && !force {
+	j.mu.Lock()
+	last, lastTotal := j.lastLive, j.lastTotal
+	j.lastLive, j.lastTotal = strings.Join(live, ","), total
+	j.mu.Unlock()
+	departed := false
+	if last != "" {
+		for _, s := range strings.Split(last, ",") {
+			if !slices.Contains(live, s) {
+				departed = true
+			}
+		}
+	}
+	if !force && !departed && total == lastTotal {
 		return
 	}
-	lostSome := j.lastLive != "" && len(strings.Split(live, ",")) <= len(strings.Split(j.lastLive, ","))
-	j.lastLive, j.lastTotal = live, total
 	if err := j.setNecessary(ctx); err != nil {
 		j.log.Warn("cannot raise the resharding flag", "err", err)
 	}
-	if force || lostSome || live != "" {
-		j.enqueueOrphans(ctx)
-	}
+	j.enqueueOrphans(ctx)
 }
 
 // owners maps each item to the server whose sharding node lists it.
