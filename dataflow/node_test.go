@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 )
@@ -398,5 +399,203 @@ func TestNodeGracefulStopTimeoutAndHardStop(t *testing.T) {
 				t.Fatal("stop returned before the run saw its cancellation")
 			}
 		})
+	}
+}
+
+// eventually polls cond every 10ms until it holds or 10s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNodeReactsToOperator(t *testing.T) {
+	srv := memstore.NewServer()
+	nodes, _ := cluster(t, srv, "ops", 1)
+	n := nodes[0]
+	defer stopNode(t, n)
+	adminSess := srv.Connect()
+	defer adminSess.Close()
+	admin := coord.NewAdmin(adminSess, "ops")
+
+	l := newAfterListener()
+	if err := AddJob(n, JobConfig{JobName: "opjob", ShardingTotalCount: 2}, Job[int](&itemJob{}), WithListeners(l)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	// An operator's trigger runs the job on this server.
+	if err := admin.Trigger(t.Context(), "opjob"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := l.next(t); ev.info.Reason != ReasonTrigger || ev.res.Success != 2 {
+		t.Fatalf("operator trigger ran %+v", ev)
+	}
+
+	// A live cron edit reschedules the job.
+	if !n.NextFireTime("opjob").IsZero() {
+		t.Fatal("trigger-only job has a next fire time")
+	}
+	if err := admin.SetConfig(t.Context(), "opjob", jobconfig.FieldCron, "0 0 0 1 1 ?"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new cron is scheduled", func() bool { return !n.NextFireTime("opjob").IsZero() })
+	if next := n.NextFireTime("opjob"); next.Month() != time.January || next.Day() != 1 {
+		t.Fatalf("next fire %v, want January 1st", next)
+	}
+
+	// An operator's shutdown stops the job on this server.
+	if err := admin.Shutdown(t.Context(), "opjob", ""); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the shut down job leaves the node", func() bool { return len(n.Jobs()) == 0 })
+	if err := n.Trigger("opjob"); !errors.Is(err, ErrNoJob) {
+		t.Fatalf("Trigger after shutdown: %v, want ErrNoJob", err)
+	}
+}
+
+func TestNodeOnceListenersRunOncePerRun(t *testing.T) {
+	srv := memstore.NewServer()
+	nodes, _ := cluster(t, srv, "once", 3)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	once := OnceListener{
+		BeforeAll: func(context.Context) error {
+			mu.Lock()
+			calls["before"]++
+			mu.Unlock()
+			return nil
+		},
+		AfterAll: func(context.Context) error {
+			mu.Lock()
+			calls["after"]++
+			mu.Unlock()
+			return nil
+		},
+		StartedTimeout: 10 * time.Second, CompletedTimeout: 10 * time.Second,
+	}
+	ls := make([]*afterListener, 3)
+	for i, n := range nodes {
+		ls[i] = newAfterListener()
+		if err := AddJob(n, JobConfig{JobName: "oncejob", ShardingTotalCount: 6}, Job[int](&itemJob{}), WithListeners(ls[i]), WithOnceListeners(once)); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer stopNode(t, n)
+	}
+	for round := 1; round <= 2; round++ {
+		for _, n := range nodes {
+			if err := n.Trigger("oncejob"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range nodes {
+			if ev := ls[i].next(t); ev.res.Err != nil {
+				t.Fatalf("round %d server %d: %v", round, i, ev.res.Err)
+			}
+		}
+		mu.Lock()
+		b, a := calls["before"], calls["after"]
+		mu.Unlock()
+		if b != round || a != round {
+			t.Fatalf("after round %d: BeforeAll ran %d times, AfterAll %d, want %d each", round, b, a, round)
+		}
+	}
+}
+
+type batchSum struct{}
+
+func (batchSum) Fetch(_ context.Context, s Shard) ([]int, error) {
+	out := make([]int, s.FetchCount)
+	for i := range out {
+		out[i] = i
+	}
+	return out, nil
+}
+
+// ProcessBatch fails the odd values of each slice.
+func (batchSum) ProcessBatch(_ context.Context, _ Shard, vs []int) (int, error) {
+	ok := 0
+	for _, v := range vs {
+		if v%2 == 0 {
+			ok++
+		}
+	}
+	return ok, nil
+}
+
+func TestNodeBatchJobAndLocalMisfire(t *testing.T) {
+	n, err := NewNode(NodeConfig{ServerID: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopNode(t, n)
+	l := newAfterListener()
+	cfg := JobConfig{JobName: "batch", ShardingTotalCount: 3, FetchDataCount: 10, ConcurrentDataProcessThreadCount: 3}
+	if err := AddBatchJob(n, cfg, BatchJob[int](batchSum{}), WithListeners(l)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Trigger("batch"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := l.next(t); ev.res.Success != 15 || ev.res.Failure != 15 {
+		t.Fatalf("batch run %+v, want 15 successes and 15 failures", ev.res)
+	}
+
+	// Cron fires while a run is in progress: one catch-up run after it.
+	gate := &gateJob{started: make(chan struct{}, 4), release: make(chan struct{})}
+	gl := newAfterListener()
+	if err := AddJob(n, JobConfig{JobName: "slow", ShardingTotalCount: 1}, Job[int](gate), WithListeners(gl)); err != nil {
+		t.Fatal(err)
+	}
+	n.sched.mu.Lock()
+	sj := n.sched.jobs["slow"]
+	n.sched.mu.Unlock()
+	n.sched.fire(sj) // the cron callback
+	<-gate.started
+	for range 3 {
+		n.sched.fire(sj)
+	}
+	close(gate.release)
+	if ev := gl.next(t); ev.info.Reason != ReasonCron {
+		t.Fatalf("first run reason %v", ev.info.Reason)
+	}
+	if ev := gl.next(t); ev.info.Reason != ReasonMisfire || ev.res.Success != 1 {
+		t.Fatalf("catch-up run %+v, want one misfire run", ev)
+	}
+	select {
+	case ev := <-gl.runs:
+		t.Fatalf("a third run %+v: missed fires must collapse into one", ev)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// gateJob's Process blocks until release is closed.
+type gateJob struct {
+	started chan struct{}
+	release chan struct{}
+}
+
+func (g *gateJob) Fetch(_ context.Context, s Shard) ([]int, error) { return []int{s.Item}, nil }
+
+func (g *gateJob) Process(ctx context.Context, _ Shard, _ int) error {
+	g.started <- struct{}{}
+	select {
+	case <-g.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
