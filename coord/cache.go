@@ -30,7 +30,10 @@ type treeCache struct {
 
 	mu      sync.RWMutex
 	nodes   map[string]*cnode
+	stubs   map[string]bool // stub nodes the watcher must load
 	changed chan struct{}
+	// kick wakes the watcher (to load stubs); set before the watcher starts.
+	kick func()
 }
 
 type cnode struct {
@@ -60,7 +63,7 @@ type watchRef struct {
 }
 
 func newTreeCache(st store.Store, root string) *treeCache {
-	return &treeCache{st: st, root: root, nodes: make(map[string]*cnode), changed: make(chan struct{})}
+	return &treeCache{st: st, root: root, nodes: make(map[string]*cnode), stubs: make(map[string]bool), changed: make(chan struct{}), kick: func() {}}
 }
 
 // policy says which watches a node (path relative to the job root) gets.
@@ -116,6 +119,7 @@ func joinRel(parent, name string) string {
 func (c *treeCache) resync(ctx context.Context) error {
 	c.mu.Lock()
 	c.nodes = make(map[string]*cnode)
+	clear(c.stubs)
 	c.mu.Unlock()
 	for _, rel := range []string{"", nConfig, nServers, nExecution, relElection, relShardingDir, relFailoverQ} {
 		if err := c.load(ctx, rel); err != nil {
@@ -347,14 +351,41 @@ func (c *treeCache) noteCreated(rels ...string) {
 			}
 			p = &cnode{stub: true}
 			c.nodes[parentRel(rel)] = p
+			c.stubs[parentRel(rel)] = true
 		}
 		name := rel[strings.LastIndexByte(rel, '/')+1:]
 		if i, ok := slices.BinarySearch(p.children, name); !ok {
 			p.children = slices.Insert(slices.Clone(p.children), i, name)
 		}
 	}
+	stubs := len(c.stubs) > 0
 	c.mu.Unlock()
 	c.notify()
+	if stubs {
+		c.kick()
+	}
+}
+
+// loadStubs loads the nodes known only from our own writes; watcher only.
+func (c *treeCache) loadStubs(ctx context.Context) error {
+	c.mu.Lock()
+	var rels []string
+	for rel := range c.stubs {
+		if n := c.nodes[rel]; n != nil && n.stub {
+			rels = append(rels, rel)
+		}
+	}
+	clear(c.stubs)
+	c.mu.Unlock()
+	for _, rel := range rels {
+		if err := c.load(ctx, rel); err != nil {
+			return err
+		}
+	}
+	if len(rels) > 0 {
+		c.notify()
+	}
+	return nil
 }
 
 func (c *treeCache) noteDeleted(rels ...string) {

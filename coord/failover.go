@@ -25,12 +25,19 @@ func (j *job) enqueueOrphans(ctx context.Context) {
 	var items []int
 	for it := range cfg.ShardingTotalCount {
 		s, ok := own[it]
-		if !ok || j.cache.has(relServer(s, nStatus)) {
+		if !ok || j.cache.has(relServer(s, nStatus)) || !j.cache.has(relItem(it, nLastBeginTime)) {
 			continue
 		}
-		if !j.cache.has(relItem(it, nLastBeginTime)) || j.cache.has(relItem(it, nCompleted)) ||
-			j.cache.has(relItem(it, nRunning)) || j.cache.has(relItem(it, nFailover)) ||
-			j.cache.has(relFailoverQ+"/"+strconv.Itoa(it)) {
+		// A dead owner's item: the cache may not have seen its ephemerals
+		// vanish yet, so check the item directly (only on this rare path).
+		kids, _, err := j.st.Children(ctx, j.p.item(it))
+		if err != nil {
+			continue
+		}
+		if slices.Contains(kids, nCompleted) || slices.Contains(kids, nRunning) || slices.Contains(kids, nFailover) {
+			continue
+		}
+		if ok, _, err := j.st.Exists(ctx, j.p.queued(it)); err != nil || ok {
 			continue
 		}
 		items = append(items, it)

@@ -78,7 +78,10 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		sigOut:      make(chan Signal),
 	}
 	j.cache = newTreeCache(j.st, j.p.root)
-	sess, _ := j.st.Session()
+	j.cache.kick = j.kick
+	// The watcher follows session changes from this snapshot on, so a
+	// change during Join is never missed.
+	sess, sessCh := j.st.Session()
 	if sess.State != store.StateConnected {
 		return nil, fmt.Errorf("coord: join job %q: store session is %s: %w", j.jname, sess.State, ErrSessionLost)
 	}
@@ -121,7 +124,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		j.regCancel()
 		return nil, fmt.Errorf("coord: join job %q: leader election: %w", j.jname, err)
 	}
-	go j.watch(wctx, predW)
+	go j.watch(wctx, sessCh, predW)
 	j.log.Debug("joined job")
 	return j, nil
 }
@@ -445,9 +448,17 @@ func (j *job) goOffline(ctx context.Context) error {
 }
 
 // recordLastError writes servers/{id}/lastError (empty text clears it).
+// Writes are serialised, and a clear is skipped while the stored config is
+// invalid, so a run that began on the old config cannot erase the report.
 func (j *job) recordLastError(ctx context.Context, msg string) {
+	j.errMu.Lock()
+	defer j.errMu.Unlock()
 	j.mu.Lock()
 	set := j.lastErrSet
+	if msg == "" && j.cfgErr != nil {
+		j.mu.Unlock()
+		return
+	}
 	j.lastErrSet = msg != ""
 	j.mu.Unlock()
 	if msg == "" && !set {

@@ -217,6 +217,13 @@ func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 			return waited, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(relNecessary), err)
 		}
 		if !nec && !j.cache.has(relProcessing) {
+			if j.cache.has(relNecessary) {
+				// Let the cache catch up so KeepGoing does not stop the
+				// new run on a flag that is already gone.
+				wctx, cancel := context.WithTimeout(ctx, time.Second)
+				_ = j.cache.waitFor(wctx, func() bool { return !j.cache.has(relNecessary) })
+				cancel()
+			}
 			return waited, nil
 		}
 		waited = true
@@ -523,13 +530,27 @@ func (j *job) myItems() []int {
 
 func (j *job) takeMisfire(ctx context.Context) (bool, error) {
 	cfg := j.config()
-	if !cfg.MisfireEnabled() || j.cache.has(relNecessary) {
+	if !cfg.MisfireEnabled() {
 		return false, nil
 	}
+	// Direct reads: the flag and the assignment must not lag behind the
+	// run that just completed.
+	nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary))
+	if err != nil {
+		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(relNecessary), err)
+	}
+	if nec {
+		return false, nil
+	}
+	data, st, err := j.st.Get(ctx, j.p.server(j.id, nSharding))
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
+	}
+	mine, _ := j.assignments(data, st, err == nil)
 	var ins []intent
-	for _, it := range j.myItems() {
-		if j.cache.has(relItem(it, nMisfire)) {
-			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(it, nMisfire)})
+	for _, a := range mine {
+		if j.cache.has(relItem(a.Item, nMisfire)) {
+			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nMisfire)})
 		}
 	}
 	if len(ins) == 0 {

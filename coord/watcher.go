@@ -32,11 +32,10 @@ const (
 // follows the session, runs the election and the leader's duties, reacts to
 // operator flags and config edits, and delivers Signals. It closes sigOut
 // and watchDn when ctx ends.
-func (j *job) watch(ctx context.Context, predW <-chan store.Event) {
+func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan store.Event) {
 	defer close(j.watchDn)
 	defer close(j.sigOut)
-	sess, sessCh := j.st.Session()
-	_ = sess
+	var sess store.Session
 	interval := j.reconcileInterval()
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
@@ -68,6 +67,7 @@ func (j *job) watch(ctx context.Context, predW <-chan store.Event) {
 			return
 		case caseSession:
 			sess, sessCh = j.st.Session()
+			j.log.Debug("session changed", "id", sess.ID, "state", sess.State)
 			if j.onSession(ctx, sess) != nil {
 				retry = time.After(retryDelay)
 			} else {
@@ -104,6 +104,11 @@ func (j *job) watch(ctx context.Context, predW <-chan store.Event) {
 			}
 			needResync = false
 		case caseWake:
+			if err := j.cache.loadStubs(ctx); err != nil {
+				needResync = true
+				retry = time.After(retryDelay)
+				continue
+			}
 		default:
 			ref := refs[chosen-nFixed]
 			ev := recv.Interface().(store.Event)

@@ -125,8 +125,8 @@ func BeginAll(t testing.TB, servers ...*Server) []*coord.Run {
 	runs := make([]*coord.Run, len(servers))
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	// The runs' contexts derive from this one: it lives until the test ends.
+	ctx := testCtx(t)
 	for i, s := range servers {
 		wg.Go(func() { runs[i], errs[i] = s.Job.Begin(ctx, time.Now()) })
 	}
@@ -413,7 +413,6 @@ func testMisfire(t *testing.T, h *Harness) {
 		}
 	}
 	CompleteAll(t, runs...)
-	Eventually(t, "misfire visible to the job", func() bool { return true })
 	ok, err := a.Job.TakeMisfire(testCtx(t))
 	if err != nil || !ok {
 		t.Fatalf("TakeMisfire = %v, %v; want true", ok, err)
@@ -601,7 +600,14 @@ func testCorruptedConfig(t *testing.T, h *Harness) {
 		if _, err := adminSt.Set(ctx, path, []byte(tc.value), store.AnyVersion); err != nil {
 			t.Fatal(err)
 		}
-		WaitSignal(t, a.Job, coord.SignalConfigChanged)
+		// The edit reaches the job through its watch (SignalConfigChanged).
+		Eventually(t, "the job refusing the corrupted config", func() bool {
+			r, err := a.Job.Begin(ctx, time.Now())
+			if err == nil {
+				_ = r.Complete(ctx, time.Time{})
+			}
+			return errors.Is(err, coord.ErrBadConfig)
+		})
 		_, err = a.Job.Begin(ctx, time.Now())
 		if !errors.Is(err, coord.ErrBadConfig) || !strings.Contains(err.Error(), "config/"+tc.field) {
 			t.Fatalf("%s=%q: Begin err = %v, want ErrBadConfig naming config/%s", tc.field, tc.value, err, tc.field)
