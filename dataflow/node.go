@@ -198,7 +198,9 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 		n.mu.Lock()
 		hs := make([]*hostedJob, 0, len(n.jobs))
 		for _, h := range n.jobs {
-			hs = append(hs, h)
+			if h != nil { // nil: still joining; add sees stopping and undoes itself
+				hs = append(hs, h)
+			}
 		}
 		n.mu.Unlock()
 		for _, h := range hs {
@@ -282,6 +284,14 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if err == nil && n.stopping {
+		// Stop began while joining and did not see this job: undo.
+		n.mu.Unlock()
+		_ = n.sched.remove(ctx, h.name)
+		_ = cj.Leave(ctx)
+		n.mu.Lock()
+		err = ErrNodeStopped
+	}
 	if err != nil {
 		delete(n.jobs, h.name)
 		return fmt.Errorf("dataflow: AddJob %q: %w", h.name, err)
@@ -558,7 +568,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		}
 		res.Err = errors.Join(res.Err, err)
 	}
-	res.Duration = time.Since(started)
+	res.Started, res.Duration = started, time.Since(started)
 
 	for _, l := range h.opts.listeners {
 		n.callListener(h.name, "AfterRun", func() { l.AfterRun(rctx, info, res) })
