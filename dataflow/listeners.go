@@ -45,9 +45,14 @@ type JobListener interface {
 // NodeConfig.OnError (wrapping coord.ErrGuaranteeTimeout) and the run goes
 // on. Either callback may be nil.
 type OnceListener struct {
-	BeforeAll        func(ctx context.Context) error
-	AfterAll         func(ctx context.Context) error
-	StartedTimeout   time.Duration
+	// BeforeAll runs on one server before the run's pipelines start; ctx
+	// is that server's run context. Its error is reported to OnError.
+	BeforeAll func(ctx context.Context) error
+	// AfterAll runs on one server after every server's pipeline finished.
+	AfterAll func(ctx context.Context) error
+	// StartedTimeout bounds the wait for BeforeAll; <= 0 waits forever.
+	StartedTimeout time.Duration
+	// CompletedTimeout bounds the wait for AfterAll; <= 0 waits forever.
 	CompletedTimeout time.Duration
 }
 

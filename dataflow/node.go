@@ -61,6 +61,10 @@ type NodeConfig struct {
 // Start, then Stop or StopAndCancel. Stop is safe before Start and more than
 // once. No goroutine started by the Node outlives Stop or StopAndCancel.
 // All methods are safe for concurrent use.
+//
+// Cost of an idle job: three goroutines (the Node's signal watcher, the
+// stats reporter and coord's job watcher); the scheduler adds one runner
+// goroutine per job only while a run is due or in progress.
 type Node struct {
 	cfg      NodeConfig
 	logger   *slog.Logger
@@ -375,7 +379,10 @@ func (n *Node) detach(ctx context.Context, h *hostedJob, fromWatch bool) error {
 }
 
 // Trigger runs the job on this server now, or right after its run in
-// progress (one pending trigger; more are coalesced).
+// progress (one pending trigger; more are coalesced). It does not block for
+// the run. It works before Start too (cron fires wait for Start). Errors:
+// ErrNoJob, ErrNodeStopped. To run a job on every server use
+// coord.Admin.Trigger.
 func (n *Node) Trigger(name string) error {
 	return n.sched.trigger(name, ReasonTrigger)
 }
