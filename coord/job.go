@@ -27,6 +27,7 @@ type job struct {
 	log   *slog.Logger
 	cache *treeCache
 
+	errMu      sync.Mutex // serialises lastError writes
 	mu         sync.Mutex
 	cfg        jobconfig.Config
 	cfgErr     error
