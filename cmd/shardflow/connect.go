@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/zkstore"
+)
+
+// connFlags are the flags of every command that talks to ZooKeeper.
+type connFlags struct {
+	zk        string
+	namespace string
+	auth      string
+	timeout   time.Duration
+}
+
+func (c *connFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.zk, "zk", "", "ZooKeeper servers, comma-separated host:port (required)")
+	fs.StringVar(&c.namespace, "namespace", "shardflow", "namespace: the root node of the jobs")
+	fs.StringVar(&c.auth, "auth", "", "digest credentials user:password, if the nodes carry ACLs")
+	fs.DurationVar(&c.timeout, "connect-timeout", 15*time.Second, "how long to try to reach ZooKeeper")
+}
+
+func (c *connFlags) servers() ([]string, error) {
+	var out []string
+	for _, s := range strings.Split(c.zk, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, usagef("--zk is required: pass ZooKeeper servers, e.g. --zk 127.0.0.1:2181")
+	}
+	return out, nil
+}
+
+// open connects to ZooKeeper and returns the store and an Admin over it.
+func (c *connFlags) open(ctx context.Context) (store.Store, *coord.Admin, error) {
+	servers, err := c.servers()
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := zkstore.Open(ctx, zkstore.Config{
+		Servers:        servers,
+		ConnectTimeout: c.timeout,
+		Auth:           c.auth,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to ZooKeeper: %w", err)
+	}
+	return st, coord.NewAdmin(st, c.namespace), nil
+}

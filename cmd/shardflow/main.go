@@ -1,0 +1,97 @@
+// Command shardflow is the operator CLI of shardflow: the embedded demo, a
+// sharding preview, job status, operator actions and a web console.
+//
+//	shardflow demo     [--zk HOSTS] [--namespace NS] [--job NAME] [--servers K] ...
+//	shardflow shard    --strategy average|odd-even|round-robin --servers a,b,c --total N --job NAME [--json]
+//	shardflow status   --zk HOSTS [--namespace NS] [--job NAME] [--json]
+//	shardflow trigger|pause|resume|disable|enable|shutdown|remove --zk HOSTS --job NAME [--server ID] [--item N]
+//	shardflow config get|set --zk HOSTS --job NAME [FIELD VALUE]
+//	shardflow console  --zk HOSTS [--listen ADDR]
+//
+// Every command exits 0 on success, 1 on a failure it explains, and 2 on bad
+// usage.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// usageError marks errors caused by the command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"demo", "run the demo job: K servers in one process (embedded store, or --zk)", runDemo},
+		{"shard", "preview a sharding assignment", runShard},
+		{"status", "show jobs, servers, items and counts", runStatus},
+		{"trigger", "run a job now on every server", opCommand("trigger")},
+		{"pause", "pause a job on a server (or all)", opCommand("pause")},
+		{"resume", "resume a paused job", opCommand("resume")},
+		{"disable", "take a server (or, with --item, a shard item) out of sharding", opCommand("disable")},
+		{"enable", "undo disable", opCommand("enable")},
+		{"shutdown", "stop a job on a server (or all) until restarted", opCommand("shutdown")},
+		{"remove", "remove an offline server, or a whole job", opCommand("remove")},
+		{"config", "get or set a job's stored config: config get | config set FIELD VALUE", runConfig},
+		{"console", "serve the web console", runConsole},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printUsage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		var ue usageError
+		switch {
+		case err == nil:
+			return 0
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "shardflow %s: %v\n", c.name, err)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "shardflow %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "shardflow: unknown command %q; run `shardflow help`\n", args[0])
+	return 2
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: shardflow COMMAND [flags]   (shardflow COMMAND -h for its flags)")
+	fmt.Fprintln(w)
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/shardflow/shardflow/coord"
+)
+
+// opCommand builds one operator action command.
+func opCommand(action string) func(context.Context, []string, io.Writer, io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		fs := flag.NewFlagSet(action, flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		var cf connFlags
+		cf.register(fs)
+		job := fs.String("job", "", "job name (required)")
+		server := fs.String("server", "", "server id (default: every server of the job)")
+		item := fs.Int("item", -1, "shard item (disable/enable only): act on one item instead of a server")
+		if err := fs.Parse(args); err != nil {
+			return usageError{err.Error()}
+		}
+		if *job == "" {
+			return usagef("--job is required: name the job, see `shardflow status --zk ...`")
+		}
+		if *item >= 0 && action != "disable" && action != "enable" {
+			return usagef("--item applies only to disable and enable")
+		}
+		st, admin, err := cf.open(ctx)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		if err := doAction(ctx, admin, action, *job, *server, *item); err != nil {
+			return err
+		}
+		target := "every server"
+		switch {
+		case *item >= 0:
+			target = fmt.Sprintf("item %d", *item)
+		case *server != "":
+			target = "server " + *server
+		}
+		if action == "remove" && *server == "" {
+			target = "the whole job"
+		}
+		fmt.Fprintf(stdout, "%s: job %s, %s: done\n", action, *job, target)
+		return nil
+	}
+}
+
+// doAction performs one operator action through the Admin API.
+func doAction(ctx context.Context, admin *coord.Admin, action, job, server string, item int) error {
+	switch action {
+	case "trigger":
+		return admin.Trigger(ctx, job)
+	case "pause":
+		return admin.Pause(ctx, job, server)
+	case "resume":
+		return admin.Resume(ctx, job, server)
+	case "disable":
+		if item >= 0 {
+			return admin.DisableItem(ctx, job, item)
+		}
+		return admin.Disable(ctx, job, server)
+	case "enable":
+		if item >= 0 {
+			return admin.EnableItem(ctx, job, item)
+		}
+		return admin.Enable(ctx, job, server)
+	case "shutdown":
+		return admin.Shutdown(ctx, job, server)
+	case "remove":
+		return admin.Remove(ctx, job, server)
+	}
+	return usagef("unknown action %q", action)
+}
+
+func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "get" && args[0] != "set") {
+		return usagef("usage: shardflow config get --zk HOSTS --job NAME | shardflow config set --zk HOSTS --job NAME FIELD VALUE")
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("config "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.register(fs)
+	job := fs.String("job", "", "job name (required)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return usageError{err.Error()}
+	}
+	if *job == "" {
+		return usagef("--job is required")
+	}
+	if verb == "set" && fs.NArg() != 2 {
+		return usagef("config set takes FIELD VALUE after the flags, e.g. config set --zk ... --job j cron '0/10 * * * * ?'")
+	}
+	if verb == "get" && fs.NArg() != 0 {
+		return usagef("config get takes no arguments")
+	}
+	st, admin, err := cf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if verb == "set" {
+		if err := admin.SetConfig(ctx, *job, fs.Arg(0), fs.Arg(1)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "config set: job %s: %s = %q\n", *job, fs.Arg(0), fs.Arg(1))
+		return nil
+	}
+	s, err := admin.Status(ctx, *job)
+	if err != nil {
+		return err
+	}
+	printConfig(stdout, s)
+	return nil
+}
+
+func printConfig(w io.Writer, s coord.JobStatus) {
+	keys := make([]string, 0, len(s.Config))
+	for k := range s.Config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s=%s\n", k, s.Config[k])
+	}
+	if s.ConfigError != "" {
+		fmt.Fprintf(w, "# error: %s\n", s.ConfigError)
+	}
+}

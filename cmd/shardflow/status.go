@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+)
+
+// statusDocument is the JSON document `shardflow status --json` prints
+// (documented in docs/operations.md).
+type statusDocument struct {
+	Namespace string            `json:"namespace"`
+	Jobs      []coord.JobStatus `json:"jobs"`
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.register(fs)
+	job := fs.String("job", "", "only this job (default: every job in the namespace)")
+	asJSON := fs.Bool("json", false, "print one JSON document")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	st, admin, err := cf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	doc, err := collectStatus(ctx, admin, cf.namespace, *job)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	}
+	printStatus(stdout, doc)
+	return nil
+}
+
+func collectStatus(ctx context.Context, admin *coord.Admin, namespace, job string) (statusDocument, error) {
+	doc := statusDocument{Namespace: namespace, Jobs: []coord.JobStatus{}}
+	names := []string{job}
+	if job == "" {
+		var err error
+		if names, err = admin.Jobs(ctx); err != nil {
+			return doc, fmt.Errorf("list jobs in namespace %q: %w", namespace, err)
+		}
+	}
+	for _, name := range names {
+		s, err := admin.Status(ctx, name)
+		if err != nil {
+			return doc, fmt.Errorf("status of job %q: %w", name, err)
+		}
+		doc.Jobs = append(doc.Jobs, s)
+	}
+	return doc, nil
+}
+
+func printStatus(w io.Writer, doc statusDocument) {
+	if len(doc.Jobs) == 0 {
+		fmt.Fprintf(w, "namespace %q has no jobs\n", doc.Namespace)
+		return
+	}
+	for i, js := range doc.Jobs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		printJobStatus(w, js)
+	}
+}
+
+func printJobStatus(w io.Writer, js coord.JobStatus) {
+	fmt.Fprintf(w, "job %s   leader %s", js.Job, orDash(js.Leader))
+	if js.ReshardingPending {
+		fmt.Fprint(w, "   resharding pending")
+	}
+	if len(js.FailoverQueue) > 0 {
+		fmt.Fprintf(w, "   failover queue %s", joinInts(js.FailoverQueue))
+	}
+	fmt.Fprintln(w)
+	if js.ConfigError != "" {
+		fmt.Fprintf(w, "  CONFIG ERROR: %s\n", js.ConfigError)
+	}
+	keys := make([]string, 0, len(js.Config))
+	for k := range js.Config {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var cfg []string
+	for _, k := range keys {
+		if v := js.Config[k]; v != "" {
+			cfg = append(cfg, k+"="+v)
+		}
+	}
+	fmt.Fprintf(w, "  config: %s\n", strings.Join(cfg, " "))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SERVER\tSTATUS\tITEMS\tSUCCESS\tFAILURE\tFLAGS\tLAST ERROR")
+	for _, s := range js.Servers {
+		var flags []string
+		if s.Disabled {
+			flags = append(flags, "disabled")
+		}
+		if s.Paused {
+			flags = append(flags, "paused")
+		}
+		if s.Shutdown {
+			flags = append(flags, "shutdown")
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Status, joinInts(s.Sharding),
+			s.ProcessSuccessCount, s.ProcessFailureCount, orDash(strings.Join(flags, ",")), orDash(s.LastError))
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ITEM\tSTATE\tFAILOVER\tLAST BEGIN\tLAST COMPLETE\tNEXT FIRE")
+	for _, it := range js.Items {
+		state := "idle"
+		switch {
+		case it.Disabled:
+			state = "disabled"
+		case it.Running:
+			state = "running"
+		case it.Completed:
+			state = "completed"
+		}
+		if it.Misfire {
+			state += "+misfire"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", it.Item, state, orDash(it.Failover),
+			fmtTime(it.LastBeginTime), fmtTime(it.LastCompleteTime), fmtTime(it.NextFireTime))
+	}
+	tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func fmtTime(t *time.Time) string {
+	if t == nil || t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("15:04:05.000")
+}
