@@ -51,9 +51,12 @@ type job struct {
 	// Watcher-goroutine state.
 	candidate        string // absolute path of this server's election candidate
 	predAfterSession <-chan store.Event
-	lastLive         string // leader: the live and enabled server set last seen
-	lastTotal        int
-	pending          [SignalRemoved + 1]bool
+	// Leader bookkeeping, guarded by mu: the live set and total last seen
+	// by the watcher, and "live/total" as the last reshard used them.
+	lastLive    string
+	lastTotal   int
+	shardedLive string
+	pending     [SignalRemoved + 1]bool
 
 	wake    chan struct{}
 	sigOut  chan Signal

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/sharding"
@@ -166,9 +167,6 @@ func (j *job) misfireIfRunning(ctx context.Context, suspects []int) error {
 	if len(running) == 0 {
 		return nil
 	}
-	if debugHook != nil {
-		debugHook(j, running)
-	}
 	if j.config().MisfireEnabled() {
 		var ins []intent
 		for _, it := range running {
@@ -266,14 +264,6 @@ func (j *job) reshard(ctx context.Context) error {
 					running = append(running, it)
 				}
 			}
-			if debugHook != nil {
-				var its []int
-				for _, r := range running {
-					n, _ := strconv.Atoi(r)
-					its = append(its, n)
-				}
-				debugHook(j, its)
-			}
 			return fmt.Errorf("coord: job %q: waiting for running items %v to finish before resharding: %w", j.jname, running, err)
 		}
 	}
@@ -310,6 +300,9 @@ func (j *job) reshard(ctx context.Context) error {
 		}
 		return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
 	}
+	j.mu.Lock()
+	j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
+	j.mu.Unlock()
 	j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
 	return nil
 }
@@ -585,5 +578,3 @@ func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
 	}
 	return nil
 }
-
-var debugHook func(*job, []int)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -317,9 +318,14 @@ func (j *job) leaderDuties(ctx context.Context, force bool) {
 	live := j.liveServers()
 	total := j.config().ShardingTotalCount
 	j.mu.Lock()
-	last, lastTotal := j.lastLive, j.lastTotal
+	last, lastTotal, sharded := j.lastLive, j.lastTotal, j.shardedLive
 	j.lastLive, j.lastTotal = strings.Join(live, ","), total
 	j.mu.Unlock()
+	if !force && sharded == strings.Join(live, ",")+"/"+strconv.Itoa(total) {
+		// The last reshard (which reads the servers directly) already
+		// used exactly this membership: a change seen late here.
+		return
+	}
 	departed := false
 	if last != "" {
 		for _, s := range strings.Split(last, ",") {
