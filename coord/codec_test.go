@@ -1,0 +1,72 @@
+package coord
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestItemsRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []int
+		bad  bool
+	}{
+		{"", nil, false},
+		{"0,1,2", []int{0, 1, 2}, false},
+		{" 2, 0 ,1,1", []int{0, 1, 2}, false},
+		{"0,,1", nil, true},
+		{"-1", nil, true},
+		{"a", nil, true},
+	} {
+		got, err := parseItems([]byte(tc.in))
+		if (err != nil) != tc.bad || !slices.Equal(got, tc.want) {
+			t.Errorf("parseItems(%q) = %v, %v; want %v, bad=%v", tc.in, got, err, tc.want, tc.bad)
+		}
+		if err == nil {
+			back, _ := parseItems(formatItems(got))
+			if !slices.Equal(back, got) {
+				t.Errorf("round trip of %v gave %v", got, back)
+			}
+		}
+	}
+}
+
+func TestTimeRoundTrip(t *testing.T) {
+	now := time.UnixMilli(time.Now().UnixMilli())
+	got, err := parseTime(formatTime(now))
+	if err != nil || !got.Equal(now) {
+		t.Fatalf("parseTime(formatTime(%v)) = %v, %v", now, got, err)
+	}
+	if _, err := parseTime([]byte("yesterday")); err == nil {
+		t.Fatal("parseTime accepted text")
+	}
+}
+
+// FuzzDecode feeds arbitrary node data to every decoder of node data: none
+// may panic, and whatever decodes must encode back to the same value.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{"", "0,1,2", "1700000000000", "true", "false", " 3 ,1", "-5", "9999999999999999999999", "0,a", "\x00", "2,2,2"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if items, err := parseItems(data); err == nil {
+			back, err := parseItems(formatItems(items))
+			if err != nil || !slices.Equal(back, items) {
+				t.Fatalf("items %v do not round-trip: %v, %v", items, back, err)
+			}
+			if !slices.IsSorted(items) {
+				t.Fatalf("items %v not sorted", items)
+			}
+		}
+		if tm, err := parseTime(data); err == nil {
+			back, err := parseTime(formatTime(tm))
+			if err != nil || !back.Equal(tm) {
+				t.Fatalf("time %v does not round-trip: %v, %v", tm, back, err)
+			}
+		}
+		_, _ = parseCount(data)
+		_ = flagTrue(data)
+		_, _ = parseItemName(string(data))
+	})
+}
