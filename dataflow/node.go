@@ -75,6 +75,9 @@ type Node struct {
 
 	ctx    context.Context // the Node's lifetime; cancelled at the end of Stop
 	cancel context.CancelFunc
+	// halt is cancelled when Stop or StopAndCancel begins.
+	halt       context.Context
+	haltCancel context.CancelFunc
 
 	started   chan struct{}
 	startOnce sync.Once
@@ -100,7 +103,10 @@ type hostedJob struct {
 	watchDone   chan struct{} // closed when watch returns
 	detachOnce  sync.Once
 	detachErr   error
-	removedFlag chan struct{} // closed when the job is being detached
+	// halt is cancelled when the job starts being detached: no new run,
+	// streaming loops end, a run still waiting in Begin gives up.
+	halt       context.Context
+	haltCancel context.CancelFunc
 }
 
 // NewNode returns a Node for cfg. It connects nothing but the embedded store
@@ -125,6 +131,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.reg = reg
 	n.sched = newScheduler(cfg.Logger)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.halt, n.haltCancel = context.WithCancel(context.Background())
 	return n, nil
 }
 
@@ -184,6 +191,7 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 		n.mu.Lock()
 		n.stopping = true
 		n.mu.Unlock()
+		n.haltCancel()
 
 		var err error
 		if hard {
@@ -258,7 +266,8 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 		return fmt.Errorf("dataflow: AddJob %q: %w", cfg.JobName, err)
 	}
 	h := &hostedJob{name: cfg.JobName, pipeline: pipeline, counter: new(stats.Counter),
-		quit: make(chan struct{}), watchDone: make(chan struct{}), removedFlag: make(chan struct{})}
+		quit: make(chan struct{}), watchDone: make(chan struct{})}
+	h.halt, h.haltCancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(&h.opts)
 	}
@@ -341,7 +350,7 @@ func (n *Node) RemoveJob(ctx context.Context, name string) error {
 // itself.
 func (n *Node) detach(ctx context.Context, h *hostedJob, fromWatch bool) error {
 	h.detachOnce.Do(func() {
-		close(h.removedFlag)
+		h.haltCancel()
 		var errs []error
 		if err := n.sched.remove(ctx, h.name); err != nil && !errors.Is(err, ErrNoJob) {
 			errs = append(errs, err) // the run was cancelled and has returned
@@ -457,15 +466,9 @@ func (n *Node) reportError(job string, err error) {
 	n.logger.Error("dataflow: job error", "job", job, "err", err)
 }
 
+// isStopping reports whether the Node is stopping or h is being removed.
 func (n *Node) isStopping(h *hostedJob) bool {
-	select {
-	case <-h.removedFlag:
-		return true
-	default:
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.stopping
+	return n.halt.Err() != nil || h.halt.Err() != nil
 }
 
 // runFunc is the scheduler's run of h: one trigger, then the coordination's
@@ -499,13 +502,22 @@ func (n *Node) runFunc(h *hostedJob) runFunc {
 // runOnce is one trigger, as data flows (ARCHITECTURE.md).
 func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	started := time.Now()
-	run, err := h.cj.Begin(ctx, started)
+	// Begin may wait (for the leader to reshard); a graceful stop or a
+	// remove ends that wait, since nothing has started yet. Once Begin has
+	// returned, only ctx (hard stop, ownership) cancels the run.
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stopN := context.AfterFunc(n.halt, cancel)
+	stopH := context.AfterFunc(h.halt, cancel)
+	run, err := h.cj.Begin(bctx, started)
+	stopN()
+	stopH()
 	switch {
 	case err == nil:
 	case errors.Is(err, coord.ErrItemsRunning), errors.Is(err, coord.ErrPaused), errors.Is(err, coord.ErrShutdown):
 		n.logger.Debug("dataflow: run skipped", "job", h.name, "reason", reason.String(), "err", err)
 		return
-	case ctx.Err() != nil:
+	case bctx.Err() != nil:
 		return
 	default:
 		n.reportError(h.name, fmt.Errorf("dataflow: begin run: %w", err))

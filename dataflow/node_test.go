@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,7 +77,9 @@ func (l *afterListener) next(t *testing.T) runEvent {
 	case ev := <-l.runs:
 		return ev
 	case <-time.After(20 * time.Second):
-		t.Fatal("no run finished within 20s")
+		var stacks strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+		t.Fatalf("no run finished within 20s; goroutines:\n%s", stacks.String())
 		return runEvent{}
 	}
 }
@@ -315,20 +319,35 @@ func TestNodeClusterShardsDisjointAndFailsOverOnStop(t *testing.T) {
 
 	stopNode(t, nodes[2])
 	stopped[2] = true
-	// The survivors learn of the departure through their caches' watches,
-	// so a trigger right after Stop may still run the old assignment, or
-	// one survivor may run the old one and then the other the new one (the
-	// leader reshards only once no item runs, so such runs are sequential,
-	// not concurrent). Poll, with a deadline, for the round of triggers in
-	// which the two survivors own each of the 9 items exactly once.
-	deadline := time.Now().Add(10 * time.Second)
+	// The survivors take over server-2's items lazily, at a trigger: the
+	// leader reshards in its Begin; a non-leader whose Begin sees the
+	// resharding flag waits for the leader's next run (as in ElasticJob,
+	// where every server fires on the same cron). So keep triggering both
+	// survivors, as a cron would, until their latest runs own each of the
+	// 9 items exactly once; bounded by a deadline.
+	latest := map[int][]int{}
+	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got = runAll([]int{0, 1})
-		if slices.Equal(union(got), want) {
+		for _, i := range []int{0, 1} {
+			if err := nodes[i].Trigger("shared"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, i := range []int{0, 1} {
+			select {
+			case ev := <-ls[i].runs:
+				if ev.res.Err != nil {
+					t.Fatalf("server %d run error: %v", i, ev.res.Err)
+				}
+				latest[i] = slices.Sorted(slices.Values(ev.info.Items))
+			case <-time.After(time.Second):
+			}
+		}
+		if slices.Equal(union(latest), want) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("10s after a server stopped the survivors still run %v, want all of 0..%d", got, total-1)
+			t.Fatalf("15s after a server stopped the survivors' latest runs own %v, want each of 0..%d once", latest, total-1)
 		}
 	}
 }
@@ -626,5 +645,48 @@ func TestNodeIdleJobGoroutines(t *testing.T) {
 	t.Logf("idle goroutines per job: %.2f", perJob)
 	if perJob > 3 {
 		t.Fatalf("%.2f goroutines per idle job, want at most 3 (node watcher, reporter, coord watcher)", perJob)
+	}
+}
+
+// A run still waiting in Begin (here: a non-leader waiting for the leader
+// to reshard) has started nothing, so a graceful Stop ends the wait at once
+// instead of waiting for the leader or for Stop's deadline.
+func TestNodeGracefulStopEndsWaitInBegin(t *testing.T) {
+	srv := memstore.NewServer()
+	nodes, _ := cluster(t, srv, "wait", 2)
+	ls := make([]*afterListener, 2)
+	for i, n := range nodes {
+		ls[i] = newAfterListener()
+		if err := AddJob(n, JobConfig{JobName: "w", ShardingTotalCount: 4}, Job[int](&itemJob{}), WithListeners(ls[i])); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer stopNode(t, nodes[0])
+	// server-0 joined first and leads; the resharding flag is set by the
+	// joins, and only the leader's Begin reshards. Trigger server-1 only.
+	if err := nodes[1].Trigger("w"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-ls[1].runs:
+		t.Fatalf("non-leader ran %+v before the leader resharded", ev)
+	case <-time.After(300 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := nodes[1].Stop(ctx); err != nil {
+		t.Fatalf("graceful Stop with a run waiting in Begin: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Stop took %v, want the wait in Begin ended at once", d)
+	}
+	select {
+	case ev := <-ls[1].runs:
+		t.Fatalf("a run that never began reached listeners: %+v", ev)
+	default:
 	}
 }
