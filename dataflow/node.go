@@ -99,10 +99,10 @@ type hostedJob struct {
 	counter  *stats.Counter
 	reporter *stats.Reporter
 
-	quit        chan struct{} // closed to end watch
-	watchDone   chan struct{} // closed when watch returns
-	detachOnce  sync.Once
-	detachErr   error
+	quit       chan struct{} // closed to end watch
+	watchDone  chan struct{} // closed when watch returns
+	detachOnce sync.Once
+	detachErr  error
 	// halt is cancelled when the job starts being detached: no new run,
 	// streaming loops end, a run still waiting in Begin gives up.
 	halt       context.Context
