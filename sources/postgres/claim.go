@@ -57,8 +57,9 @@ func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T]
 	}
 	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
 	var out []Row[T]
+	// Rows claimed by an attempt that then hit a transient error stay in
+	// out: their claims are committed and must be processed.
 	err := retry(ctx, s.cfg.RetryFor, s.logRetry("claim", shard), func(ctx context.Context) error {
-		out = nil
 		pos := j.cursors.get(ck)
 		for {
 			// The sweep walks the index entries of claimed rows, which
@@ -107,6 +108,11 @@ func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T]
 			j.cursors.reset(ck)
 		}
 	})
+	if err != nil && len(out) > 0 {
+		s.cfg.Logger.Warn("sources/postgres: claim stopped early; processing the rows already claimed", "table", s.spec.Table,
+			"job", shard.JobName, "item", shard.Item, "rows", len(out), "err", err)
+		return out, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sources/postgres: claiming rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
 	}
