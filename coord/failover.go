@@ -14,43 +14,87 @@ import (
 // (per sharding) is offline, that began (lastBeginTime) but did not
 // complete, and that nobody runs or has claimed, is queued under
 // leader/failover/items. A claimer that dies leaves its item in the same
-// state, so the item is queued again. One Multi for all items found.
+// state, so the item is queued again. It reads the tree directly (the
+// cache may lag right after a crash); it runs only on departures, on
+// election and on reconcile ticks. One Multi for all items found.
 func (j *job) enqueueOrphans(ctx context.Context) {
 	cfg := j.config()
 	if !cfg.Failover || !cfg.MonitorsExecution() {
 		return
 	}
-	own := j.owners()
-	var ins []intent
-	var items []int
-	for it := range cfg.ShardingTotalCount {
-		s, ok := own[it]
-		if !ok || j.cache.has(relServer(s, nStatus)) || !j.cache.has(relItem(it, nLastBeginTime)) {
-			continue
-		}
-		// A dead owner's item: the cache may not have seen its ephemerals
-		// vanish yet, so check the item directly (only on this rare path).
-		kids, _, err := j.st.Children(ctx, j.p.item(it))
-		if err != nil {
-			continue
-		}
-		if slices.Contains(kids, nCompleted) || slices.Contains(kids, nRunning) || slices.Contains(kids, nFailover) {
-			continue
-		}
-		if ok, _, err := j.st.Exists(ctx, j.p.queued(it)); err != nil || ok {
-			continue
-		}
-		items = append(items, it)
-		ins = append(ins, intent{kind: opCreateIfAbsent, rel: relFailoverQ + "/" + strconv.Itoa(it)})
-	}
-	if len(ins) == 0 {
+	items, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
+	if err != nil {
+		j.log.Warn("failover scan failed", "err", err)
 		return
 	}
-	if err := j.commit(ctx, ins); err != nil {
+	if len(items) == 0 {
+		return
+	}
+	ops := make([]store.Op, 0, len(items))
+	for _, it := range items {
+		ops = append(ops, &store.CreateOp{Path: j.p.queued(it)})
+	}
+	if _, err := j.st.Multi(ctx, ops...); err != nil {
 		j.log.Warn("cannot queue items for failover", "items", items, "err", err)
 		return
 	}
 	j.log.Info("queued crashed items for failover", "items", items)
+}
+
+func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
+	servers, _, err := j.st.Children(ctx, j.p.abs(nServers))
+	if err != nil {
+		return nil, err
+	}
+	var candidates []int
+	for _, s := range servers {
+		kids, _, err := j.st.Children(ctx, j.p.server(s))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(kids, nStatus) || !slices.Contains(kids, nSharding) {
+			continue
+		}
+		data, _, err := j.st.Get(ctx, j.p.server(s, nSharding))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		owned, err := parseItems(data)
+		if err != nil {
+			j.log.Warn("malformed sharding node skipped by the failover scan", "node", j.p.server(s, nSharding), "err", err)
+			continue
+		}
+		candidates = append(candidates, owned...)
+	}
+	queued, _, err := j.st.Children(ctx, j.p.abs(relFailoverQ))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, it := range candidates {
+		if it >= total || slices.Contains(queued, strconv.Itoa(it)) {
+			continue
+		}
+		kids, _, err := j.st.Children(ctx, j.p.item(it))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(kids, nLastBeginTime) && !slices.Contains(kids, nCompleted) &&
+			!slices.Contains(kids, nRunning) && !slices.Contains(kids, nFailover) {
+			out = append(out, it)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // claimFailover takes leader/failover/latch (ephemeral, create-or-fail),

@@ -29,40 +29,46 @@ type Backend interface {
 	Kill(t testing.TB, st store.Store)
 	// Expire expires st's session; st then reconnects with a new session.
 	Expire(t testing.TB, st store.Store)
+	// Disconnect cuts st's connection without expiring the session
+	// (StateSuspended); Reconnect restores it within the session timeout.
+	Disconnect(t testing.TB, st store.Store)
+	Reconnect(t testing.TB, st store.Store)
 	// SkewServerClock shifts the service's clock by d (0 restores it).
 	SkewServerClock(t testing.TB, d time.Duration)
 }
 
-// Mem is a Backend on one memstore.Server, with short session timeouts so
-// Kill takes milliseconds.
+// Mem is a Backend on one memstore.Server.
 func Mem() Backend { return &memBackend{srv: memstore.NewServer()} }
 
 type memBackend struct{ srv *memstore.Server }
 
 func (b *memBackend) Connect(t testing.TB) store.Store {
-	s := b.srv.Connect(memstore.WithSessionTimeout(50 * time.Millisecond))
+	s := b.srv.Connect()
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
 
+// Kill cuts the connection and has the server expire the session at once:
+// the handle stays StateLost, as a crashed process's session does.
 func (b *memBackend) Kill(t testing.TB, st store.Store) {
 	s := unwrap(st).(*memstore.Session)
 	s.Disconnect()
-	timeout := time.After(5 * time.Second)
-	for {
-		sess, changed := s.Session()
-		if sess.State == store.StateLost {
-			return
-		}
-		select {
-		case <-changed:
-		case <-timeout:
-			t.Fatalf("memstore session did not expire after Disconnect")
-		}
+	s.Expire()
+	if sess, _ := s.Session(); sess.State != store.StateLost {
+		t.Fatalf("killed memstore session is %s, want lost", sess.State)
 	}
 }
 
 func (b *memBackend) Expire(t testing.TB, st store.Store) { unwrap(st).(*memstore.Session).Expire() }
+
+func (b *memBackend) Disconnect(t testing.TB, st store.Store) {
+	s := unwrap(st).(*memstore.Session)
+	s.Disconnect()
+}
+
+func (b *memBackend) Reconnect(t testing.TB, st store.Store) {
+	unwrap(st).(*memstore.Session).Reconnect()
+}
 
 func (b *memBackend) SkewServerClock(t testing.TB, d time.Duration) {
 	if d == 0 {

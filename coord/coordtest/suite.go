@@ -38,6 +38,9 @@ func Run(t *testing.T, b Backend) {
 		{"OnceTimeout", testOnceTimeout},
 		{"Reconcile", testReconcile},
 		{"Admin", testAdmin},
+		{"Suspended", testSuspended},
+		{"PruneOfflineServers", testPruneOfflineServers},
+		{"MonitorExecutionOff", testMonitorExecutionOff},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, NewHarness(t, b)) })
@@ -53,6 +56,9 @@ type Harness struct {
 	NS string
 	// Admin acts on the namespace through its own session.
 	Admin *coord.Admin
+	// Grace is RegistryConfig.OfflineServerGrace for servers started later
+	// (0: the default).
+	Grace time.Duration
 }
 
 // NewHarness returns a Harness with a fresh namespace on b.
@@ -93,7 +99,7 @@ func (h *Harness) TryStart(id string, cfg jobconfig.Config, st store.Store) (*Se
 	if st == nil {
 		st = h.B.Connect(h.t)
 	}
-	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger()})
+	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger(), OfflineServerGrace: h.Grace})
 	if err != nil {
 		return nil, err
 	}
@@ -823,4 +829,77 @@ func testAdmin(t *testing.T, h *Harness) {
 		t.Fatalf("Remove of a stopped job: %v", err)
 	}
 	WaitSignal(t, a.Job, coord.SignalRemoved)
+}
+
+func testSuspended(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 2))
+	runs := BeginAll(t, a)
+	h.B.Disconnect(t, a.St)
+	// A new run is refused while suspended; the running one goes on.
+	Eventually(t, "Begin refused while suspended", func() bool {
+		_, err := a.Job.Begin(testCtx(t), time.Now())
+		return errors.Is(err, coord.ErrSessionLost)
+	})
+	if err := runs[0].Context().Err(); err != nil {
+		t.Fatalf("run cancelled while merely suspended: %v", err)
+	}
+	h.B.Reconnect(t, a.St)
+	Eventually(t, "Complete after the session resumed", func() bool {
+		return runs[0].Complete(testCtx(t), time.Time{}) == nil
+	})
+	if err := runs[0].Context().Err(); err == nil {
+		t.Fatal("run context still live after Complete")
+	}
+	runs = BeginAll(t, a)
+	AssertPartition(t, 2, runs...)
+	CompleteAll(t, runs...)
+}
+
+func testPruneOfflineServers(t *testing.T, h *Harness) {
+	h.Grace = time.Millisecond
+	fast := func(c *jobconfig.Config) { c.ReconcileIntervalSeconds = 1 }
+	h.Start("a", Config("job", 2, fast)) // leader
+	b := h.Start("b", Config("job", 2, fast))
+	c := h.Start("c", Config("job", 2, fast))
+	if err := h.Admin.Disable(testCtx(t), "job", "c"); err != nil {
+		t.Fatal(err)
+	}
+	b.Stop(t)
+	c.Stop(t)
+	Eventually(t, "offline server b pruned by the leader", func() bool {
+		for _, s := range status(t, h, "job").Servers {
+			if s.ID == "b" {
+				return false
+			}
+		}
+		return true
+	})
+	if !serverStatus(t, h, "job", "c").Disabled {
+		t.Fatal("operator-disabled offline server c was pruned or re-enabled")
+	}
+}
+
+func testMonitorExecutionOff(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 3))
+	runs := BeginAll(t, a)
+	if err := h.Admin.SetConfig(testCtx(t), "job", "monitorExecution", "false"); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range status(t, h, "job").Items {
+		if it.Running {
+			t.Fatalf("item %d still running after monitorExecution=false", it.Item)
+		}
+	}
+	Eventually(t, "config edit reaches the job", func() bool { return !a.Job.Config().MonitorsExecution() })
+	// Without monitoring, runs record no running/completed nodes.
+	if err := runs[0].Complete(testCtx(t), time.Time{}); err != nil {
+		t.Fatalf("Complete after monitorExecution=false: %v", err)
+	}
+	runs = BeginAll(t, a)
+	for _, it := range status(t, h, "job").Items {
+		if it.Running {
+			t.Fatalf("item %d marked running with monitorExecution=false", it.Item)
+		}
+	}
+	CompleteAll(t, runs...)
 }
