@@ -442,8 +442,8 @@ func (n *Node) watch(h *hostedJob) {
 					n.reportError(h.name, err)
 				}
 			case coord.SignalFailover:
-				// A busy job claims failover items after its run.
-				n.sched.triggerIfIdle(h.name, ReasonFailover)
+				// Claimed at once when idle, else right after the run.
+				n.sched.failover(h.name)
 			case coord.SignalShutdown, coord.SignalRemoved:
 				n.logger.Info("dataflow: job stopped by an operator", "job", h.name, "signal", int(sig))
 				ctx, cancel := context.WithTimeout(n.ctx, detachTimeout)

@@ -86,7 +86,9 @@ type schedJob struct {
 	removed        bool
 	pendingMisfire bool
 	pendingTrigger bool
-	idle           chan struct{} // non-nil while a runner goroutine exists; closed when it exits
+	// pendingFailover: failover items were signalled during a run.
+	pendingFailover bool
+	idle            chan struct{} // non-nil while a runner goroutine exists; closed when it exits
 }
 
 func newScheduler(logger *slog.Logger) *scheduler {
@@ -221,17 +223,21 @@ func (s *scheduler) trigger(name string, reason Reason) error {
 	return nil
 }
 
-// triggerIfIdle starts a run with reason if the job is idle, and reports
-// whether it did. A busy job is left alone.
-func (s *scheduler) triggerIfIdle(name string, reason Reason) bool {
+// failover asks for a failover run (ReasonFailover): at once if the job
+// is idle, else after the run in progress unless another run follows it
+// anyway (a queued trigger or catch-up run ends with a failover claim too).
+func (s *scheduler) failover(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j, ok := s.jobs[name]
-	if !ok || s.stopping || j.idle != nil {
-		return false
+	if !ok || s.stopping || j.removed {
+		return
 	}
-	s.startRunnerLocked(j, reason)
-	return true
+	if j.idle != nil {
+		j.pendingFailover = true
+		return
+	}
+	s.startRunnerLocked(j, ReasonFailover)
 }
 
 func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason) {
@@ -255,12 +261,14 @@ func (s *scheduler) runner(j *schedJob, reason Reason) {
 			reason = ReasonTrigger
 		case j.pendingMisfire:
 			reason = ReasonMisfire
+		case j.pendingFailover:
+			reason = ReasonFailover
 		default:
 			reason = 0
 		}
-		// One run after this one serves both a queued trigger and the
-		// missed cron fires: both flags are consumed.
-		j.pendingTrigger, j.pendingMisfire = false, false
+		// One run after this one serves a queued trigger, the missed cron
+		// fires and a failover request alike: all flags are consumed.
+		j.pendingTrigger, j.pendingMisfire, j.pendingFailover = false, false, false
 		if reason == 0 {
 			close(j.idle)
 			j.idle = nil

@@ -301,3 +301,49 @@ func TestSchedulerBadCronAndReschedule(t *testing.T) {
 		t.Fatalf("reschedule bad cron: %v", err)
 	}
 }
+
+func TestSchedulerFailoverRequests(t *testing.T) {
+	tests := []struct {
+		name      string
+		duringRun func(s *scheduler, j *schedJob)
+		want      []Reason
+	}{
+		{"failover during a run runs after it", func(s *scheduler, _ *schedJob) { s.failover("j"); s.failover("j") }, []Reason{ReasonCron, ReasonFailover}},
+		{"a queued trigger serves a failover request", func(s *scheduler, _ *schedJob) {
+			s.failover("j")
+			_ = s.trigger("j", ReasonTrigger)
+		}, []Reason{ReasonCron, ReasonTrigger}},
+		{"a catch-up run serves a failover request", func(s *scheduler, j *schedJob) { s.failover("j"); s.fire(j) }, []Reason{ReasonCron, ReasonMisfire}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := testScheduler(t)
+			rec := newRecorder()
+			if err := s.add("j", "", true, rec.run); err != nil {
+				t.Fatal(err)
+			}
+			j := s.jobs["j"]
+			s.fire(j)
+			<-rec.started
+			tt.duringRun(s, j)
+			close(rec.release)
+			waitIdle(t, s)
+			if got := rec.got(); !slices.Equal(got, tt.want) {
+				t.Fatalf("runs = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	t.Run("idle job runs a failover at once", func(t *testing.T) {
+		s := testScheduler(t)
+		rec := newRecorder()
+		close(rec.release)
+		if err := s.add("j", "", true, rec.run); err != nil {
+			t.Fatal(err)
+		}
+		s.failover("j")
+		waitIdle(t, s)
+		if got := rec.got(); !slices.Equal(got, []Reason{ReasonFailover}) {
+			t.Fatalf("runs = %v", got)
+		}
+	})
+}
