@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/stats"
 )
 
 // itemJob processes one value per shard item and run: its item number. It
@@ -775,5 +777,71 @@ func TestNodeFailoverToIdleServer(t *testing.T) {
 	}
 	if !jobs[0].failover.Load() {
 		t.Fatal("the failover run's Shard did not have Failover set")
+	}
+}
+
+// failSome fails item 2's value and succeeds the others.
+type failSome struct{}
+
+func (failSome) Fetch(_ context.Context, s Shard) ([]int, error) { return []int{s.Item}, nil }
+func (failSome) Process(_ context.Context, _ Shard, v int) error {
+	if v == 2 {
+		return errBoom
+	}
+	return nil
+}
+
+// Counts reach Prometheus through NodeConfig.Metrics, and the coordination
+// store through the job's reporter (flushed when the job is removed).
+func TestNodeStatsAndMetrics(t *testing.T) {
+	srv := memstore.NewServer()
+	sess := srv.Connect()
+	defer sess.Close()
+	metrics := stats.NewCollector("server-0")
+	n, err := NewNode(NodeConfig{Store: sess, Namespace: "stats", ServerID: "server-0", Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopNode(t, n)
+	l := newAfterListener()
+	cfg := JobConfig{JobName: "m", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}
+	if err := AddJob(n, cfg, Job[int](failSome{}), WithListeners(l)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Trigger("m"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := l.next(t); ev.res.Success != 2 || ev.res.Failure != 1 || ev.res.Err != nil {
+		t.Fatalf("run %+v, want 2 successes, 1 failure, no error (policy ignore)", ev.res)
+	}
+	// ObserveRun comes after AfterRun: poll the runs counter.
+	want := `
+# HELP shardflow_items_processed_total Items processed by dataflow jobs on this server, by outcome.
+# TYPE shardflow_items_processed_total counter
+shardflow_items_processed_total{job="m",result="failure",server="server-0"} 1
+shardflow_items_processed_total{job="m",result="success",server="server-0"} 2
+# HELP shardflow_runs_total Runs of dataflow jobs on this server, by outcome (failure: the run returned an error).
+# TYPE shardflow_runs_total counter
+shardflow_runs_total{job="m",result="failure",server="server-0"} 0
+shardflow_runs_total{job="m",result="success",server="server-0"} 1
+`
+	var lastErr error
+	eventually(t, "metrics show the run", func() bool {
+		lastErr = testutil.CollectAndCompare(metrics, strings.NewReader(want), "shardflow_items_processed_total", "shardflow_runs_total")
+		return lastErr == nil
+	})
+
+	if err := n.RemoveJob(t.Context(), "m"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := coord.NewAdmin(sess, "stats").Status(t.Context(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Servers) != 1 || st.Servers[0].ProcessSuccessCount != 2 || st.Servers[0].ProcessFailureCount != 1 {
+		t.Fatalf("servers in status %+v, want server-0 with counts 2/1", st.Servers)
 	}
 }
