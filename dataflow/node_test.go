@@ -717,66 +717,72 @@ func (p *perServerJob) Process(ctx context.Context, s Shard, v int) error {
 }
 
 // A server crashes (its session closes) while its item runs: with failover
-// on, an idle survivor is signalled, claims the item and runs it at once,
-// with Shard.Failover set, without waiting for a trigger.
+// on, the idle survivor is signalled, claims the item and runs it at once,
+// with Shard.Failover set, without waiting for a trigger. Either server may
+// crash: the leader (server-0, which joined first) or the other one.
 func TestNodeFailoverToIdleServer(t *testing.T) {
-	srv := memstore.NewServer()
-	nodes, sessions := cluster(t, srv, "fo", 2)
-	jobs := []*perServerJob{{started: make(chan int, 4)}, {started: make(chan int, 4)}}
-	ls := []*afterListener{newAfterListener(), newAfterListener()}
-	for i, n := range nodes {
-		cfg := JobConfig{JobName: "fo", ShardingTotalCount: 2, Failover: true}
-		if err := AddJob(n, cfg, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		defer stopNode(t, n)
-	}
-	// First round: the leader reshards, each server owns one item.
-	for _, n := range nodes {
-		if err := n.Trigger("fo"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	owned := map[int]int{}
-	for i := range nodes {
-		ev := ls[i].next(t)
-		if len(ev.info.Items) != 1 {
-			t.Fatalf("server %d ran items %v, want one of two", i, ev.info.Items)
-		}
-		owned[i] = ev.info.Items[0]
-	}
+	for _, crash := range []int{0, 1} {
+		t.Run(fmt.Sprintf("server-%d crashes", crash), func(t *testing.T) {
+			survivor := 1 - crash
+			srv := memstore.NewServer()
+			nodes, sessions := cluster(t, srv, "fo", 2)
+			jobs := []*perServerJob{{started: make(chan int, 4)}, {started: make(chan int, 4)}}
+			ls := []*afterListener{newAfterListener(), newAfterListener()}
+			for i, n := range nodes {
+				cfg := JobConfig{JobName: "fo", ShardingTotalCount: 2, Failover: true}
+				if err := AddJob(n, cfg, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Start(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				defer stopNode(t, n)
+			}
+			// First round: the leader reshards, each server owns one item.
+			for _, n := range nodes {
+				if err := n.Trigger("fo"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			owned := map[int]int{}
+			for i := range nodes {
+				ev := ls[i].next(t)
+				if len(ev.info.Items) != 1 {
+					t.Fatalf("server %d ran items %v, want one of two", i, ev.info.Items)
+				}
+				owned[i] = ev.info.Items[0]
+			}
 
-	// Server 1 (not the leader: server-0 joined first) runs its item and
-	// hangs in it; then its session ends, as when its process dies.
-	jobs[1].block = true
-	if err := nodes[1].Trigger("fo"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-jobs[1].started:
-	case <-time.After(20 * time.Second):
-		t.Fatal("server 1's run did not start")
-	}
-	if err := sessions[1].Close(); err != nil {
-		t.Fatal(err)
-	}
+			// The crashing server runs its item and hangs in it; then its
+			// session ends, as when its process dies.
+			jobs[crash].block = true
+			if err := nodes[crash].Trigger("fo"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-jobs[crash].started:
+			case <-time.After(20 * time.Second):
+				t.Fatal("the crashing server's run did not start")
+			}
+			if err := sessions[crash].Close(); err != nil {
+				t.Fatal(err)
+			}
 
-	// Server 0, idle, takes the item over on its own, without a trigger.
-	for {
-		ev := ls[0].next(t)
-		if ev.info.Reason != ReasonFailover {
-			continue // a run started by something else; keep waiting
-		}
-		if !slices.Equal(ev.info.Items, []int{owned[1]}) || ev.res.Success != 1 {
-			t.Fatalf("failover run %+v, want server 1's item %d processed", ev, owned[1])
-		}
-		break
-	}
-	if !jobs[0].failover.Load() {
-		t.Fatal("the failover run's Shard did not have Failover set")
+			// The survivor, idle, takes the item over on its own.
+			for {
+				ev := ls[survivor].next(t)
+				if ev.info.Reason != ReasonFailover {
+					continue // a run started by something else; keep waiting
+				}
+				if !slices.Equal(ev.info.Items, []int{owned[crash]}) || ev.res.Success != 1 {
+					t.Fatalf("failover run %+v, want the crashed server's item %d processed", ev, owned[crash])
+				}
+				break
+			}
+			if !jobs[survivor].failover.Load() {
+				t.Fatal("the failover run's Shard did not have Failover set")
+			}
+		})
 	}
 }
 
