@@ -81,3 +81,39 @@ func ExampleAddJob() {
 	// item 1: Shanghai/south
 	// success=4 failure=0
 }
+
+// sums is a BatchJob[int]: each shard item fetches ten numbers once, and
+// ProcessBatch succeeds for the even ones.
+type sums struct{}
+
+func (sums) Fetch(_ context.Context, s dataflow.Shard) ([]int, error) {
+	out := make([]int, s.FetchCount)
+	for i := range out {
+		out[i] = s.Item*100 + i
+	}
+	return out, nil
+}
+
+func (sums) ProcessBatch(_ context.Context, _ dataflow.Shard, vs []int) (int, error) {
+	ok := 0
+	for _, v := range vs {
+		if v%2 == 0 {
+			ok++
+		}
+	}
+	return ok, nil
+}
+
+// The pipeline engine on its own, without a Node or coordination: two
+// shard items run concurrently, each batch split over three workers.
+func ExampleRunBatchJob() {
+	shards := []dataflow.Shard{
+		{JobName: "sums", Item: 0, Total: 2, FetchCount: 10},
+		{JobName: "sums", Item: 1, Total: 2, FetchCount: 10},
+	}
+	res := dataflow.RunBatchJob(context.Background(), dataflow.BatchJob[int](sums{}), shards,
+		dataflow.PipelineConfig{JobName: "sums", Threads: 3})
+	fmt.Printf("success=%d failure=%d err=%v\n", res.Success, res.Failure, res.Err)
+	// Output:
+	// success=10 failure=10 err=<nil>
+}
