@@ -458,11 +458,17 @@ func (j *job) recordLastError(ctx context.Context, msg string) {
 	j.errMu.Lock()
 	defer j.errMu.Unlock()
 	j.mu.Lock()
-	set := j.lastErrSet
-	if msg == "" && j.cfgErr != nil {
-		j.mu.Unlock()
-		return
+	skip := msg == "" && j.cfgErr != nil
+	j.mu.Unlock()
+	if !skip {
+		j.writeLastErrorLocked(ctx, msg)
 	}
+}
+
+// writeLastErrorLocked writes lastError; errMu must be held.
+func (j *job) writeLastErrorLocked(ctx context.Context, msg string) {
+	j.mu.Lock()
+	set := j.lastErrSet
 	j.lastErrSet = msg != ""
 	j.mu.Unlock()
 	if msg == "" && !set {

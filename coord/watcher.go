@@ -111,26 +111,51 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 				continue
 			}
 		default:
-			ref := refs[chosen-nFixed]
-			ev := recv.Interface().(store.Event)
-			hadFailover := ref.kind == watchChildren && strings.HasPrefix(ref.rel, nExecution+"/") && j.cache.has(ref.rel+"/"+nFailover)
-			if err := j.cache.handle(ctx, ref, ev); err != nil {
-				if ctx.Err() != nil {
-					return
+			// A trigger fires a burst of watches: handle the chosen one and
+			// every other one already fired before selecting again, so a
+			// burst costs O(watches) instead of O(watches^2).
+			first := chosen - nFixed
+			for i := range refs {
+				var ev store.Event
+				if i == first {
+					ev = recv.Interface().(store.Event)
+				} else {
+					select {
+					case ev = <-refs[i].ch:
+					default:
+						continue
+					}
 				}
-				needResync = true
-				if !errors.Is(err, errResyncNeeded) {
-					retry = time.After(retryDelay)
+				if err := j.handleWatch(ctx, refs[i], ev); err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					needResync = true
+					if !errors.Is(err, errResyncNeeded) {
+						retry = time.After(retryDelay)
+					}
 				}
-				continue
 			}
-			if hadFailover && !j.cache.has(ref.rel+"/"+nFailover) && j.isLeader() {
-				// A failover claimer finished or died: requeue if it died.
-				j.enqueueOrphans(ctx)
+			if needResync {
+				continue
 			}
 		}
 		j.react(ctx)
 	}
+}
+
+// handleWatch re-arms one fired cache watch; when a failover node vanished
+// and this server leads, it rescans for items to requeue.
+func (j *job) handleWatch(ctx context.Context, ref watchRef, ev store.Event) error {
+	hadFailover := ref.kind == watchChildren && strings.HasPrefix(ref.rel, nExecution+"/") && j.cache.has(ref.rel+"/"+nFailover)
+	if err := j.cache.handle(ctx, ref, ev); err != nil {
+		return err
+	}
+	if hadFailover && !j.cache.has(ref.rel+"/"+nFailover) && j.isLeader() {
+		// A failover claimer finished or died: requeue if it died.
+		j.enqueueOrphans(ctx)
+	}
+	return nil
 }
 
 // electIfRegistered runs the election if this server is registered on the
@@ -281,18 +306,20 @@ func (j *job) reactConfig(ctx context.Context) {
 		return
 	}
 	cfg, err := j.decodeConfig(fields)
-	j.mu.Lock()
-	j.cfgFields = fields
-	if err != nil {
-		j.cfgErr = err
-	} else {
-		j.cfg, j.cfgErr = cfg, nil
-	}
-	j.mu.Unlock()
 	if err != nil {
 		j.log.Error("stored config is invalid; the job does not run until it is fixed", "err", err)
-		j.recordLastError(ctx, err.Error())
+		// Report first, then refuse runs: whoever sees ErrBadConfig from
+		// Begin finds the report in lastError.
+		j.errMu.Lock()
+		j.writeLastErrorLocked(ctx, err.Error())
+		j.mu.Lock()
+		j.cfgFields, j.cfgErr = fields, err
+		j.mu.Unlock()
+		j.errMu.Unlock()
 	} else {
+		j.mu.Lock()
+		j.cfgFields, j.cfg, j.cfgErr = fields, cfg, nil
+		j.mu.Unlock()
 		j.recordLastError(ctx, "")
 	}
 	j.emit(SignalConfigChanged)

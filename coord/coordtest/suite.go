@@ -784,6 +784,19 @@ func testAdmin(t *testing.T, h *Harness) {
 	if err := h.Admin.EnableItem(ctx, "job", 0); err != nil {
 		t.Fatal(err)
 	}
+	// Item flags reach the servers through their watches.
+	Eventually(t, "item 0 enabled again", func() bool {
+		runs := BeginAll(t, a, b)
+		defer CompleteAll(t, runs...)
+		for _, r := range runs {
+			for _, s := range r.Shards() {
+				if s.Item == 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	// Remove refuses live servers.
 	if err := h.Admin.Remove(ctx, "job", "b"); err == nil {
 		t.Fatal("Remove of a live server succeeded")
