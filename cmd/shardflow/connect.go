@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -11,6 +13,10 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 )
+
+// cliLogger keeps the store's connection chatter (INFO) off an operator's
+// terminal; warnings and errors still show.
+var cliLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
 // connFlags are the flags of every command that talks to ZooKeeper.
 type connFlags struct {
@@ -50,6 +56,7 @@ func (c *connFlags) open(ctx context.Context) (store.Store, *coord.Admin, error)
 		Servers:        servers,
 		ConnectTimeout: c.timeout,
 		Auth:           c.auth,
+		Logger:         cliLogger,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to ZooKeeper: %w", err)

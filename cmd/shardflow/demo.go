@@ -37,6 +37,7 @@ type demoOptions struct {
 	leaveAt   float64
 	failEvery int
 	deadline  time.Duration
+	duration  time.Duration
 	quiet     bool
 }
 
@@ -58,7 +59,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&o.work, "work", 1500*time.Microsecond, "simulated work per record")
 	fs.Float64Var(&o.leaveAt, "leave-at", 0.4, "fraction of records done when the last server leaves (0: never)")
 	fs.IntVar(&o.failEvery, "fail-every", 1000, "every Nth record fails on purpose, to show failure counts (0: none)")
-	fs.DurationVar(&o.deadline, "deadline", 55*time.Second, "give up (exit 1) if the work is not done by then; 0 with --zk: run until interrupted")
+	fs.DurationVar(&o.deadline, "deadline", 55*time.Second, "embedded store: give up (exit 1) if the work is not done by then")
+	fs.DurationVar(&o.duration, "duration", 0, "with --zk: run this long, then print the table and exit 0 (default: until interrupted)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines, only the final table")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
@@ -226,11 +228,19 @@ func (d *demo) watch(ctx context.Context, servers []*demoServer, admin *coord.Ad
 	if f, ok := d.out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		tty = true
 	}
-	var deadline <-chan time.Time
-	if o.deadline > 0 {
+	// On the embedded store the demo owns all the data and must finish by
+	// the deadline. With --zk each process works its own copy of the items it
+	// owns, so it runs for --duration or until interrupted.
+	var deadline, stopAt <-chan time.Time
+	if embedded && o.deadline > 0 {
 		t := time.NewTimer(o.deadline)
 		defer t.Stop()
 		deadline = t.C
+	}
+	if !embedded && o.duration > 0 {
+		t := time.NewTimer(o.duration)
+		defer t.Stop()
+		stopAt = t.C
 	}
 	interval := 2 * time.Second
 	if tty {
@@ -248,6 +258,8 @@ func (d *demo) watch(ctx context.Context, servers []*demoServer, admin *coord.Ad
 			return nil
 		case <-deadline:
 			return fmt.Errorf("work not done after %s: see the table for what is left", o.deadline)
+		case <-stopAt:
+			return nil
 		case <-tick.C:
 		}
 		pending, claimed, done, failed := d.src.Counts()
