@@ -492,7 +492,11 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)})
 		}
 	}
-	if len(r.items) > 0 {
+	j.mu.Lock()
+	offline := j.offline || j.removed
+	j.mu.Unlock()
+	if len(r.items) > 0 && !offline {
+		// A server shut down mid-run has no status node any more.
 		ins = append(ins, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusReady)})
 	}
 	err := j.commit(ctx, ins)

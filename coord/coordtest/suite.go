@@ -41,6 +41,7 @@ func Run(t *testing.T, b Backend) {
 		{"Suspended", testSuspended},
 		{"PruneOfflineServers", testPruneOfflineServers},
 		{"MonitorExecutionOff", testMonitorExecutionOff},
+		{"ShutdownCancelsRun", testShutdownCancelsRun},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, NewHarness(t, b)) })
@@ -914,5 +915,41 @@ func testMonitorExecutionOff(t *testing.T, h *Harness) {
 			t.Fatalf("item %d marked running with monitorExecution=false", it.Item)
 		}
 	}
+	CompleteAll(t, runs...)
+}
+
+func testShutdownCancelsRun(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 2))
+	b := h.Start("b", Config("job", 2))
+	runs := BeginAll(t, a, b)
+	if err := h.Admin.Shutdown(testCtx(t), "job", "b"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-runs[1].Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's run context not cancelled by an operator shutdown")
+	}
+	if runs[1].KeepGoing() {
+		t.Fatal("KeepGoing true after shutdown")
+	}
+	if err := runs[0].Context().Err(); err != nil {
+		t.Fatalf("a's run cancelled by b's shutdown: %v", err)
+	}
+	// The Node completes a cancelled run too: its running nodes go.
+	CompleteAll(t, runs...)
+	// b went offline: the next trigger gives a every item.
+	Eventually(t, "b offline", func() bool { return serverStatus(t, h, "job", "b").Status == "OFFLINE" })
+	runs = BeginAll(t, a)
+	AssertPartition(t, 2, runs...)
+	CompleteAll(t, runs...)
+	// A restart clears the shutdown flag.
+	b.Stop(t)
+	b2 := h.Start("b", Config("job", 2))
+	if serverStatus(t, h, "job", "b").Shutdown {
+		t.Fatal("shutdown flag survived a restart")
+	}
+	runs = BeginAll(t, a, b2)
+	AssertPartition(t, 2, runs...)
 	CompleteAll(t, runs...)
 }
