@@ -34,6 +34,12 @@ type treeCache struct {
 	changed chan struct{}
 	// kick wakes the watcher (to load stubs); set before the watcher starts.
 	kick func()
+	// Only the execution/{item} nodes of items this server owns (per its
+	// sharding node, ownRel) or claimed (claimed; must not call back into
+	// the cache) are watched, so a trigger on S servers costs each server
+	// re-arms for its own items, not for all of them. "" ownRel: all items.
+	ownRel  string
+	claimed func(item int) bool
 }
 
 type cnode struct {
@@ -63,7 +69,7 @@ type watchRef struct {
 }
 
 func newTreeCache(st store.Store, root string) *treeCache {
-	return &treeCache{st: st, root: root, nodes: make(map[string]*cnode), stubs: make(map[string]bool), changed: make(chan struct{}), kick: func() {}}
+	return &treeCache{st: st, root: root, nodes: make(map[string]*cnode), stubs: make(map[string]bool), changed: make(chan struct{}), kick: func() {}, claimed: func(int) bool { return false }}
 }
 
 // policy says which watches a node (path relative to the job root) gets.
@@ -207,6 +213,9 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 	for _, name := range names {
 		crel := joinRel(rel, name)
 		d, k := policy(crel)
+		if rel == nExecution && !c.wantedLocked(name) {
+			continue
+		}
 		if cn := c.nodes[crel]; (d || k) && (cn == nil || cn.stub) {
 			toLoad = append(toLoad, crel)
 		}
@@ -218,6 +227,64 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 		}
 	}
 	return nil
+}
+
+// wantedLocked reports whether execution/{name} is watched; mu held.
+func (c *treeCache) wantedLocked(name string) bool {
+	it, ok := parseItemName(name)
+	if !ok {
+		return false
+	}
+	if c.ownRel == "" || c.claimed(it) {
+		return true
+	}
+	n := c.nodes[c.ownRel]
+	if n == nil || !n.hasData {
+		return false
+	}
+	items, err := parseItems(n.data)
+	return err == nil && slices.Contains(items, it)
+}
+
+// refreshItems loads the execution/{item} nodes that became wanted and
+// forgets those no longer wanted; watcher only.
+func (c *treeCache) refreshItems(ctx context.Context) error {
+	c.mu.Lock()
+	var toLoad []string
+	if n := c.nodes[nExecution]; n != nil {
+		for _, name := range n.children {
+			rel := joinRel(nExecution, name)
+			cn := c.nodes[rel]
+			switch want := c.wantedLocked(name); {
+			case want && (cn == nil || cn.stub):
+				toLoad = append(toLoad, rel)
+			case !want && cn != nil:
+				c.dropLocked(rel)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, rel := range toLoad {
+		if err := c.load(ctx, rel); err != nil {
+			return err
+		}
+	}
+	if len(toLoad) > 0 {
+		c.notify()
+	}
+	return nil
+}
+
+// known reports whether the cache can answer has(rel) for an execution
+// node: its item is loaded. Elsewhere it is always true.
+func (c *treeCache) known(rel string) bool {
+	if !strings.HasPrefix(rel, nExecution+"/") || strings.Count(rel, "/") < 2 {
+		return true
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[parentRel(rel)]
+	return n != nil && !n.stub
 }
 
 // dropLocked forgets rel and everything below it.

@@ -149,6 +149,7 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 		j.mu.Unlock()
 		j.cache.noteDeleted(relFailoverQ + "/" + strconv.Itoa(it))
 		j.cache.noteCreated(relItem(it, nFailover))
+		j.kick() // the watcher starts watching the claimed item
 		j.log.Info("claimed failover item", "item", it)
 		return true, nil
 	}

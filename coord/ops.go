@@ -46,7 +46,22 @@ func (k intentKind) conditional() bool {
 // commit applies intents in ONE Multi (two if the cache was stale) and
 // writes the outcome through to the cache. An empty resolution is no call.
 func (j *job) commit(ctx context.Context, intents []intent) error {
-	ops, created, deleted := j.resolve(intents, j.cache.has)
+	// Nodes of items the cache does not watch are resolved directly.
+	var readErr error
+	cached := func(rel string) bool {
+		if j.cache.known(rel) {
+			return j.cache.has(rel)
+		}
+		ok, _, err := j.st.Exists(ctx, j.p.abs(rel))
+		if err != nil && readErr == nil {
+			readErr = err
+		}
+		return ok
+	}
+	ops, created, deleted := j.resolve(intents, cached)
+	if readErr != nil {
+		return readErr
+	}
 	if len(ops) == 0 {
 		return nil
 	}

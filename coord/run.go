@@ -249,22 +249,8 @@ func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 func (j *job) reshard(ctx context.Context) error {
 	cfg := j.config()
 	if cfg.MonitorsExecution() {
-		err := j.cache.waitFor(ctx, func() bool {
-			for _, it := range j.cache.children(nExecution) {
-				if j.cache.has(nExecution + "/" + it + "/" + nRunning) {
-					return false
-				}
-			}
-			return true
-		})
-		if err != nil {
-			var running []string
-			for _, it := range j.cache.children(nExecution) {
-				if j.cache.has(nExecution + "/" + it + "/" + nRunning) {
-					running = append(running, it)
-				}
-			}
-			return fmt.Errorf("coord: job %q: waiting for running items %v to finish before resharding: %w", j.jname, running, err)
+		if err := j.waitNoneRunning(ctx); err != nil {
+			return err
 		}
 	}
 	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
@@ -336,6 +322,47 @@ func (j *job) failoverAssignments() ([]Assignment, int32) {
 		slices.SortFunc(out, func(a, b Assignment) int { return a.Item - b.Item })
 	}
 	return out, -1
+}
+
+// waitNoneRunning blocks until no execution/{item}/running node exists
+// (bounded by ctx). It reads the items directly: the cache watches only
+// this server's items. Resharding is rare, so O(items) reads are fine here.
+func (j *job) waitNoneRunning(ctx context.Context) error {
+	for {
+		items, _, err := j.st.Children(ctx, j.p.abs(nExecution))
+		if err != nil {
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
+		}
+		var watch <-chan store.Event
+		var running string
+		for _, it := range items {
+			p := store.Join(j.p.abs(nExecution), it, nRunning)
+			ok, _, err := j.st.Exists(ctx, p)
+			if err != nil {
+				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+			}
+			if !ok {
+				continue
+			}
+			// Watch only the running node found; re-scan when it goes.
+			ok, _, ch, err := j.st.ExistsW(ctx, p)
+			if err != nil {
+				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+			}
+			if ok {
+				watch, running = ch, it
+				break
+			}
+		}
+		if watch == nil {
+			return nil
+		}
+		select {
+		case <-watch:
+		case <-ctx.Done():
+			return fmt.Errorf("coord: job %q: waiting for running item %s to finish before resharding: %w", j.jname, running, ctx.Err())
+		}
+	}
 }
 
 // readServers reads the server set directly (resharding must not act on

@@ -282,6 +282,10 @@ func (j *job) react(ctx context.Context) {
 		}
 	}
 	j.reactConfig(ctx)
+	// Watch the execution nodes of the items this server now owns.
+	if err := j.cache.refreshItems(ctx); err != nil {
+		j.log.Warn("cannot load owned items into the tree cache", "err", err)
+	}
 	cfg := j.config()
 	if cfg.Failover && len(j.cache.children(relFailoverQ)) > 0 {
 		j.emit(SignalFailover)
