@@ -93,9 +93,14 @@ func policy(rel string) (data, children bool) {
 			return true, false
 		}
 	case parts[0] == nExecution && len(parts) == 2:
+		// An item container: its children are read once, without a watch
+		// (they change at every trigger, written by this server itself),
+		// and kept current by write-through; see load.
 		return false, true
 	case parts[0] == nExecution && len(parts) == 3:
-		return parts[2] == nFailover, false
+		// The item flags others may write get existence watches, which
+		// fire only when they change.
+		return parts[2] == nFailover || parts[2] == nDisabled, false
 	case rel == relElection, rel == relShardingDir, rel == relFailoverQ:
 		return false, true
 	case rel == relHost:
@@ -136,8 +141,52 @@ func (c *treeCache) resync(ctx context.Context) error {
 	return nil
 }
 
+// isItemContainer reports execution/{item}; isItemFlag its watched flags.
+func isItemContainer(rel string) bool {
+	return strings.HasPrefix(rel, nExecution+"/") && strings.Count(rel, "/") == 1
+}
+
+func isItemFlag(rel string) bool {
+	return strings.HasPrefix(rel, nExecution+"/") && strings.Count(rel, "/") == 2
+}
+
+// loadItem reads an item container's children once (no watch) and arms
+// existence watches on its flags.
+func (c *treeCache) loadItem(ctx context.Context, rel string) error {
+	names, _, err := c.st.Children(ctx, c.abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		c.mu.Lock()
+		c.dropLocked(rel)
+		c.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	n := c.node(rel)
+	// Keep names written through meanwhile by this server.
+	for _, name := range n.children {
+		if _, ok := slices.BinarySearch(names, name); !ok && n.stub {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	n.children, n.childW, n.stub = names, nil, false
+	c.mu.Unlock()
+	for _, flag := range []string{nFailover, nDisabled} {
+		if err := c.reloadData(ctx, joinRel(rel, flag)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // load reads rel per its policy, arms its watches, and loads its children.
 func (c *treeCache) load(ctx context.Context, rel string) error {
+	if isItemContainer(rel) {
+		return c.loadItem(ctx, rel)
+	}
 	data, children := policy(rel)
 	if data {
 		if err := c.reloadData(ctx, rel); err != nil {
@@ -167,7 +216,7 @@ func (c *treeCache) reloadData(ctx context.Context, rel string) error {
 		exists = true
 		err    error
 	)
-	if rel == "" {
+	if rel == "" || isItemFlag(rel) {
 		exists, stat, ch, err = c.st.ExistsW(ctx, c.abs(rel))
 	} else {
 		data, stat, ch, err = c.st.GetW(ctx, c.abs(rel))
@@ -180,6 +229,23 @@ func (c *treeCache) reloadData(ctx context.Context, rel string) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if isItemFlag(rel) {
+		// The node stays (it holds the watch); its existence is mirrored
+		// into the container's children list.
+		n := c.node(rel)
+		n.data, n.stat, n.hasData, n.dataW, n.stub = nil, stat, exists, ch, false
+		if p := c.nodes[parentRel(rel)]; p != nil {
+			name := rel[strings.LastIndexByte(rel, '/')+1:]
+			i, ok := slices.BinarySearch(p.children, name)
+			switch {
+			case exists && !ok:
+				p.children = slices.Insert(slices.Clone(p.children), i, name)
+			case !exists && ok:
+				p.children = slices.Delete(slices.Clone(p.children), i, i+1)
+			}
+		}
+		return nil
+	}
 	if !exists && rel != "" {
 		c.dropLocked(rel)
 		return nil
@@ -466,7 +532,9 @@ func (c *treeCache) noteDeleted(rels ...string) {
 		if i, ok := slices.BinarySearch(p.children, name); ok {
 			p.children = slices.Delete(slices.Clone(p.children), i, i+1)
 		}
-		c.dropLocked(rel)
+		if !isItemFlag(rel) {
+			c.dropLocked(rel)
+		}
 	}
 	c.mu.Unlock()
 	c.notify()

@@ -37,7 +37,8 @@ func settle(t *testing.T, cs []*coord.CountingStore) {
 
 // TestCoordinationCost measures the requests one steady-state trigger
 // (Begin + Complete on every server, no resharding) costs per server, for
-// S servers and N items, and asserts that the writes do not grow with N.
+// S servers and N items, and asserts that neither the writes nor the reads
+// (watch re-arms included) grow with N.
 // Run with -v to print the table recorded in docs/benchmarks.md.
 func TestCoordinationCost(t *testing.T) {
 	if testing.Short() {
@@ -77,6 +78,9 @@ func TestCoordinationCost(t *testing.T) {
 			w := float64(writes) / float64(s)
 			t.Logf("| %d | %d | %.1f | %.1f | %.1f | %d | %d |", s, n, w, float64(ops)/float64(s),
 				float64(reads)/float64(s), 7*n/s+2, 2*n/s)
+			if r := float64(reads) / float64(s); r != 2 {
+				t.Errorf("S=%d N=%d: %.1f reads per server per trigger, want 2 (the flag and the sharding node)", s, n, r)
+			}
 			if w != 2 {
 				t.Errorf("S=%d N=%d: %.1f writes per server per trigger, want 2 (one Multi in Begin, one in Complete)", s, n, w)
 			}

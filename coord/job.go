@@ -84,12 +84,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	j.cache = newTreeCache(j.st, j.p.root)
 	j.cache.kick = j.kick
 	j.cache.ownRel = relServer(j.id, nSharding)
-	j.cache.claimed = func(item int) bool {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		_, ok := j.claims[item]
-		return ok
-	}
+	j.cache.claimed = j.claimed
 	// The watcher follows session changes from this snapshot on, so a
 	// change during Join is never missed.
 	sess, sessCh := j.st.Session()

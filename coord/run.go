@@ -303,15 +303,6 @@ func (j *job) failoverAssignments() ([]Assignment, int32) {
 		claims[k] = v
 	}
 	j.mu.Unlock()
-	for _, name := range j.cache.children(nExecution) {
-		it, ok := parseItemName(name)
-		if !ok {
-			continue
-		}
-		if d, st, ok := j.cache.get(relItem(it, nFailover)); ok && string(d) == j.id {
-			claims[it] = st.Czxid
-		}
-	}
 	if len(claims) > 0 {
 		for it, epoch := range claims {
 			if j.cache.has(relItem(it, nDisabled)) {
@@ -406,6 +397,14 @@ func (j *job) readServers(ctx context.Context) (map[string]bool, []string, error
 	return all, live, nil
 }
 
+// claimed reports whether this server holds a failover claim on item.
+func (j *job) claimed(item int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, ok := j.claims[item]
+	return ok
+}
+
 // assignments computes this server's sharding items minus items failed
 // over to others and disabled items, with the sharding node's version.
 func (j *job) assignments(data []byte, st store.Stat, ok bool) ([]Assignment, int32) {
@@ -426,8 +425,8 @@ func (j *job) assignments(data []byte, st store.Stat, ok bool) ([]Assignment, in
 		if it >= total || j.cache.has(relItem(it, nDisabled)) {
 			continue
 		}
-		if d, _, ok := j.cache.get(relItem(it, nFailover)); ok && string(d) != j.id {
-			continue
+		if !j.claimed(it) && j.cache.has(relItem(it, nFailover)) {
+			continue // failed over to another server
 		}
 		out = append(out, Assignment{Item: it, Epoch: st.Mzxid})
 	}

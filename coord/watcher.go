@@ -144,18 +144,9 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 	}
 }
 
-// handleWatch re-arms one fired cache watch; when a failover node vanished
-// and this server leads, it rescans for items to requeue.
+// handleWatch re-arms one fired cache watch.
 func (j *job) handleWatch(ctx context.Context, ref watchRef, ev store.Event) error {
-	hadFailover := ref.kind == watchChildren && strings.HasPrefix(ref.rel, nExecution+"/") && j.cache.has(ref.rel+"/"+nFailover)
-	if err := j.cache.handle(ctx, ref, ev); err != nil {
-		return err
-	}
-	if hadFailover && !j.cache.has(ref.rel+"/"+nFailover) && j.isLeader() {
-		// A failover claimer finished or died: requeue if it died.
-		j.enqueueOrphans(ctx)
-	}
-	return nil
+	return j.cache.handle(ctx, ref, ev)
 }
 
 // electIfRegistered runs the election if this server is registered on the
