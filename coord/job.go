@@ -120,6 +120,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	j.lostCh = make(chan struct{})
 	if err := j.setNecessary(ctx); err != nil {
 		j.regCancel()
+		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
@@ -128,6 +129,8 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	if err != nil {
 		cancel()
 		j.regCancel()
+		// Do not leave a live-looking registration behind.
+		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: leader election: %w", j.jname, err)
 	}
 	go j.watch(wctx, sessCh, predW)

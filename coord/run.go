@@ -71,7 +71,8 @@ func (j *job) begin(ctx context.Context, now time.Time) (*run, error) {
 			if _, err := j.awaitSharding(ctx); err != nil {
 				return nil, err
 			}
-			if _, _, err := j.ready(); err != nil {
+			// The registration the run belongs to is the one current now.
+			if sid, regCtx, err = j.ready(); err != nil {
 				return nil, err
 			}
 			// One direct read of this server's sharding node: the fresh
@@ -80,7 +81,9 @@ func (j *job) begin(ctx context.Context, now time.Time) (*run, error) {
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
 				return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 			}
-			items, shardVersion = j.assignments(data, st, err == nil)
+			if items, shardVersion, err = j.assignments(ctx, data, st, err == nil); err != nil {
+				return nil, err
+			}
 		}
 		err := j.markRunning(ctx, now, items, shardVersion)
 		if errors.Is(err, store.ErrBadVersion) && attempt < 3 {
@@ -106,7 +109,9 @@ func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment
 	if monitor {
 		var suspects []int
 		for _, a := range items {
-			if j.cache.has(relItem(a.Item, nRunning)) {
+			if running, err := j.itemHas(ctx, relItem(a.Item, nRunning)); err != nil {
+				return err
+			} else if running {
 				suspects = append(suspects, a.Item)
 			}
 		}
@@ -397,6 +402,20 @@ func (j *job) readServers(ctx context.Context) (map[string]bool, []string, error
 	return all, live, nil
 }
 
+// itemHas reports whether an execution node exists: from the cache when
+// the item is loaded there, else by a direct read (only right after the
+// item became this server's).
+func (j *job) itemHas(ctx context.Context, rel string) (bool, error) {
+	if j.cache.known(rel) {
+		return j.cache.has(rel), nil
+	}
+	ok, _, err := j.st.Exists(ctx, j.p.abs(rel))
+	if err != nil {
+		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(rel), err)
+	}
+	return ok, nil
+}
+
 // claimed reports whether this server holds a failover claim on item.
 func (j *job) claimed(item int) bool {
 	j.mu.Lock()
@@ -407,30 +426,43 @@ func (j *job) claimed(item int) bool {
 
 // assignments computes this server's sharding items minus items failed
 // over to others and disabled items, with the sharding node's version.
-func (j *job) assignments(data []byte, st store.Stat, ok bool) ([]Assignment, int32) {
+func (j *job) assignments(ctx context.Context, data []byte, st store.Stat, ok bool) ([]Assignment, int32, error) {
 	var out []Assignment
 	if !ok {
-		return nil, -1
+		return nil, -1, nil
 	}
 	if j.cache.flag(relServer(j.id, nDisabled)) {
-		return nil, st.Version
+		return nil, st.Version, nil
 	}
 	items, err := parseItems(data)
 	if err != nil {
 		j.log.Error("malformed sharding node; running nothing until the next reshard", "node", j.p.server(j.id, nSharding), "err", err)
-		return nil, st.Version
+		return nil, st.Version, nil
 	}
 	total := j.config().ShardingTotalCount
 	for _, it := range items {
-		if it >= total || j.cache.has(relItem(it, nDisabled)) {
+		if it >= total {
 			continue
 		}
-		if !j.claimed(it) && j.cache.has(relItem(it, nFailover)) {
-			continue // failed over to another server
+		disabled, err := j.itemHas(ctx, relItem(it, nDisabled))
+		if err != nil {
+			return nil, -1, err
+		}
+		if disabled {
+			continue
+		}
+		if !j.claimed(it) {
+			other, err := j.itemHas(ctx, relItem(it, nFailover))
+			if err != nil {
+				return nil, -1, err
+			}
+			if other {
+				continue // failed over to another server
+			}
 		}
 		out = append(out, Assignment{Item: it, Epoch: st.Mzxid})
 	}
-	return out, st.Version
+	return out, st.Version, nil
 }
 
 func (r *run) shards() []Assignment { return slices.Clone(r.items) }
@@ -569,10 +601,15 @@ func (j *job) takeMisfire(ctx context.Context) (bool, error) {
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 	}
-	mine, _ := j.assignments(data, st, err == nil)
+	mine, _, err := j.assignments(ctx, data, st, err == nil)
+	if err != nil {
+		return false, err
+	}
 	var ins []intent
 	for _, a := range mine {
-		if j.cache.has(relItem(a.Item, nMisfire)) {
+		if flagged, err := j.itemHas(ctx, relItem(a.Item, nMisfire)); err != nil {
+			return false, err
+		} else if flagged {
 			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nMisfire)})
 		}
 	}
