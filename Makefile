@@ -51,6 +51,19 @@ test-integration: setup clean-containers ## run only the integration harness's o
 bench: ## run the benchmarks (no tests)
 	$(TEST_ENV) $(GO) test -run '^$$' -bench . $(PKGS)
 
+.PHONY: bench-pg
+bench-pg: ## Postgres benchmark (shardflow claim/tx vs pgx loop vs river vs one UPDATE); needs SHARDFLOW_PG, a role allowed to CREATE DATABASE
+	@[[ -n "$$SHARDFLOW_PG" ]] || { echo "set SHARDFLOW_PG to a Postgres DSN (the role must be allowed to CREATE DATABASE)"; exit 2; }
+	cd bench && $(GO) run ./pgbench --pg "$$SHARDFLOW_PG" --rows $${ROWS:-1000000}
+
+.PHONY: bench-engine
+bench-engine: ## the pipeline engine against a hand-written errgroup loop, 1M no-op items
+	$(GO) test -run '^$$' -bench 'Engine|Baseline' -benchtime 5x -count 3 ./dataflow
+
+.PHONY: bench-coord
+bench-coord: ## coordination requests per trigger for S servers and N items (counting store)
+	$(GO) test -count=1 -run TestCoordinationCost -v ./coord/
+
 .PHONY: lint
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
