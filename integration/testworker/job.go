@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -24,15 +25,18 @@ type itemRun struct {
 // tickJob is the dataflow job the worker runs. Each shard item's run starts
 // with a "begin" event at its first Fetch; Fetch then returns batches of
 // ticks until runFor has elapsed (streaming) or once (non-streaming); every
-// Process sleeps processDelay, calls the fencing check and, only when it
-// passes, prints a "commit" event — the fenced side effect the fault tests
-// audit. An item's run ends with an "end" event when its Fetch returns
-// nothing, or from the job listener after the run when it was cut short.
+// Process sleeps processDelay, calls the fencing check (Shard.CheckOwnership)
+// and, when it passes, commits the tick to the ledger, which refuses a
+// stale epoch atomically at write time. Only an accepted write prints a
+// "commit" event; a refusal by either check prints "fenced". An item's run
+// ends with an "end" event when its Fetch returns nothing, or from the job
+// listener after the run.
 //
 // Fetch and Process are called concurrently for different items and by
 // several workers for one item; all state is under mu.
 type tickJob struct {
 	em           *emitter
+	ledger       *ledger
 	runFor       time.Duration
 	processDelay time.Duration
 	batch        int
@@ -44,12 +48,13 @@ type tickJob struct {
 	next   tick
 }
 
-func newTickJob(em *emitter, runFor, processDelay time.Duration, batch int) *tickJob {
+func newTickJob(em *emitter, l *ledger, runFor, processDelay time.Duration, batch int) *tickJob {
 	if batch <= 0 {
 		batch = 1
 	}
 	return &tickJob{
 		em:           em,
+		ledger:       l,
 		runFor:       runFor,
 		processDelay: processDelay,
 		batch:        batch,
@@ -88,7 +93,10 @@ func (j *tickJob) Fetch(ctx context.Context, sh dataflow.Shard) ([]tick, error) 
 	return out, nil
 }
 
-// Process implements dataflow.Job: the fenced commit of one tick.
+// Process implements dataflow.Job: the fenced commit of one tick, checked
+// twice: by the coordination (Shard.CheckOwnership) before the write, and by
+// the ledger's epoch at the write itself, which closes the check-then-act
+// window a pause between the two can fall into.
 func (j *tickJob) Process(ctx context.Context, sh dataflow.Shard, _ tick) error {
 	if j.processDelay > 0 {
 		t := time.NewTimer(j.processDelay)
@@ -100,10 +108,21 @@ func (j *tickJob) Process(ctx context.Context, sh dataflow.Shard, _ tick) error 
 		}
 	}
 	if err := sh.CheckOwnership(ctx); err != nil {
-		j.em.emit(event{Ev: "fenced", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Err: err.Error()})
+		j.em.emit(event{Ev: "fenced", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Reason: "ownership", Err: err.Error()})
 		return fmt.Errorf("testworker: commit of item %d epoch %d refused: %w", sh.Item, sh.Epoch, err)
 	}
+	// Checked is when the write was sent: the ledger applied it later.
 	checked := time.Now().UnixMilli()
+	if err := j.ledger.commit(ctx, sh.Item, sh.Epoch); err != nil {
+		if errors.Is(err, errFenced) {
+			j.em.emit(event{Ev: "fenced", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Reason: "ledger", Err: err.Error()})
+		} else {
+			// Unknown outcome (connection lost, cancelled): the ledger
+			// itself is the record the suites audit.
+			j.em.emit(event{Ev: "error", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Err: err.Error()})
+		}
+		return err
+	}
 	j.mu.Lock()
 	j.seq[sh.Item]++
 	seq := j.seq[sh.Item]

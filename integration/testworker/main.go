@@ -1,5 +1,6 @@
 // Command testworker is a shardflow worker process for the fault suites in
 // integration/faults: one dataflow job on one Node over a ZooKeeper session,
+// committing its work to a fenced ledger in ZooKeeper, and
 // reporting what it does as JSON lines on stdout so a test can audit
 // ownership, failover and fencing from the outside while it kills, pauses and
 // cuts off workers.
@@ -8,16 +9,21 @@
 //
 //	{"ev":"ready","server":id,"t":ms}                       node started, job joined
 //	{"ev":"begin","server":id,"item":i,"epoch":e,"failover":b,"t":ms}
-//	{"ev":"commit","server":id,"item":i,"epoch":e,"seq":n,"t":ms}
-//	{"ev":"fenced","server":id,"item":i,"epoch":e,"err":"...","t":ms}
+//	{"ev":"commit","server":id,"item":i,"epoch":e,"seq":n,"checked":ms,"t":ms}
+//	{"ev":"fenced","server":id,"item":i,"epoch":e,"reason":"ownership|ledger","err":"...","t":ms}
 //	{"ev":"end","server":id,"item":i,"epoch":e,"reason":"done|cancelled|...","t":ms}
 //	{"ev":"once","server":id,"phase":"started|completed","t":ms}
 //	{"ev":"session","server":id,"reason":"connected|suspended|lost|...","seq":sessionID,"t":ms}
 //	{"ev":"error","server":id,"err":"...","t":ms}
 //	{"ev":"stopped","server":id,"t":ms}                     graceful stop done
 //
-// A "commit" is printed only after Shard.CheckOwnership returned nil just
-// before it: it is the fenced side effect. t is Unix milliseconds.
+// The job is hosted by a dataflow.Node. Each processed tick is committed to
+// the ledger (see ledger): Shard.CheckOwnership first, then a write that
+// ZooKeeper applies only if no larger epoch was committed for the item. A
+// "commit" is printed only for an accepted write ("checked" is when it was
+// sent); a refusal by either check prints "fenced" with reason "ownership"
+// or "ledger". The ledger, ledgerRoot/{namespace}/{job}/{item}/c-{seq}, is
+// the record the suites audit. t is Unix milliseconds.
 //
 // SIGTERM or SIGINT stops the Node gracefully (running items finish their
 // current batch) and exits 0; a failure to start exits 1.
@@ -68,6 +74,8 @@ type options struct {
 	onceTimeout    time.Duration
 	stopTimeout    time.Duration
 	logLevel       string
+
+	ledgerSessionTimeout time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -93,6 +101,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.once, "once", false, "add a distribute-once listener printing \"once\" events")
 	fs.DurationVar(&o.onceTimeout, "once-timeout", 4*time.Second, "distribute-once started/completed timeout")
 	fs.DurationVar(&o.stopTimeout, "stop-timeout", 20*time.Second, "bound of the graceful stop on SIGTERM")
+	fs.DurationVar(&o.ledgerSessionTimeout, "ledger-session-timeout", 20*time.Second, "ZooKeeper session timeout of the ledger's own session")
 	fs.StringVar(&o.logLevel, "log-level", "info", "stderr log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -153,8 +162,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 	defer func() { stopWatch(); <-watchDone }()
 
-	job := newTickJob(em, o.runFor, o.processDelay, o.batch)
-	host, err := startCoordHost(ctx, st, o, em, job, logger)
+	// The ledger, the worker's fenced sink, is a system of its own: its own
+	// session, with a long timeout, so that a paused worker's stale write
+	// does reach it after the pause and is refused by the epoch check.
+	openCtx, cancelOpen = context.WithTimeout(ctx, o.connectTimeout)
+	lst, err := zkstore.Open(openCtx, zkstore.Config{
+		Servers:        strings.Split(o.zk, ","),
+		SessionTimeout: o.ledgerSessionTimeout,
+		ConnectTimeout: o.connectTimeout,
+		Logger:         logger.With("session", "ledger"),
+	})
+	cancelOpen()
+	if err != nil {
+		em.errorf(err)
+		return fmt.Errorf("connect the ledger to ZooKeeper %s: %w", o.zk, err)
+	}
+	defer lst.Close()
+
+	job := newTickJob(em, newLedger(lst, o.namespace, o.job, o.serverID), o.runFor, o.processDelay, o.batch)
+	node, err := startNode(ctx, st, o, em, job, logger)
 	if err != nil {
 		em.errorf(err)
 		return err
@@ -164,7 +190,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	<-ctx.Done()
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), o.stopTimeout)
 	defer cancelStop()
-	if err := host.stop(stopCtx); err != nil {
+	if err := node.Stop(stopCtx); err != nil {
 		em.errorf(fmt.Errorf("graceful stop: %w", err))
 	}
 	em.emit(event{Ev: "stopped"})
