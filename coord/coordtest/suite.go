@@ -68,6 +68,15 @@ func NewHarness(t *testing.T, b Backend) *Harness {
 	return &Harness{t: t, B: b, NS: ns, Admin: coord.NewAdmin(b.Connect(t), ns)}
 }
 
+// Now is the servers' local clock: the Backend's LocalNow if it implements
+// LocalClock, else time.Now.
+func (h *Harness) Now() time.Time {
+	if lc, ok := h.B.(LocalClock); ok {
+		return lc.LocalNow()
+	}
+	return time.Now()
+}
+
 // Server is one simulated process with one joined job.
 type Server struct {
 	ID  string
@@ -100,7 +109,7 @@ func (h *Harness) TryStart(id string, cfg jobconfig.Config, st store.Store) (*Se
 	if st == nil {
 		st = h.B.Connect(h.t)
 	}
-	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger(), OfflineServerGrace: h.Grace})
+	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger(), OfflineServerGrace: h.Grace, Now: h.Now})
 	if err != nil {
 		return nil, err
 	}
@@ -574,7 +583,7 @@ func testClockSkew(t *testing.T, h *Harness) {
 	a := h.Start("a", Config("job", 2, func(c *jobconfig.Config) { c.MaxTimeDiffSeconds = 5 }))
 	h.B.SkewServerClock(t, time.Hour)
 	defer h.B.SkewServerClock(t, 0)
-	_, err := a.Job.Begin(testCtx(t), time.Now())
+	_, err := a.Job.Begin(testCtx(t), h.Now())
 	var cse *coord.ClockSkewError
 	if !errors.As(err, &cse) || !errors.Is(err, coord.ErrClockSkew) {
 		t.Fatalf("Begin with a 1h skew: err = %v, want *ClockSkewError", err)
