@@ -190,21 +190,46 @@ func (c *cluster) worker(id string) *worker {
 	return c.workers[id]
 }
 
-// checkInvariants runs the end-of-test checks: no stale commit anywhere in
-// the log, and disjoint ownership over exactly want.
-func (c *cluster) checkInvariants(want ...string) {
+// checkInvariants runs the end-of-test checks: no fencing check passed
+// after a newer owner began the item (events), no stale commit accepted and
+// no epoch shared by two servers (the ledger), every printed commit in the
+// ledger, and disjoint ownership over exactly want. It returns the ledger.
+func (c *cluster) checkInvariants(want ...string) map[int][]ledgerCommit {
 	c.t.Helper()
-	if stale := staleCommits(c.log.all()); len(stale) > 0 {
-		c.t.Errorf("faults: %d commits from a stale epoch:\n  %s", len(stale), strings.Join(stale, "\n  "))
+	evs := c.log.all()
+	if stale := staleCommits(evs); len(stale) > 0 {
+		c.t.Errorf("faults: %d commits whose fencing check passed after a newer owner began:\n  %s", len(stale), strings.Join(stale, "\n  "))
 	}
+	ledger := c.readLedger(30 * time.Second)
+	var accepted int
+	for _, lcs := range ledger {
+		accepted += len(lcs)
+	}
+	if accepted == 0 {
+		c.t.Errorf("faults: the ledger of job %s holds no commit: nothing was audited", c.job)
+	}
+	if bad := ledgerViolations(ledger); len(bad) > 0 {
+		c.t.Errorf("faults: %d ledger violations:\n  %s", len(bad), strings.Join(bad, "\n  "))
+	}
+	if bad := unrecordedCommits(evs, ledger); len(bad) > 0 {
+		c.t.Errorf("faults: commit events without an accepted ledger write:\n  %s", strings.Join(bad, "\n  "))
+	}
+	fenced := map[string]int{}
+	for _, e := range evs {
+		if e.Ev == "fenced" {
+			fenced[e.Reason]++
+		}
+	}
+	c.t.Logf("ledger: %d accepted commits over %d items; refused: %d by the ownership check, %d by the ledger's epoch", accepted, c.total, fenced["ownership"], fenced["ledger"])
 	if len(want) > 0 {
 		c.requireOwnership(30*time.Second, want...)
 	}
-	for _, e := range c.log.all() {
+	for _, e := range evs {
 		if e.Ev == "error" {
 			c.t.Logf("worker error event (not a failure by itself): %s", e)
 		}
 	}
+	return ledger
 }
 
 // close stops every worker still running (SIGKILL: the test is over) and

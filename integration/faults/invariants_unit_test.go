@@ -44,19 +44,27 @@ func ev(kind, server string, item int, epoch, t int64) Event {
 	return Event{Ev: kind, Server: server, Item: &item, Epoch: epoch, T: t}
 }
 
+// commit is a commit event whose fencing check started at checked.
+func commit(server string, item int, epoch, checked, t int64) Event {
+	e := ev("commit", server, item, epoch, t)
+	e.Checked = checked
+	return e
+}
+
 func TestStaleCommits(t *testing.T) {
 	tests := []struct {
 		name string
 		evs  []Event
 		want int
 	}{
-		{"commits of the owner", []Event{ev("begin", "a", 1, 5, 100), ev("commit", "a", 1, 5, 110), ev("commit", "a", 1, 5, 120)}, 0},
-		{"old owner committed before the new begin", []Event{ev("begin", "a", 1, 5, 100), ev("commit", "a", 1, 5, 110), ev("begin", "b", 1, 7, 200)}, 0},
-		{"old owner committed after the new begin", []Event{ev("begin", "a", 1, 5, 100), ev("begin", "b", 1, 7, 200), ev("commit", "a", 1, 5, 250)}, 1},
-		{"same millisecond is not ordered", []Event{ev("begin", "b", 1, 7, 200), ev("commit", "a", 1, 5, 200)}, 0},
-		{"newer begin of another item", []Event{ev("begin", "b", 2, 7, 200), ev("commit", "a", 1, 5, 250)}, 0},
-		{"own newer begin", []Event{ev("begin", "a", 1, 7, 200), ev("commit", "a", 1, 5, 250)}, 0},
-		{"commit with the newer epoch", []Event{ev("begin", "b", 1, 7, 200), ev("commit", "a", 1, 9, 250)}, 0},
+		{"commits of the owner", []Event{ev("begin", "a", 1, 5, 100), commit("a", 1, 5, 105, 110), commit("a", 1, 5, 115, 120)}, 0},
+		{"old owner committed before the new begin", []Event{ev("begin", "a", 1, 5, 100), commit("a", 1, 5, 105, 110), ev("begin", "b", 1, 7, 200)}, 0},
+		{"old owner's check passed after the new begin", []Event{ev("begin", "a", 1, 5, 100), ev("begin", "b", 1, 7, 200), commit("a", 1, 5, 240, 250)}, 1},
+		{"checked before the new begin, printed after (a pause)", []Event{ev("begin", "a", 1, 5, 100), ev("begin", "b", 1, 7, 200), commit("a", 1, 5, 190, 5000)}, 0},
+		{"same millisecond is not ordered", []Event{ev("begin", "b", 1, 7, 200), commit("a", 1, 5, 200, 201)}, 0},
+		{"newer begin of another item", []Event{ev("begin", "b", 2, 7, 200), commit("a", 1, 5, 240, 250)}, 0},
+		{"own newer begin", []Event{ev("begin", "a", 1, 7, 200), commit("a", 1, 5, 240, 250)}, 0},
+		{"commit with the newer epoch", []Event{ev("begin", "b", 1, 7, 200), commit("a", 1, 9, 240, 250)}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +72,63 @@ func TestStaleCommits(t *testing.T) {
 				t.Fatalf("staleCommits = %q, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+func lc(item int, seq int64, server string, epoch int64) ledgerCommit {
+	return ledgerCommit{Item: item, Seq: seq, Server: server, Epoch: epoch}
+}
+
+func TestParseLedgerName(t *testing.T) {
+	got, err := parseLedgerName(3, "c-w-1-123456-0000000042")
+	if err != nil || got != lc(3, 42, "w-1", 123456) {
+		t.Fatalf("parseLedgerName = %+v, %v; want server w-1 epoch 123456 seq 42", got, err)
+	}
+	for _, bad := range []string{"x-w1-1-0000000001", "c-w1-0000000001", "c-w1-x-0000000001", "c-w1-1-x"} {
+		if _, err := parseLedgerName(0, bad); err == nil {
+			t.Fatalf("parseLedgerName(%q) succeeded, want an error", bad)
+		}
+	}
+}
+
+func TestLedgerViolations(t *testing.T) {
+	tests := []struct {
+		name   string
+		ledger map[int][]ledgerCommit
+		want   []string
+	}{
+		{"epochs grow", map[int][]ledgerCommit{0: {lc(0, 1, "a", 5), lc(0, 2, "a", 5), lc(0, 3, "b", 7)}, 1: {lc(1, 1, "b", 5)}}, nil},
+		{"stale commit after a newer one", map[int][]ledgerCommit{0: {lc(0, 1, "a", 5), lc(0, 2, "b", 7), lc(0, 3, "a", 5)}}, []string{"item 0: stale commit #3 a epoch=5 accepted after #2 b epoch=7"}},
+		{"one epoch, two servers", map[int][]ledgerCommit{0: {lc(0, 1, "a", 5), lc(0, 2, "b", 5)}}, []string{"item 0: epoch 5 committed by both a and b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ledgerViolations(tt.ledger)
+			if strings.Join(got, "|") != strings.Join(tt.want, "|") {
+				t.Fatalf("ledgerViolations = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnrecordedCommits(t *testing.T) {
+	ledger := map[int][]ledgerCommit{0: {lc(0, 1, "a", 5)}, 1: nil}
+	if got := unrecordedCommits([]Event{commit("a", 0, 5, 1, 2)}, ledger); len(got) != 0 {
+		t.Fatalf("a recorded commit reported: %q", got)
+	}
+	if got := unrecordedCommits([]Event{commit("a", 0, 5, 1, 2), commit("a", 0, 5, 3, 4), commit("b", 1, 6, 3, 4)}, ledger); len(got) != 2 {
+		t.Fatalf("unrecordedCommits = %q, want 2 (a's second commit of item 0, b's commit of item 1)", got)
+	}
+}
+
+func TestCommitsAfterTakeover(t *testing.T) {
+	ledger := map[int][]ledgerCommit{
+		0: {lc(0, 1, "p", 5), lc(0, 2, "p", 5), lc(0, 3, "a", 9), lc(0, 4, "p", 5)},
+		1: {lc(1, 1, "p", 5), lc(1, 2, "b", 9)},
+	}
+	after, before := commitsAfterTakeover(ledger, "p", map[int]int64{0: 5, 1: 5})
+	if len(after) != 1 || !strings.Contains(after[0], "#4 p epoch=5") || before != 3 {
+		t.Fatalf("after %q before %d; want [#4 p epoch=5] and 3", after, before)
 	}
 }
 

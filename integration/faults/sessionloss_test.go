@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,10 +11,11 @@ import (
 )
 
 // TestPausePastSessionTimeout: SIGSTOP a worker past the session timeout,
-// then SIGCONT: nothing is committed by the stopped worker after its loss (no
-// commit from its old epoch after another server began the item with a newer
-// epoch), and the worker re-registers and works again (it never shuts down
-// for good).
+// then SIGCONT: a process paused past its session timeout commits nothing
+// once it has lost ownership — in the ledger, no commit under its old
+// epochs is accepted after the new owner's first accepted commit (and no
+// fencing check of it passes after the new owner began) — and the worker
+// re-registers and works again (it never shuts down for good).
 func TestPausePastSessionTimeout(t *testing.T) {
 	zk := integration.StartZooKeeper(t)
 	// Long streaming runs, so the paused worker is mid-run, holding items
@@ -28,6 +30,7 @@ func TestPausePastSessionTimeout(t *testing.T) {
 	})
 
 	paused := w3.pause()
+	oldEpochs := openItems(c.log.all(), "w3", paused)
 	// The fault under test is the freeze itself: it lasts until the others
 	// own and have begun all of w3's items (past the session timeout),
 	// which is awaited rather than slept.
@@ -62,8 +65,16 @@ func TestPausePastSessionTimeout(t *testing.T) {
 			fenced++
 		}
 	}
-	t.Logf("w3 refused %d commits after SIGCONT (fencing check)", fenced)
-	c.checkInvariants("w1", "w2", "w3")
+	t.Logf("w3 refused %d commits after SIGCONT", fenced)
+	ledger := c.checkInvariants("w1", "w2", "w3")
+	if len(oldEpochs) == 0 {
+		t.Fatalf("w3 had no item open when paused: nothing to audit")
+	}
+	after, before := commitsAfterTakeover(ledger, "w3", oldEpochs)
+	t.Logf("w3's old epochs %v: %d commits accepted before the takeover, %d after", oldEpochs, before, len(after))
+	if len(after) > 0 {
+		t.Errorf("the paused worker committed under its old epoch after the new owner's first commit:\n  %s", strings.Join(after, "\n  "))
+	}
 }
 
 // zkDownFor is how long TestZooKeeperDown keeps ZooKeeper stopped:

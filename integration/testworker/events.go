@@ -17,7 +17,7 @@ type event struct {
 	Epoch    int64  `json:"epoch,omitempty"`
 	Failover bool   `json:"failover,omitempty"`
 	Seq      int64  `json:"seq,omitempty"`
-	// Checked is when the fencing check of a commit returned nil (Unix ms).
+	// Checked is when the fencing check of a commit started (Unix ms).
 	Checked int64  `json:"checked,omitempty"`
 	Phase   string `json:"phase,omitempty"`
 	Reason  string `json:"reason,omitempty"`

@@ -107,12 +107,14 @@ func (j *tickJob) Process(ctx context.Context, sh dataflow.Shard, _ tick) error 
 		case <-t.C:
 		}
 	}
+	// checked is when the fencing check started: a check that starts after
+	// another server began the item with a newer epoch must fail (it syncs
+	// first), however long this process is paused afterwards.
+	checked := time.Now().UnixMilli()
 	if err := sh.CheckOwnership(ctx); err != nil {
 		j.em.emit(event{Ev: "fenced", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Reason: "ownership", Err: err.Error()})
 		return fmt.Errorf("testworker: commit of item %d epoch %d refused: %w", sh.Item, sh.Epoch, err)
 	}
-	// Checked is when the write was sent: the ledger applied it later.
-	checked := time.Now().UnixMilli()
 	if err := j.ledger.commit(ctx, sh.Item, sh.Epoch); err != nil {
 		if errors.Is(err, errFenced) {
 			j.em.emit(event{Ev: "fenced", Item: itemPtr(sh.Item), Epoch: sh.Epoch, Reason: "ledger", Err: err.Error()})

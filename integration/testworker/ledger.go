@@ -19,8 +19,9 @@ const ledgerRoot = "/ledger"
 // accepted a commit with a larger epoch: the writer is a stale owner.
 var errFenced = errors.New("testworker: ledger: a commit with a newer epoch was accepted for this item; the stale owner's write is refused")
 
-// ledgerEntry is the data of one accepted commit,
-// ledgerRoot/{namespace}/{job}/{item}/c-{sequence}.
+// ledgerEntry is the data of one accepted commit. The entry's name,
+// c-{server}-{epoch}-{sequence}, carries the same facts so that the suites
+// audit an item's whole ledger with one Children call.
 type ledgerEntry struct {
 	Server string `json:"server"`
 	Epoch  int64  `json:"epoch"`
@@ -34,7 +35,7 @@ type ledgerEntry struct {
 // highest epoch committed so far (decimal). A commit reads it (data and
 // version), refuses when its own epoch is lower, and otherwise applies one
 // Multi: set the item node to its epoch at the version read, and create a
-// persistent sequential child c- recording {server, epoch}. A version
+// persistent sequential child c-{server}-{epoch}- recording {server, epoch}. A version
 // conflict means another commit landed in between: re-read and re-check.
 // So the children, in sequence order, are the accepted commits in the order
 // ZooKeeper applied them, and no accepted commit has an epoch lower than an
@@ -88,7 +89,7 @@ func (l *ledger) commit(ctx context.Context, item int, epoch int64) error {
 		}
 		_, err = l.st.Multi(ctx,
 			&store.SetOp{Path: p, Data: []byte(strconv.FormatInt(epoch, 10)), Version: st.Version},
-			&store.CreateOp{Path: p + "/c-", Data: entry, Mode: store.PersistentSequential},
+			&store.CreateOp{Path: fmt.Sprintf("%s/c-%s-%d-", p, l.server, epoch), Data: entry, Mode: store.PersistentSequential},
 		)
 		if errors.Is(err, store.ErrBadVersion) {
 			continue // another commit landed since the read: re-check

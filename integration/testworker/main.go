@@ -20,9 +20,9 @@
 // The job is hosted by a dataflow.Node. Each processed tick is committed to
 // the ledger (see ledger): Shard.CheckOwnership first, then a write that
 // ZooKeeper applies only if no larger epoch was committed for the item. A
-// "commit" is printed only for an accepted write ("checked" is when it was
-// sent); a refusal by either check prints "fenced" with reason "ownership"
-// or "ledger". The ledger, ledgerRoot/{namespace}/{job}/{item}/c-{seq}, is
+// "commit" is printed only for an accepted write ("checked" is when its
+// ownership check started); a refusal by either check prints "fenced" with reason "ownership"
+// or "ledger". The ledger, ledgerRoot/{namespace}/{job}/{item}/c-{server}-{epoch}-{seq}, is
 // the record the suites audit. t is Unix milliseconds.
 //
 // SIGTERM or SIGINT stops the Node gracefully (running items finish their
