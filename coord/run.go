@@ -489,7 +489,7 @@ func (r *run) checkOwnership(ctx context.Context, item int) error {
 		return fmt.Errorf("coord: job %q: item %d is not part of this run: %w", j.jname, item, ErrNotOwner)
 	}
 	if err := j.st.Sync(ctx, j.p.root); err != nil {
-		return fmt.Errorf("coord: job %q: fencing sync: %w", j.jname, err)
+		return r.fenceErr("fencing sync", err)
 	}
 	sess, _ := j.st.Session()
 	if sess.State != store.StateConnected || sess.ID != r.session {
@@ -498,7 +498,7 @@ func (r *run) checkOwnership(ctx context.Context, item int) error {
 	if a.Failover {
 		ok, st, err := j.st.Exists(ctx, j.p.item(item, nFailover))
 		if err != nil {
-			return fmt.Errorf("coord: job %q: fencing read: %w", j.jname, err)
+			return r.fenceErr("fencing read", err)
 		}
 		if !ok || st.Czxid != a.Epoch || st.EphemeralOwner != r.session {
 			return fmt.Errorf("coord: job %q: failover item %d (epoch %d): %w", j.jname, item, a.Epoch, ErrNotOwner)
@@ -510,7 +510,7 @@ func (r *run) checkOwnership(ctx context.Context, item int) error {
 		return fmt.Errorf("coord: job %q: item %d: %s is gone: %w", j.jname, item, j.p.server(j.id, nSharding), ErrNotOwner)
 	}
 	if err != nil {
-		return fmt.Errorf("coord: job %q: fencing read: %w", j.jname, err)
+		return r.fenceErr("fencing read", err)
 	}
 	items, perr := parseItems(data)
 	if perr != nil || st.Mzxid != a.Epoch || !slices.Contains(items, item) {
@@ -519,19 +519,38 @@ func (r *run) checkOwnership(ctx context.Context, item int) error {
 	return nil
 }
 
+// fenceErr wraps a store error of a fencing check. When the run's session
+// is no longer the live one (expired, replaced, or merely suspended, so that
+// ownership cannot be confirmed) the error is ErrSessionLost as well, as
+// CheckOwnership promises, whatever the store call reported.
+func (r *run) fenceErr(what string, err error) error {
+	j := r.j
+	sess, _ := j.st.Session()
+	if errors.Is(err, store.ErrSessionExpired) || sess.State != store.StateConnected || sess.ID != r.session {
+		return fmt.Errorf("coord: job %q: %s: %w: %w", j.jname, what, ErrSessionLost, err)
+	}
+	return fmt.Errorf("coord: job %q: %s: %w", j.jname, what, err)
+}
+
 func (r *run) complete(ctx context.Context, next time.Time) error {
 	j := r.j
 	if r.done {
 		return nil
 	}
-	r.done = true
+	// The run is over for its pipeline whatever the outcome; the run is done
+	// (later calls are no-ops) only once the outcome is final, so that a
+	// Complete refused while the session is merely suspended can be retried
+	// after it resumes.
 	defer func() {
 		r.stop()
 		r.cancel()
 	}()
 	sess, _ := j.st.Session()
 	if sess.State != store.StateConnected || sess.ID != r.session {
-		return fmt.Errorf("coord: job %q: complete: %w", j.jname, ErrSessionLost)
+		if sess.ID != r.session || sess.State == store.StateLost || sess.State == store.StateClosed {
+			r.done = true // the run's session and its nodes are gone: nothing to retry
+		}
+		return fmt.Errorf("coord: job %q: complete: session is %s: %w", j.jname, sess.State, ErrSessionLost)
 	}
 	monitor := j.config().MonitorsExecution()
 	var ins []intent
@@ -567,10 +586,12 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	j.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, store.ErrNoNode) {
+			r.done = true
 			return fmt.Errorf("coord: job %q: complete: this server's nodes are gone: %w", j.jname, ErrNotOwner)
 		}
 		return fmt.Errorf("coord: job %q: complete: %w", j.jname, err)
 	}
+	r.done = true
 	return nil
 }
 
