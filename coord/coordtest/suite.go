@@ -866,12 +866,21 @@ func testSuspended(t *testing.T, h *Harness) {
 	if err := runs[0].Context().Err(); err != nil {
 		t.Fatalf("run cancelled while merely suspended: %v", err)
 	}
+	// Complete is refused while suspended and can be retried after.
+	if err := runs[0].Complete(testCtx(t), time.Time{}); !errors.Is(err, coord.ErrSessionLost) {
+		t.Fatalf("Complete while suspended: %v, want ErrSessionLost", err)
+	}
 	h.B.Reconnect(t, a.St)
 	Eventually(t, "Complete after the session resumed", func() bool {
 		return runs[0].Complete(testCtx(t), time.Time{}) == nil
 	})
 	if err := runs[0].Context().Err(); err == nil {
 		t.Fatal("run context still live after Complete")
+	}
+	for _, it := range status(t, h, "job").Items {
+		if it.Running || !it.Completed {
+			t.Fatalf("item %d after the retried Complete: %+v, want completed, not running", it.Item, it)
+		}
 	}
 	runs = BeginAll(t, a)
 	AssertPartition(t, 2, runs...)

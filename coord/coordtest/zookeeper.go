@@ -177,11 +177,15 @@ func (b *zkBackend) Disconnect(t testing.TB, st store.Store) {
 	})
 }
 
-// Reconnect restores st's proxy; the session resumes if the session timeout
-// has not passed since Disconnect.
+// Reconnect restores st's proxy and waits until st is connected again: on
+// the same session if the session timeout has not passed since Disconnect,
+// else on a new one.
 func (b *zkBackend) Reconnect(t testing.TB, st store.Store) {
 	t.Helper()
 	b.proxy(t, st).Restore()
+	awaitSession(t, st, 4*b.cfg.SessionTimeout+5*time.Second, "connected after a restore", func(s store.Session) bool {
+		return s.State == store.StateConnected
+	})
 }
 
 // SkewServerClock records d; LocalNow returns the real time minus d.
