@@ -27,7 +27,14 @@ type job struct {
 	log   *slog.Logger
 	cache *treeCache
 
-	errMu      sync.Mutex // serialises lastError writes
+	errMu sync.Mutex // serialises lastError writes
+	// reshardMu orders the leader's resharding commit against the watcher's
+	// decision to raise the flag: without it the watcher could judge a
+	// membership change against the previous reshard and raise the flag
+	// just after a reshard that already applied the change, so the flag
+	// stays up for a run that started in between. Lock order: reshardMu,
+	// then mu.
+	reshardMu  sync.Mutex
 	mu         sync.Mutex
 	cfg        jobconfig.Config
 	cfgErr     error

@@ -262,6 +262,8 @@ func (j *job) reshard(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.config("jobShardingStrategy"), err)
 	}
+	j.reshardMu.Lock()
+	defer j.reshardMu.Unlock()
 	servers, live, err := j.readServers(ctx)
 	if err != nil {
 		return err

@@ -339,6 +339,18 @@ func (j *job) liveServers() []string {
 func (j *job) leaderDuties(ctx context.Context, force bool) {
 	live := j.liveServers()
 	total := j.config().ShardingTotalCount
+	j.reshardMu.Lock()
+	raised := j.raiseIfMembershipChanged(ctx, live, total, force)
+	j.reshardMu.Unlock()
+	if raised {
+		j.enqueueOrphans(ctx)
+	}
+}
+
+// raiseIfMembershipChanged raises the resharding flag when live or total
+// differ from what the watcher saw last and from what the last reshard
+// used. The caller holds reshardMu.
+func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total int, force bool) bool {
 	j.mu.Lock()
 	last, lastTotal, sharded := j.lastLive, j.lastTotal, j.shardedLive
 	j.lastLive, j.lastTotal = strings.Join(live, ","), total
@@ -346,7 +358,7 @@ func (j *job) leaderDuties(ctx context.Context, force bool) {
 	if !force && sharded == strings.Join(live, ",")+"/"+strconv.Itoa(total) {
 		// The last reshard (which reads the servers directly) already
 		// used exactly this membership: a change seen late here.
-		return
+		return false
 	}
 	departed := false
 	if last != "" {
@@ -357,12 +369,12 @@ func (j *job) leaderDuties(ctx context.Context, force bool) {
 		}
 	}
 	if !force && !departed && total == lastTotal {
-		return
+		return false
 	}
 	if err := j.setNecessary(ctx); err != nil {
 		j.log.Warn("cannot raise the resharding flag", "err", err)
 	}
-	j.enqueueOrphans(ctx)
+	return true
 }
 
 // owners maps each item to the server whose sharding node lists it.
