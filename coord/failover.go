@@ -24,7 +24,7 @@ func (j *job) enqueueOrphans(ctx context.Context) {
 	}
 	items, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
 	if err != nil {
-		j.log.Warn("failover scan failed", "err", err)
+		j.warn(ctx, "failover scan failed", "err", err)
 		return
 	}
 	if len(items) == 0 {
@@ -35,7 +35,7 @@ func (j *job) enqueueOrphans(ctx context.Context) {
 		ops = append(ops, &store.CreateOp{Path: j.p.queued(it)})
 	}
 	if _, err := j.st.Multi(ctx, ops...); err != nil {
-		j.log.Warn("cannot queue items for failover", "items", items, "err", err)
+		j.warn(ctx, "cannot queue items for failover", "items", items, "err", err)
 		return
 	}
 	j.log.Info("queued crashed items for failover", "items", items)

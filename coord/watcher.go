@@ -92,14 +92,14 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 			predW = nil
 			w, err := j.electIfRegistered(ctx)
 			if err != nil {
-				j.log.Warn("leader election failed; retrying", "err", err)
+				j.warn(ctx, "leader election failed; retrying", "err", err)
 				retry = time.After(retryDelay)
 			}
 			predW = w
 		case caseRetry:
 			retry = nil
 			if err := j.retryRecovery(ctx, &predW, needResync); err != nil {
-				j.log.Warn("recovery failed; retrying", "err", err)
+				j.warn(ctx, "recovery failed; retrying", "err", err)
 				retry = time.After(retryDelay)
 				continue
 			}
@@ -142,6 +142,17 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 		}
 		j.react(ctx)
 	}
+}
+
+// warn logs a failure of the watcher's work at Warn, or at Debug when ctx
+// has ended: the watcher is being stopped (Leave, Registry.Close) and the
+// cancelled call is not a failure to report.
+func (j *job) warn(ctx context.Context, msg string, args ...any) {
+	if ctx.Err() != nil {
+		j.log.Debug(msg+" (job stopping)", args...)
+		return
+	}
+	j.log.Warn(msg, args...)
 }
 
 // handleWatch re-arms one fired cache watch.
@@ -267,7 +278,7 @@ func (j *job) react(ctx context.Context) {
 		if !was {
 			j.log.Info("shut down by an operator")
 			if err := j.goOffline(ctx); err != nil {
-				j.log.Warn("going offline failed", "err", err)
+				j.warn(ctx, "going offline failed", "err", err)
 			}
 			j.emit(SignalShutdown)
 		}
@@ -275,7 +286,7 @@ func (j *job) react(ctx context.Context) {
 	j.reactConfig(ctx)
 	// Watch the execution nodes of the items this server now owns.
 	if err := j.cache.refreshItems(ctx); err != nil {
-		j.log.Warn("cannot load owned items into the tree cache", "err", err)
+		j.warn(ctx, "cannot load owned items into the tree cache", "err", err)
 	}
 	cfg := j.config()
 	if cfg.Failover && len(j.cache.children(relFailoverQ)) > 0 {
@@ -372,7 +383,7 @@ func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 		return false
 	}
 	if err := j.setNecessary(ctx); err != nil {
-		j.log.Warn("cannot raise the resharding flag", "err", err)
+		j.warn(ctx, "cannot raise the resharding flag", "err", err)
 	}
 	return true
 }
@@ -409,7 +420,7 @@ func (j *job) reconcile(ctx context.Context) {
 			if !ok || !slices.Contains(live, s) {
 				j.log.Info("reconcile: item has no live owner; resharding", "item", it, "owner", s)
 				if err := j.setNecessary(ctx); err != nil {
-					j.log.Warn("cannot raise the resharding flag", "err", err)
+					j.warn(ctx, "cannot raise the resharding flag", "err", err)
 				}
 				break
 			}
@@ -434,7 +445,7 @@ func (j *job) reconcile(ctx context.Context) {
 		}
 		j.log.Info("pruning offline server", "offline-server", s, "since", since)
 		if err := store.DeleteAll(ctx, j.st, j.p.server(s)); err != nil {
-			j.log.Warn("cannot prune offline server", "offline-server", s, "err", err)
+			j.warn(ctx, "cannot prune offline server", "offline-server", s, "err", err)
 			continue
 		}
 		delete(j.offlineSeen, s)
