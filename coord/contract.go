@@ -193,7 +193,8 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 
 // Once runs fn exactly once across all servers of the job for the current
 // run (distribute-once): each server registers its items under
-// guarantee/{phase}; the server whose registration completes the set runs fn
+// guarantee/{phase}; the server whose registration completes the set (every
+// item not disabled by an operator, Admin.DisableItem) runs fn
 // and then clears the node; the others wait until it is cleared or timeout
 // passes (timeout <= 0: wait forever), then get ErrGuaranteeTimeout.
 // phase is "started" or "completed".

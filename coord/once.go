@@ -35,13 +35,17 @@ func (j *job) once(ctx context.Context, phase string, items []int, timeout time.
 	if err != nil {
 		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, base, err)
 	}
+	expected, err := j.runnableItems(ctx, total)
+	if err != nil {
+		return err
+	}
 	seen := 0
 	for _, k := range kids {
 		if it, ok := parseItemName(k); ok && it < total {
 			seen++
 		}
 	}
-	if seen >= total {
+	if seen >= expected {
 		_, err := j.st.Create(ctx, store.Join(base, onceRunner), []byte(j.id), store.Ephemeral)
 		if err == nil {
 			ferr := fn(ctx)
@@ -96,4 +100,23 @@ func (j *job) once(ctx context.Context, phase string, items []int, timeout time.
 		}
 		return fmt.Errorf("coord: job %q: wait on %s: %w", j.jname, mine, err)
 	}
+}
+
+// runnableItems is the size of the set a Once barrier waits for: the items
+// that run in a run across the servers, that is 0..total-1 minus the items
+// an operator disabled (no server runs or registers those). Disabled flags
+// are read as Begin reads them (the tree cache where it holds the item,
+// else directly).
+func (j *job) runnableItems(ctx context.Context, total int) (int, error) {
+	n := 0
+	for it := range total {
+		disabled, err := j.itemHas(ctx, relItem(it, nDisabled))
+		if err != nil {
+			return 0, err
+		}
+		if !disabled {
+			n++
+		}
+	}
+	return n, nil
 }

@@ -36,6 +36,7 @@ func Run(t *testing.T, b Backend) {
 		{"CorruptedConfig", testCorruptedConfig},
 		{"Once", testOnce},
 		{"OnceTimeout", testOnceTimeout},
+		{"OnceDisabledItem", testOnceDisabledItem},
 		{"Reconcile", testReconcile},
 		{"Admin", testAdmin},
 		{"Suspended", testSuspended},
@@ -686,6 +687,81 @@ func testOnce(t *testing.T, h *Harness) {
 		}
 		CompleteAll(t, runs...)
 	}
+}
+
+// runOnce calls Once on every server with its run's items and returns how
+// many times fn ran.
+func runOnce(t *testing.T, servers []*Server, runs []*coord.Run, phase string) int64 {
+	t.Helper()
+	var calls atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, len(servers))
+	for i, s := range servers {
+		var items []int
+		for _, a := range runs[i].Shards() {
+			items = append(items, a.Item)
+		}
+		wg.Go(func() {
+			errs[i] = s.Job.Once(testCtx(t), phase, items, 10*time.Second, func(context.Context) error {
+				calls.Add(1)
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("Once on %s: %v", servers[i].ID, err)
+		}
+	}
+	return calls.Load()
+}
+
+// testOnceDisabledItem: an item disabled by an operator runs nowhere, so
+// the barrier must not wait for it.
+func testOnceDisabledItem(t *testing.T, h *Harness) {
+	const n = 4
+	servers := []*Server{h.Start("a", Config("job", n)), h.Start("b", Config("job", n))}
+	if err := h.Admin.DisableItem(testCtx(t), "job", 1); err != nil {
+		t.Fatal(err)
+	}
+	var runs []*coord.Run
+	Eventually(t, "item 1 excluded from the runs", func() bool {
+		runs = BeginAll(t, servers...)
+		for _, r := range runs {
+			for _, s := range r.Shards() {
+				if s.Item == 1 {
+					CompleteAll(t, runs...)
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if got := runOnce(t, servers, runs, "completed"); got != 1 {
+		t.Fatalf("fn ran %d times with item 1 disabled, want exactly once", got)
+	}
+	CompleteAll(t, runs...)
+	// Enabled again, the barrier waits for it again and still runs once.
+	if err := h.Admin.EnableItem(testCtx(t), "job", 1); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, "item 1 back in the runs", func() bool {
+		runs = BeginAll(t, servers...)
+		for _, r := range runs {
+			for _, s := range r.Shards() {
+				if s.Item == 1 {
+					return true
+				}
+			}
+		}
+		CompleteAll(t, runs...)
+		return false
+	})
+	if got := runOnce(t, servers, runs, "completed"); got != 1 {
+		t.Fatalf("fn ran %d times after item 1 was enabled again, want exactly once", got)
+	}
+	CompleteAll(t, runs...)
 }
 
 func testOnceTimeout(t *testing.T, h *Harness) {
