@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,6 +33,7 @@ type cluster struct {
 	total     int
 	baseArgs  []string
 	log       *eventLog
+	dir       string // workers' stderr files; removed after close has shown them
 
 	mu      sync.Mutex
 	workers map[string]*worker
@@ -57,6 +57,8 @@ func newCluster(t testing.TB, zk []string, total int, baseArgs ...string) *clust
 		baseArgs:  baseArgs,
 		log:       newEventLog(),
 		workers:   map[string]*worker{},
+		// Created before close is registered, so removed after it ran.
+		dir: t.TempDir(),
 	}
 	t.Cleanup(c.close)
 	return c
@@ -161,7 +163,7 @@ func (c *cluster) startVia(id string, zk []string, args ...string) *worker {
 		"--session-timeout", sessionTimeout.String(),
 	}, c.baseArgs...)
 	full = append(full, args...)
-	w := startWorker(c.t, workerBinary(c.t), id, full, c.log)
+	w := startWorker(c.t, workerBinary(c.t), c.dir, id, full, c.log)
 	c.mu.Lock()
 	c.workers[id] = w
 	c.mu.Unlock()
@@ -283,13 +285,13 @@ type worker struct {
 	err        error
 }
 
-func startWorker(t testing.TB, bin, id string, args []string, log *eventLog) *worker {
+func startWorker(t testing.TB, bin, dir, id string, args []string, log *eventLog) *worker {
 	t.Helper()
-	errPath := filepath.Join(t.TempDir(), id+".stderr")
-	errFile, err := os.Create(errPath)
+	errFile, err := os.CreateTemp(dir, id+"-*.stderr")
 	if err != nil {
-		t.Fatalf("faults: create %s: %v", errPath, err)
+		t.Fatalf("faults: create the stderr file of worker %s in %s: %v", id, dir, err)
 	}
+	errPath := errFile.Name()
 	cmd := exec.Command(bin, args...)
 	cmd.Stderr = errFile
 	stdout, err := cmd.StdoutPipe()
