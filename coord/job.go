@@ -58,6 +58,9 @@ type job struct {
 	// Watcher-goroutine state.
 	candidate        string // absolute path of this server's election candidate
 	predAfterSession <-chan store.Event
+	// idleW watches the running node that keeps the leader from resharding
+	// promptly (reshardWhenIdle); nil when none.
+	idleW <-chan store.Event
 	// Leader bookkeeping, guarded by mu: the live set and total last seen
 	// by the watcher, and "live/total" as the last reshard used them.
 	lastLive    string

@@ -251,13 +251,70 @@ func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 // Multi create processing, write every server's sharding node, clear the
 // failover queue entries of items that got an owner, and delete necessary
 // and processing.
+//
+// The wait ends early when the flag goes: the leader's watcher may reshard
+// promptly (reshardWhenIdle) while a Begin of the leader waits here, and the
+// runs that start on the new assignment must not keep this Begin waiting.
+// It reads the items directly: the cache watches only this server's items.
+// Resharding is rare, so O(items) reads are fine here.
 func (j *job) reshard(ctx context.Context) error {
-	cfg := j.config()
-	if cfg.MonitorsExecution() {
-		if err := j.waitNoneRunning(ctx); err != nil {
+	if !j.config().MonitorsExecution() {
+		return j.reshardNow(ctx)
+	}
+	nec := j.p.abs(relNecessary)
+	for {
+		ok, _, necW, err := j.st.ExistsW(ctx, nec)
+		if err != nil {
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, nec, err)
+		}
+		if !ok {
+			return nil // resharded meanwhile
+		}
+		running, watch, err := j.firstRunning(ctx)
+		if err != nil {
 			return err
 		}
+		if watch == nil {
+			return j.reshardNow(ctx)
+		}
+		select {
+		case <-watch:
+		case <-necW:
+		case <-ctx.Done():
+			return fmt.Errorf("coord: job %q: waiting for running item %s to finish before resharding: %w", j.jname, running, ctx.Err())
+		}
 	}
+}
+
+// reshardWhenIdle is the leader watcher's prompt resharding: when the flag
+// is set and no item runs, it reshards at once, so that servers waiting in
+// Begin do not depend on the leader's next trigger (a trigger-only job may
+// have none for a long time). While an item runs it never reshards: it
+// returns a watch on that item's running node, and the watcher calls it
+// again when the watch fires. It never blocks on a run.
+func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
+	if !j.isLeader() || !j.cache.has(relNecessary) || j.cache.has(relProcessing) {
+		return nil, nil
+	}
+	if _, _, err := j.ready(); err != nil {
+		return nil, nil // not registered or refusing runs: Begin reshards later
+	}
+	// The cache may still show a flag a reshard just cleared.
+	if nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary)); err != nil || !nec {
+		return nil, err
+	}
+	if j.config().MonitorsExecution() {
+		_, watch, err := j.firstRunning(ctx)
+		if err != nil || watch != nil {
+			return watch, err
+		}
+	}
+	return nil, j.reshardNow(ctx)
+}
+
+// reshardNow writes the new assignment in one Multi; see reshard.
+func (j *job) reshardNow(ctx context.Context) error {
+	cfg := j.config()
 	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.config("jobShardingStrategy"), err)
@@ -322,45 +379,32 @@ func (j *job) failoverAssignments() ([]Assignment, int32) {
 	return out, -1
 }
 
-// waitNoneRunning blocks until no execution/{item}/running node exists
-// (bounded by ctx). It reads the items directly: the cache watches only
-// this server's items. Resharding is rare, so O(items) reads are fine here.
-func (j *job) waitNoneRunning(ctx context.Context) error {
-	for {
-		items, _, err := j.st.Children(ctx, j.p.abs(nExecution))
+// firstRunning returns the first item found running and a watch on its
+// running node, or a nil watch when no item runs. It reads directly.
+func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, error) {
+	items, _, err := j.st.Children(ctx, j.p.abs(nExecution))
+	if err != nil {
+		return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
+	}
+	for _, it := range items {
+		p := store.Join(j.p.abs(nExecution), it, nRunning)
+		ok, _, err := j.st.Exists(ctx, p)
 		if err != nil {
-			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
+			return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
 		}
-		var watch <-chan store.Event
-		var running string
-		for _, it := range items {
-			p := store.Join(j.p.abs(nExecution), it, nRunning)
-			ok, _, err := j.st.Exists(ctx, p)
-			if err != nil {
-				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-			}
-			if !ok {
-				continue
-			}
-			// Watch only the running node found; re-scan when it goes.
-			ok, _, ch, err := j.st.ExistsW(ctx, p)
-			if err != nil {
-				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-			}
-			if ok {
-				watch, running = ch, it
-				break
-			}
+		if !ok {
+			continue
 		}
-		if watch == nil {
-			return nil
+		// Watch only the running node found; re-scan when it goes.
+		ok, _, ch, err := j.st.ExistsW(ctx, p)
+		if err != nil {
+			return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
 		}
-		select {
-		case <-watch:
-		case <-ctx.Done():
-			return fmt.Errorf("coord: job %q: waiting for running item %s to finish before resharding: %w", j.jname, running, ctx.Err())
+		if ok {
+			return it, ch, nil
 		}
 	}
+	return "", nil, nil
 }
 
 // readServers reads the server set directly (resharding must not act on

@@ -26,6 +26,7 @@ const (
 	casePred
 	caseRetry
 	caseSignal
+	caseIdle
 	nFixed
 )
 
@@ -59,6 +60,7 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 		} else {
 			cases[caseSignal] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf((<-chan struct{})(nil))}
 		}
+		cases[caseIdle] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.idleW)}
 		for _, r := range refs {
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.ch)})
 		}
@@ -104,6 +106,8 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 				continue
 			}
 			needResync = false
+		case caseIdle:
+			j.idleW = nil // the running item it watched ended: react re-checks
 		case caseWake:
 			if err := j.cache.loadStubs(ctx); err != nil {
 				needResync = true
@@ -294,6 +298,13 @@ func (j *job) react(ctx context.Context) {
 	}
 	if j.isLeader() {
 		j.leaderDuties(ctx, false)
+		if j.idleW == nil {
+			w, err := j.reshardWhenIdle(ctx)
+			if err != nil {
+				j.warn(ctx, "prompt resharding failed; the next Begin reshards", "err", err)
+			}
+			j.idleW = w
+		}
 	}
 }
 

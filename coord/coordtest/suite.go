@@ -27,6 +27,7 @@ func Run(t *testing.T, b Backend) {
 		{"DisableSurvivesRestart", testDisableSurvivesRestart},
 		{"Election", testElection},
 		{"Resharding", testResharding},
+		{"PromptReshard", testPromptReshard},
 		{"BeginComplete", testBeginComplete},
 		{"Misfire", testMisfire},
 		{"Failover", testFailover},
@@ -358,7 +359,14 @@ func testResharding(t *testing.T, h *Harness) {
 	CompleteAll(t, runs...)
 
 	b.Stop(t) // leave
-	Eventually(t, "resharding flag after a leave", func() bool { return status(t, h, "job").ReshardingPending })
+	// The leave raises the flag; the idle leader may reshard at once.
+	Eventually(t, "resharding flag (or the leader's reshard) after a leave", func() bool {
+		if status(t, h, "job").ReshardingPending {
+			return true
+		}
+		d, _, err := a.St.Get(testCtx(t), store.Join(h.NS, "job", "servers", "b", "sharding"))
+		return err == nil && len(d) == 0
+	})
 	runs = BeginAll(t, a, c, d)
 	AssertPartition(t, n, runs...)
 	CompleteAll(t, runs...)
@@ -381,6 +389,62 @@ func testResharding(t *testing.T, h *Harness) {
 	})
 	runs = BeginAll(t, a, c, d)
 	AssertPartition(t, 6, runs...)
+	CompleteAll(t, runs...)
+}
+
+// testPromptReshard: in a job run only by triggers (no cron) the leader may
+// never Begin again, so a non-leader waiting in Begin for the reshard must
+// be served by the leader on its own once no item runs, and never while one
+// runs.
+func testPromptReshard(t *testing.T, h *Harness) {
+	const n = 4
+	a := h.Start("a", Config("job", n)) // leader; Config has no cron
+	b := h.Start("b", Config("job", n))
+	CompleteAll(t, BeginAll(t, a, b)...)
+
+	// Idle leader: c joins (raising the flag) and Begins alone; a never does.
+	c := h.Start("c", Config("job", n))
+	runs := BeginAll(t, c)
+	CompleteAll(t, runs...)
+	if len(runs[0].Shards()) == 0 {
+		t.Fatal("c's first run after the idle leader's reshard has no items")
+	}
+
+	// Busy leader: a run of a is in progress when d joins. The non-leader's
+	// Begin waits; the leader must not reshard under a's run (its fencing
+	// epoch stays valid) and must reshard once the run completes.
+	aRun := BeginAll(t, a)[0]
+	d := h.Start("d", Config("job", n))
+	began := make(chan error, 1)
+	var dRun *coord.Run
+	go func() {
+		r, err := d.Job.Begin(testCtx(t), time.Now())
+		dRun = r
+		began <- err
+	}()
+	Eventually(t, "the resharding flag raised by d's join", func() bool { return status(t, h, "job").ReshardingPending })
+	for _, sh := range aRun.Shards() {
+		if err := aRun.CheckOwnership(testCtx(t), sh.Item); err != nil {
+			t.Fatalf("leader resharded during its own run: CheckOwnership(%d): %v", sh.Item, err)
+		}
+	}
+	select {
+	case err := <-began:
+		t.Fatalf("d's Begin returned while the leader's run was in progress (err %v): resharded during a run", err)
+	default:
+	}
+	CompleteAll(t, aRun)
+	select {
+	case err := <-began:
+		if err != nil {
+			t.Fatalf("d's Begin after the leader's run completed: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("d's Begin still waiting 10s after the leader's run completed: the idle leader did not reshard")
+	}
+	CompleteAll(t, dRun)
+	runs = BeginAll(t, a, b, c, d)
+	AssertPartition(t, n, runs...)
 	CompleteAll(t, runs...)
 }
 
@@ -804,7 +868,15 @@ func testReconcile(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	_ = st.Delete(ctx, store.Join(h.NS, "job", "leader", "sharding", "necessary"), store.AnyVersion)
-	Eventually(t, "reconcile raising the resharding flag", func() bool { return status(t, h, "job").ReshardingPending })
+	// Reconcile raises the flag; the idle leader then reshards at once, so
+	// either state shows that reconcile acted.
+	Eventually(t, "reconcile raising the resharding flag (or the leader resharding)", func() bool {
+		if status(t, h, "job").ReshardingPending {
+			return true
+		}
+		d, _, err := st.Get(ctx, store.Join(h.NS, "job", "servers", "a", "sharding"))
+		return err == nil && string(d) == "0,1,2,3"
+	})
 	AssertPartition(t, 4, BeginAll(t, a)...)
 }
 
