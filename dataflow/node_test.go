@@ -657,25 +657,50 @@ func TestNodeIdleJobGoroutines(t *testing.T) {
 func TestNodeGracefulStopEndsWaitInBegin(t *testing.T) {
 	srv := memstore.NewServer()
 	nodes, _ := cluster(t, srv, "wait", 2)
+	// server-0 (the leader: it joined first) blocks in Process until its run
+	// is cancelled; server-1 would process at once.
+	jobs := []*perServerJob{{block: true, started: make(chan int, 8)}, {started: make(chan int, 8)}}
 	ls := make([]*afterListener, 2)
 	for i, n := range nodes {
 		ls[i] = newAfterListener()
-		if err := AddJob(n, JobConfig{JobName: "w", ShardingTotalCount: 4}, Job[int](&itemJob{}), WithListeners(ls[i])); err != nil {
+		if err := AddJob(n, JobConfig{JobName: "w", ShardingTotalCount: 4}, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
 			t.Fatal(err)
 		}
 		if err := n.Start(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	defer stopNode(t, nodes[0])
-	// server-0 joined first and leads; the resharding flag is set by the
-	// joins, and only the leader's Begin reshards. Trigger server-1 only.
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := nodes[0].StopAndCancel(ctx); err != nil {
+			t.Errorf("StopAndCancel of the leader: %v", err)
+		}
+	}()
+	// The leader starts a run that stays in progress.
+	if err := nodes[0].Trigger("w"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-jobs[0].started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's run never started")
+	}
+	// A new total raises the resharding flag; the leader may not reshard
+	// while its items run, so the flag stays up.
+	adminSession := srv.Connect()
+	defer adminSession.Close()
+	admin := coord.NewAdmin(adminSession, "wait")
+	if err := admin.SetConfig(t.Context(), "w", "shardingTotalCount", "6"); err != nil {
+		t.Fatal(err)
+	}
+	// server-1's run waits in Begin for the reshard.
 	if err := nodes[1].Trigger("w"); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case ev := <-ls[1].runs:
-		t.Fatalf("non-leader ran %+v before the leader resharded", ev)
+		t.Fatalf("server-1 ran %+v while resharding was pending", ev)
 	case <-time.After(300 * time.Millisecond):
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
