@@ -40,11 +40,11 @@ clean-containers: ## remove containers and networks left by a killed test binary
 	if [[ -n $$nets ]]; then docker network rm $$nets >/dev/null; fi
 
 .PHONY: test
-test: setup clean-containers ## run every test, with race detector, on real ZooKeeper and Postgres containers
+test: setup ## run every test, with race detector, on real ZooKeeper and Postgres containers
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 .PHONY: test-integration
-test-integration: setup clean-containers ## run only the integration harness's own tests
+test-integration: setup ## run only the integration harness's own tests
 	$(TEST_ENV) $(GO) test -race -count=1 -timeout 10m -v ./integration/...
 
 .PHONY: bench
