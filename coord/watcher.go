@@ -354,10 +354,10 @@ func (j *job) liveServers() []string {
 	return live
 }
 
-// leaderDuties raises the resharding flag when a server went offline (or
-// was disabled or shut down) or the total changed, and requeues a dead
-// server's unfinished items for failover. Joining servers raise the flag
-// themselves, so a join seen late here does not cause a second reshard.
+// leaderDuties raises the resharding flag when the set of live servers
+// (joined, departed, disabled or shut down) or the total differs from what
+// the last reshard used, and requeues a dead server's unfinished items for
+// failover.
 func (j *job) leaderDuties(ctx context.Context, force bool) {
 	live := j.liveServers()
 	total := j.config().ShardingTotalCount
@@ -372,25 +372,26 @@ func (j *job) leaderDuties(ctx context.Context, force bool) {
 // raiseIfMembershipChanged raises the resharding flag when live or total
 // differ from what the watcher saw last and from what the last reshard
 // used. The caller holds reshardMu.
+//
+// Arrivals count as well as departures: a joining server raises the flag
+// itself, but when the flag is already up (say, from its own departure
+// after a lost session) its join changes nothing in the store, and a
+// reshard that read the servers just before the join would clear the flag
+// without it. Holding reshardMu, this check runs after such a reshard and
+// sees that it used a membership without the newcomer.
 func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total int, force bool) bool {
+	cur := strings.Join(live, ",")
 	j.mu.Lock()
 	last, lastTotal, sharded := j.lastLive, j.lastTotal, j.shardedLive
-	j.lastLive, j.lastTotal = strings.Join(live, ","), total
+	j.lastLive, j.lastTotal = cur, total
 	j.mu.Unlock()
-	if !force && sharded == strings.Join(live, ",")+"/"+strconv.Itoa(total) {
+	if !force && sharded == cur+"/"+strconv.Itoa(total) {
 		// The last reshard (which reads the servers directly) already
 		// used exactly this membership: a change seen late here.
 		return false
 	}
-	departed := false
-	if last != "" {
-		for _, s := range strings.Split(last, ",") {
-			if !slices.Contains(live, s) {
-				departed = true
-			}
-		}
-	}
-	if !force && !departed && total == lastTotal {
+	changed := last != "" && (last != cur || total != lastTotal)
+	if !force && !changed {
 		return false
 	}
 	if err := j.setNecessary(ctx); err != nil {
