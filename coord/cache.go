@@ -330,12 +330,18 @@ func (c *treeCache) refreshItems(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
-	for _, rel := range toLoad {
+	return c.loadAll(ctx, toLoad)
+}
+
+// loadAll loads each node of rels and notifies the watcher once if any was
+// loaded. The caller must not hold c.mu.
+func (c *treeCache) loadAll(ctx context.Context, rels []string) error {
+	for _, rel := range rels {
 		if err := c.load(ctx, rel); err != nil {
 			return err
 		}
 	}
-	if len(toLoad) > 0 {
+	if len(rels) > 0 {
 		c.notify()
 	}
 	return nil
@@ -510,15 +516,7 @@ func (c *treeCache) loadStubs(ctx context.Context) error {
 	}
 	clear(c.stubs)
 	c.mu.Unlock()
-	for _, rel := range rels {
-		if err := c.load(ctx, rel); err != nil {
-			return err
-		}
-	}
-	if len(rels) > 0 {
-		c.notify()
-	}
-	return nil
+	return c.loadAll(ctx, rels)
 }
 
 func (c *treeCache) noteDeleted(rels ...string) {
