@@ -96,6 +96,24 @@ func allBegunSince(since time.Time, total int, servers ...string) func([]Event) 
 	}
 }
 
+// allCommittedSince is a waitFor condition: every item has an accepted
+// (fenced) commit after since, by any server: work went on, not only runs began.
+func allCommittedSince(since time.Time, total int) func([]Event) bool {
+	return func(evs []Event) bool {
+		seen := make([]bool, total)
+		n := 0
+		for _, e := range evs {
+			it := e.ItemNo()
+			if e.Ev != "commit" || e.T <= since.UnixMilli() || it < 0 || it >= total || seen[it] {
+				continue
+			}
+			seen[it] = true
+			n++
+		}
+		return n == total
+	}
+}
+
 // staleCommits returns every commit whose fencing check started after
 // another server had printed a begin of the same item with a larger epoch,
 // yet passed: the check syncs before it reads, so it must see the newer

@@ -104,6 +104,9 @@ func TestEnsembleMemberDown(t *testing.T) {
 	stopped := time.Now()
 	t.Logf("stopped ensemble member %d (%s)", victim, ens.Servers()[victim])
 	c.log.waitFor(t, 60*time.Second, "every item begun with one member down", allBegunSince(stopped, c.total))
+	// Work goes on: the sessions may have expired during the quorum's
+	// re-election, so wait for fenced commits on every item, not only begins.
+	c.log.waitFor(t, 60*time.Second, "every item committed with one member down", allCommittedSince(stopped, c.total))
 	c.requireOwnership(settle, "w1", "w2", "w3")
 	c.checkInvariants("w1", "w2", "w3")
 }
