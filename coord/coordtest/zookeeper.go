@@ -197,17 +197,11 @@ func (b *zkBackend) LocalNow() time.Time { return time.Now().Add(-time.Duration(
 // awaitSession follows st.Session() until ok holds, failing the test after d.
 func awaitSession(t testing.TB, st store.Store, d time.Duration, what string, ok func(store.Session) bool) store.Session {
 	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		cur, changed := st.Session()
-		if ok(cur) {
-			return cur
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("coordtest: %s: session still %v (id 0x%x) after %v", what, cur.State, cur.ID, d)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cur, err := store.AwaitSession(ctx, st, ok)
+	if err != nil {
+		t.Fatalf("coordtest: %s: session still %v (id 0x%x) after %v", what, cur.State, cur.ID, d)
 	}
+	return cur
 }

@@ -49,18 +49,13 @@ func noEvent(t *testing.T, ch <-chan store.Event) {
 // awaitState waits until the session reports want, following the change channel.
 func awaitState(t *testing.T, s store.Store, want store.State) store.Session {
 	t.Helper()
-	deadline := time.After(waitFor)
-	for {
-		cur, changed := s.Session()
-		if cur.State == want {
-			return cur
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("session state %v, want %v within %v", cur.State, want, waitFor)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	cur, err := store.AwaitSession(ctx, s, func(cur store.Session) bool { return cur.State == want })
+	if err != nil {
+		t.Fatalf("session state %v, want %v within %v", cur.State, want, waitFor)
 	}
+	return cur
 }
 
 func TestDisconnectWithinTimeoutKeepsSession(t *testing.T) {

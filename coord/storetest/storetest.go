@@ -138,19 +138,13 @@ func barrier(t *testing.T, st store.Store, root string) {
 // awaitSession follows Session() until ok holds, failing after EventTimeout.
 func awaitSession(t *testing.T, st store.Store, ok func(store.Session) bool) store.Session {
 	t.Helper()
-	deadline := time.NewTimer(EventTimeout)
-	defer deadline.Stop()
-	for {
-		cur, changed := st.Session()
-		if ok(cur) {
-			return cur
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("session still %v (id 0x%x) after %v", cur.State, cur.ID, EventTimeout)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), EventTimeout)
+	defer cancel()
+	cur, err := store.AwaitSession(ctx, st, ok)
+	if err != nil {
+		t.Fatalf("session still %v (id 0x%x) after %v", cur.State, cur.ID, EventTimeout)
 	}
+	return cur
 }
 
 func mustCreate(t *testing.T, st store.Store, p string, data []byte, mode store.Mode) string {

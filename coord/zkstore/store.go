@@ -135,16 +135,9 @@ func buildACL(cfg Config) []zk.ACL {
 // awaitReady waits until the store is StateConnected on client c and c's
 // credentials are installed.
 func (s *Store) awaitReady(ctx context.Context, c *client) error {
-	for {
-		sess, changed := s.Session()
-		if sess.State == store.StateConnected {
-			break
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	connected := func(sess store.Session) bool { return sess.State == store.StateConnected }
+	if _, err := store.AwaitSession(ctx, s, connected); err != nil {
+		return err
 	}
 	select {
 	case <-c.ready:

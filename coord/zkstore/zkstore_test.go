@@ -95,19 +95,13 @@ func freshBase(t *testing.T, admin store.Store) string {
 // awaitState follows s.Session() until ok holds, failing after d.
 func awaitState(t *testing.T, s store.Store, d time.Duration, what string, ok func(store.Session) bool) store.Session {
 	t.Helper()
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	for {
-		cur, changed := s.Session()
-		if ok(cur) {
-			return cur
-		}
-		select {
-		case <-changed:
-		case <-deadline.C:
-			t.Fatalf("%s: session still %v (id 0x%x) after %v", what, cur.State, cur.ID, d)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cur, err := store.AwaitSession(ctx, s, ok)
+	if err != nil {
+		t.Fatalf("%s: session still %v (id 0x%x) after %v", what, cur.State, cur.ID, d)
 	}
+	return cur
 }
 
 // harness runs the conformance suite on real ZooKeeper. Every session goes
