@@ -45,7 +45,7 @@ func SharedZooKeeper(t testing.TB) *ZooKeeper {
 	}
 	// The shared server is not controllable: one test stopping it would break
 	// the others.
-	return &ZooKeeper{servers: shared.zk.Servers(), running: true}
+	return &ZooKeeper{servers: shared.zk.Servers(), restartable: restartable{running: true}}
 }
 
 // SharedPostgres returns one Postgres server shared by every test of the test
@@ -69,7 +69,7 @@ func SharedPostgres(t testing.TB) *Postgres {
 	if shared.pgErr != nil {
 		t.Fatal(shared.pgErr)
 	}
-	return &Postgres{dsn: shared.pg.DSN(), running: true}
+	return &Postgres{dsn: shared.pg.DSN(), restartable: restartable{running: true}}
 }
 
 // Main runs the package's tests for TestMain, then removes the shared

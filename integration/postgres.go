@@ -7,7 +7,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,10 +28,7 @@ const (
 // server named by SHARDFLOW_PG. Methods are safe for concurrent use.
 type Postgres struct {
 	dsn string
-
-	mu      sync.Mutex
-	ctr     *testcontainers.DockerContainer // nil when named by the environment
-	running bool
+	restartable
 }
 
 // StartPostgres starts a Postgres server in a container (fsync off: data
@@ -55,7 +51,7 @@ func StartPostgres(t testing.TB) *Postgres {
 
 func pgFromEnv() *Postgres {
 	if v := os.Getenv(EnvPostgres); v != "" {
-		return &Postgres{dsn: v, running: true}
+		return &Postgres{dsn: v, restartable: restartable{running: true}}
 	}
 	return nil
 }
@@ -103,9 +99,8 @@ func startPGContainer(t testing.TB, image string, shared bool) (*Postgres, error
 			return nil, fmt.Errorf("integration: start Postgres container from %s: %w (%s)", image, err, imageHint(image, EnvPostgresImg, EnvPostgres))
 		}
 		p := &Postgres{
-			dsn:     fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", postgresUser, postgresPassword, hostPort(port), postgresDB),
-			ctr:     ctr,
-			running: true,
+			dsn:         fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", postgresUser, postgresPassword, hostPort(port), postgresDB),
+			restartable: restartable{ctr: ctr, running: true},
 		}
 		if err := waitPostgres(ctx, p.dsn); err != nil {
 			if shared {
@@ -153,42 +148,13 @@ func (p *Postgres) RequireControl(t testing.TB) {
 // its data. It blocks until the container has exited or ctx ends. Stopping a
 // stopped server is a no-op; a server named by SHARDFLOW_PG returns
 // [ErrNotControllable].
-func (p *Postgres) Stop(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ctr == nil {
-		return ErrNotControllable
-	}
-	if !p.running {
-		return nil
-	}
-	timeout := 10 * time.Second
-	if err := p.ctr.Stop(ctx, &timeout); err != nil {
-		return fmt.Errorf("integration: stop Postgres: %w", err)
-	}
-	p.running = false
-	return nil
-}
+func (p *Postgres) Stop(ctx context.Context) error { return p.stop(ctx, "Postgres") }
 
 // Start starts a stopped server again, with its data and on the same host
 // port, and blocks until it accepts connections or ctx ends. Starting a
 // running server is a no-op.
 func (p *Postgres) Start(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ctr == nil {
-		return ErrNotControllable
-	}
-	if !p.running {
-		if err := p.ctr.Start(ctx); err != nil {
-			return fmt.Errorf("integration: start Postgres again: %w", err)
-		}
-		p.running = true
-	}
-	if err := waitPostgres(ctx, p.dsn); err != nil {
-		return fmt.Errorf("integration: Postgres did not come back: %w", err)
-	}
-	return nil
+	return p.start(ctx, "Postgres", func(ctx context.Context) error { return waitPostgres(ctx, p.dsn) })
 }
 
 var dbSeq atomic.Int64

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -60,10 +59,7 @@ func newZKConfig(opts []Option) zkConfig {
 type ZooKeeper struct {
 	servers []string
 	name    string // container alias inside an ensemble network
-
-	mu      sync.Mutex
-	ctr     *testcontainers.DockerContainer // nil when named by the environment
-	running bool
+	restartable
 }
 
 // StartZooKeeper starts one ZooKeeper server in a container and returns once
@@ -96,7 +92,7 @@ func zkFromEnv() *ZooKeeper {
 			servers = append(servers, s)
 		}
 	}
-	return &ZooKeeper{servers: servers, running: true}
+	return &ZooKeeper{servers: servers, restartable: restartable{running: true}}
 }
 
 // startZKContainer runs one server. With nw set it joins that network under
@@ -160,7 +156,7 @@ func startZKContainer(t testing.TB, cfg zkConfig, shared bool, nw *testcontainer
 			}
 			return nil, fmt.Errorf("integration: start ZooKeeper container from %s: %w (%s)", cfg.image, err, imageHint(cfg.image, EnvZooKeeperImg, EnvZooKeeper))
 		}
-		z := &ZooKeeper{servers: []string{hostPort(port)}, name: name, ctr: ctr, running: true}
+		z := &ZooKeeper{servers: []string{hostPort(port)}, name: name, restartable: restartable{ctr: ctr, running: true}}
 		if nw == nil { // ensemble members wait for a quorum instead.
 			if err := waitRuok(ctx, z.servers[0]); err != nil {
 				err = fmt.Errorf("integration: ZooKeeper container at %s did not serve: %w\n%s", z.servers[0], err, containerLogs(ctr))
@@ -198,20 +194,7 @@ func (z *ZooKeeper) RequireControl(t testing.TB) {
 // stopped server is a no-op. It returns [ErrNotControllable] when the server
 // is not the harness's.
 func (z *ZooKeeper) Stop(ctx context.Context) error {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.ctr == nil {
-		return ErrNotControllable
-	}
-	if !z.running {
-		return nil
-	}
-	timeout := 10 * time.Second
-	if err := z.ctr.Stop(ctx, &timeout); err != nil {
-		return fmt.Errorf("integration: stop ZooKeeper %s: %w", z.servers[0], err)
-	}
-	z.running = false
-	return nil
+	return z.stop(ctx, "ZooKeeper "+z.servers[0])
 }
 
 // Start starts a stopped server again, with its data and on the same host
@@ -219,25 +202,11 @@ func (z *ZooKeeper) Stop(ctx context.Context) error {
 // serves as leader or follower) or ctx ends. Starting a running server is a
 // no-op.
 func (z *ZooKeeper) Start(ctx context.Context) error {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	if z.ctr == nil {
-		return ErrNotControllable
-	}
-	if !z.running {
-		if err := z.ctr.Start(ctx); err != nil {
-			return fmt.Errorf("integration: start ZooKeeper %s again: %w", z.servers[0], err)
-		}
-		z.running = true
-	}
 	wait := waitRuok
 	if z.name != "" {
 		wait = waitServing
 	}
-	if err := wait(ctx, z.servers[0]); err != nil {
-		return fmt.Errorf("integration: ZooKeeper %s did not come back: %w", z.servers[0], err)
-	}
-	return nil
+	return z.start(ctx, "ZooKeeper "+z.servers[0], func(ctx context.Context) error { return wait(ctx, z.servers[0]) })
 }
 
 // FourLetterWord sends a four-letter command (ruok, srvr, mntr, cons, ...) to
