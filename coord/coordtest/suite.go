@@ -582,6 +582,21 @@ func testFailover(t *testing.T, h *Harness) {
 	AssertPartition(t, n, BeginAll(t, c)...)
 }
 
+// runsCarry begins and completes one run on each server and reports whether
+// any of them carried item.
+func runsCarry(t *testing.T, item int, servers ...*Server) bool {
+	runs := BeginAll(t, servers...)
+	defer CompleteAll(t, runs...)
+	for _, r := range runs {
+		for _, s := range r.Shards() {
+			if s.Item == item {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func testFencing(t *testing.T, h *Harness) {
 	a := h.Start("a", Config("job", 4))
 	runs := BeginAll(t, a)
@@ -936,34 +951,12 @@ func testAdmin(t *testing.T, h *Harness) {
 	if err := h.Admin.DisableItem(ctx, "job", 0); err != nil {
 		t.Fatal(err)
 	}
-	Eventually(t, "item 0 disabled", func() bool {
-		runs := BeginAll(t, a, b)
-		defer CompleteAll(t, runs...)
-		for _, r := range runs {
-			for _, s := range r.Shards() {
-				if s.Item == 0 {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	Eventually(t, "item 0 disabled", func() bool { return !runsCarry(t, 0, a, b) })
 	if err := h.Admin.EnableItem(ctx, "job", 0); err != nil {
 		t.Fatal(err)
 	}
 	// Item flags reach the servers through their watches.
-	Eventually(t, "item 0 enabled again", func() bool {
-		runs := BeginAll(t, a, b)
-		defer CompleteAll(t, runs...)
-		for _, r := range runs {
-			for _, s := range r.Shards() {
-				if s.Item == 0 {
-					return true
-				}
-			}
-		}
-		return false
-	})
+	Eventually(t, "item 0 enabled again", func() bool { return runsCarry(t, 0, a, b) })
 	// Remove refuses live servers.
 	if err := h.Admin.Remove(ctx, "job", "b"); err == nil {
 		t.Fatal("Remove of a live server succeeded")
