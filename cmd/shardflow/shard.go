@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/shardflow/shardflow/coord/sharding"
@@ -62,7 +62,8 @@ func runShard(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	for id := range assignment {
 		names = append(names, id)
 	}
-	sort.Strings(names)
+	// The strategies' own order, Java's String.compareTo, not Go's bytes.
+	slices.SortFunc(names, sharding.CompareServerIDs)
 	fmt.Fprintf(stdout, "strategy %s, job %q, %d items over %d servers\n", *strategy, *job, *total, len(names))
 	for _, id := range names {
 		fmt.Fprintf(stdout, "  %-20s %s\n", id, joinInts(assignment[id]))

@@ -81,3 +81,23 @@ func TestShardBadInputNamesTheFlag(t *testing.T) {
 		}
 	}
 }
+
+func TestShardUsesJavaServerOrder(t *testing.T) {
+	// Java's String.compareTo puts U+1F600 (surrogates 0xD83D 0xDE00) before
+	// U+E000; Go's byte order would put it after.
+	out, errOut, code := runCLI(t, "shard", "--json", "--servers", "\uE000,\U0001F600", "--total", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got map[string][]int
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string][]int{"\U0001F600": {0, 2}, "\uE000": {1}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	out, _, _ = runCLI(t, "shard", "--servers", "\uE000,\U0001F600", "--total", "3")
+	if i, j := strings.Index(out, "\U0001F600"), strings.Index(out, "\uE000"); i < 0 || j < 0 || i > j {
+		t.Fatalf("text output not in Java order:\n%s", out)
+	}
+}

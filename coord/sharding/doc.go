@@ -7,7 +7,8 @@
 // give the same assignment on every server, which is what lets the leader's
 // decision be previewed (shardflow shard preview) and table-tested.
 //
-// Built-in strategies, after ElasticJob-Lite 1.x:
+// Built-in strategies, after ElasticJob-Lite 1.x, which sorts server ids
+// ascending by Java's String.compareTo (UTF-16 code units, CompareServerIDs):
 //
 //   - "average" (Average): servers sorted; q = total/n; server k gets
 //     [k*q, (k+1)*q); the remainder items go one each to servers 0, 1, ...

@@ -38,14 +38,6 @@ var (
 	RoundRobin Strategy = StrategyFunc(roundRobin)
 )
 
-// SortedServers returns a sorted copy of servers with duplicates removed:
-// the order every built-in strategy works on.
-func SortedServers(servers []string) []string {
-	s := slices.Clone(servers)
-	slices.Sort(s)
-	return slices.Compact(s)
-}
-
 func average(servers []string, _ string, total int) map[string][]int {
 	return averageOrdered(SortedServers(servers), total)
 }
