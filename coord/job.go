@@ -160,8 +160,8 @@ func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) er
 		if err != nil && !errors.Is(err, store.ErrNoNode) {
 			return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.config(jobTypeField), err)
 		}
-		if t := strings.TrimSpace(string(data)); err == nil && t != jobTypeValue {
-			return fmt.Errorf("%w: %s is %q, but shardflow runs %s jobs; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, jobTypeValue)
+		if t := strings.TrimSpace(string(data)); err == nil && t != string(local.Type()) {
+			return fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, local.Type())
 		}
 	}
 	if len(names) > 0 && !local.Overwrite {

@@ -50,10 +50,9 @@ const (
 	statusRunning = "RUNNING"
 	statusOffline = "OFFLINE"
 
-	// jobTypeField is the config child naming the job type; only DATAFLOW
-	// jobs live in shardflow namespaces.
+	// jobTypeField is the config child naming the job type; a job joins
+	// only under its own type.
 	jobTypeField = "jobType"
-	jobTypeValue = "DATAFLOW"
 
 	candidatePrefix = "n_"
 )

@@ -40,6 +40,12 @@ type PipelineConfig struct {
 	ErrorPolicy ErrorPolicy
 	// Logger receives errors under ErrorPolicyLog. Default slog.Default().
 	Logger *slog.Logger
+	// ItemTimeout bounds each shard item's run (JobConfig.ItemTimeout):
+	// when it passes the item's context is cancelled with a *TimeoutError
+	// cause, which becomes the item's error, and the item counts one
+	// failure (besides those of calls the cancel made fail). Default 0: no
+	// limit.
+	ItemTimeout time.Duration
 }
 
 // RunResult is the outcome of one run.
@@ -212,6 +218,8 @@ func (r *itemRun[T]) recordErr(op string, err error) {
 }
 
 func (r *itemRun[T]) run(ctx context.Context) {
+	ctx, finish := r.withItemTimeout(ctx)
+	defer finish()
 	defer func() {
 		if r.work != nil {
 			close(r.work)

@@ -117,3 +117,56 @@ func ExampleRunBatchJob() {
 	// Output:
 	// success=10 failure=10 err=<nil>
 }
+
+// A simple job: one function call per shard item per trigger, with the
+// same coordination, fencing and counting as a dataflow job. Without a
+// Cron it is a one-off job, run when triggered (TriggerAll runs it on every
+// server of the job). ItemTimeout bounds each item's call.
+func ExampleAddSimpleJob() {
+	ctx := context.Background()
+	node, err := dataflow.NewNode(dataflow.NodeConfig{ServerID: "example"})
+	if err != nil {
+		panic(err)
+	}
+	var mu sync.Mutex
+	var lines []string
+	finished := make(done, 1)
+	err = dataflow.AddSimpleJob(node, dataflow.JobConfig{
+		JobName:                "report",
+		ShardingTotalCount:     3,
+		ShardingItemParameters: "0=eu,1=us,2=asia",
+		ItemTimeout:            time.Minute,
+	}, func(ctx context.Context, s dataflow.Shard) error {
+		if err := s.CheckOwnership(ctx); err != nil {
+			return err // another server owns the item now
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, fmt.Sprintf("report %d/%d for %s", s.Item, s.Total, s.ItemParameter))
+		return nil
+	}, dataflow.WithListeners(finished))
+	if err != nil {
+		panic(err)
+	}
+	if err := node.Start(ctx); err != nil {
+		panic(err)
+	}
+	if err := node.TriggerAll(ctx, "report"); err != nil {
+		panic(err)
+	}
+	res := <-finished
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := node.Stop(stopCtx); err != nil {
+		panic(err)
+	}
+
+	slices.Sort(lines)
+	fmt.Println(strings.Join(lines, "\n"))
+	fmt.Printf("success=%d failure=%d\n", res.Success, res.Failure)
+	// Output:
+	// report 0/3 for eu
+	// report 1/3 for us
+	// report 2/3 for asia
+	// success=3 failure=0
+}

@@ -396,6 +396,29 @@ func (n *Node) Trigger(name string) error {
 	return n.sched.trigger(name, ReasonTrigger)
 }
 
+// TriggerAll runs the job now on every live server of it (a one-off run
+// of a job with or without a cron), as `shardflow trigger` does: it writes
+// each live server's trigger node and returns; it does not wait for the
+// runs. Errors: coord.ErrNoJob, or a store error.
+func (n *Node) TriggerAll(ctx context.Context, name string) error {
+	if err := coord.NewAdmin(n.st, n.cfg.Namespace).Trigger(ctx, name); err != nil {
+		return fmt.Errorf("dataflow: trigger %q on every server: %w", name, err)
+	}
+	return nil
+}
+
+// JobConfig returns the job's effective configuration (the stored one,
+// with live edits applied), and false for a job not on this Node.
+func (n *Node) JobConfig(name string) (JobConfig, bool) {
+	n.mu.Lock()
+	h := n.jobs[name]
+	n.mu.Unlock()
+	if h == nil {
+		return JobConfig{}, false
+	}
+	return h.cj.Config(), true
+}
+
 // Jobs returns the names of the jobs on this Node, sorted.
 func (n *Node) Jobs() []string {
 	n.mu.Lock()
@@ -561,6 +584,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		Counter:     h.counter,
 		ErrorPolicy: cfg.ErrorPolicy,
 		Logger:      n.logger,
+		ItemTimeout: cfg.ItemTimeout,
 	})
 	if res.Err != nil {
 		n.reportError(h.name, res.Err)

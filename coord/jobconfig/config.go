@@ -87,6 +87,32 @@ type Config struct {
 	// ReconcileIntervalSeconds is how often the leader checks that no item
 	// is owned by a dead server. Default 60; must be > 0.
 	ReconcileIntervalSeconds int
+
+	// JobType is the kind of job: JobTypeDataflow (Fetch/Process, the
+	// default), JobTypeSimple (one function call per item), JobTypeScript
+	// (a command per item) or JobTypeHTTP (a request per item). It is
+	// stored in the jobType node and fixed when the job is first stored.
+	JobType JobType
+	// ScriptCommandLine is the command a SCRIPT job runs once per owned
+	// item: words split as a shell would split them (quotes and backslash
+	// escapes), but no shell runs unless the command names one. Required
+	// for SCRIPT jobs.
+	ScriptCommandLine string
+	// HTTPURL is the absolute http:// or https:// URL an HTTP job sends one
+	// request per owned item to. Required for HTTP jobs.
+	HTTPURL string
+	// HTTPMethod is the HTTP job's request method. Default "POST" for HTTP
+	// jobs.
+	HTTPMethod string
+	// HTTPHeaders are the HTTP job's extra request headers, one
+	// "Name: value" per line. Default "".
+	HTTPHeaders string
+	// ItemTimeout bounds each shard item's run on every job type: when it
+	// passes, the item's context is cancelled (a script's process group is
+	// killed) and the item counts a failure that reports "timed out after
+	// D". Stored as Go duration text ("30s", "1m30s"). Default 0: no limit;
+	// must be >= 0.
+	ItemTimeout time.Duration
 }
 
 // Bool returns a pointer to b, for MonitorExecution and Misfire literals.

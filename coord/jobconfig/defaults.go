@@ -22,8 +22,8 @@ func DefaultConcurrentDataProcessThreadCount() int { return 2 * runtime.GOMAXPRO
 // WithDefaults returns a copy of c with every zero field that has a default
 // set to it: ProcessCountIntervalSeconds 300, ConcurrentDataProcessThreadCount
 // 2 x GOMAXPROCS, FetchDataCount 1, ShardingStrategy "average", ErrorPolicy
-// "log", ReconcileIntervalSeconds 60, and nil MonitorExecution and Misfire
-// to pointers to true. Negative values are kept, for Validate to report.
+// "log", ReconcileIntervalSeconds 60, JobType DATAFLOW, an HTTP job's
+// HTTPMethod POST, and nil MonitorExecution and Misfire to pointers to true. Negative values are kept, for Validate to report.
 // The pointers of c are not shared with the copy.
 func (c Config) WithDefaults() Config {
 	if c.ProcessCountIntervalSeconds == 0 {
@@ -43,6 +43,10 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReconcileIntervalSeconds == 0 {
 		c.ReconcileIntervalSeconds = DefaultReconcileIntervalSeconds
+	}
+	c.JobType = c.Type()
+	if c.JobType == JobTypeHTTP && c.HTTPMethod == "" {
+		c.HTTPMethod = DefaultHTTPMethod
 	}
 	c.MonitorExecution = Bool(c.MonitorsExecution())
 	c.Misfire = Bool(c.MisfireEnabled())

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Names of the config fields, as the children of /{namespace}/{job}/config
@@ -31,14 +32,15 @@ const (
 	FieldDisabled                         = "disabled"
 	FieldErrorPolicy                      = "errorPolicy"
 	FieldReconcileIntervalSeconds         = "reconcileIntervalSeconds"
-	// FieldJobType is written by Fields and checked by FromFields; it is
-	// not settable.
+	FieldScriptCommandLine                = "scriptCommandLine"
+	FieldHTTPURL                          = "httpUrl"
+	FieldHTTPMethod                       = "httpMethod"
+	FieldHTTPHeaders                      = "httpHeaders"
+	FieldItemTimeout                      = "itemTimeout"
+	// FieldJobType is written by Fields and read by FromFields; it is fixed
+	// when the job is first stored, so not settable.
 	FieldJobType = "jobType"
 )
-
-// JobTypeDataflow is the only job type shardflow runs, stored in the
-// jobType config node as ElasticJob does.
-const JobTypeDataflow = "DATAFLOW"
 
 type fieldKind int
 
@@ -46,6 +48,7 @@ const (
 	kindString fieldKind = iota
 	kindInt
 	kindBool
+	kindDuration
 )
 
 // fieldSpec describes how one config field is encoded and decoded.
@@ -56,6 +59,7 @@ type fieldSpec struct {
 	num     func(*Config) *int
 	flag    func(*Config) *bool
 	ptr     func(*Config) **bool // bools whose default is true
+	dur     func(*Config) *time.Duration
 }
 
 var fieldSpecs = map[string]fieldSpec{
@@ -77,6 +81,11 @@ var fieldSpecs = map[string]fieldSpec{
 	FieldDisabled:                         {kind: kindBool, example: "false", flag: func(c *Config) *bool { return &c.Disabled }},
 	FieldErrorPolicy:                      {kind: kindString, example: "log", str: func(c *Config) *string { return (*string)(&c.ErrorPolicy) }},
 	FieldReconcileIntervalSeconds:         {kind: kindInt, example: "60", num: func(c *Config) *int { return &c.ReconcileIntervalSeconds }},
+	FieldScriptCommandLine:                {kind: kindString, example: `"/opt/jobs/sync --full"`, str: func(c *Config) *string { return &c.ScriptCommandLine }},
+	FieldHTTPURL:                          {kind: kindString, example: `"https://jobs.internal/run"`, str: func(c *Config) *string { return &c.HTTPURL }},
+	FieldHTTPMethod:                       {kind: kindString, example: "POST", str: func(c *Config) *string { return &c.HTTPMethod }},
+	FieldHTTPHeaders:                      {kind: kindString, example: `"Authorization: Bearer T"`, str: func(c *Config) *string { return &c.HTTPHeaders }},
+	FieldItemTimeout:                      {kind: kindDuration, example: "30s", dur: func(c *Config) *time.Duration { return &c.ItemTimeout }},
 }
 
 // FieldNames returns the names of the settable config fields, sorted: the
@@ -84,7 +93,7 @@ var fieldSpecs = map[string]fieldSpec{
 func FieldNames() []string { return slices.Sorted(maps.Keys(fieldSpecs)) }
 
 // Fields encodes c as the children of its config node: field name -> text.
-// Every settable field is present, plus jobType = "DATAFLOW"; the job name is
+// Every settable field is present, plus jobType (Type()); the job name is
 // the node's path and is not included. Integers are decimal, Booleans "true"
 // or "false", strings verbatim.
 //
@@ -98,7 +107,7 @@ func (c Config) Fields() map[string]string {
 	for name, spec := range fieldSpecs {
 		m[name] = spec.get(&c)
 	}
-	m[FieldJobType] = JobTypeDataflow
+	m[FieldJobType] = string(c.Type())
 	return m
 }
 
@@ -106,6 +115,8 @@ func (s fieldSpec) get(c *Config) string {
 	switch s.kind {
 	case kindInt:
 		return strconv.Itoa(*s.num(c))
+	case kindDuration:
+		return s.dur(c).String()
 	case kindBool:
 		if s.ptr != nil {
 			p := *s.ptr(c)
@@ -126,6 +137,17 @@ func (s fieldSpec) set(c *Config, text string) (problem string) {
 			return fmt.Sprintf("%q is not an integer", text)
 		}
 		*s.num(c) = n
+	case kindDuration:
+		text = strings.TrimSpace(text)
+		if text == "" || text == "0" {
+			*s.dur(c) = 0
+			return ""
+		}
+		d, err := time.ParseDuration(text)
+		if err != nil {
+			return fmt.Sprintf("%q is not a duration such as \"30s\"", text)
+		}
+		*s.dur(c) = d
 	case kindBool:
 		b, err := strconv.ParseBool(strings.TrimSpace(text))
 		if err != nil {
@@ -146,7 +168,8 @@ func (s fieldSpec) set(c *Config, text string) (problem string) {
 // them) into a Config named job. Missing fields keep their zero value,
 // which means the default (see WithDefaults); MonitorExecution and Misfire
 // are always set, to true when missing. Unknown fields are ignored, so
-// newer writers stay readable. A jobType other than "DATAFLOW" is refused.
+// newer writers stay readable. A missing jobType means DATAFLOW; one that
+// is not a known job type is refused.
 //
 // Every value that does not decode is reported, as a *FieldError naming
 // the node ("config/shardingTotalCount") and the `shardflow config set`
@@ -156,12 +179,17 @@ func (s fieldSpec) set(c *Config, text string) (problem string) {
 func FromFields(job string, m map[string]string) (Config, error) {
 	c := Config{JobName: job}
 	var errs []error
-	if t, ok := m[FieldJobType]; ok && strings.TrimSpace(t) != JobTypeDataflow {
-		errs = append(errs, &FieldError{
-			Field: FieldJobType, Node: "config/" + FieldJobType,
-			Problem: fmt.Sprintf("job %q is registered as a %q job, not %s", job, t, JobTypeDataflow),
-			Fix:     "use another job name, or remove the other job first with `shardflow remove`",
-		})
+	c.JobType = JobTypeDataflow
+	if t, ok := m[FieldJobType]; ok {
+		jt, known := ParseJobType(t)
+		if !known {
+			errs = append(errs, &FieldError{
+				Field: FieldJobType, Node: "config/" + FieldJobType,
+				Problem: jobTypeProblem(job, t),
+				Fix:     "use another job name, or remove the other job first with `shardflow remove`",
+			})
+		}
+		c.JobType = jt
 	}
 	for _, name := range FieldNames() {
 		text, ok := m[name]
@@ -197,7 +225,7 @@ func SetField(c Config, name, value string) (Config, error) {
 	if !ok {
 		fix := "settable fields are " + strings.Join(FieldNames(), ", ")
 		if name == FieldJobType {
-			return c, fieldErr(name, fix, "is fixed to %s", JobTypeDataflow)
+			return c, fieldErr(name, fix, "is fixed when the job is first stored (it is %s)", c.Type())
 		}
 		return c, fieldErr(name, fix, "is not a config field")
 	}

@@ -6,14 +6,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFieldsNames(t *testing.T) {
 	want := []string{
 		"concurrentDataProcessThreadCount", "cron", "description", "disabled", "errorPolicy",
-		"failover", "fetchDataCount", "jobParameter", "jobShardingStrategy", "maxTimeDiffSeconds",
+		"failover", "fetchDataCount", "httpHeaders", "httpMethod", "httpUrl", "itemTimeout",
+		"jobParameter", "jobShardingStrategy", "maxTimeDiffSeconds",
 		"misfire", "monitorExecution", "overwrite", "processCountIntervalSeconds",
-		"reconcileIntervalSeconds", "shardingItemParameters", "shardingTotalCount", "streamingProcess",
+		"reconcileIntervalSeconds", "scriptCommandLine", "shardingItemParameters", "shardingTotalCount", "streamingProcess",
 	}
 	if got := FieldNames(); !slices.Equal(got, want) {
 		t.Fatalf("FieldNames() = %v, want %v", got, want)
@@ -30,7 +32,7 @@ func TestFieldsEncoding(t *testing.T) {
 		JobParameter: "p", MonitorExecution: Bool(false), ProcessCountIntervalSeconds: 10,
 		FetchDataCount: 100, StreamingProcess: true, MaxTimeDiffSeconds: -1, Failover: true,
 		Description: " d ", Overwrite: true, ShardingStrategy: "odd-even", Disabled: true,
-		ErrorPolicy: ErrorPolicyReturn,
+		ErrorPolicy: ErrorPolicyReturn, JobType: JobTypeDataflow, ItemTimeout: 90 * time.Second,
 	}
 	want := map[string]string{
 		"cron": "0 * * * * ?", "shardingTotalCount": "4", "shardingItemParameters": "0=a",
@@ -39,6 +41,7 @@ func TestFieldsEncoding(t *testing.T) {
 		"maxTimeDiffSeconds": "-1", "failover": "true", "misfire": "true", "description": " d ",
 		"overwrite": "true", "jobShardingStrategy": "odd-even", "disabled": "true",
 		"errorPolicy": "return", "reconcileIntervalSeconds": "0", "jobType": "DATAFLOW",
+		"scriptCommandLine": "", "httpUrl": "", "httpMethod": "", "httpHeaders": "", "itemTimeout": "1m30s",
 	}
 	if got := c.Fields(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Fields() =\n%v\nwant\n%v", got, want)
@@ -58,7 +61,7 @@ func TestFromFieldsDefaultsAndUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FromFields: %v", err)
 	}
-	want := Config{JobName: "j", ShardingTotalCount: 3, Failover: true, MonitorExecution: Bool(true), Misfire: Bool(true)}
+	want := Config{JobName: "j", ShardingTotalCount: 3, Failover: true, MonitorExecution: Bool(true), Misfire: Bool(true), JobType: JobTypeDataflow}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("FromFields = %+v, want %+v", c, want)
 	}
@@ -69,7 +72,7 @@ func TestFromFieldsDefaultsAndUnknown(t *testing.T) {
 
 func TestFromFieldsErrors(t *testing.T) {
 	_, err := FromFields("order-sync", map[string]string{
-		"shardingTotalCount": "abc", "failover": "yes", "fetchDataCount": "1e3", "jobType": "SIMPLE",
+		"shardingTotalCount": "abc", "failover": "yes", "fetchDataCount": "1e3", "jobType": "BATCH",
 	})
 	if !errors.Is(err, ErrInvalid) {
 		t.Fatalf("FromFields error = %v, want ErrInvalid", err)
@@ -79,7 +82,7 @@ func TestFromFieldsErrors(t *testing.T) {
 		`jobconfig: config/shardingTotalCount: stored value "abc" is not an integer; set it with ` + "`shardflow config set --job order-sync shardingTotalCount 8`",
 		`config/failover: stored value "yes" is not true or false`,
 		`config/fetchDataCount: stored value "1e3" is not an integer`,
-		`config/jobType: job "order-sync" is registered as a "SIMPLE" job, not DATAFLOW`,
+		`config/jobType: job "order-sync" is registered as a "BATCH" job, which is not one of DATAFLOW, SIMPLE, SCRIPT, HTTP`,
 	} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error lacks %q:\n%s", want, msg)
@@ -114,7 +117,9 @@ func TestSetField(t *testing.T) {
 		name, value, field, phrase string
 	}{
 		{"nope", "1", "nope", "is not a config field"},
-		{"jobType", "SIMPLE", "jobType", "fixed to DATAFLOW"},
+		{"jobType", "SIMPLE", "jobType", "fixed when the job is first stored (it is DATAFLOW)"},
+		{"itemTimeout", "soon", "itemTimeout", `"soon" is not a duration`},
+		{"itemTimeout", "-1s", "itemTimeout", "must be >= 0"},
 		{"shardingTotalCount", "many", "shardingTotalCount", `"many" is not an integer`},
 		{"failover", "maybe", "failover", `"maybe" is not true or false`},
 		{"cron", "0 0 0 L * ?", "cron", `"L"`},

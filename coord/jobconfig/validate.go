@@ -52,7 +52,10 @@ func ValidErrorPolicy(p ErrorPolicy) bool {
 // unless it is empty; the item parameters (ParseItemParameters against the
 // total); processCountIntervalSeconds, concurrentDataProcessThreadCount,
 // fetchDataCount and reconcileIntervalSeconds > 0; jobShardingStrategy
-// registered in package sharding; errorPolicy one of log, return, ignore.
+// registered in package sharding; errorPolicy one of log, return, ignore;
+// jobType known, streamingProcess only for DATAFLOW jobs, itemTimeout >= 0,
+// a SCRIPT job's scriptCommandLine (SplitCommandLine), an HTTP job's
+// httpUrl, httpMethod and httpHeaders.
 // Strategies registered later than the call are not known to it.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
@@ -93,5 +96,6 @@ func (c Config) Validate() error {
 	if !ValidErrorPolicy(c.ErrorPolicy) {
 		errs = append(errs, fieldErr(FieldErrorPolicy, `use "log", "return" or "ignore"`, "%q is not an error policy", c.ErrorPolicy))
 	}
+	errs = append(errs, c.validateJobType()...)
 	return errors.Join(errs...)
 }

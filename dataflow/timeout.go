@@ -1,0 +1,59 @@
+package dataflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrTimeout: a shard item's run took longer than the job's ItemTimeout
+// and was cancelled. Unwrap *TimeoutError for the limit.
+var ErrTimeout = errors.New("dataflow: shard item run timed out; raise itemTimeout or make the run faster")
+
+// TimeoutError is the cause of a shard item's context cancelled by the
+// job's ItemTimeout (context.Cause returns it), and the item's error in
+// the run's result. It unwraps to ErrTimeout.
+type TimeoutError struct {
+	// After is the ItemTimeout that passed.
+	After time.Duration
+}
+
+// Error says "timed out after D".
+func (e *TimeoutError) Error() string { return fmt.Sprintf("timed out after %s", e.After) }
+
+// Unwrap makes errors.Is(err, ErrTimeout) true.
+func (e *TimeoutError) Unwrap() error { return ErrTimeout }
+
+// itemTimeoutCause returns the *TimeoutError that cancelled ctx, or nil.
+func itemTimeoutCause(ctx context.Context) *TimeoutError {
+	var te *TimeoutError
+	if errors.As(context.Cause(ctx), &te) {
+		return te
+	}
+	return nil
+}
+
+// withItemTimeout bounds one shard item's run by cfg.ItemTimeout. finish
+// must be called when the item's run is over: if the timeout cancelled it,
+// the item's error becomes the *TimeoutError and one failure is counted,
+// unless user code already returned the timeout (as a simple job does,
+// which counted its failure itself).
+func (r *itemRun[T]) withItemTimeout(ctx context.Context) (context.Context, func()) {
+	d := r.e.cfg.ItemTimeout
+	if d <= 0 {
+		return ctx, func() {}
+	}
+	ictx, cancel := context.WithTimeoutCause(ctx, d, &TimeoutError{After: d})
+	return ictx, func() {
+		te := itemTimeoutCause(ictx)
+		cancel()
+		if te == nil {
+			return
+		}
+		if prev := r.err.Load(); prev == nil || !errors.Is(prev.Err, ErrTimeout) {
+			r.e.count(0, 1)
+		}
+		r.err.Store(&ItemError{Job: r.e.cfg.JobName, Item: r.shard.Item, Op: "run", Err: te})
+	}
+}
