@@ -52,6 +52,9 @@ type PipelineConfig struct {
 type RunResult struct {
 	// Success and Failure are the counted outcomes of the run.
 	Success, Failure int64
+	// Items has one entry per shard item of the run, in the order of the
+	// shards given (failover items first).
+	Items []ItemResult
 	// Err is nil unless the job's ErrorPolicy is ErrorPolicyReturn and user
 	// code failed: then it joins one *ItemError per failing shard item, in
 	// item order. Under the other policies errors are logged or dropped.
@@ -128,17 +131,16 @@ func (e *engine[T]) run(ctx context.Context, shards []Shard) RunResult {
 	stopFlag := context.AfterFunc(ctx, func() { e.stopped.Store(true) })
 	defer stopFlag()
 	items := make([]itemRun[T], len(shards))
-	var wg sync.WaitGroup
-	for i := range shards {
+	res.Items = runItems(ctx, shards, func(ctx context.Context, i int) itemOutcome {
 		r := &items[i]
 		r.e, r.shard = e, shards[i]
-		if i == len(shards)-1 {
-			r.run(ctx) // the last one runs on the caller's goroutine
-			continue
+		r.run(ctx)
+		o := itemOutcome{success: r.success.Load(), failure: r.failure.Load()}
+		if ie := r.err.Load(); ie != nil {
+			o.err = ie
 		}
-		wg.Go(func() { r.run(ctx) })
-	}
-	wg.Wait()
+		return o
+	})
 
 	res.Success, res.Failure = e.success.Load(), e.failure.Load()
 	res.Duration = time.Since(res.Started)
@@ -188,6 +190,8 @@ type itemRun[T any] struct {
 	e     *engine[T]
 	shard Shard
 	err   atomic.Pointer[ItemError]
+	// success and failure are this item's share of the engine's counts.
+	success, failure atomic.Int64
 
 	work    chan int // chunk index of cur
 	workers sync.WaitGroup
@@ -246,7 +250,7 @@ func (r *itemRun[T]) run(ctx context.Context) {
 func (r *itemRun[T]) callFetch(ctx context.Context) (items []T, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			r.e.count(0, 1)
+			r.count(0, 1)
 			items, err = nil, newPanicError("fetch", v)
 		}
 	}()
@@ -326,12 +330,23 @@ func (r *itemRun[T]) processItems(ctx context.Context, p *pass[T]) {
 		for next < end {
 			var stopped bool
 			if next, stopped = r.processRange(ctx, p.items, next, end, &t); stopped {
-				r.e.count(t.success, t.failure)
+				r.count(t.success, t.failure)
 				return
 			}
 		}
 	}
-	r.e.count(t.success, t.failure)
+	r.count(t.success, t.failure)
+}
+
+// count adds an outcome to the item and to the run.
+func (r *itemRun[T]) count(success, failure int64) {
+	if success != 0 {
+		r.success.Add(success)
+	}
+	if failure != 0 {
+		r.failure.Add(failure)
+	}
+	r.e.count(success, failure)
 }
 
 type tally struct{ success, failure int64 }
@@ -386,14 +401,14 @@ func (r *itemRun[T]) processBatch(ctx context.Context, items []T) {
 	n, err := r.callProcessBatch(ctx, items)
 	if err != nil {
 		r.recordErr("process batch", err)
-		r.e.count(0, int64(len(items)))
+		r.count(0, int64(len(items)))
 		return
 	}
 	if n < 0 || n > len(items) {
 		r.recordErr("process batch", ErrBadSucceeded)
 		n = max(0, min(n, len(items)))
 	}
-	r.e.count(int64(n), int64(len(items)-n))
+	r.count(int64(n), int64(len(items)-n))
 }
 
 func (r *itemRun[T]) callProcessBatch(ctx context.Context, items []T) (n int, err error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/stats"
 )
 
@@ -52,6 +53,11 @@ type NodeConfig struct {
 	// Metrics, when set, gets each job's counter (Track) and each run's
 	// duration and outcome (ObserveRun). Default nil: no metrics.
 	Metrics *stats.Collector
+	// History, when set, receives one record per shard item run (job,
+	// server, item, epoch, source, begin, end, counts, first error), after
+	// the run is completed. It must not block: use a history.Buffer (see
+	// history/pghistory for Postgres). Default nil: no history.
+	History history.Recorder
 }
 
 // Node hosts many dataflow jobs in one process: one coordination session
@@ -586,6 +592,8 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		Logger:      n.logger,
 		ItemTimeout: cfg.ItemTimeout,
 	})
+	// Read before Complete, which ends the run's context.
+	cancelled := rctx.Err() != nil
 	if res.Err != nil {
 		n.reportError(h.name, res.Err)
 	}
@@ -613,11 +621,9 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	}
 	res.Started, res.Duration = started, time.Since(started)
 
+	n.report(rctx, h, info, res, cancelled)
 	for _, l := range h.opts.listeners {
 		n.callListener(h.name, "AfterRun", func() { l.AfterRun(rctx, info, res) })
-	}
-	if n.cfg.Metrics != nil {
-		n.cfg.Metrics.ObserveRun(h.name, res.Duration, res.Err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/stats"
 )
 
@@ -771,7 +772,9 @@ func TestNodeFailoverToIdleServer(t *testing.T) {
 			nodes, sessions := cluster(t, srv, "fo", 2)
 			jobs := []*perServerJob{{started: make(chan int, 4)}, {started: make(chan int, 4)}}
 			ls := []*afterListener{newAfterListener(), newAfterListener()}
+			mems := []*history.Memory{history.NewMemory(0), history.NewMemory(0)}
 			for i, n := range nodes {
+				n.cfg.History = mems[i] // set before Start, read only by runs
 				cfg := JobConfig{JobName: "fo", ShardingTotalCount: 2, Failover: true}
 				if err := AddJob(n, cfg, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
 					t.Fatal(err)
@@ -824,6 +827,10 @@ func TestNodeFailoverToIdleServer(t *testing.T) {
 			}
 			if !jobs[survivor].failover.Load() {
 				t.Fatal("the failover run's Shard did not have Failover set")
+			}
+			fo, _ := mems[survivor].Runs(t.Context(), history.Filter{Item: &[]int{owned[crash]}[0]})
+			if len(fo) == 0 || fo[0].Source != history.SourceFailover || fo[0].Success != 1 || fo[0].Server != fmt.Sprintf("server-%d", survivor) {
+				t.Fatalf("survivor's newest record of item %d: %+v; want a failover run with 1 success", owned[crash], fo)
 			}
 		})
 	}

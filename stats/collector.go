@@ -3,6 +3,7 @@ package stats
 import (
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -21,6 +22,7 @@ var RunDurationBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60,
 //	shardflow_run_duration_seconds{job}                            histogram, from ObserveRun
 //	shardflow_last_run_timestamp_seconds{job}                      gauge, end of the last run
 //	shardflow_last_success_timestamp_seconds{job}                  gauge, end of the last run without error
+//	shardflow_item_last_success_timestamp_seconds{job,item}        gauge, end of the item's last run without failure
 //
 // Every metric carries the constant label server. Item counts are read from
 // the Counters at scrape time, so the pipeline's hot path pays nothing more;
@@ -28,7 +30,7 @@ var RunDurationBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60,
 // metrics appear once it is tracked or observed and disappear when it is
 // forgotten. All methods are safe for concurrent use.
 type Collector struct {
-	items, runs, duration, lastRun, lastSuccess *prometheus.Desc
+	items, runs, duration, lastRun, lastSuccess, itemLastSuccess *prometheus.Desc
 
 	now func() time.Time // end time of observed runs; time.Now but in tests
 
@@ -43,6 +45,7 @@ type jobMetrics struct {
 	durSum           float64
 	durBuckets       []uint64 // cumulative counts are built at scrape time
 	lastRun, lastOK  time.Time
+	itemOK           map[int]time.Time // item -> end of its last run without failure
 }
 
 // NewCollector returns a Collector whose metrics carry server as the
@@ -60,6 +63,8 @@ func NewCollector(server string) *Collector {
 			"Unix time at which the job's last run on this server ended.", []string{"job"}, labels),
 		lastSuccess: prometheus.NewDesc("shardflow_last_success_timestamp_seconds",
 			"Unix time at which the job's last run without error on this server ended; alert when it grows old.", []string{"job"}, labels),
+		itemLastSuccess: prometheus.NewDesc("shardflow_item_last_success_timestamp_seconds",
+			"Unix time at which the shard item's last run on this server without a failure ended.", []string{"job", "item"}, labels),
 		now:  time.Now,
 		jobs: make(map[string]*jobMetrics),
 	}
@@ -110,9 +115,27 @@ func (c *Collector) ObserveRun(job string, d time.Duration, err error) {
 	}
 }
 
+// ObserveItem records that job's shard item ran until end, ok when it
+// counted no failure and had no error: the Node calls it for each item of
+// each run. Only successes change shardflow_item_last_success_timestamp_seconds.
+func (c *Collector) ObserveItem(job string, item int, end time.Time, ok bool) {
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.job(job)
+	if m.itemOK == nil {
+		m.itemOK = make(map[int]time.Time)
+	}
+	if end.After(m.itemOK[item]) {
+		m.itemOK[item] = end
+	}
+}
+
 // Describe sends the descriptors of every metric the Collector exposes.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.items, c.runs, c.duration, c.lastRun, c.lastSuccess} {
+	for _, d := range []*prometheus.Desc{c.items, c.runs, c.duration, c.lastRun, c.lastSuccess, c.itemLastSuccess} {
 		ch <- d
 	}
 }
@@ -127,6 +150,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			s, f := m.counter.Snapshot()
 			ch <- prometheus.MustNewConstMetric(c.items, prometheus.CounterValue, float64(s), name, "success")
 			ch <- prometheus.MustNewConstMetric(c.items, prometheus.CounterValue, float64(f), name, "failure")
+		}
+		for _, item := range slices.Sorted(maps.Keys(m.itemOK)) {
+			ch <- prometheus.MustNewConstMetric(c.itemLastSuccess, prometheus.GaugeValue, unixSeconds(m.itemOK[item]), name, strconv.Itoa(item))
 		}
 		if m.durCount == 0 {
 			continue

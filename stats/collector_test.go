@@ -95,3 +95,25 @@ shardflow_items_processed_total{job="orders",result="success",server="srv-1"} 15
 		t.Fatal(err)
 	}
 }
+
+func TestCollectorItemLastSuccess(t *testing.T) {
+	col := NewCollector("srv-1")
+	t0 := time.Unix(1700000000, 0)
+	col.ObserveItem("orders", 3, t0, true)
+	col.ObserveItem("orders", 3, t0.Add(-time.Minute), true) // older: ignored
+	col.ObserveItem("orders", 1, t0.Add(time.Minute), false) // failed: no series
+	col.ObserveItem("orders", 0, t0.Add(time.Second), true)
+	want := `
+# HELP shardflow_item_last_success_timestamp_seconds Unix time at which the shard item's last run on this server without a failure ended.
+# TYPE shardflow_item_last_success_timestamp_seconds gauge
+shardflow_item_last_success_timestamp_seconds{item="0",job="orders",server="srv-1"} 1.700000001e+09
+shardflow_item_last_success_timestamp_seconds{item="3",job="orders",server="srv-1"} 1.7e+09
+`
+	if err := testutil.CollectAndCompare(col, strings.NewReader(want), "shardflow_item_last_success_timestamp_seconds"); err != nil {
+		t.Fatal(err)
+	}
+	col.Forget("orders")
+	if n := testutil.CollectAndCount(col, "shardflow_item_last_success_timestamp_seconds"); n != 0 {
+		t.Fatalf("%d series after Forget, want 0", n)
+	}
+}
