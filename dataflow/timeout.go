@@ -52,7 +52,7 @@ func (r *itemRun[T]) withItemTimeout(ctx context.Context) (context.Context, func
 			return
 		}
 		if prev := r.err.Load(); prev == nil || !errors.Is(prev.Err, ErrTimeout) {
-			r.e.count(0, 1)
+			r.count(0, 1)
 		}
 		r.err.Store(&ItemError{Job: r.e.cfg.JobName, Item: r.shard.Item, Op: "run", Err: te})
 	}
