@@ -79,8 +79,10 @@ bench-pg: ## Postgres benchmark (shardflow claim/tx vs pgx loop vs river vs one 
 	cd bench && $(GO) run ./pgbench --pg "$$SHARDFLOW_PG" --rows $${ROWS:-1000000}
 
 .PHONY: bench-engine
-bench-engine: ## the pipeline engine against a hand-written errgroup loop, 1M no-op items
-	$(GO) test -run '^$$' -bench 'Engine|Baseline' -benchtime 5x -count 3 ./dataflow
+bench-engine: ## the pipeline engine against a hand-written worker pool (1M no-op items), and pipelined fetching on an I/O-bound job
+	uptime
+	$(GO) test -run '^$$' -bench 'EngineVsPool' -benchtime 40x -count 5 ./dataflow
+	$(GO) test -run '^$$' -bench 'PipelinedFetch' -benchtime 3x -count 5 ./dataflow
 
 .PHONY: bench-coord
 bench-coord: ## coordination requests per trigger for S servers and N items (counting store)

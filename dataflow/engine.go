@@ -29,6 +29,14 @@ type PipelineConfig struct {
 	// returns nothing, KeepGoing says no, or ctx ends. Default false: one
 	// fetch per shard item.
 	Streaming bool
+	// PipelinedFetch (streaming only) overlaps the next Fetch of a shard
+	// item with the processing of its current batch, so that workers do
+	// not sit idle while an I/O-bound Fetch runs. KeepGoing is then checked
+	// before each next Fetch starts, and a batch once fetched is processed
+	// (unless ctx ends). Fetch must not depend on the current batch being
+	// processed (a cursor, not "rows still pending"). Default false: fetch,
+	// process the whole batch, then fetch again (ElasticJob's semantics).
+	PipelinedFetch bool
 	// KeepGoing is checked between streaming batches; nil means always.
 	// It is called concurrently from the shard items' goroutines.
 	KeepGoing func() bool
@@ -184,8 +192,8 @@ func (e *engine[T]) count(success, failure int64) {
 
 // itemRun is one shard item's run: an owner goroutine (run) that fetches and
 // dispatches, and up to Threads workers started on demand, which receive
-// chunk indices of the current pass on work. The owner is the only sender
-// on work and closes it; it waits for the workers before returning.
+// chunks of a pass on work. The owner is the only sender on work and closes
+// it; it waits for the workers before returning.
 type itemRun[T any] struct {
 	e     *engine[T]
 	shard Shard
@@ -193,15 +201,24 @@ type itemRun[T any] struct {
 	// success and failure are this item's share of the engine's counts.
 	success, failure atomic.Int64
 
-	work    chan int // chunk index of cur
+	work    chan chunkRef[T]
 	workers sync.WaitGroup
 	started int
-	cur     pass[T]
+	// passes are the batches being processed: passes[0] only, or both
+	// alternately with PipelinedFetch (the next batch is handed out
+	// while the tail of the current one is still processed).
+	passes [2]pass[T]
+}
+
+// chunkRef is one chunk of a pass, as handed to a worker.
+type chunkRef[T any] struct {
+	p     *pass[T]
+	chunk int
 }
 
 // pass is one fetched batch being processed. The owner sets its fields
-// before sending the first chunk index (the send publishes them) and reads
-// them again only after wg.Wait.
+// before sending the first chunk (the send publishes them) and reads or
+// reuses them again only after wg.Wait.
 type pass[T any] struct {
 	items  []T
 	chunks int   // chunks handed out: 0..chunks-1
@@ -229,8 +246,12 @@ func (r *itemRun[T]) run(ctx context.Context) {
 			close(r.work)
 			r.workers.Wait()
 		}
-		r.cur.items = nil
+		r.passes[0].items, r.passes[1].items = nil, nil
 	}()
+	if r.e.cfg.Streaming && r.e.cfg.PipelinedFetch {
+		r.runPipelined(ctx)
+		return
+	}
 	for ctx.Err() == nil {
 		items, err := r.callFetch(ctx)
 		if err != nil {
@@ -241,9 +262,56 @@ func (r *itemRun[T]) run(ctx context.Context) {
 			return
 		}
 		r.dispatch(ctx, items)
-		if !r.e.cfg.Streaming || (r.e.cfg.KeepGoing != nil && !r.e.cfg.KeepGoing()) {
+		if !r.e.cfg.Streaming || !r.keepGoing() {
 			return
 		}
+	}
+}
+
+func (r *itemRun[T]) keepGoing() bool {
+	return r.e.cfg.KeepGoing == nil || r.e.cfg.KeepGoing()
+}
+
+// runPipelined is the streaming loop with PipelinedFetch. The owner hands
+// batch k to the workers and, while they process it, fetches batch k+1 and
+// hands it out too, then waits for batch k, then fetches batch k+2: Fetch
+// overlaps processing, and workers that finish their share of batch k go
+// on with batch k+1 instead of waiting for batch k's slowest item. At most
+// two batches are handed out at a time, and KeepGoing is checked before
+// every Fetch after the first.
+func (r *itemRun[T]) runPipelined(ctx context.Context) {
+	var prev *pass[T] // handed out and not yet waited for
+	defer func() {
+		if prev != nil {
+			prev.wg.Wait()
+		}
+	}()
+	if ctx.Err() != nil {
+		return
+	}
+	items, err := r.callFetch(ctx)
+	for {
+		if err != nil {
+			r.recordErr("fetch", err)
+			return
+		}
+		if len(items) == 0 || ctx.Err() != nil {
+			return
+		}
+		p := &r.passes[0]
+		if p == prev {
+			p = &r.passes[1]
+		}
+		setPass(p, items, r.e.cfg.Threads)
+		r.handOut(ctx, p, 2)
+		if prev != nil {
+			prev.wg.Wait()
+		}
+		prev = p
+		if ctx.Err() != nil || !r.keepGoing() {
+			return
+		}
+		items, err = r.callFetch(ctx)
 	}
 }
 
@@ -261,20 +329,34 @@ func (r *itemRun[T]) callFetch(ctx context.Context) (items []T, err error) {
 // chunk is done. A batch that needs one chunk is processed on the owner's
 // goroutine without a hand-off.
 func (r *itemRun[T]) dispatch(ctx context.Context, items []T) {
-	p := &r.cur
+	p := &r.passes[0]
+	setPass(p, items, r.e.cfg.Threads)
+	if p.chunks == 1 {
+		r.processChunk(ctx, p, 0)
+		return
+	}
+	r.handOut(ctx, p, 1)
+	p.wg.Wait()
+}
+
+// setPass makes items the batch of p, cut into at most threads chunks.
+func setPass[T any](p *pass[T], items []T, threads int) {
 	p.items = items
-	p.chunks = min(r.e.cfg.Threads, len(items))
+	p.chunks = min(threads, len(items))
 	p.next.Store(0)
 	// Per-item jobs claim items in strides, about four per worker and pass:
 	// a slow item holds back at most its stride, and the shared cursor is
 	// touched a handful of times per pass rather than once per item.
 	p.stride = int64(max(1, len(items)/(4*p.chunks)))
-	if p.chunks == 1 {
-		r.processChunk(ctx, p, 0)
-		return
-	}
+}
+
+// handOut hands p's chunks (set by setPass) to the workers, starting them
+// on demand; it does not wait for them (the caller waits on p.wg).
+// inFlight is the most passes handed out at once: the work channel holds
+// that many passes' chunks, so the sends never block.
+func (r *itemRun[T]) handOut(ctx context.Context, p *pass[T], inFlight int) {
 	if r.work == nil {
-		r.work = make(chan int, r.e.cfg.Threads)
+		r.work = make(chan chunkRef[T], inFlight*r.e.cfg.Threads)
 	}
 	for r.started < p.chunks {
 		r.started++
@@ -284,21 +366,18 @@ func (r *itemRun[T]) dispatch(ctx context.Context, items []T) {
 	p.wg.Add(p.chunks)
 	for i := 0; i < p.chunks; i++ {
 		select {
-		case r.work <- i:
+		case r.work <- chunkRef[T]{p, i}:
 		case <-done:
 			p.wg.Add(i - p.chunks) // chunks never handed out
-			p.wg.Wait()
 			return
 		}
 	}
-	p.wg.Wait()
 }
 
 func (r *itemRun[T]) worker(ctx context.Context) {
-	for chunk := range r.work {
-		p := &r.cur
-		r.processChunk(ctx, p, chunk)
-		p.wg.Done()
+	for c := range r.work {
+		r.processChunk(ctx, c.p, c.chunk)
+		c.p.wg.Done()
 	}
 }
 
@@ -354,14 +433,17 @@ type tally struct{ success, failure int64 }
 // processRange processes items[lo:hi] until the end, a panic or ctx's end.
 // It returns the index after the last item handled, and whether ctx ended.
 // Recovering here, once per range instead of once per item, keeps the
-// per-item cost to the Process call, a counter increment and an atomic
-// load of the stop flag; the ctx's Done channel itself is polled every
-// ctxPollEvery items, which bounds how many items a worker can start after
-// a cancel even before the stop flag is set.
+// per-item cost to the Process call and a counter increment: cancellation
+// is checked once per block of ctxPollEvery items (the stop flag set by
+// context.AfterFunc, and ctx.Done() itself), which bounds how many items a
+// worker can start after a cancel.
 func (r *itemRun[T]) processRange(ctx context.Context, items []T, lo, hi int, t *tally) (next int, stopped bool) {
-	pos := lo // index of the item in progress, for the recover
+	// Successes are counted per block from the position: the inner loop
+	// touches memory only for failures, which are rare.
+	pos, blockStart, blockFailures := lo, lo, t.failure
 	defer func() {
 		if v := recover(); v != nil {
+			t.success += int64(pos-blockStart) - (t.failure - blockFailures)
 			t.failure++
 			r.recordErr("process", newPanicError("process", v))
 			next, stopped = pos+1, false
@@ -369,32 +451,32 @@ func (r *itemRun[T]) processRange(ctx context.Context, items []T, lo, hi int, t 
 	}()
 	done := ctx.Done()
 	job, shard, stop := r.e.job, r.shard, &r.e.stopped
-	var success, failure int64
-	defer func() { t.success += success; t.failure += failure }()
-	for i, item := range items[lo:hi] {
-		if i%ctxPollEvery == 0 {
-			select {
-			case <-done:
-				return lo + i, true
-			default:
+	for pos < hi {
+		if stop.Load() {
+			return pos, true
+		}
+		select {
+		case <-done:
+			return pos, true
+		default:
+		}
+		end := min(pos+ctxPollEvery, hi)
+		blockStart, blockFailures = pos, t.failure
+		for i := pos; i < end; i++ {
+			pos = i
+			if err := job.Process(ctx, shard, items[i]); err != nil {
+				t.failure++
+				r.recordErr("process", err)
 			}
 		}
-		if stop.Load() {
-			return lo + i, true
-		}
-		pos = lo + i
-		if err := job.Process(ctx, shard, item); err != nil {
-			failure++
-			r.recordErr("process", err)
-		} else {
-			success++
-		}
+		pos = end
+		t.success += int64(end-blockStart) - (t.failure - blockFailures)
 	}
 	return hi, false
 }
 
-// ctxPollEvery is how often (in items) processRange polls ctx.Done()
-// besides the stop flag set by context.AfterFunc.
+// ctxPollEvery is the block of items processRange processes between two
+// cancellation checks.
 const ctxPollEvery = 16
 
 func (r *itemRun[T]) processBatch(ctx context.Context, items []T) {

@@ -583,14 +583,15 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	}
 
 	res := h.pipeline(rctx, shards, PipelineConfig{
-		JobName:     h.name,
-		Threads:     cfg.ConcurrentDataProcessThreadCount,
-		Streaming:   cfg.StreamingProcess,
-		KeepGoing:   func() bool { return run.KeepGoing() && !n.isStopping(h) },
-		Counter:     h.counter,
-		ErrorPolicy: cfg.ErrorPolicy,
-		Logger:      n.logger,
-		ItemTimeout: cfg.ItemTimeout,
+		JobName:        h.name,
+		Threads:        cfg.ConcurrentDataProcessThreadCount,
+		Streaming:      cfg.StreamingProcess,
+		PipelinedFetch: cfg.PipelinedFetch,
+		KeepGoing:      func() bool { return run.KeepGoing() && !n.isStopping(h) },
+		Counter:        h.counter,
+		ErrorPolicy:    cfg.ErrorPolicy,
+		Logger:         n.logger,
+		ItemTimeout:    cfg.ItemTimeout,
 	})
 	// Read before Complete, which ends the run's context.
 	cancelled := rctx.Err() != nil

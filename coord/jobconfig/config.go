@@ -60,6 +60,13 @@ type Config struct {
 	// job is paused, resharding is due, the node stops or ownership is lost).
 	// Default false: one fetch, one process per trigger.
 	StreamingProcess bool
+	// PipelinedFetch (with StreamingProcess) overlaps the next Fetch of a
+	// shard item with the processing of its current batch, for sources
+	// whose Fetch is slow (I/O-bound). Fetch must not depend on the
+	// current batch being processed (read with a cursor, not "rows still
+	// pending"). Ignored without StreamingProcess. Default false: fetch,
+	// then process the whole batch, then fetch again (ElasticJob's way).
+	PipelinedFetch bool
 	// MaxTimeDiffSeconds is the tolerated skew, in seconds, between the local
 	// clock and the coordination service's. A run is refused when the skew is
 	// larger. Default 0: no check (ElasticJob's -1; any value <= 0 disables it).

@@ -23,6 +23,7 @@ const (
 	FieldConcurrentDataProcessThreadCount = "concurrentDataProcessThreadCount"
 	FieldFetchDataCount                   = "fetchDataCount"
 	FieldStreamingProcess                 = "streamingProcess"
+	FieldPipelinedFetch                   = "pipelinedFetch"
 	FieldMaxTimeDiffSeconds               = "maxTimeDiffSeconds"
 	FieldFailover                         = "failover"
 	FieldMisfire                          = "misfire"
@@ -72,6 +73,7 @@ var fieldSpecs = map[string]fieldSpec{
 	FieldConcurrentDataProcessThreadCount: {kind: kindInt, example: "8", num: func(c *Config) *int { return &c.ConcurrentDataProcessThreadCount }},
 	FieldFetchDataCount:                   {kind: kindInt, example: "100", num: func(c *Config) *int { return &c.FetchDataCount }},
 	FieldStreamingProcess:                 {kind: kindBool, example: "false", flag: func(c *Config) *bool { return &c.StreamingProcess }},
+	FieldPipelinedFetch:                   {kind: kindBool, example: "true", flag: func(c *Config) *bool { return &c.PipelinedFetch }},
 	FieldMaxTimeDiffSeconds:               {kind: kindInt, example: "60", num: func(c *Config) *int { return &c.MaxTimeDiffSeconds }},
 	FieldFailover:                         {kind: kindBool, example: "true", flag: func(c *Config) *bool { return &c.Failover }},
 	FieldMisfire:                          {kind: kindBool, example: "true", ptr: func(c *Config) **bool { return &c.Misfire }},

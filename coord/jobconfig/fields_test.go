@@ -14,7 +14,7 @@ func TestFieldsNames(t *testing.T) {
 		"concurrentDataProcessThreadCount", "cron", "description", "disabled", "errorPolicy",
 		"failover", "fetchDataCount", "httpHeaders", "httpMethod", "httpUrl", "itemTimeout",
 		"jobParameter", "jobShardingStrategy", "maxTimeDiffSeconds",
-		"misfire", "monitorExecution", "overwrite", "processCountIntervalSeconds",
+		"misfire", "monitorExecution", "overwrite", "pipelinedFetch", "processCountIntervalSeconds",
 		"reconcileIntervalSeconds", "scriptCommandLine", "shardingItemParameters", "shardingTotalCount", "streamingProcess",
 	}
 	if got := FieldNames(); !slices.Equal(got, want) {
@@ -30,7 +30,7 @@ func TestFieldsEncoding(t *testing.T) {
 	c := Config{
 		JobName: "j", Cron: "0 * * * * ?", ShardingTotalCount: 4, ShardingItemParameters: "0=a",
 		JobParameter: "p", MonitorExecution: Bool(false), ProcessCountIntervalSeconds: 10,
-		FetchDataCount: 100, StreamingProcess: true, MaxTimeDiffSeconds: -1, Failover: true,
+		FetchDataCount: 100, StreamingProcess: true, PipelinedFetch: true, MaxTimeDiffSeconds: -1, Failover: true,
 		Description: " d ", Overwrite: true, ShardingStrategy: "odd-even", Disabled: true,
 		ErrorPolicy: ErrorPolicyReturn, JobType: JobTypeDataflow, ItemTimeout: 90 * time.Second,
 	}
@@ -38,6 +38,7 @@ func TestFieldsEncoding(t *testing.T) {
 		"cron": "0 * * * * ?", "shardingTotalCount": "4", "shardingItemParameters": "0=a",
 		"jobParameter": "p", "monitorExecution": "false", "processCountIntervalSeconds": "10",
 		"concurrentDataProcessThreadCount": "0", "fetchDataCount": "100", "streamingProcess": "true",
+		"pipelinedFetch":     "true",
 		"maxTimeDiffSeconds": "-1", "failover": "true", "misfire": "true", "description": " d ",
 		"overwrite": "true", "jobShardingStrategy": "odd-even", "disabled": "true",
 		"errorPolicy": "return", "reconcileIntervalSeconds": "0", "jobType": "DATAFLOW",
