@@ -142,13 +142,14 @@ func freshDB(ctx context.Context, dsn, name string) (*pgxpool.Pool, func(), erro
 	}, nil
 }
 
-// seedWork creates a migrated work table "work" with n pending rows.
+// seedWork creates a work table "work" with n pending rows: the business
+// columns, Migrate's bookkeeping columns (added while the table is empty),
+// then COPY.
 func seedWork(ctx context.Context, pool *pgxpool.Pool, n int64) error {
-	if _, err := pool.Exec(ctx, `CREATE TABLE work (
-  id bigint PRIMARY KEY, payload text NOT NULL,
-  bucket smallint GENERATED ALWAYS AS ((((id % 1024) + 1024) % 1024)::smallint) STORED,
-  status text NOT NULL DEFAULT 'pending', claimed_by text, claim_epoch bigint, claimed_at timestamptz,
-  attempts integer NOT NULL DEFAULT 0, last_error text)`); err != nil {
+	if _, err := pool.Exec(ctx, `CREATE TABLE work (id bigint PRIMARY KEY, payload text NOT NULL)`); err != nil {
+		return err
+	}
+	if err := postgres.Migrate(ctx, pool, postgres.TableSpec{Table: "work"}); err != nil {
 		return err
 	}
 	var i int64
@@ -161,15 +162,12 @@ func seedWork(ctx context.Context, pool *pgxpool.Pool, n int64) error {
 	})); err != nil {
 		return err
 	}
-	if err := postgres.Migrate(ctx, pool, postgres.TableSpec{Table: "work"}); err != nil {
-		return err
-	}
 	_, err := pool.Exec(ctx, "VACUUM ANALYZE work")
 	return err
 }
 
 func countDone(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	var n int64
-	err := pool.QueryRow(ctx, `SELECT count(*) FROM work WHERE status = 'done'`).Scan(&n)
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM work WHERE shardflow_status = 'done'`).Scan(&n)
 	return n, err
 }

@@ -118,13 +118,13 @@ func benchPgxLoop(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch
 		return result{}, err
 	}
 	const claim = `WITH c AS (
-  SELECT id FROM work WHERE status = 'pending' AND bucket BETWEEN $1 AND $2 AND (bucket, id) > ($6::smallint, $7::bigint)
-  ORDER BY status, bucket, id LIMIT $3 FOR UPDATE SKIP LOCKED)
-UPDATE work AS t SET status = 'claimed', claimed_by = $4, claim_epoch = $5, claimed_at = now(), attempts = t.attempts + 1
+  SELECT id FROM work WHERE shardflow_status = 'pending' AND shardflow_bucket BETWEEN $1 AND $2 AND (shardflow_bucket, id) > ($6::smallint, $7::bigint)
+  ORDER BY shardflow_status, shardflow_bucket, id LIMIT $3 FOR UPDATE SKIP LOCKED)
+UPDATE work AS t SET shardflow_status = 'claimed', shardflow_claimed_by = $4, shardflow_claim_epoch = $5, shardflow_claimed_at = now(), shardflow_attempts = t.shardflow_attempts + 1
 FROM c WHERE t.id = c.id
 RETURNING t.id, t.payload`
-	const done = `UPDATE work AS t SET status = 'done', last_error = NULL
-WHERE t.id = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AND t.claim_epoch = $3`
+	const done = `UPDATE work AS t SET shardflow_status = 'done', shardflow_last_error = NULL
+WHERE t.id = ANY($1::bigint[]) AND t.shardflow_status = 'claimed' AND t.shardflow_claimed_by = $2 AND t.shardflow_claim_epoch = $3`
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, items)
@@ -264,7 +264,7 @@ func benchUpdate(ctx context.Context, pool *pgxpool.Pool, n int64) (result, erro
 		return result{}, err
 	}
 	start := time.Now()
-	tag, err := pool.Exec(ctx, `UPDATE work SET status = 'done'`)
+	tag, err := pool.Exec(ctx, `UPDATE work SET shardflow_status = 'done'`)
 	if err != nil {
 		return result{}, err
 	}
@@ -272,7 +272,7 @@ func benchUpdate(ctx context.Context, pool *pgxpool.Pool, n int64) (result, erro
 	if tag.RowsAffected() != n {
 		return result{}, fmt.Errorf("updated %d; want %d", tag.RowsAffected(), n)
 	}
-	return result{name: "update", rows: n, elapsed: elapsed, note: "one UPDATE work SET status = 'done' over the whole table"}, nil
+	return result{name: "update", rows: n, elapsed: elapsed, note: "one UPDATE work SET shardflow_status = 'done' over the whole table"}, nil
 }
 
 // countingJob counts the rows its BatchJob processed successfully and

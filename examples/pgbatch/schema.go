@@ -14,21 +14,16 @@ import (
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
-// The source table carries the bookkeeping columns in its DDL (so seeding
-// a large table never rewrites it); Migrate then only adds the index and
-// the fencing tables. The result table has NO unique constraint on
-// source_id, so a duplicate effect would show in verify.
+// The source table is an ordinary business table, with its own status
+// column: Migrate adds the shardflow_ bookkeeping columns beside it (before
+// seeding, so the table is never rewritten), and the job never writes
+// status. The result table has NO unique constraint on source_id, so a
+// duplicate effect would show in verify.
 const ddl = `
 CREATE TABLE IF NOT EXISTS pgbatch_source (
   id          bigint      PRIMARY KEY,
   payload     text        NOT NULL,
-  bucket      smallint    GENERATED ALWAYS AS ((((id % 1024) + 1024) % 1024)::smallint) STORED,
-  status      text        NOT NULL DEFAULT 'pending',
-  claimed_by  text,
-  claim_epoch bigint,
-  claimed_at  timestamptz,
-  attempts    integer     NOT NULL DEFAULT 0,
-  last_error  text
+  status      text        NOT NULL DEFAULT 'open'
 );
 CREATE TABLE IF NOT EXISTS pgbatch_result (
   source_id   bigint      NOT NULL,
@@ -48,7 +43,8 @@ var sourceSpec = postgres.TableSpec{Table: "pgbatch_source", Key: "id", Columns:
 
 var resultTarget = sinkpg.Target{Table: "pgbatch_result", Columns: []string{"source_id", "payload_len", "worker", "epoch"}}
 
-// setup creates the tables, the work index and the fencing tables.
+// setup creates the tables, then Migrate adds the bookkeeping columns, the
+// work index and the fencing tables.
 func setup(ctx context.Context, pool *pgxpool.Pool) error {
 	if _, err := pool.Exec(ctx, ddl); err != nil {
 		return fmt.Errorf("creating the pgbatch tables: %w", err)
@@ -78,25 +74,29 @@ type Report struct {
 	Lost             int64 `json:"lost"`
 	DuplicateEffects int64 `json:"duplicate_effects"`
 	OrphanEffects    int64 `json:"orphan_effects"`
+	// BusinessWrites counts source rows whose own status column is no
+	// longer the 'open' every row is seeded with: the job must never write it.
+	BusinessWrites int64 `json:"business_writes"`
 }
 
 const verifySQL = `
 WITH r AS (SELECT source_id, count(*) AS n FROM pgbatch_result GROUP BY source_id)
 SELECT
   (SELECT count(*) FROM pgbatch_source),
-  (SELECT count(*) FROM pgbatch_source WHERE status = 'done'),
-  (SELECT count(*) FROM pgbatch_source WHERE status IN ('pending', 'claimed')),
-  (SELECT count(*) FROM pgbatch_source WHERE status = 'failed'),
+  (SELECT count(*) FROM pgbatch_source WHERE shardflow_status = 'done'),
+  (SELECT count(*) FROM pgbatch_source WHERE shardflow_status IN ('pending', 'claimed')),
+  (SELECT count(*) FROM pgbatch_source WHERE shardflow_status = 'failed'),
   (SELECT count(*) FROM pgbatch_source s LEFT JOIN r ON r.source_id = s.id
-     WHERE (s.status = 'done' AND r.source_id IS NULL)
-        OR (s.status NOT IN ('done', 'pending', 'claimed', 'failed'))),
+     WHERE (s.shardflow_status = 'done' AND r.source_id IS NULL)
+        OR (s.shardflow_status NOT IN ('done', 'pending', 'claimed', 'failed'))),
   (SELECT coalesce(sum(n - 1), 0) FROM r WHERE n > 1),
   (SELECT count(*) FROM r LEFT JOIN pgbatch_source s ON s.id = r.source_id
-     WHERE s.id IS NULL OR s.status <> 'done')`
+     WHERE s.id IS NULL OR s.shardflow_status <> 'done'),
+  (SELECT count(*) FROM pgbatch_source WHERE status <> 'open')`
 
 func verify(ctx context.Context, pool *pgxpool.Pool) (Report, error) {
 	var r Report
-	err := pool.QueryRow(ctx, verifySQL).Scan(&r.Rows, &r.Done, &r.Pending, &r.Failed, &r.Lost, &r.DuplicateEffects, &r.OrphanEffects)
+	err := pool.QueryRow(ctx, verifySQL).Scan(&r.Rows, &r.Done, &r.Pending, &r.Failed, &r.Lost, &r.DuplicateEffects, &r.OrphanEffects, &r.BusinessWrites)
 	if err != nil {
 		return r, fmt.Errorf("verify: %w", err)
 	}

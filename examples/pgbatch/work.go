@@ -121,7 +121,7 @@ func runWork(ctx context.Context, args []string) error {
 			continue
 		}
 		var left int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgbatch_source WHERE status IN ('pending', 'claimed')`).Scan(&left); err == nil && left == 0 {
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgbatch_source WHERE shardflow_status IN ('pending', 'claimed')`).Scan(&left); err == nil && left == 0 {
 			fmt.Printf("work %s: no pending row left\n", o.serverID)
 			return nil
 		}

@@ -11,21 +11,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
+	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/sinks/postgres"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { integration.Main(m) }
 
-// newDB returns a pool on a fresh schema of the SHARDFLOW_PG database,
-// dropped at cleanup; the test is skipped without SHARDFLOW_PG.
+// newDB returns a pool on a fresh schema of the package's shared Postgres
+// (SHARDFLOW_PG, or a container started by the integration harness),
+// dropped at cleanup.
 func newDB(t *testing.T) (*pgxpool.Pool, context.Context) {
 	t.Helper()
-	dsn := os.Getenv("SHARDFLOW_PG")
-	if dsn == "" {
-		t.Skip("SHARDFLOW_PG is not set; set it to a Postgres DSN to run the Postgres tests")
-	}
+	dsn := integration.SharedPostgres(t).DSN()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	schema := fmt.Sprintf("sfsink_%d_%s", os.Getpid(), strings.ToLower(strings.NewReplacer("/", "_").Replace(t.Name())))

@@ -47,7 +47,7 @@ func TestClaimGivesEachItemDisjointRowsOfItsBuckets(t *testing.T) {
 	if len(seen) != rows {
 		t.Fatalf("claimed %d distinct rows; want %d", len(seen), rows)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'done' AND claimed_by = 's1' AND attempts = 1`); n != rows {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_claimed_by = 's1' AND shardflow_attempts = 1`); n != rows {
 		t.Fatalf("done rows = %d; want %d", n, rows)
 	}
 }
@@ -104,13 +104,13 @@ func TestClaimDoneMarksAreGuardedByTheClaim(t *testing.T) {
 	if _, err := stale.ProcessBatch(ctx, shard(0, 1, 100, 1), oldRows); err != nil {
 		t.Fatal(err)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'claimed' AND claimed_by = 'new' AND claim_epoch = 2`); n != 50 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'claimed' AND shardflow_claimed_by = 'new' AND shardflow_claim_epoch = 2`); n != 50 {
 		t.Fatalf("rows still claimed by the new owner = %d; want 50", n)
 	}
 	if n, err := fresh.ProcessBatch(ctx, shard(0, 1, 100, 2), newRows); err != nil || n != 50 {
 		t.Fatalf("fresh ProcessBatch = %d, %v", n, err)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'done' AND claimed_by = 'new'`); n != 50 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_claimed_by = 'new'`); n != 50 {
 		t.Fatalf("done by the new owner = %d; want 50", n)
 	}
 	if staleRan != 50 || freshRan != 50 {
@@ -132,7 +132,7 @@ func TestClaimReclaimsAnExpiredLeaseOfTheSameServer(t *testing.T) {
 		t.Fatalf("Fetch within the lease = %d rows, %v; want 0", len(again), err)
 	}
 	// Age half the claims past the 5m default lease (the process "died").
-	exec(t, pool, `UPDATE orders SET claimed_at = now() - interval '6 minutes' WHERE id <= 10`)
+	exec(t, pool, `UPDATE orders SET shardflow_claimed_at = now() - interval '6 minutes' WHERE id <= 10`)
 	again, err := job.Fetch(ctx, shard(0, 1, 100, 7))
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestClaimReclaimsAnExpiredLeaseOfTheSameServer(t *testing.T) {
 			t.Fatalf("reclaimed row %d whose lease is live", r.Key)
 		}
 	}
-	if n := queryInt(t, pool, `SELECT max(attempts) FROM orders`); n != 2 {
+	if n := queryInt(t, pool, `SELECT max(shardflow_attempts) FROM orders`); n != 2 {
 		t.Fatalf("max attempts = %d; want 2 after one reclaim", n)
 	}
 }
@@ -180,13 +180,13 @@ func TestClaimPoisonRowFailsAfterMaxAttemptsAndOthersGoOn(t *testing.T) {
 	}
 	var status, lastErr string
 	var attempts int
-	if err := pool.QueryRow(ctx, `SELECT status, attempts, last_error FROM orders WHERE id = 17`).Scan(&status, &attempts, &lastErr); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT shardflow_status, shardflow_attempts, shardflow_last_error FROM orders WHERE id = 17`).Scan(&status, &attempts, &lastErr); err != nil {
 		t.Fatal(err)
 	}
 	if status != "failed" || attempts != 3 || !strings.Contains(lastErr, "currency XXX") {
 		t.Fatalf("poison row = %s, %d attempts, %q; want failed, 3, the error", status, attempts, lastErr)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'done'`); n != 29 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done'`); n != 29 {
 		t.Fatalf("done rows = %d; want 29", n)
 	}
 }
@@ -211,10 +211,10 @@ func TestClaimReleasesUnprocessedRowsOnCancel(t *testing.T) {
 	if err != nil || n != 4 {
 		t.Fatalf("ProcessBatch = %d, %v; want 4, nil", n, err)
 	}
-	if d := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'done'`); d != 4 {
+	if d := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done'`); d != 4 {
 		t.Fatalf("done = %d; want 4", d)
 	}
-	if p := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'pending' AND attempts = 0 AND claimed_by IS NULL`); p != 6 {
+	if p := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'pending' AND shardflow_attempts = 0 AND shardflow_claimed_by IS NULL`); p != 6 {
 		t.Fatalf("released = %d; want 6 pending with no attempt counted", p)
 	}
 }
@@ -229,7 +229,7 @@ func TestClaimFetchRefusesWhenOwnershipIsLost(t *testing.T) {
 	if !errors.Is(err, postgres.ErrFenced) || !errors.Is(err, notOwner) || len(got) != 0 {
 		t.Fatalf("Fetch = %d rows, %v; want ErrFenced wrapping the ownership error", len(got), err)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'pending'`); n != 10 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'pending'`); n != 10 {
 		t.Fatalf("pending = %d; want 10 (nothing claimed)", n)
 	}
 }

@@ -3,17 +3,31 @@
 //
 // # Rows and shard items
 //
+// Migrate adds bookkeeping columns to the user's table, named
+// shardflow_bucket, shardflow_status, shardflow_claimed_by,
+// shardflow_claim_epoch, shardflow_claimed_at, shardflow_attempts and
+// shardflow_last_error by default (TableSpec.Bookkeeping renames them), and
+// marks each with a column comment. The source writes no other column of
+// the table, and never a column of one of those names that Migrate did not
+// create: Migrate and NewSource refuse it with ErrColumnTaken, naming the
+// column and the fix. A table prepared by the first release (columns named
+// status, bucket, ...) is refused with ErrV1Table; UpgradeV1 renames its
+// columns in place.
+//
 // Every row carries a stored bucket, 0..NumBuckets-1, computed from its key
-// by a generated column: ((key % 1024) + 1024) % 1024. Modulo keeps
-// sequential keys evenly spread over the buckets, the double modulo keeps
-// negative keys in range, and because the bucket is stored a new
-// ShardingTotalCount moves no row between buckets. Shard item i of n owns
-// the contiguous bucket range [i*1024/n, (i+1)*1024/n) (see BucketRange),
-// so every query of an item is a range scan of one index:
-// (status, bucket, key) WHERE status IN ('pending','claimed') for the work
-// modes, (bucket, key) for the checkpoint mode. Migrate creates the columns
-// and the indexes; Validate (run by NewSource) refuses a table that lacks
-// them, naming the missing table or column.
+// by a generated column: ((key % 1024) + 1024) % 1024. Being generated, it
+// is filled in by Postgres for rows the application inserts later with a
+// plain INSERT (the status defaults to 'pending', the attempts to 0), so
+// such rows are picked up by the next fetch. Modulo keeps sequential keys
+// evenly spread over the buckets, the double modulo keeps negative keys in
+// range, and because the bucket is stored a new ShardingTotalCount moves no
+// row between buckets. Shard item i of n owns the contiguous bucket range
+// [i*1024/n, (i+1)*1024/n) (see BucketRange), so every query of an item is
+// a range scan of one index: (status, bucket, key) WHERE status IN
+// ('pending','claimed') for the work modes, (bucket, key) for the
+// checkpoint mode. Validate (run by NewSource) refuses a table that lacks
+// them, naming the missing table or column, and checks that every field of
+// T can hold its column's SQL type.
 //
 // # Modes
 //

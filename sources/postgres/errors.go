@@ -28,6 +28,20 @@ var (
 	ErrFenced = errors.New("sources/postgres: shard item fenced by a newer owner; transaction rolled back")
 	// ErrConfig: a Config or TableSpec field is invalid; the message names it.
 	ErrConfig = errors.New("sources/postgres: invalid configuration")
+	// ErrColumnTaken: a column of one of the bookkeeping names exists and
+	// was not created by Migrate (it has no shardflow marker comment). The
+	// source never writes a column it did not create: rename the
+	// bookkeeping column with TableSpec.Bookkeeping.
+	ErrColumnTaken = errors.New("sources/postgres: a bookkeeping column name is taken by a column shardflow did not create")
+	// ErrV1Table: the table was prepared by shardflow's first release
+	// (bookkeeping columns named status, bucket, ...). Run UpgradeV1 once.
+	ErrV1Table = errors.New("sources/postgres: table prepared by shardflow's first release; run postgres.UpgradeV1")
+	// ErrStatement: a statement failed for a reason that is not the row's
+	// (see Classify): undefined table or column, insufficient privilege,
+	// read-only transaction, lost connection, disk full, serialization
+	// failure or deadlock. No row attempt was counted; the batch is retried
+	// with backoff.
+	ErrStatement = errors.New("sources/postgres: statement or infrastructure error (no row attempt counted; retrying with backoff)")
 )
 
 // ProcessError is the error of one row whose processing failed; it is

@@ -10,27 +10,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.uber.org/goleak"
 
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { integration.Main(m) }
 
 var schemaSeq atomic.Int64
 
 // newDB returns a pool whose search_path is a fresh schema, dropped at the
-// end of the test. Postgres comes from SHARDFLOW_PG (a DSN); without it the
-// test is skipped.
+// end of the test, on the package's shared Postgres (SHARDFLOW_PG, or a
+// container started by the integration harness).
 func newDB(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	dsn := os.Getenv("SHARDFLOW_PG")
-	if dsn == "" {
-		t.Skip("SHARDFLOW_PG is not set; set it to a Postgres DSN to run the Postgres tests")
-	}
+	dsn := integration.SharedPostgres(t).DSN()
 	ctx := context.Background()
 	admin, err := postgres.Connect(ctx, dsn, 2)
 	if err != nil {

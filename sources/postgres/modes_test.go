@@ -79,7 +79,7 @@ func TestClaimFindsAClaimAbandonedBehindItsCursor(t *testing.T) {
 	// Rows 1..10 (buckets 1..10) are done and the cursor is past them.
 	// Row 5 now shows a claim by a server that overlapped with us and
 	// died: behind the cursor, so only a sweep from the range start finds it.
-	exec(t, pool, `UPDATE orders SET status = 'claimed', claimed_by = 'dead', claim_epoch = 2, claimed_at = now() WHERE id = 5`)
+	exec(t, pool, `UPDATE orders SET shardflow_status = 'claimed', shardflow_claimed_by = 'dead', shardflow_claim_epoch = 2, shardflow_claimed_at = now() WHERE id = 5`)
 	for range 50 {
 		got, err := job.Fetch(ctx, s)
 		if err != nil {
@@ -92,7 +92,7 @@ func TestClaimFindsAClaimAbandonedBehindItsCursor(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'done' AND claimed_by = 'a' AND claim_epoch = 3`); n != 100 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_claimed_by = 'a' AND shardflow_claim_epoch = 3`); n != 100 {
 		t.Fatalf("done by a at epoch 3 = %d; want 100, the dead server's claim reclaimed", n)
 	}
 }

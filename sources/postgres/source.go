@@ -104,67 +104,43 @@ func NewSource[T any](ctx context.Context, cfg Config) (*Source[T], error) {
 // Columns returns the columns scanned into T, in order.
 func (s *Source[T]) Columns() []string { return append([]string(nil), s.cols...) }
 
-// Validate checks, before any run, that the table exists, that the key,
-// bucket and (for a work table) bookkeeping columns exist, that the
+// Validate checks, before any run, that the table exists, that the key and
+// the bookkeeping columns exist and were created by Migrate, that the
 // fencing tables exist, and that the selected columns match the fields of
-// T. Errors wrap ErrMissingTable, ErrMissingColumn or ErrRowMismatch and
-// name the table, column or field with the fix.
+// T, each field's Go type able to hold its column's SQL type. Errors wrap
+// ErrMissingTable, ErrMissingColumn, ErrColumnTaken, ErrV1Table or
+// ErrRowMismatch and name the table, column or field with the fix.
 func (s *Source[T]) Validate(ctx context.Context) error {
 	pool := s.cfg.Pool
-	table := s.spec.ident().Sanitize()
-	var oid *uint32
-	if err := pool.QueryRow(ctx, `SELECT to_regclass($1)::oid`, table).Scan(&oid); err != nil {
-		return fmt.Errorf("sources/postgres: looking up table %s: %w", s.spec.Table, err)
-	}
-	if oid == nil {
-		return fmt.Errorf("%w: %s (create it, or fix TableSpec.Table; schema-qualify a table outside the search_path)", ErrMissingTable, s.spec.Table)
-	}
-	rows, err := pool.Query(ctx, `SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
-WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, *oid)
+	info, err := readTable(ctx, pool, s.spec)
 	if err != nil {
-		return fmt.Errorf("sources/postgres: reading the columns of table %s: %w", s.spec.Table, err)
+		return err
 	}
-	var order []string
-	types := map[string]string{}
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			rows.Close()
-			return fmt.Errorf("sources/postgres: reading the columns of table %s: %w", s.spec.Table, err)
-		}
-		order = append(order, name)
-		types[name] = typ
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("sources/postgres: reading the columns of table %s: %w", s.spec.Table, err)
-	}
-	migrate := "run postgres.Migrate(ctx, pool, TableSpec{Table: \"" + s.spec.Table + "\"})"
-	need := []string{ColBucket}
-	if !s.spec.ReadOnly {
-		need = append(need, ColStatus, ColClaimedBy, ColClaimEpoch, ColClaimedAt, ColAttempts, ColLastError)
-	}
-	typ, ok := types[s.spec.Key]
+	col, ok := info.cols[s.spec.Key]
 	if !ok {
 		return fmt.Errorf("%w: key column %q of table %s (set TableSpec.Key to the table's bigint unique key)", ErrMissingColumn, s.spec.Key, s.spec.Table)
 	}
-	if typ != "bigint" && typ != "integer" && typ != "smallint" {
-		return fmt.Errorf("%w: TableSpec.Key %q of table %s has type %s; the key must be an integer column (bigint)", ErrConfig, s.spec.Key, s.spec.Table, typ)
+	if col.typ != "bigint" && col.typ != "integer" && col.typ != "smallint" {
+		return fmt.Errorf("%w: TableSpec.Key %q of table %s has type %s; the key must be an integer column (bigint)", ErrConfig, s.spec.Key, s.spec.Table, col.typ)
 	}
-	for _, c := range need {
-		if _, ok := types[c]; !ok {
-			return fmt.Errorf("%w: bookkeeping column %q of table %s; %s", ErrMissingColumn, c, s.spec.Table, migrate)
-		}
+	missing, err := info.checkBookkeeping(s.spec)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: bookkeeping column %q of table %s; run postgres.Migrate(ctx, pool, spec) with this TableSpec",
+			ErrMissingColumn, missing[0].name, s.spec.Table)
 	}
 	cols := s.spec.Columns
 	if len(cols) == 0 {
-		for _, c := range order {
-			if !bookkeeping[c] {
+		for _, c := range info.order {
+			if !s.spec.isBookkeeping(c) {
 				cols = append(cols, c)
 			}
 		}
 	}
 	for _, c := range cols {
-		if _, ok := types[c]; !ok {
+		if _, ok := info.cols[c]; !ok {
 			return fmt.Errorf("%w: column %q of table %s named in TableSpec.Columns", ErrMissingColumn, c, s.spec.Table)
 		}
 	}
@@ -178,36 +154,12 @@ WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped ORDER BY attnum`, *oid)
 			return fmt.Errorf("sources/postgres: looking up table %s: %w", f, err)
 		}
 		if !ok {
-			return fmt.Errorf("%w: %s (the fencing table); %s or postgres.MigrateFencing", ErrMissingTable, f, migrate)
+			return fmt.Errorf("%w: %s (the fencing table); run postgres.Migrate or postgres.MigrateFencing", ErrMissingTable, f)
 		}
 	}
 	s.cols = cols
-	return s.checkType(ctx)
+	return s.checkType(ctx, info)
 }
-
-// checkType matches the selected columns against T without reading a row.
-func (s *Source[T]) checkType(ctx context.Context) error {
-	rows, err := s.cfg.Pool.Query(ctx, "SELECT "+selectList(s.cols, "")+" FROM "+s.spec.ident().Sanitize()+" LIMIT 0")
-	if err != nil {
-		return fmt.Errorf("sources/postgres: selecting the columns of table %s: %w", s.spec.Table, err)
-	}
-	defer rows.Close()
-	fds := rows.FieldDescriptions()
-	if _, err := pgx.RowToStructByName[T](describedRow{fds: fds}); err != nil {
-		var zero T
-		return fmt.Errorf("%w: table %s columns %v into %T: %w (add the field, tag it `db:\"column\"`, or list the columns in TableSpec.Columns)", ErrRowMismatch, s.spec.Table, s.cols, zero, err)
-	}
-	return nil
-}
-
-// describedRow is a row with field descriptions and no values, to let
-// pgx check a struct against a result's columns.
-type describedRow struct{ fds []pgconn.FieldDescription }
-
-func (r describedRow) FieldDescriptions() []pgconn.FieldDescription { return r.fds }
-func (r describedRow) Scan(...any) error                            { return nil }
-func (r describedRow) Values() ([]any, error)                       { return nil, nil }
-func (r describedRow) RawValues() [][]byte                          { return nil }
 
 // keyedRow hides the leading key column of a result from RowToStructByName
 // and scans it into key.

@@ -13,15 +13,18 @@ import (
 // contiguous ranges of buckets, so at most NumBuckets items have rows.
 const NumBuckets = 1024
 
-// Names of the bookkeeping columns Migrate adds to a work table.
+// Default names of the bookkeeping columns Migrate adds to a work table.
+// The shardflow_ prefix keeps them clear of the business columns a table
+// already has (status, attempts, bucket...); rename them with
+// TableSpec.Bookkeeping.
 const (
-	ColBucket     = "bucket"      // smallint, generated from the key
-	ColStatus     = "status"      // 'pending' | 'claimed' | 'done' | 'failed'
-	ColClaimedBy  = "claimed_by"  // server id of the claimer (claim mode) or committer
-	ColClaimEpoch = "claim_epoch" // fencing epoch of that claim
-	ColClaimedAt  = "claimed_at"  // when claimed (claim mode lease) or done
-	ColAttempts   = "attempts"    // processing attempts so far
-	ColLastError  = "last_error"  // the last processing error's text
+	ColBucket     = "shardflow_bucket"      // smallint, generated from the key
+	ColStatus     = "shardflow_status"      // 'pending' | 'claimed' | 'done' | 'failed'
+	ColClaimedBy  = "shardflow_claimed_by"  // server id of the claimer (claim mode) or committer
+	ColClaimEpoch = "shardflow_claim_epoch" // fencing epoch of that claim
+	ColClaimedAt  = "shardflow_claimed_at"  // when claimed (claim mode lease), done or failed
+	ColAttempts   = "shardflow_attempts"    // processing attempts so far
+	ColLastError  = "shardflow_last_error"  // the last processing error's text
 )
 
 // Row statuses.
@@ -38,9 +41,60 @@ const (
 	CheckpointTable = "shardflow_checkpoint"
 )
 
-var bookkeeping = map[string]bool{
-	ColBucket: true, ColStatus: true, ColClaimedBy: true, ColClaimEpoch: true,
-	ColClaimedAt: true, ColAttempts: true, ColLastError: true,
+// Bookkeeping names the bookkeeping columns of a table. Zero fields take
+// the defaults ColBucket ... ColLastError. The source writes only these
+// columns of the user's table, and only once Migrate has created them
+// (marked with a comment, see Migrate): a column of one of these names
+// that Migrate did not create is refused, never adopted.
+type Bookkeeping struct {
+	Bucket     string // default ColBucket; the only one of a ReadOnly table
+	Status     string // default ColStatus
+	ClaimedBy  string // default ColClaimedBy
+	ClaimEpoch string // default ColClaimEpoch
+	ClaimedAt  string // default ColClaimedAt
+	Attempts   string // default ColAttempts
+	LastError  string // default ColLastError
+}
+
+func (b Bookkeeping) withDefaults() Bookkeeping {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&b.Bucket, ColBucket)
+	def(&b.Status, ColStatus)
+	def(&b.ClaimedBy, ColClaimedBy)
+	def(&b.ClaimEpoch, ColClaimEpoch)
+	def(&b.ClaimedAt, ColClaimedAt)
+	def(&b.Attempts, ColAttempts)
+	def(&b.LastError, ColLastError)
+	return b
+}
+
+// bookColumn is one bookkeeping column: its role (the field of
+// Bookkeeping, the word in its marker comment), its name and its DDL.
+type bookColumn struct {
+	role, name, ddl string
+}
+
+// columns returns the bookkeeping columns a table of spec needs.
+func (s TableSpec) columns() []bookColumn {
+	b := s.Bookkeeping
+	bucket := fmt.Sprintf(`smallint GENERATED ALWAYS AS ((((%s %% %d) + %d) %% %d)::smallint) STORED`,
+		quote(s.Key), NumBuckets, NumBuckets, NumBuckets)
+	cols := []bookColumn{{"Bucket", b.Bucket, bucket}}
+	if s.ReadOnly {
+		return cols
+	}
+	return append(cols,
+		bookColumn{"Status", b.Status, `text NOT NULL DEFAULT 'pending'`},
+		bookColumn{"ClaimedBy", b.ClaimedBy, `text`},
+		bookColumn{"ClaimEpoch", b.ClaimEpoch, `bigint`},
+		bookColumn{"ClaimedAt", b.ClaimedAt, `timestamptz`},
+		bookColumn{"Attempts", b.Attempts, `integer NOT NULL DEFAULT 0`},
+		bookColumn{"LastError", b.LastError, `text`},
+	)
 }
 
 // TableSpec names the user's table.
@@ -53,9 +107,11 @@ type TableSpec struct {
 	// Default "id".
 	Key string
 	// Columns are the columns scanned into the item type T. Default: every
-	// column of the table except the bookkeeping columns (ColBucket ...
-	// ColLastError).
+	// column of the table except the bookkeeping columns.
 	Columns []string
+	// Bookkeeping names the bookkeeping columns; zero fields take the
+	// shardflow_-prefixed defaults (ColBucket ... ColLastError).
+	Bookkeeping Bookkeeping
 	// ReadOnly marks a table read by the checkpoint mode: Migrate adds only
 	// the bucket column and a (bucket, key) index, and Validate checks only
 	// those. Default false: a work table with the status/claim columns.
@@ -66,9 +122,11 @@ func (s TableSpec) withDefaults() TableSpec {
 	if s.Key == "" {
 		s.Key = "id"
 	}
+	s.Bookkeeping = s.Bookkeeping.withDefaults()
 	return s
 }
 
+// validate checks a spec that has its defaults.
 func (s TableSpec) validate() error {
 	if strings.TrimSpace(s.Table) == "" {
 		return fmt.Errorf("%w: TableSpec.Table is empty; name the table to read", ErrConfig)
@@ -81,7 +139,33 @@ func (s TableSpec) validate() error {
 			return fmt.Errorf("%w: TableSpec.Columns[%d] is empty", ErrConfig, i)
 		}
 	}
+	seen := map[string]string{s.Key: "TableSpec.Key"}
+	for _, c := range s.columns() {
+		field := "TableSpec.Bookkeeping." + c.role
+		if prev, dup := seen[c.name]; dup {
+			return fmt.Errorf("%w: %s and %s are both %q; give every bookkeeping column its own name", ErrConfig, prev, field, c.name)
+		}
+		seen[c.name] = field
+		if len(c.name) > 63 {
+			return fmt.Errorf("%w: %s %q is longer than Postgres's 63-byte limit", ErrConfig, field, c.name)
+		}
+	}
+	for _, c := range s.Columns {
+		if f, ok := seen[c]; ok && f != "TableSpec.Key" {
+			return fmt.Errorf("%w: TableSpec.Columns names %q, which is %s; the item type cannot scan a bookkeeping column", ErrConfig, c, f)
+		}
+	}
 	return nil
+}
+
+// isBookkeeping reports whether col is one of spec's bookkeeping columns.
+func (s TableSpec) isBookkeeping(col string) bool {
+	for _, c := range s.columns() {
+		if c.name == col {
+			return true
+		}
+	}
+	return false
 }
 
 // ident is the table's identifier, split on '.'.
@@ -105,91 +189,18 @@ func BucketRange(item, total int) (lo, hi int, ok bool) {
 	return lo, hi, hi >= lo
 }
 
-// Execer is what Migrate needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx all
-// satisfy it.
+// Execer is what MigrateFencing needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
+// all satisfy it.
 type Execer interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// Migrate prepares spec's table for a source and creates the fencing
-// tables. It is idempotent. For a work table it adds (if missing):
-//
-//	bucket      smallint GENERATED ALWAYS AS ((((key % 1024) + 1024) % 1024)::smallint) STORED
-//	status      text NOT NULL DEFAULT 'pending'
-//	claimed_by  text, claim_epoch bigint, claimed_at timestamptz
-//	attempts    integer NOT NULL DEFAULT 0, last_error text
-//
-// and the partial index (status, bucket, key) WHERE status IN
-// ('pending','claimed') that every claim, fetch and reclaim query uses.
-// For a ReadOnly table it adds only bucket and a (bucket, key) index.
-// Adding a stored generated column rewrites the table: run Migrate in a
-// maintenance window on a large table, or create the columns in the
-// table's DDL (see examples/pgbatch).
-func Migrate(ctx context.Context, db Execer, spec TableSpec) error {
-	spec = spec.withDefaults()
-	if err := spec.validate(); err != nil {
-		return err
-	}
-	t, k := spec.ident().Sanitize(), quote(spec.Key)
-	stmts := []string{
-		fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS %s smallint GENERATED ALWAYS AS ((((%s %% %d) + %d) %% %d)::smallint) STORED`,
-			t, ColBucket, k, NumBuckets, NumBuckets, NumBuckets),
-	}
-	if spec.ReadOnly {
-		stmts = append(stmts, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s)`,
-			quote(indexName(spec.name(), "shardflow_keyset")), t, ColBucket, k))
-	} else {
-		stmts = append(stmts,
-			fmt.Sprintf(`ALTER TABLE %s
-  ADD COLUMN IF NOT EXISTS %s text NOT NULL DEFAULT 'pending',
-  ADD COLUMN IF NOT EXISTS %s text,
-  ADD COLUMN IF NOT EXISTS %s bigint,
-  ADD COLUMN IF NOT EXISTS %s timestamptz,
-  ADD COLUMN IF NOT EXISTS %s integer NOT NULL DEFAULT 0,
-  ADD COLUMN IF NOT EXISTS %s text`, t, ColStatus, ColClaimedBy, ColClaimEpoch, ColClaimedAt, ColAttempts, ColLastError),
-			fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s, %s) WHERE %s IN ('pending', 'claimed')`,
-				quote(indexName(spec.name(), "shardflow_work")), t, ColStatus, ColBucket, k, ColStatus))
-	}
-	for _, s := range stmts {
-		if _, err := db.Exec(ctx, s); err != nil {
-			return fmt.Errorf("sources/postgres: migrating table %s: %w", spec.Table, err)
-		}
-	}
-	return MigrateFencing(ctx, db)
-}
-
-// MigrateFencing creates the shardflow_fence and shardflow_checkpoint tables
-// if they are missing. Migrate calls it; call it alone for a database that
-// only holds sinks fenced by FenceTx.
-func MigrateFencing(ctx context.Context, db Execer) error {
-	for _, s := range []string{
-		`CREATE TABLE IF NOT EXISTS shardflow_fence (
-  job   text   NOT NULL,
-  item  int    NOT NULL,
-  epoch bigint NOT NULL,
-  PRIMARY KEY (job, item))`,
-		// One row per bucket, not per item: a new ShardingTotalCount regroups
-		// buckets into items and keeps every bucket's position.
-		`CREATE TABLE IF NOT EXISTS shardflow_checkpoint (
-  job        text     NOT NULL,
-  bucket     smallint NOT NULL,
-  key        bigint   NOT NULL,
-  epoch      bigint   NOT NULL,
-  attempts   int      NOT NULL DEFAULT 0,
-  last_error text,
-  PRIMARY KEY (job, bucket))`,
-		`CREATE TABLE IF NOT EXISTS shardflow_dead_letter (
-  job       text        NOT NULL,
-  key       bigint      NOT NULL,
-  error     text        NOT NULL,
-  failed_at timestamptz NOT NULL DEFAULT now(),
-  PRIMARY KEY (job, key))`,
-	} {
-		if _, err := db.Exec(ctx, s); err != nil {
-			return fmt.Errorf("sources/postgres: creating the fencing tables: %w", err)
-		}
-	}
-	return nil
+// Querier is what Migrate and the failed-rows functions need:
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it.
+type Querier interface {
+	Execer
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
 // indexName keeps Postgres's 63-byte identifier limit.

@@ -13,67 +13,75 @@ const fenceSQL = `INSERT INTO shardflow_fence AS f (job, item, epoch) VALUES ($1
 ON CONFLICT (job, item) DO UPDATE SET epoch = EXCLUDED.epoch WHERE f.epoch <= EXCLUDED.epoch`
 
 func buildStatements(spec TableSpec, cols []string) statements {
+	b := spec.Bookkeeping
 	r := strings.NewReplacer(
 		"{t}", spec.ident().Sanitize(),
 		"{k}", quote(spec.Key),
 		"{cols}", selectList(cols, "t"),
+		"{bucket}", quote(b.Bucket),
+		"{status}", quote(b.Status),
+		"{claimed_by}", quote(b.ClaimedBy),
+		"{claim_epoch}", quote(b.ClaimEpoch),
+		"{claimed_at}", quote(b.ClaimedAt),
+		"{attempts}", quote(b.Attempts),
+		"{last_error}", quote(b.LastError),
 	)
 	return statements{
 		// $1 lo, $2 hi, $3 me, $4 epoch, $5 max attempts, $6 lease seconds.
 		// Re-evaluated on the latest row version under the row lock, so a
 		// claim marked done meanwhile is left alone.
 		reclaim: r.Replace(`UPDATE {t} AS t SET
-  status = CASE WHEN t.attempts >= $5 THEN 'failed' ELSE 'pending' END,
-  last_error = CASE WHEN t.attempts >= $5
-    THEN 'shardflow: claim abandoned by ' || coalesce(t.claimed_by, '?') || ' (epoch ' || coalesce(t.claim_epoch::text, '?') || ') after ' || t.attempts || ' attempts'
-    ELSE t.last_error END,
-  claimed_by = NULL, claim_epoch = NULL, claimed_at = NULL
-WHERE t.status = 'claimed' AND t.bucket BETWEEN $1 AND $2
-  AND (t.claimed_by IS DISTINCT FROM $3 OR t.claim_epoch IS DISTINCT FROM $4
-       OR t.claimed_at < now() - make_interval(secs => $6))`),
+  {status} = CASE WHEN t.{attempts} >= $5 THEN 'failed' ELSE 'pending' END,
+  {last_error} = CASE WHEN t.{attempts} >= $5
+    THEN 'shardflow: claim abandoned by ' || coalesce(t.{claimed_by}, '?') || ' (epoch ' || coalesce(t.{claim_epoch}::text, '?') || ') after ' || t.{attempts} || ' attempts'
+    ELSE t.{last_error} END,
+  {claimed_by} = NULL, {claim_epoch} = NULL, {claimed_at} = NULL
+WHERE t.{status} = 'claimed' AND t.{bucket} BETWEEN $1 AND $2
+  AND (t.{claimed_by} IS DISTINCT FROM $3 OR t.{claim_epoch} IS DISTINCT FROM $4
+       OR t.{claimed_at} < now() - make_interval(secs => $6))`),
 		// $1 lo, $2 hi, $3 limit, $4 me, $5 epoch, $6 after bucket, $7 after key.
 		claim: r.Replace(`WITH c AS (
   SELECT {k} FROM {t}
-  WHERE status = 'pending' AND bucket BETWEEN $1 AND $2 AND (bucket, {k}) > ($6::smallint, $7::bigint)
-  ORDER BY status, bucket, {k} LIMIT $3
+  WHERE {status} = 'pending' AND {bucket} BETWEEN $1 AND $2 AND ({bucket}, {k}) > ($6::smallint, $7::bigint)
+  ORDER BY {status}, {bucket}, {k} LIMIT $3
   FOR UPDATE SKIP LOCKED)
-UPDATE {t} AS t SET status = 'claimed', claimed_by = $4, claim_epoch = $5, claimed_at = now(), attempts = t.attempts + 1
+UPDATE {t} AS t SET {status} = 'claimed', {claimed_by} = $4, {claim_epoch} = $5, {claimed_at} = now(), {attempts} = t.{attempts} + 1
 FROM c WHERE t.{k} = c.{k}
 RETURNING t.{k}, {cols}`),
 		// $1 keys, $2 me, $3 epoch.
-		done: r.Replace(`UPDATE {t} AS t SET status = 'done', last_error = NULL
-WHERE t.{k} = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AND t.claim_epoch = $3`),
+		done: r.Replace(`UPDATE {t} AS t SET {status} = 'done', {last_error} = NULL
+WHERE t.{k} = ANY($1::bigint[]) AND t.{status} = 'claimed' AND t.{claimed_by} = $2 AND t.{claim_epoch} = $3`),
 		// $1 keys, $2 errors, $3 me, $4 epoch, $5 max attempts.
 		fail: r.Replace(`UPDATE {t} AS t SET
-  status = CASE WHEN t.attempts >= $5 THEN 'failed' ELSE 'pending' END,
-  last_error = f.err,
-  claimed_by = CASE WHEN t.attempts >= $5 THEN t.claimed_by END,
-  claim_epoch = CASE WHEN t.attempts >= $5 THEN t.claim_epoch END,
-  claimed_at = CASE WHEN t.attempts >= $5 THEN t.claimed_at END
+  {status} = CASE WHEN t.{attempts} >= $5 THEN 'failed' ELSE 'pending' END,
+  {last_error} = f.err,
+  {claimed_by} = CASE WHEN t.{attempts} >= $5 THEN t.{claimed_by} END,
+  {claim_epoch} = CASE WHEN t.{attempts} >= $5 THEN t.{claim_epoch} END,
+  {claimed_at} = CASE WHEN t.{attempts} >= $5 THEN t.{claimed_at} END
 FROM unnest($1::bigint[], $2::text[]) AS f(k, err)
-WHERE t.{k} = f.k AND t.status = 'claimed' AND t.claimed_by = $3 AND t.claim_epoch = $4`),
+WHERE t.{k} = f.k AND t.{status} = 'claimed' AND t.{claimed_by} = $3 AND t.{claim_epoch} = $4`),
 		// $1 keys, $2 me, $3 epoch: claims never processed go back unpenalised.
-		release: r.Replace(`UPDATE {t} AS t SET status = 'pending', attempts = greatest(t.attempts - 1, 0),
-  claimed_by = NULL, claim_epoch = NULL, claimed_at = NULL
-WHERE t.{k} = ANY($1::bigint[]) AND t.status = 'claimed' AND t.claimed_by = $2 AND t.claim_epoch = $3`),
+		release: r.Replace(`UPDATE {t} AS t SET {status} = 'pending', {attempts} = greatest(t.{attempts} - 1, 0),
+  {claimed_by} = NULL, {claim_epoch} = NULL, {claimed_at} = NULL
+WHERE t.{k} = ANY($1::bigint[]) AND t.{status} = 'claimed' AND t.{claimed_by} = $2 AND t.{claim_epoch} = $3`),
 
 		// $1 lo, $2 hi, $3 limit, $4 after bucket, $5 after key.
 		pending: r.Replace(`SELECT t.{k}, {cols} FROM {t} AS t
-WHERE t.status = 'pending' AND t.bucket BETWEEN $1 AND $2 AND (t.bucket, t.{k}) > ($4::smallint, $5::bigint)
-ORDER BY t.status, t.bucket, t.{k} LIMIT $3`),
+WHERE t.{status} = 'pending' AND t.{bucket} BETWEEN $1 AND $2 AND (t.{bucket}, t.{k}) > ($4::smallint, $5::bigint)
+ORDER BY t.{status}, t.{bucket}, t.{k} LIMIT $3`),
 		// $1 keys, $2 lo, $3 hi: only rows still pending and still this item's.
 		lock: r.Replace(`SELECT {k} FROM {t}
-WHERE {k} = ANY($1::bigint[]) AND status = 'pending' AND bucket BETWEEN $2 AND $3
+WHERE {k} = ANY($1::bigint[]) AND {status} = 'pending' AND {bucket} BETWEEN $2 AND $3
 FOR UPDATE SKIP LOCKED`),
 		// $1 keys, $2 me, $3 epoch.
-		txDone: r.Replace(`UPDATE {t} SET status = 'done', claimed_by = $2, claim_epoch = $3, claimed_at = now(),
-  attempts = attempts + 1, last_error = NULL
+		txDone: r.Replace(`UPDATE {t} SET {status} = 'done', {claimed_by} = $2, {claim_epoch} = $3, {claimed_at} = now(),
+  {attempts} = {attempts} + 1, {last_error} = NULL
 WHERE {k} = ANY($1::bigint[])`),
 		// $1 key, $2 error, $3 me, $4 epoch, $5 max attempts.
-		txFail: r.Replace(`UPDATE {t} SET attempts = attempts + 1, last_error = $2,
-  status = CASE WHEN attempts + 1 >= $5 THEN 'failed' ELSE 'pending' END,
-  claimed_by = $3, claim_epoch = $4, claimed_at = now()
-WHERE {k} = $1 AND status = 'pending'`),
+		txFail: r.Replace(`UPDATE {t} SET {attempts} = {attempts} + 1, {last_error} = $2,
+  {status} = CASE WHEN {attempts} + 1 >= $5 THEN 'failed' ELSE 'pending' END,
+  {claimed_by} = $3, {claim_epoch} = $4, {claimed_at} = now()
+WHERE {k} = $1 AND {status} = 'pending'`),
 
 		// $1 lo, $2 hi, $3 job, $4 limit: per bucket, the rows after its
 		// checkpoint; one index probe per bucket of the item.
@@ -81,9 +89,9 @@ WHERE {k} = $1 AND status = 'pending'`),
 LEFT JOIN shardflow_checkpoint AS c ON c.job = $3 AND c.bucket = g.b
 CROSS JOIN LATERAL (
   SELECT * FROM {t} AS x
-  WHERE x.bucket = g.b AND (c.key IS NULL OR x.{k} > c.key)
+  WHERE x.{bucket} = g.b AND (c.key IS NULL OR x.{k} > c.key)
   ORDER BY x.{k} LIMIT $4) AS t
-ORDER BY t.bucket, t.{k} LIMIT $4`),
+ORDER BY t.{bucket}, t.{k} LIMIT $4`),
 		// $1 job, $2 buckets, $3 keys, $4 epoch.
 		checkpoint: `INSERT INTO shardflow_checkpoint AS c (job, bucket, key, epoch, attempts, last_error)
 SELECT $1, u.b, u.k, $4, 0, NULL FROM unnest($2::smallint[], $3::bigint[]) AS u(b, k)

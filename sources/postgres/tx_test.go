@@ -42,7 +42,7 @@ func TestTransactionalCommitsEffectsAndDoneMarksTogether(t *testing.T) {
 			}
 		}
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'done' AND claim_epoch = 4`); n != 1000 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_claim_epoch = 4`); n != 1000 {
 		t.Fatalf("done = %d; want 1000", n)
 	}
 	if n := queryInt(t, pool, `SELECT count(DISTINCT order_id) FROM effects`); n != 1000 {
@@ -78,7 +78,7 @@ func TestTransactionalFencingRefusesAStaleEpoch(t *testing.T) {
 	if e := queryInt(t, pool, `SELECT count(*) FROM effects`); e != 0 {
 		t.Fatalf("effects = %d; want 0 after the rollback", e)
 	}
-	if p := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'pending' AND attempts = 0`); p != 10 {
+	if p := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'pending' AND shardflow_attempts = 0`); p != 10 {
 		t.Fatalf("pending = %d; want 10, untouched", p)
 	}
 	// The coordination check refuses too, even when the database fence would pass.
@@ -144,7 +144,7 @@ func TestTransactionalOverlappingOwnersProduceNoDuplicateEffects(t *testing.T) {
 	if n := queryInt(t, pool, `SELECT count(*) FROM (SELECT order_id FROM effects GROUP BY order_id HAVING count(*) > 1) d`); n != 0 {
 		t.Fatalf("%d orders have duplicate effects", n)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status <> 'done'`); n != 0 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status <> 'done'`); n != 0 {
 		t.Fatalf("%d rows not done", n)
 	}
 }
@@ -183,7 +183,7 @@ func TestTransactionalPoisonRowFailsAndTheOthersCommit(t *testing.T) {
 	}
 	var status, lastErr string
 	var attempts int
-	if err := pool.QueryRow(ctx, `SELECT status, attempts, last_error FROM orders WHERE id = 23`).Scan(&status, &attempts, &lastErr); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT shardflow_status, shardflow_attempts, shardflow_last_error FROM orders WHERE id = 23`).Scan(&status, &attempts, &lastErr); err != nil {
 		t.Fatal(err)
 	}
 	if status != "failed" || attempts != 3 || !strings.Contains(lastErr, "negative amount") {

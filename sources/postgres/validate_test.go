@@ -16,7 +16,10 @@ func TestNewSourceNamesWhatIsMissing(t *testing.T) {
 	pool := newDB(t)
 	ctx := testCtx(t)
 	exec(t, pool, `CREATE TABLE raw (id bigint PRIMARY KEY, payload text)`)
-	exec(t, pool, `CREATE TABLE half (id bigint PRIMARY KEY, payload text, bucket smallint)`)
+	exec(t, pool, `CREATE TABLE half (id bigint PRIMARY KEY, payload text)`)
+	if err := postgres.Migrate(ctx, pool, postgres.TableSpec{Table: "half", ReadOnly: true}); err != nil {
+		t.Fatal(err)
+	}
 	newOrders(t, pool, 0)
 
 	tests := []struct {
@@ -28,8 +31,8 @@ func TestNewSourceNamesWhatIsMissing(t *testing.T) {
 		{"missing table", postgres.TableSpec{Table: "nope"}, postgres.ErrMissingTable, []string{"nope"}},
 		{"missing schema-qualified table", postgres.TableSpec{Table: "other.orders"}, postgres.ErrMissingTable, []string{"other.orders"}},
 		{"missing key", postgres.TableSpec{Table: "orders", Key: "order_id"}, postgres.ErrMissingColumn, []string{`"order_id"`, "orders", "TableSpec.Key"}},
-		{"unmigrated table", postgres.TableSpec{Table: "raw"}, postgres.ErrMissingColumn, []string{`"bucket"`, "raw", "postgres.Migrate"}},
-		{"half-migrated table", postgres.TableSpec{Table: "half"}, postgres.ErrMissingColumn, []string{`"status"`, "half"}},
+		{"unmigrated table", postgres.TableSpec{Table: "raw"}, postgres.ErrMissingColumn, []string{`"shardflow_bucket"`, "raw", "postgres.Migrate"}},
+		{"half-migrated table", postgres.TableSpec{Table: "half"}, postgres.ErrMissingColumn, []string{`"shardflow_status"`, "half"}},
 		{"missing user column", postgres.TableSpec{Table: "orders", Columns: []string{"id", "amount"}}, postgres.ErrMissingColumn, []string{`"amount"`, "orders"}},
 		{"non-integer key", postgres.TableSpec{Table: "orders", Key: "payload"}, postgres.ErrConfig, []string{"payload", "text"}},
 		{"empty table name", postgres.TableSpec{}, postgres.ErrConfig, []string{"TableSpec.Table"}},
@@ -94,11 +97,11 @@ func TestMigrateIsIdempotentAndComputesBuckets(t *testing.T) {
 		}
 	}
 	for id, want := range map[int64]int64{-1: 1023, 0: 0, 1023: 1023, 1024: 0, -1025: 1023} {
-		if got := queryInt(t, pool, `SELECT bucket FROM orders WHERE id = $1`, id); got != want {
+		if got := queryInt(t, pool, `SELECT shardflow_bucket FROM orders WHERE id = $1`, id); got != want {
 			t.Errorf("bucket of id %d = %d; want %d", id, got, want)
 		}
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE status = 'pending' AND attempts = 0`); n != 5 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'pending' AND shardflow_attempts = 0`); n != 5 {
 		t.Errorf("pending rows after Migrate = %d; want 5", n)
 	}
 }

@@ -1,0 +1,181 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Migrate prepares spec's table for a source and creates the fencing
+// tables. It is idempotent and safe to run from several processes at once.
+// For a work table it adds the bookkeeping columns (named by
+// spec.Bookkeeping, default):
+//
+//	shardflow_bucket      smallint GENERATED ALWAYS AS ((((key % 1024) + 1024) % 1024)::smallint) STORED
+//	shardflow_status      text NOT NULL DEFAULT 'pending'
+//	shardflow_claimed_by  text, shardflow_claim_epoch bigint, shardflow_claimed_at timestamptz
+//	shardflow_attempts    integer NOT NULL DEFAULT 0, shardflow_last_error text
+//
+// each with a comment marking it as Migrate's ("shardflow:<role> ..."),
+// and the partial index (status, bucket, key) WHERE status IN
+// ('pending','claimed') that every claim, fetch and reclaim query uses. For
+// a ReadOnly table it adds only the bucket column and a (bucket, key) index.
+// The defaults and the generated bucket make a plain INSERT that names no
+// bookkeeping column a pending row of the right bucket.
+//
+// Migrate never adopts a column it did not create: if a column of one of
+// the bookkeeping names exists without its marker, it returns an error
+// wrapping ErrColumnTaken that names the column and the fix, and changes
+// nothing. A table prepared by the first release wraps ErrV1Table (see
+// UpgradeV1).
+//
+// Adding a stored generated column rewrites the table: on a large table
+// run Migrate in a maintenance window.
+func Migrate(ctx context.Context, db Querier, spec TableSpec) error {
+	spec = spec.withDefaults()
+	if err := spec.validate(); err != nil {
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		err := migrateOnce(ctx, db, spec)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.Code == "42701" || pgErr.Code == "23505") && attempt < 2 {
+			// Another process added the columns or an index meanwhile: look again.
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		return MigrateFencing(ctx, db)
+	}
+}
+
+func migrateOnce(ctx context.Context, db Querier, spec TableSpec) error {
+	info, err := readTable(ctx, db, spec)
+	if err != nil {
+		return err
+	}
+	missing, err := info.checkBookkeeping(spec)
+	if err != nil {
+		return err
+	}
+	t, k, b := spec.ident().Sanitize(), quote(spec.Key), spec.Bookkeeping
+	var stmts []string
+	if len(missing) > 0 {
+		adds := make([]string, len(missing))
+		for i, c := range missing {
+			// No IF NOT EXISTS: a column that appeared since the check
+			// must fail the statement, not be adopted.
+			adds[i] = "ADD COLUMN " + quote(c.name) + " " + c.ddl
+		}
+		stmts = append(stmts, "ALTER TABLE "+t+" "+strings.Join(adds, ", "))
+		for _, c := range missing {
+			stmts = append(stmts, fmt.Sprintf("COMMENT ON COLUMN %s.%s IS '%s'", t, quote(c.name), marker(c.role)))
+		}
+	}
+	if spec.ReadOnly {
+		stmts = append(stmts, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s)`,
+			quote(indexName(spec.name(), keysetIndex)), t, quote(b.Bucket), k))
+	} else {
+		st := quote(b.Status)
+		stmts = append(stmts, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s, %s) WHERE %s IN ('pending', 'claimed')`,
+			quote(indexName(spec.name(), workIndex)), t, st, quote(b.Bucket), k, st))
+	}
+	// One simple-protocol Exec: the statements run as one transaction.
+	if _, err := db.Exec(ctx, strings.Join(stmts, ";\n")); err != nil {
+		return fmt.Errorf("sources/postgres: migrating table %s: %w", spec.Table, err)
+	}
+	return nil
+}
+
+// UpgradeV1 converts a table prepared by shardflow's first release, whose
+// bookkeeping columns were named bucket, status, claimed_by, claim_epoch,
+// claimed_at, attempts and last_error, to this release: it renames them to
+// spec.Bookkeeping's names (default shardflow_bucket ...), marks them as
+// Migrate's and renames the index, in one transaction that changes only
+// the catalog (no table rewrite, every row keeps its state), then runs
+// Migrate. Stop the workers of the old release first: they would not find
+// their columns. It returns an error wrapping ErrConfig if the table was
+// not prepared by the first release.
+func UpgradeV1(ctx context.Context, db Querier, spec TableSpec) error {
+	spec = spec.withDefaults()
+	if err := spec.validate(); err != nil {
+		return err
+	}
+	info, err := readTable(ctx, db, spec)
+	if err != nil {
+		return err
+	}
+	oldIdx, newIdx := v1WorkIndex, workIndex
+	if spec.ReadOnly {
+		oldIdx, newIdx = v1KeysetIndex, keysetIndex
+	}
+	oldIdx, newIdx = indexName(spec.name(), oldIdx), indexName(spec.name(), newIdx)
+	if !info.indexes[oldIdx] {
+		return fmt.Errorf("%w: table %s has no index %s: it was not prepared by shardflow's first release; run postgres.Migrate", ErrConfig, spec.Table, oldIdx)
+	}
+	t := spec.ident().Sanitize()
+	var stmts []string
+	for _, c := range spec.columns() {
+		old := v1Names[c.role]
+		if _, ok := info.cols[old]; !ok {
+			return fmt.Errorf("%w: table %s has index %s but no column %q; finish the first release's migration or fix the table by hand",
+				ErrConfig, spec.Table, oldIdx, old)
+		}
+		if old != c.name {
+			if _, taken := info.cols[c.name]; taken {
+				return fmt.Errorf("%w: cannot rename column %q of table %s to %q: that column exists; choose another TableSpec.Bookkeeping.%s",
+					ErrColumnTaken, old, spec.Table, c.name, c.role)
+			}
+			stmts = append(stmts, fmt.Sprintf("ALTER TABLE %s RENAME COLUMN %s TO %s", t, quote(old), quote(c.name)))
+		}
+		stmts = append(stmts, fmt.Sprintf("COMMENT ON COLUMN %s.%s IS '%s'", t, quote(c.name), marker(c.role)))
+	}
+	stmts = append(stmts, fmt.Sprintf("ALTER INDEX %s RENAME TO %s", pgx.Identifier{info.schema, oldIdx}.Sanitize(), quote(newIdx)))
+	if _, err := db.Exec(ctx, strings.Join(stmts, ";\n")); err != nil {
+		return fmt.Errorf("sources/postgres: upgrading table %s from the first release: %w", spec.Table, err)
+	}
+	return Migrate(ctx, db, spec)
+}
+
+// MigrateFencing creates the shardflow_fence, shardflow_checkpoint and
+// shardflow_dead_letter tables if they are missing. Migrate calls it; call
+// it alone for a database that only holds sinks fenced by FenceTx.
+func MigrateFencing(ctx context.Context, db Execer) error {
+	for _, s := range []string{
+		`CREATE TABLE IF NOT EXISTS shardflow_fence (
+  job   text   NOT NULL,
+  item  int    NOT NULL,
+  epoch bigint NOT NULL,
+  PRIMARY KEY (job, item))`,
+		// One row per bucket, not per item: a new ShardingTotalCount regroups
+		// buckets into items and keeps every bucket's position.
+		`CREATE TABLE IF NOT EXISTS shardflow_checkpoint (
+  job        text     NOT NULL,
+  bucket     smallint NOT NULL,
+  key        bigint   NOT NULL,
+  epoch      bigint   NOT NULL,
+  attempts   int      NOT NULL DEFAULT 0,
+  last_error text,
+  PRIMARY KEY (job, bucket))`,
+		`CREATE TABLE IF NOT EXISTS shardflow_dead_letter (
+  job       text        NOT NULL,
+  key       bigint      NOT NULL,
+  error     text        NOT NULL,
+  failed_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (job, key))`,
+	} {
+		if _, err := db.Exec(ctx, s); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "23505" {
+				continue // created concurrently by another process (pg_type race)
+			}
+			return fmt.Errorf("sources/postgres: creating the fencing tables: %w", err)
+		}
+	}
+	return nil
+}

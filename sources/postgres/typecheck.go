@@ -1,0 +1,113 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// checkType matches the selected columns against T without reading a row:
+// every column has a field (pgx.RowToStructByName's rules), and every
+// field's Go type can be scanned from its column's SQL type, as pgx will
+// plan the scan at Fetch time.
+func (s *Source[T]) checkType(ctx context.Context, info *tableInfo) error {
+	conn, err := s.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("sources/postgres: checking the columns of table %s: %w", s.spec.Table, err)
+	}
+	defer conn.Release()
+	rows, err := conn.Query(ctx, "SELECT "+selectList(s.cols, "")+" FROM "+s.spec.ident().Sanitize()+" LIMIT 0")
+	if err != nil {
+		return fmt.Errorf("sources/postgres: selecting the columns of table %s: %w", s.spec.Table, err)
+	}
+	fds := append([]pgconn.FieldDescription(nil), rows.FieldDescriptions()...)
+	rows.Close()
+	var zero T
+	probe := &planRow{fds: fds, types: conn.Conn().TypeMap()}
+	v, err := pgx.RowToAddrOfStructByName[T](probe)
+	if err != nil && !errors.Is(err, errPlanMismatch) {
+		return fmt.Errorf("%w: table %s columns %v into %T: %w (add the field, tag it `db:\"column\"`, or list the columns in TableSpec.Columns)",
+			ErrRowMismatch, s.spec.Table, s.cols, zero, err)
+	}
+	if len(probe.bad) == 0 {
+		return nil
+	}
+	names := fieldNames(v)
+	var msgs []string
+	for _, i := range probe.bad {
+		col := fds[i].Name
+		field := names[reflect.ValueOf(probe.dest[i]).Pointer()]
+		if field == "" {
+			field = "?"
+		}
+		msgs = append(msgs, fmt.Sprintf("field %s (Go type %s) cannot hold column %q (SQL type %s)",
+			field, reflect.TypeOf(probe.dest[i]).Elem(), col, info.cols[col].typ))
+	}
+	return fmt.Errorf("%w: table %s into %T: %s; change the field's Go type to one pgx scans that SQL type into (e.g. int64 for bigint, time.Time for timestamptz, a pointer for a nullable column), or cast the column in a view",
+		ErrRowMismatch, s.spec.Table, zero, strings.Join(msgs, "; "))
+}
+
+var errPlanMismatch = errors.New("type mismatch")
+
+// planRow is a row without values: its Scan asks pgx's type map for a scan
+// plan of every column into its destination field and records the ones
+// without a plan.
+type planRow struct {
+	fds   []pgconn.FieldDescription
+	types *pgtype.Map
+	dest  []any
+	bad   []int
+}
+
+func (r *planRow) FieldDescriptions() []pgconn.FieldDescription { return r.fds }
+func (r *planRow) Values() ([]any, error)                       { return nil, nil }
+func (r *planRow) RawValues() [][]byte                          { return nil }
+
+func (r *planRow) Scan(dest ...any) error {
+	r.dest = dest
+	for i, d := range dest {
+		oid := r.fds[i].DataTypeOID
+		plan := r.types.PlanScan(oid, r.types.FormatCodeForOID(oid), d)
+		// pgtype returns its unexported scanPlanFail when no plan exists:
+		// the scan of every non-NULL value would fail.
+		if plan == nil || reflect.TypeOf(plan).String() == "*pgtype.scanPlanFail" {
+			r.bad = append(r.bad, i)
+		}
+	}
+	if len(r.bad) > 0 {
+		return errPlanMismatch
+	}
+	return nil
+}
+
+// fieldNames maps the address of every field of *v (embedded structs
+// flattened) to its name, Type.Field.
+func fieldNames(v any) map[uintptr]string {
+	out := map[uintptr]string{}
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() || rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return out
+	}
+	var walk func(reflect.Value, string)
+	walk = func(sv reflect.Value, prefix string) {
+		for i := 0; i < sv.NumField(); i++ {
+			f, sf := sv.Field(i), sv.Type().Field(i)
+			name := prefix + "." + sf.Name
+			if sf.Anonymous && f.Kind() == reflect.Struct {
+				walk(f, name)
+				continue
+			}
+			if f.CanAddr() {
+				out[f.Addr().Pointer()] = name
+			}
+		}
+	}
+	walk(rv.Elem(), rv.Elem().Type().Name())
+	return out
+}
