@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
@@ -160,8 +161,8 @@ func (a *admin) setItemDisabled(ctx context.Context, job string, item int, on bo
 	if err != nil {
 		return err
 	}
-	if item < 0 {
-		return fmt.Errorf("coord: item %d of job %q: items are 0..shardingTotalCount-1", item, job)
+	if err := a.checkItem(ctx, p, job, item); err != nil {
+		return err
 	}
 	if err := store.CreateAll(ctx, a.st, p.item(item)); err != nil {
 		return fmt.Errorf("coord: create %s: %w", p.item(item), err)
@@ -174,6 +175,25 @@ func (a *admin) setItemDisabled(ctx context.Context, job string, item int, on bo
 	}
 	if err := a.st.Delete(ctx, p.item(item, nDisabled), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
 		return fmt.Errorf("coord: delete %s: %w", p.item(item, nDisabled), err)
+	}
+	return nil
+}
+
+// checkItem refuses an item outside 0..shardingTotalCount-1 of the job's
+// current stored config. Only the total is needed, so a config broken in
+// another field still lets an operator act on items.
+func (a *admin) checkItem(ctx context.Context, p jobPaths, job string, item int) error {
+	text, ok, err := a.getOpt(ctx, p.config(jobconfig.FieldShardingTotalCount))
+	if err != nil {
+		return err
+	}
+	total, cerr := strconv.Atoi(strings.TrimSpace(text))
+	if !ok || cerr != nil || total <= 0 {
+		return fmt.Errorf("%w: %s is %q, so item %d cannot be checked; set the total first (`shardflow config set --job %s %s 8`)",
+			ErrBadConfig, p.config(jobconfig.FieldShardingTotalCount), text, item, job, jobconfig.FieldShardingTotalCount)
+	}
+	if item < 0 || item >= total {
+		return fmt.Errorf("%w: item %d of job %q: its shardingTotalCount is %d, so items are 0..%d", ErrNoItem, item, job, total, total-1)
 	}
 	return nil
 }
@@ -264,6 +284,9 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	if err != nil {
 		return fmt.Errorf("coord: set %s: %w", p.config(field), err)
 	}
+	if err := explicitPositive(field, value); err != nil {
+		return fmt.Errorf("coord: set %s: %w", p.config(field), err)
+	}
 	newFields := next.Fields()
 	if _, err := configFromFields(job, mergeRepaired(fields, newFields, field)); err != nil {
 		return fmt.Errorf("coord: set %s: the resulting config is invalid: %w", p.config(field), err)
@@ -275,7 +298,10 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	switch field {
 	case jobconfig.FieldShardingTotalCount:
 		if old != newFields[field] {
-			return a.raiseResharding(ctx, p)
+			if err := a.raiseResharding(ctx, p); err != nil {
+				return err
+			}
+			return a.pruneItemsBeyond(ctx, p, next.ShardingTotalCount)
 		}
 	case jobconfig.FieldMonitorExecution:
 		if newFields[field] == "false" {
@@ -287,6 +313,57 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 				return err
 			}
 			return a.clearQueue(ctx, p)
+		}
+	}
+	return nil
+}
+
+// defaultedCounts are the count fields whose 0 in a program's JobConfig
+// means "the default"; an operator setting one means a value, so it must be
+// > 0 (docs/configuration.md).
+var defaultedCounts = map[string]string{
+	jobconfig.FieldFetchDataCount:                   "100",
+	jobconfig.FieldConcurrentDataProcessThreadCount: "8",
+	jobconfig.FieldProcessCountIntervalSeconds:      "300",
+	jobconfig.FieldReconcileIntervalSeconds:         "60",
+}
+
+// explicitPositive refuses an operator's value <= 0 for a defaulted count.
+func explicitPositive(field, value string) error {
+	example, ok := defaultedCounts[field]
+	if !ok {
+		return nil
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(value)); err == nil && n <= 0 {
+		return &jobconfig.FieldError{Field: field, Problem: fmt.Sprintf("must be > 0, got %d", n),
+			Fix: "give a positive number, e.g. " + example}
+	}
+	return nil
+}
+
+// pruneItemsBeyond deletes the execution nodes of items >= total that no
+// server runs now (the leader prunes the others at its next reshard, which
+// waits for them), so a lowered total leaves no stale items in the tree or
+// in status.
+func (a *admin) pruneItemsBeyond(ctx context.Context, p jobPaths, total int) error {
+	names, _, err := a.st.Children(ctx, p.abs(nExecution))
+	if err != nil {
+		return fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
+	}
+	for _, n := range names {
+		it, ok := parseItemName(n)
+		if !ok || it < total {
+			continue
+		}
+		running, _, err := a.st.Exists(ctx, p.item(it, nRunning))
+		if err != nil {
+			return fmt.Errorf("coord: read %s: %w", p.item(it, nRunning), err)
+		}
+		if running {
+			continue
+		}
+		if err := store.DeleteAll(ctx, a.st, p.item(it)); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: remove %s (beyond shardingTotalCount %d): %w", p.item(it), total, err)
 		}
 	}
 	return nil
@@ -339,143 +416,4 @@ func (a *admin) getOpt(ctx context.Context, path string) (string, bool, error) {
 		return "", false, fmt.Errorf("coord: read %s: %w", path, err)
 	}
 	return string(d), true, nil
-}
-
-func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
-	p, err := a.requireJob(ctx, job)
-	if err != nil {
-		return JobStatus{}, err
-	}
-	st := JobStatus{Job: job, Servers: []ServerStatus{}, Items: []ItemStatus{}, FailoverQueue: []int{}}
-	if st.Config, err = a.readFields(ctx, p); err != nil {
-		return st, err
-	}
-	cfg, cerr := decodeStoredConfig(p, job, st.Config)
-	if cerr != nil {
-		st.ConfigError = cerr.Error()
-	}
-	if st.Leader, _, err = a.getOpt(ctx, p.abs(relHost)); err != nil {
-		return st, err
-	}
-	if st.ReshardingPending, _, err = a.st.Exists(ctx, p.abs(relNecessary)); err != nil {
-		return st, fmt.Errorf("coord: read %s: %w", p.abs(relNecessary), err)
-	}
-	names, err := a.servers(ctx, p, job, "")
-	if err != nil {
-		return st, err
-	}
-	for _, s := range names {
-		kids, _, err := a.st.Children(ctx, p.server(s))
-		if err != nil && !errors.Is(err, store.ErrNoNode) {
-			return st, fmt.Errorf("coord: read %s: %w", p.server(s), err)
-		}
-		ss := ServerStatus{ID: s, Status: statusOffline, Sharding: []int{}}
-		for _, k := range kids {
-			v, ok, err := a.getOpt(ctx, p.server(s, k))
-			if err != nil {
-				return st, err
-			}
-			if !ok {
-				continue
-			}
-			switch k {
-			case nHostName:
-				ss.HostName = v
-			case nStatus:
-				ss.Status = v
-			case nSharding:
-				items, perr := parseItems([]byte(v))
-				if perr != nil {
-					ss.LastError = fmt.Sprintf("%s: %v", p.server(s, k), perr)
-				}
-				if items != nil {
-					ss.Sharding = items
-				}
-			case nSuccess:
-				ss.ProcessSuccessCount, _ = parseCount([]byte(v))
-			case nFailure:
-				ss.ProcessFailureCount, _ = parseCount([]byte(v))
-			case nDisabled:
-				ss.Disabled = flagTrue([]byte(v))
-			case nPaused:
-				ss.Paused = flagTrue([]byte(v))
-			case nShutdown:
-				ss.Shutdown = flagTrue([]byte(v))
-			case nLastError:
-				if v != "" {
-					ss.LastError = v
-				}
-			}
-		}
-		st.Servers = append(st.Servers, ss)
-	}
-	execNames, _, err := a.st.Children(ctx, p.abs(nExecution))
-	if err != nil {
-		return st, fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
-	}
-	present := map[int]bool{}
-	for _, n := range execNames {
-		if it, ok := parseItemName(n); ok {
-			present[it] = true
-		}
-	}
-	total := cfg.ShardingTotalCount
-	for it := range max(total, 0) {
-		present[it] = true
-	}
-	for _, it := range slices.Sorted(maps.Keys(present)) {
-		is := ItemStatus{Item: it}
-		kids, _, err := a.st.Children(ctx, p.item(it))
-		if err != nil && !errors.Is(err, store.ErrNoNode) {
-			return st, fmt.Errorf("coord: read %s: %w", p.item(it), err)
-		}
-		for _, k := range kids {
-			switch k {
-			case nRunning:
-				is.Running = true
-			case nCompleted:
-				is.Completed = true
-			case nMisfire:
-				is.Misfire = true
-			case nDisabled:
-				is.Disabled = true
-			case nFailover, nLastBeginTime, nLastCompleteTime, nNextFireTime:
-				v, ok, err := a.getOpt(ctx, p.item(it, k))
-				if err != nil {
-					return st, err
-				}
-				if !ok {
-					continue
-				}
-				if k == nFailover {
-					is.Failover = v
-					continue
-				}
-				t, terr := parseTime([]byte(v))
-				if terr != nil {
-					continue
-				}
-				switch k {
-				case nLastBeginTime:
-					is.LastBeginTime = &t
-				case nLastCompleteTime:
-					is.LastCompleteTime = &t
-				case nNextFireTime:
-					is.NextFireTime = &t
-				}
-			}
-		}
-		st.Items = append(st.Items, is)
-	}
-	q, _, err := a.st.Children(ctx, p.abs(relFailoverQ))
-	if err != nil && !errors.Is(err, store.ErrNoNode) {
-		return st, fmt.Errorf("coord: read %s: %w", p.abs(relFailoverQ), err)
-	}
-	for _, n := range q {
-		if it, ok := parseItemName(n); ok {
-			st.FailoverQueue = append(st.FailoverQueue, it)
-		}
-	}
-	slices.Sort(st.FailoverQueue)
-	return st, nil
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shardflow/shardflow/coord/store"
 )
 
 // errBadNodeData is wrapped by the decoders below; callers add the node path.
@@ -92,4 +94,19 @@ func parseItemName(name string) (int, bool) {
 		return 0, false
 	}
 	return n, true
+}
+
+// sessionProblem says why a registration made on session reg cannot act
+// under the store's current session sess, without contradicting itself: a
+// connected session that is not the registered one is a replacement, not a
+// live registration.
+func sessionProblem(sess store.Session, reg int64) string {
+	switch {
+	case sess.State != store.StateConnected:
+		return fmt.Sprintf("store session 0x%x is %s", sess.ID, sess.State)
+	case sess.ID != reg:
+		return fmt.Sprintf("registration on session 0x%x was lost (expired); re-registering on new session 0x%x", reg, sess.ID)
+	default:
+		return fmt.Sprintf("registration on session 0x%x was cancelled; waiting for re-registration", reg)
+	}
 }

@@ -2,8 +2,11 @@ package coord
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardflow/shardflow/coord/store"
 )
 
 func TestItemsRoundTrip(t *testing.T) {
@@ -69,4 +72,24 @@ func FuzzDecode(f *testing.F) {
 		_ = flagTrue(data)
 		_, _ = parseItemName(string(data))
 	})
+}
+
+// TestSessionProblemNeverContradicts: a connected store session that
+// replaced the registered one is described as a replacement, never as
+// "connected ... lost" (issue 11).
+func TestSessionProblemNeverContradicts(t *testing.T) {
+	for _, tc := range []struct {
+		sess store.Session
+		reg  int64
+		want string
+	}{
+		{store.Session{ID: 2, State: store.StateConnected}, 1, "re-registering on new session 0x2"},
+		{store.Session{ID: 1, State: store.StateSuspended}, 1, "is suspended"},
+		{store.Session{ID: 1, State: store.StateLost}, 1, "is lost"},
+	} {
+		got := sessionProblem(tc.sess, tc.reg)
+		if !strings.Contains(got, tc.want) || strings.Contains(got, "connected") {
+			t.Errorf("sessionProblem(%+v, %d) = %q, want it to say %q and not 'connected'", tc.sess, tc.reg, got, tc.want)
+		}
+	}
 }

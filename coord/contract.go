@@ -28,7 +28,7 @@ import (
 var (
 	// ErrServerIDInUse: another live process registered the same server id
 	// for this job. Give each process its own ServerID (e.g. the pod name).
-	ErrServerIDInUse = errors.New("coord: server id already registered by a live process for this job; set a distinct RegistryConfig.ServerID")
+	ErrServerIDInUse = errors.New("coord: server id already registered by a live process for this job; give each process its own server id")
 	// ErrSessionLost: the store session is lost; no run may start or commit.
 	ErrSessionLost = errors.New("coord: coordination session lost; runs are cancelled until a new session is registered")
 	// ErrNotOwner: a fencing check found that this run no longer owns the item
@@ -52,6 +52,9 @@ var (
 	ErrNoJob = errors.New("coord: no such job in this namespace; check --namespace and --job")
 	// ErrNoServer: the named server is not registered for the job.
 	ErrNoServer = errors.New("coord: no such server for this job; check --server against `shardflow status`")
+	// ErrNoItem: the named shard item is outside the job's current
+	// 0..shardingTotalCount-1.
+	ErrNoItem = errors.New("coord: no such shard item for this job; items are 0..shardingTotalCount-1, see `shardflow status`")
 )
 
 // ClockSkewError names both clocks of a refused run.
@@ -78,6 +81,13 @@ type RegistryConfig struct {
 	// host's first non-loopback IPv4 address. Set it (pod name) when several
 	// processes share an address.
 	ServerID string
+	// ServerIDSetting is how errors about ServerID name the setting the user
+	// wrote, e.g. "NodeConfig.ServerID". Default "RegistryConfig.ServerID".
+	ServerIDSetting string
+	// ServerIDWait bounds how long Join waits for this server id's status
+	// node, still held by another session, to go (see Join). Default: the
+	// store's session timeout. Negative: no wait.
+	ServerIDWait time.Duration
 	// HostName is recorded in servers/{id}/hostName. Default os.Hostname().
 	HostName string
 	// OfflineServerGrace is how long an offline server's node is kept before
@@ -110,8 +120,14 @@ func (r *Registry) ServerID() string { return r.impl.serverID() }
 
 // Join registers this server for the job: applies the overwrite rule to the
 // config, registers servers/{id}, joins leader election, and sets the
-// resharding flag. The returned Job's Config is the effective (stored) one.
-// It fails with ErrServerIDInUse, ErrBadConfig, or a store error.
+// resharding flag. The returned Job's Config is the effective (stored) one;
+// when a stored config wins over a differing local one, Join logs a warning
+// naming the differing fields.
+//
+// If this server id's status node is still held by another session (this
+// process's previous incarnation, killed and not yet expired), Join waits
+// for it to go, up to the store's session timeout, and then fails with
+// ErrServerIDInUse. It also fails with ErrBadConfig, or a store error.
 func (r *Registry) Join(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
 	return r.impl.join(ctx, cfg)
 }
@@ -255,12 +271,34 @@ func (r *Run) Complete(ctx context.Context, next time.Time) error {
 // Admin is the operator API over a namespace: status, trigger, pause, resume,
 // disable, enable, shutdown, remove, config get/set. It needs no Registry:
 // any process with a store session can act. server "" means every server.
+//
+// Every input is checked against the job's current stored state before
+// anything is written, so the CLI, the console and programs get the same
+// checks: a job that exists (ErrNoJob), a server registered for it
+// (ErrNoServer), an item in 0..shardingTotalCount-1 (ErrNoItem), and config
+// values through jobconfig's validation (a *jobconfig.FieldError naming the
+// field and the fix). A refused action changes nothing.
+//
+// Each action that succeeds is recorded in the job's bounded audit log
+// (JobStatus.Actions) under the Admin's actor (As); refused ones are not.
 type Admin struct {
-	impl *admin
+	impl  *admin
+	actor string
 }
 
 // NewAdmin returns an Admin over st for namespace (default "shardflow").
-func NewAdmin(st store.Store, namespace string) *Admin { return &Admin{impl: newAdmin(st, namespace)} }
+// Its actions are recorded as done by "user@host" of this process; As
+// names another actor.
+func NewAdmin(st store.Store, namespace string) *Admin {
+	return &Admin{impl: newAdmin(st, namespace), actor: defaultActor()}
+}
+
+// As returns an Admin sharing a's store and namespace whose actions are
+// recorded as done by actor (e.g. "console:alice from 10.0.0.7").
+func (a *Admin) As(actor string) *Admin { return &Admin{impl: a.impl, actor: actor} }
+
+// Actor returns the name a's actions are recorded under.
+func (a *Admin) Actor() string { return a.actor }
 
 // Jobs lists the job names in the namespace, sorted.
 func (a *Admin) Jobs(ctx context.Context) ([]string, error) { return a.impl.jobs(ctx) }
@@ -271,47 +309,68 @@ func (a *Admin) Status(ctx context.Context, job string) (JobStatus, error) {
 }
 
 // Trigger asks every live server of the job to run now.
-func (a *Admin) Trigger(ctx context.Context, job string) error { return a.impl.trigger(ctx, job) }
+func (a *Admin) Trigger(ctx context.Context, job string) error {
+	return a.impl.audited(ctx, a.actor, Action{Job: job, Action: "trigger"}, func() error { return a.impl.trigger(ctx, job) })
+}
 
 // Pause stops new runs (and streaming loops) on server, or on all servers.
 func (a *Admin) Pause(ctx context.Context, job, server string) error {
-	return a.impl.setServerFlag(ctx, job, server, "paused", true)
+	return a.serverFlag(ctx, "pause", job, server, nPaused, true)
 }
 
 // Resume undoes Pause.
 func (a *Admin) Resume(ctx context.Context, job, server string) error {
-	return a.impl.setServerFlag(ctx, job, server, "paused", false)
+	return a.serverFlag(ctx, "resume", job, server, nPaused, false)
 }
 
 // Disable takes server (or all) out of sharding; kept across its restarts.
 func (a *Admin) Disable(ctx context.Context, job, server string) error {
-	return a.impl.setServerFlag(ctx, job, server, "disabled", true)
+	return a.serverFlag(ctx, "disable", job, server, nDisabled, true)
 }
 
 // Enable undoes Disable.
 func (a *Admin) Enable(ctx context.Context, job, server string) error {
-	return a.impl.setServerFlag(ctx, job, server, "disabled", false)
+	return a.serverFlag(ctx, "enable", job, server, nDisabled, false)
 }
 
-// DisableItem keeps a shard item from running on any server.
+func (a *Admin) serverFlag(ctx context.Context, action, job, server, flag string, on bool) error {
+	return a.impl.audited(ctx, a.actor, Action{Job: job, Action: action, Server: server}, func() error {
+		return a.impl.setServerFlag(ctx, job, server, flag, on)
+	})
+}
+
+// DisableItem keeps a shard item from running on any server. item must be
+// in 0..shardingTotalCount-1 of the job's current config (else ErrNoItem).
 func (a *Admin) DisableItem(ctx context.Context, job string, item int) error {
-	return a.impl.setItemDisabled(ctx, job, item, true)
+	return a.impl.audited(ctx, a.actor, Action{Job: job, Action: "disable", Item: &item}, func() error {
+		return a.impl.setItemDisabled(ctx, job, item, true)
+	})
 }
 
-// EnableItem undoes DisableItem.
+// EnableItem undoes DisableItem; the same item check applies.
 func (a *Admin) EnableItem(ctx context.Context, job string, item int) error {
-	return a.impl.setItemDisabled(ctx, job, item, false)
+	return a.impl.audited(ctx, a.actor, Action{Job: job, Action: "enable", Item: &item}, func() error {
+		return a.impl.setItemDisabled(ctx, job, item, false)
+	})
 }
 
 // Shutdown stops the job on server (or all servers) until it is restarted.
 func (a *Admin) Shutdown(ctx context.Context, job, server string) error {
-	return a.impl.shutdown(ctx, job, server)
+	return a.impl.audited(ctx, a.actor, Action{Job: job, Action: "shutdown", Server: server}, func() error {
+		return a.impl.shutdown(ctx, job, server)
+	})
 }
 
 // Remove deletes an offline server's node, or the whole job when server is "".
 // A live server or job refuses with an error saying to shut it down first.
+// Removing a whole job removes its audit log with it.
 func (a *Admin) Remove(ctx context.Context, job, server string) error {
-	return a.impl.remove(ctx, job, server)
+	if server == "" {
+		return a.impl.remove(ctx, job, server)
+	}
+	return a.impl.audited(ctx, a.actor, Action{Job: job, Action: "remove", Server: server}, func() error {
+		return a.impl.remove(ctx, job, server)
+	})
 }
 
 // Config reads the job's stored config.
@@ -320,18 +379,26 @@ func (a *Admin) Config(ctx context.Context, job string) (jobconfig.Config, error
 }
 
 // SetConfig validates and writes one config field, named as in the config
-// node ("cron", "shardingTotalCount", "failover", ...).
+// node ("cron", "shardingTotalCount", "failover", ...). A value that does
+// not validate is refused with a *jobconfig.FieldError and nothing is
+// written; an operator's explicit 0 is refused for the counts whose 0 means
+// "default" in a program's config (fetchDataCount, ...). Lowering
+// shardingTotalCount removes the execution nodes of the items beyond it.
 func (a *Admin) SetConfig(ctx context.Context, job, field, value string) error {
-	return a.impl.setConfig(ctx, job, field, value)
+	return a.impl.audited(ctx, a.actor, Action{Job: job, Action: "config set", Field: field, Value: value}, func() error {
+		return a.impl.setConfig(ctx, job, field, value)
+	})
 }
 
-// JobStatus is a job's status as `shardflow status --json` prints it.
+// JobStatus is a job's status as `shardflow status --json` prints it. Every
+// field is always present in the JSON (empty strings, null times, empty
+// lists), as docs/operations.md documents it.
 type JobStatus struct {
 	Job string `json:"job"`
 	// Config holds the stored config fields as strings, by node name.
 	Config map[string]string `json:"config"`
 	// ConfigError is set when the stored config does not decode or validate.
-	ConfigError string         `json:"configError,omitempty"`
+	ConfigError string         `json:"configError"`
 	Leader      string         `json:"leader"`
 	Servers     []ServerStatus `json:"servers"`
 	Items       []ItemStatus   `json:"items"`
@@ -339,6 +406,13 @@ type JobStatus struct {
 	ReshardingPending bool `json:"reshardingPending"`
 	// FailoverQueue lists items waiting to be failed over.
 	FailoverQueue []int `json:"failoverQueue"`
+	// NextFireTime is the cron's next fire time after the status was read;
+	// null when the job has no cron (runs only on triggers) or the stored
+	// config is invalid.
+	NextFireTime *time.Time `json:"nextFireTime"`
+	// Actions are the latest operator actions on the job, newest first
+	// (at most MaxAuditEntries).
+	Actions []Action `json:"actions"`
 }
 
 // ServerStatus is one server of a job.
@@ -346,26 +420,60 @@ type ServerStatus struct {
 	ID       string `json:"id"`
 	HostName string `json:"hostName"`
 	// Status is "READY", "RUNNING" or "OFFLINE".
-	Status              string `json:"status"`
-	Sharding            []int  `json:"sharding"`
-	ProcessSuccessCount int64  `json:"processSuccessCount"`
-	ProcessFailureCount int64  `json:"processFailureCount"`
-	Disabled            bool   `json:"disabled"`
-	Paused              bool   `json:"paused"`
-	Shutdown            bool   `json:"shutdown"`
-	// LastError is the last run error this server reported (clock skew, bad config).
-	LastError string `json:"lastError,omitempty"`
+	Status   string `json:"status"`
+	Sharding []int  `json:"sharding"`
+	// ProcessSuccessCount and ProcessFailureCount are the last reporting
+	// interval's counts (processCountIntervalSeconds), as in ElasticJob.
+	ProcessSuccessCount int64 `json:"processSuccessCount"`
+	ProcessFailureCount int64 `json:"processFailureCount"`
+	// TotalSuccessCount and TotalFailureCount are cumulative over every
+	// interval this server id has reported, across its restarts.
+	TotalSuccessCount int64 `json:"totalSuccessCount"`
+	TotalFailureCount int64 `json:"totalFailureCount"`
+	Disabled          bool  `json:"disabled"`
+	Paused            bool  `json:"paused"`
+	Shutdown          bool  `json:"shutdown"`
+	// LastError is the last run error this server reported (clock skew, bad
+	// config); "" when none.
+	LastError string `json:"lastError"`
 }
 
-// ItemStatus is one shard item of a job.
+// ItemStatus is one shard item of a job: every item in
+// 0..shardingTotalCount-1, plus an item beyond a lowered total while it
+// still runs.
 type ItemStatus struct {
-	Item             int        `json:"item"`
-	Running          bool       `json:"running"`
-	Completed        bool       `json:"completed"`
-	Failover         string     `json:"failover,omitempty"`
+	Item      int  `json:"item"`
+	Running   bool `json:"running"`
+	Completed bool `json:"completed"`
+	// Failover is the id of the server that took the item over; "" when none.
+	Failover         string     `json:"failover"`
 	Misfire          bool       `json:"misfire"`
 	Disabled         bool       `json:"disabled"`
-	LastBeginTime    *time.Time `json:"lastBeginTime,omitempty"`
-	LastCompleteTime *time.Time `json:"lastCompleteTime,omitempty"`
-	NextFireTime     *time.Time `json:"nextFireTime,omitempty"`
+	LastBeginTime    *time.Time `json:"lastBeginTime"`
+	LastCompleteTime *time.Time `json:"lastCompleteTime"`
+	// NextFireTime is the job's next cron fire time; null for a disabled
+	// item or a job without cron.
+	NextFireTime *time.Time `json:"nextFireTime"`
+}
+
+// MaxAuditEntries bounds a job's audit log: older entries are dropped.
+const MaxAuditEntries = 50
+
+// Action is one operator action in a job's audit log.
+type Action struct {
+	// Time is when the action was done (the acting process's clock).
+	Time time.Time `json:"time"`
+	// Actor is who did it (Admin.As).
+	Actor string `json:"actor"`
+	Job   string `json:"-"`
+	// Action is "trigger", "pause", "resume", "disable", "enable",
+	// "shutdown", "remove" or "config set".
+	Action string `json:"action"`
+	// Server is the server acted on; "" for every server.
+	Server string `json:"server"`
+	// Item is the shard item of an item disable/enable; null otherwise.
+	Item *int `json:"item"`
+	// Field and Value are the config field and its new text of a config set.
+	Field string `json:"field,omitempty"`
+	Value string `json:"value,omitempty"`
 }

@@ -55,6 +55,11 @@ type job struct {
 	localDisabled bool
 	offlineSeen   map[string]time.Time // leader: when a server was first seen offline
 
+	// Cumulative counts (reportCounts), loaded once from the store.
+	totalsMu       sync.Mutex
+	totalS, totalF int64
+	totalsLoaded   bool
+
 	// Watcher-goroutine state.
 	candidate        string // absolute path of this server's election candidate
 	predAfterSession <-chan store.Event
@@ -164,10 +169,11 @@ func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) er
 			return fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, local.Type())
 		}
 	}
+	fields := configFields(local)
 	if len(names) > 0 && !local.Overwrite {
+		j.warnStoredWins(ctx, fields)
 		return nil
 	}
-	fields := configFields(local)
 	ops := make([]store.Op, 0, len(fields))
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		if slices.Contains(names, k) {
@@ -180,6 +186,34 @@ func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) er
 		return fmt.Errorf("coord: join job %q: write config: %w", j.jname, err)
 	}
 	return nil
+}
+
+// warnStoredWins logs at Warn which fields of the local config lose to
+// the stored one (docs/configuration.md promises it): a changed local
+// config without Overwrite is otherwise ignored silently.
+func (j *job) warnStoredWins(ctx context.Context, local map[string]string) {
+	stored, err := j.readConfigFields(ctx)
+	if err != nil {
+		return // Join reads them again and reports the error
+	}
+	storedCfg, err := jobconfig.FromFields(j.jname, stored)
+	if err != nil {
+		return // the decode error is Join's to report
+	}
+	// Compare with defaults filled in on both sides, so a stored "0"
+	// (default) and a local explicit default are not reported.
+	localCfg, _ := jobconfig.FromFields(j.jname, local)
+	want, have := localCfg.WithDefaults().Fields(), storedCfg.WithDefaults().Fields()
+	var differ []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if k != jobconfig.FieldOverwrite && want[k] != have[k] {
+			differ = append(differ, fmt.Sprintf("%s: local %q, stored %q", k, want[k], have[k]))
+		}
+	}
+	if len(differ) > 0 {
+		j.log.Warn("the stored job config wins over this process's config (Overwrite is false); set Overwrite, or `shardflow config set`, to change it",
+			"differing", strings.Join(differ, "; "))
+	}
 }
 
 func (j *job) readConfigFields(ctx context.Context) (map[string]string, error) {
@@ -227,8 +261,14 @@ func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 	if err != nil {
 		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
 	}
+	if ok && stat.EphemeralOwner != sid && first {
+		ok, stat, err = j.awaitStatusGone(ctx, statusPath, sid)
+		if err != nil {
+			return err
+		}
+	}
 	if ok && stat.EphemeralOwner != sid {
-		return fmt.Errorf("%w: %s belongs to live session 0x%x", ErrServerIDInUse, statusPath, stat.EphemeralOwner)
+		return fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, statusPath, stat.EphemeralOwner, j.reg.serverIDSetting())
 	}
 	if err := store.CreateAll(ctx, j.st, j.p.server(j.id)); err != nil {
 		return fmt.Errorf("coord: job %q: create %s: %w", j.jname, j.p.server(j.id), err)
@@ -257,11 +297,51 @@ func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 	}
 	if _, err := j.st.Multi(ctx, ops...); err != nil {
 		if errors.Is(err, store.ErrNodeExists) {
-			return fmt.Errorf("%w: %s was created concurrently by another process", ErrServerIDInUse, statusPath)
+			return fmt.Errorf("%w: %s was created concurrently by another process; set a distinct %s", ErrServerIDInUse, statusPath, j.reg.serverIDSetting())
 		}
 		return fmt.Errorf("coord: job %q: register %s: %w", j.jname, j.p.server(j.id), err)
 	}
 	return nil
+}
+
+// awaitStatusGone waits, up to the store's session timeout, for a status
+// node held by another session to go: after a crash and a quick restart
+// under the same server id, the previous incarnation's session is dying but
+// not yet expired. A live duplicate keeps it past the timeout; the caller
+// then refuses with ErrServerIDInUse. It returns the node's last state.
+func (j *job) awaitStatusGone(ctx context.Context, statusPath string, sid int64) (bool, store.Stat, error) {
+	wait := j.reg.cfg.ServerIDWait
+	if wait == 0 {
+		sess, _ := j.st.Session()
+		wait = sess.Timeout
+	}
+	if wait <= 0 {
+		ok, stat, err := j.st.Exists(ctx, statusPath)
+		if err != nil {
+			return false, store.Stat{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
+		}
+		return ok, stat, nil
+	}
+	j.log.Info("this server id's status node is held by another session, probably this server's previous incarnation; waiting for it to expire",
+		"node", statusPath, "up-to", wait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		ok, stat, ch, err := j.st.ExistsW(ctx, statusPath)
+		if err != nil {
+			return false, store.Stat{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
+		}
+		if !ok || stat.EphemeralOwner == sid {
+			return ok, stat, nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return ok, stat, nil
+		case <-ctx.Done():
+			return false, store.Stat{}, fmt.Errorf("coord: job %q: waiting for %s (session 0x%x) to expire: %w: %w", j.jname, statusPath, stat.EphemeralOwner, ErrServerIDInUse, ctx.Err())
+		}
+	}
 }
 
 // setNecessary raises the resharding flag unless the cache shows it.

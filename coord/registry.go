@@ -39,15 +39,18 @@ func newRegistry(st store.Store, cfg RegistryConfig) (*registry, error) {
 	if err := store.ValidatePath(store.Join(cfg.Namespace)); err != nil || cfg.Namespace != store.Base(store.Join(cfg.Namespace)) {
 		return nil, fmt.Errorf("coord: RegistryConfig.Namespace %q must be one path element without slashes", cfg.Namespace)
 	}
+	if cfg.ServerIDSetting == "" {
+		cfg.ServerIDSetting = "RegistryConfig.ServerID"
+	}
 	if cfg.ServerID == "" {
 		id, err := firstIPv4()
 		if err != nil {
-			return nil, fmt.Errorf("coord: RegistryConfig.ServerID is empty and no non-loopback IPv4 address was found (%v); set ServerID (e.g. the pod name)", err)
+			return nil, fmt.Errorf("coord: %s is empty and no non-loopback IPv4 address was found (%v); set it (e.g. the pod name)", cfg.ServerIDSetting, err)
 		}
 		cfg.ServerID = id
 	}
 	if err := store.ValidatePath("/" + cfg.ServerID); err != nil || store.Base("/"+cfg.ServerID) != cfg.ServerID {
-		return nil, fmt.Errorf("coord: RegistryConfig.ServerID %q must be one path element without slashes", cfg.ServerID)
+		return nil, fmt.Errorf("coord: %s %q must be one path element without slashes", cfg.ServerIDSetting, cfg.ServerID)
 	}
 	if cfg.HostName == "" {
 		cfg.HostName, _ = os.Hostname()
@@ -81,6 +84,9 @@ func firstIPv4() (string, error) {
 }
 
 func (r *registry) serverID() string { return r.cfg.ServerID }
+
+// serverIDSetting names the ServerID setting in errors.
+func (r *registry) serverIDSetting() string { return r.cfg.ServerIDSetting }
 
 func (r *registry) join(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
 	r.mu.Lock()

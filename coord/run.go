@@ -37,7 +37,7 @@ func (j *job) ready() (int64, context.Context, error) {
 	case j.offline:
 		return 0, nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrShutdown)
 	case sess.State != store.StateConnected || sess.ID != j.regSession || j.regCtx.Err() != nil:
-		return 0, nil, fmt.Errorf("coord: job %q: session is %s: %w", j.jname, sess.State, ErrSessionLost)
+		return 0, nil, fmt.Errorf("coord: job %q: %s: %w", j.jname, sessionProblem(sess, j.regSession), ErrSessionLost)
 	case j.cfgErr != nil:
 		return 0, nil, j.cfgErr
 	}
@@ -354,7 +354,27 @@ func (j *job) reshardNow(ctx context.Context) error {
 	j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
 	j.mu.Unlock()
 	j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
+	j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
 	return nil
+}
+
+// pruneItemsBeyond removes the execution nodes of items beyond a lowered
+// total that Admin.SetConfig left because they were running then. The
+// leader calls it after resharding, when none of them runs any more.
+// Failures are logged: the nodes are only clutter, never read by runs.
+func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
+	names, _, err := j.st.Children(ctx, j.p.abs(nExecution))
+	if err != nil {
+		j.warn(ctx, "cannot list items to prune beyond the total", "total", total, "err", err)
+		return
+	}
+	for _, n := range names {
+		if it, ok := parseItemName(n); ok && it >= total {
+			if err := store.DeleteAll(ctx, j.st, j.p.item(it)); err != nil {
+				j.warn(ctx, "cannot prune item beyond the total", "item", it, "total", total, "err", err)
+			}
+		}
+	}
 }
 
 // failoverAssignments returns the failover items this server claimed,
@@ -596,7 +616,7 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 		if sess.ID != r.session || sess.State == store.StateLost || sess.State == store.StateClosed {
 			r.done = true // the run's session and its nodes are gone: nothing to retry
 		}
-		return fmt.Errorf("coord: job %q: complete: session is %s: %w", j.jname, sess.State, ErrSessionLost)
+		return fmt.Errorf("coord: job %q: complete: %s: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
 	}
 	monitor := j.config().MonitorsExecution()
 	var ins []intent
@@ -702,13 +722,52 @@ func (j *job) recordNextFireTime(ctx context.Context, next time.Time) error {
 	return nil
 }
 
+// reportCounts writes the interval's counts and the cumulative totals in
+// one transaction. The totals are read from the store once (they
+// survive restarts), then kept here: only this server
+// writes its own nodes. They advance only when the write succeeds, since
+// the stats reporter re-reports counts whose write failed.
 func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
+	j.totalsMu.Lock()
+	defer j.totalsMu.Unlock()
+	if !j.totalsLoaded {
+		s, err := j.readCount(ctx, nSuccessTotal)
+		if err != nil {
+			return err
+		}
+		f, err := j.readCount(ctx, nFailureTotal)
+		if err != nil {
+			return err
+		}
+		j.totalS, j.totalF, j.totalsLoaded = s, f, true
+	}
+	ts, tf := j.totalS+success, j.totalF+failure
 	ins := []intent{
 		{kind: opPut, rel: relServer(j.id, nSuccess), data: []byte(strconv.FormatInt(success, 10))},
 		{kind: opPut, rel: relServer(j.id, nFailure), data: []byte(strconv.FormatInt(failure, 10))},
+		{kind: opPut, rel: relServer(j.id, nSuccessTotal), data: []byte(strconv.FormatInt(ts, 10))},
+		{kind: opPut, rel: relServer(j.id, nFailureTotal), data: []byte(strconv.FormatInt(tf, 10))},
 	}
 	if err := j.commit(ctx, ins); err != nil {
 		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.server(j.id), err)
 	}
+	j.totalS, j.totalF = ts, tf
 	return nil
+}
+
+// readCount reads one of this server's count nodes directly; absent is 0.
+func (j *job) readCount(ctx context.Context, node string) (int64, error) {
+	d, _, err := j.st.Get(ctx, j.p.server(j.id, node))
+	if errors.Is(err, store.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, node), err)
+	}
+	n, perr := parseCount(d)
+	if perr != nil {
+		j.log.Warn("malformed count node; counting again from 0", "node", j.p.server(j.id, node), "err", perr)
+		return 0, nil
+	}
+	return n, nil
 }

@@ -202,7 +202,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	j.mu.Unlock()
 	j.predAfterSession = nil
 	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != reg {
-		j.loseRegistration("session " + sess.State.String())
+		j.loseRegistration(sessionProblem(sess, reg))
 	}
 	if sess.State != store.StateConnected || sess.ID == reg {
 		// Not connected, or the same session resumed: its watches and

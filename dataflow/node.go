@@ -127,7 +127,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		n.ownStore = memstore.NewServer().Connect()
 		n.st = n.ownStore
 	}
-	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, Logger: cfg.Logger})
+	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", Logger: cfg.Logger})
 	if err != nil {
 		if n.ownStore != nil {
 			_ = n.ownStore.Close()
@@ -244,7 +244,10 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 // AddJob adds a per-item job to n: it validates cfg (after defaults),
 // joins the cluster (the stored config wins unless cfg.Overwrite; see
 // coord.Registry.Join) and schedules the job on the stored config's cron.
-// It blocks for the join, up to 30 s. Errors: a *jobconfig.FieldError
+// It blocks for the join, up to 30 s; when this server id is still
+// registered by its own previous, dying session (a quick restart after a
+// crash), the join waits for that session to expire, up to the store's
+// session timeout, instead of failing. Errors: a *jobconfig.FieldError
 // (wrapping jobconfig.ErrInvalid), ErrJobExists, ErrNodeStopped, ErrBadCron,
 // or a coord error such as coord.ErrServerIDInUse.
 func AddJob[T any](n *Node, cfg JobConfig, job Job[T], opts ...JobOption) error {

@@ -26,10 +26,25 @@ type connFlags struct {
 	timeout   time.Duration
 }
 
+// Environment variables read when the matching flag is absent, as the
+// examples and the integration harness read them.
+const (
+	envZooKeeper = "SHARDFLOW_ZK"        // --zk
+	envNamespace = "SHARDFLOW_NAMESPACE" // --namespace
+	envAuth      = "SHARDFLOW_ZK_AUTH"   // --auth
+)
+
+// register adds the connection flags; their defaults come from the
+// environment (SHARDFLOW_ZK, SHARDFLOW_NAMESPACE, SHARDFLOW_ZK_AUTH), and a
+// flag given on the command line wins.
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.zk, "zk", "", "ZooKeeper servers, comma-separated host:port (required)")
-	fs.StringVar(&c.namespace, "namespace", "shardflow", "namespace: the root node of the jobs")
-	fs.StringVar(&c.auth, "auth", "", "digest credentials user:password, if the nodes carry ACLs")
+	fs.StringVar(&c.zk, "zk", os.Getenv(envZooKeeper), "ZooKeeper servers, comma-separated host:port (required; default $"+envZooKeeper+")")
+	ns := os.Getenv(envNamespace)
+	if ns == "" {
+		ns = coord.DefaultNamespace
+	}
+	fs.StringVar(&c.namespace, "namespace", ns, "namespace: the root node of the jobs (default $"+envNamespace+", else shardflow)")
+	fs.StringVar(&c.auth, "auth", os.Getenv(envAuth), "digest credentials user:password, if the nodes carry ACLs (default $"+envAuth+")")
 	fs.DurationVar(&c.timeout, "connect-timeout", 15*time.Second, "how long to try to reach ZooKeeper")
 }
 
@@ -41,7 +56,7 @@ func (c *connFlags) servers() ([]string, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, usagef("--zk is required: pass ZooKeeper servers, e.g. --zk 127.0.0.1:2181")
+		return nil, usagef("--zk is required: pass ZooKeeper servers, e.g. --zk 127.0.0.1:2181, or set %s", envZooKeeper)
 	}
 	return out, nil
 }
@@ -52,6 +67,16 @@ func (c *connFlags) open(ctx context.Context) (store.Store, *coord.Admin, error)
 	if err != nil {
 		return nil, nil, err
 	}
+	st, err := dialStore(ctx, servers, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, coord.NewAdmin(st, c.namespace), nil
+}
+
+// dialStore opens the store session of a command: ZooKeeper. Tests replace
+// it to run commands on memstore.
+var dialStore = func(ctx context.Context, servers []string, c *connFlags) (store.Store, error) {
 	st, err := zkstore.Open(ctx, zkstore.Config{
 		Servers:        servers,
 		ConnectTimeout: c.timeout,
@@ -59,7 +84,7 @@ func (c *connFlags) open(ctx context.Context) (store.Store, *coord.Admin, error)
 		Logger:         cliLogger,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to ZooKeeper: %w", err)
+		return nil, fmt.Errorf("connect to ZooKeeper: %w", err)
 	}
-	return st, coord.NewAdmin(st, c.namespace), nil
+	return st, nil
 }

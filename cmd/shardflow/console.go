@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/jobconfig"
 )
 
 // runConsole serves the web console: a status page refreshed every few
@@ -67,11 +68,11 @@ func consoleHandler(admin *coord.Admin, namespace string) http.Handler {
 		_ = json.NewEncoder(w).Encode(doc)
 	})
 	mux.HandleFunc("POST /api/jobs/{job}/{action}", func(w http.ResponseWriter, r *http.Request) {
-		item := -1
+		item := noItem
 		if v := r.FormValue("item"); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				http.Error(w, "item must be a shard item number >= 0", http.StatusBadRequest)
+			if err != nil {
+				http.Error(w, "item must be a shard item number", http.StatusBadRequest)
 				return
 			}
 			item = n
@@ -108,8 +109,10 @@ func httpError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, coord.ErrNoJob), errors.Is(err, coord.ErrNoServer):
 		code = http.StatusNotFound
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.Is(err, coord.ErrNoItem), errors.Is(err, jobconfig.ErrInvalid):
 		code = http.StatusBadRequest
+	case errors.Is(err, coord.ErrBadConfig):
+		code = http.StatusConflict
 	}
 	http.Error(w, err.Error(), code)
 }

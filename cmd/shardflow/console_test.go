@@ -94,6 +94,8 @@ func TestConsoleRefusesBadInput(t *testing.T) {
 		want int
 	}{
 		{"/api/jobs/console-job/disable?item=x", http.StatusBadRequest},
+		{"/api/jobs/console-job/disable?item=-1", http.StatusBadRequest},
+		{"/api/jobs/console-job/disable?item=3", http.StatusBadRequest},
 		{"/api/jobs/no-such-job/trigger", http.StatusNotFound},
 		{"/api/jobs/console-job/explode", http.StatusBadRequest},
 	} {

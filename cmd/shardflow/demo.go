@@ -52,6 +52,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.SetOutput(stderr)
 	o.conn.register(fs)
 	fs.Lookup("zk").Usage = "ZooKeeper servers host:port,... (default: the embedded in-process store)"
+	o.conn.zk = "" // the demo is embedded unless --zk is given; $SHARDFLOW_ZK does not apply
 	fs.StringVar(&o.job, "job", "demo", "job name")
 	fs.IntVar(&o.servers, "servers", 3, "servers to run in this process")
 	fs.IntVar(&o.records, "records", 240_000, "records to generate")

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"sort"
 
 	"github.com/shardflow/shardflow/coord"
@@ -19,15 +20,25 @@ func opCommand(action string) func(context.Context, []string, io.Writer, io.Writ
 		cf.register(fs)
 		job := fs.String("job", "", "job name (required)")
 		server := fs.String("server", "", "server id (default: every server of the job)")
-		item := fs.Int("item", -1, "shard item (disable/enable only): act on one item instead of a server")
+		item := fs.Int("item", 0, "shard item 0..shardingTotalCount-1 (disable/enable only): act on one item instead of a server")
 		if err := fs.Parse(args); err != nil {
 			return usageError{err.Error()}
+		}
+		// Whether --item was given, not its value, picks an item action:
+		// `--item -1` is an item Admin refuses, never "every server".
+		itemSet := false
+		fs.Visit(func(f *flag.Flag) { itemSet = itemSet || f.Name == "item" })
+		if !itemSet {
+			*item = noItem
 		}
 		if *job == "" {
 			return usagef("--job is required: name the job, see `shardflow status --zk ...`")
 		}
-		if *item >= 0 && action != "disable" && action != "enable" {
+		if itemSet && action != "disable" && action != "enable" {
 			return usagef("--item applies only to disable and enable")
+		}
+		if itemSet && *server != "" {
+			return usagef("--item and --server exclude each other: disable an item everywhere, or a server")
 		}
 		st, admin, err := cf.open(ctx)
 		if err != nil {
@@ -39,7 +50,7 @@ func opCommand(action string) func(context.Context, []string, io.Writer, io.Writ
 		}
 		target := "every server"
 		switch {
-		case *item >= 0:
+		case itemSet:
 			target = fmt.Sprintf("item %d", *item)
 		case *server != "":
 			target = "server " + *server
@@ -52,7 +63,11 @@ func opCommand(action string) func(context.Context, []string, io.Writer, io.Writ
 	}
 }
 
-// doAction performs one operator action through the Admin API.
+// noItem is doAction's item when the action is not about one item.
+const noItem = math.MinInt
+
+// doAction performs one operator action through the Admin API; item is
+// noItem unless the operator named one (Admin validates it).
 func doAction(ctx context.Context, admin *coord.Admin, action, job, server string, item int) error {
 	switch action {
 	case "trigger":
@@ -62,12 +77,12 @@ func doAction(ctx context.Context, admin *coord.Admin, action, job, server strin
 	case "resume":
 		return admin.Resume(ctx, job, server)
 	case "disable":
-		if item >= 0 {
+		if item != noItem {
 			return admin.DisableItem(ctx, job, item)
 		}
 		return admin.Disable(ctx, job, server)
 	case "enable":
-		if item >= 0 {
+		if item != noItem {
 			return admin.EnableItem(ctx, job, item)
 		}
 		return admin.Enable(ctx, job, server)

@@ -89,6 +89,7 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 	if len(js.FailoverQueue) > 0 {
 		fmt.Fprintf(w, "   failover queue %s", joinInts(js.FailoverQueue))
 	}
+	fmt.Fprintf(w, "   next fire %s", fmtTime(js.NextFireTime))
 	fmt.Fprintln(w)
 	if js.ConfigError != "" {
 		fmt.Fprintf(w, "  CONFIG ERROR: %s\n", js.ConfigError)
@@ -106,7 +107,7 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 	}
 	fmt.Fprintf(w, "  config: %s\n", strings.Join(cfg, " "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  SERVER\tSTATUS\tITEMS\tSUCCESS\tFAILURE\tFLAGS\tLAST ERROR")
+	fmt.Fprintln(tw, "  SERVER\tSTATUS\tITEMS\tSUCCESS (LAST/TOTAL)\tFAILURE (LAST/TOTAL)\tFLAGS\tLAST ERROR")
 	for _, s := range js.Servers {
 		var flags []string
 		if s.Disabled {
@@ -118,8 +119,9 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 		if s.Shutdown {
 			flags = append(flags, "shutdown")
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Status, joinInts(s.Sharding),
-			s.ProcessSuccessCount, s.ProcessFailureCount, orDash(strings.Join(flags, ",")), orDash(s.LastError))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%s\t%s\n", s.ID, s.Status, joinInts(s.Sharding),
+			s.ProcessSuccessCount, s.TotalSuccessCount, s.ProcessFailureCount, s.TotalFailureCount,
+			orDash(strings.Join(flags, ",")), orDash(s.LastError))
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -141,6 +143,28 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 			fmtTime(it.LastBeginTime), fmtTime(it.LastCompleteTime), fmtTime(it.NextFireTime))
 	}
 	tw.Flush()
+	if len(js.Actions) > 0 {
+		fmt.Fprintln(w, "  recent operator actions:")
+		for _, a := range js.Actions[:min(len(js.Actions), 5)] {
+			fmt.Fprintf(w, "    %s  %s  %s\n", fmtTime(&a.Time), a.Actor, describeAction(a))
+		}
+	}
+}
+
+// describeAction is one audit entry's "what", e.g. "pause server w1".
+func describeAction(a coord.Action) string {
+	what := a.Action
+	switch {
+	case a.Field != "":
+		what += fmt.Sprintf(" %s=%q", a.Field, a.Value)
+	case a.Item != nil:
+		what += fmt.Sprintf(" item %d", *a.Item)
+	case a.Server != "":
+		what += " server " + a.Server
+	case a.Action != "trigger":
+		what += " every server"
+	}
+	return what
 }
 
 func orDash(s string) string {
@@ -154,5 +178,5 @@ func fmtTime(t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("15:04:05.000")
+	return t.Local().Format("2006-01-02 15:04:05.000 MST")
 }

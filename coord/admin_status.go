@@ -1,0 +1,229 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// status reads a job's status. Items are 0..shardingTotalCount-1 of the
+// stored config (plus any item beyond it still running); the next fire time
+// is derived from the stored cron at the time of the read, so it is never
+// stale and disappears with the cron.
+func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
+	p, err := a.requireJob(ctx, job)
+	if err != nil {
+		return JobStatus{}, err
+	}
+	st := JobStatus{Job: job, Servers: []ServerStatus{}, Items: []ItemStatus{}, FailoverQueue: []int{}, Actions: []Action{}}
+	if st.Config, err = a.readFields(ctx, p); err != nil {
+		return st, err
+	}
+	cfg, cerr := decodeStoredConfig(p, job, st.Config)
+	if cerr != nil {
+		st.ConfigError = cerr.Error()
+	}
+	st.NextFireTime = nextFire(cfg, cerr, time.Now())
+	if st.Leader, _, err = a.getOpt(ctx, p.abs(relHost)); err != nil {
+		return st, err
+	}
+	if st.ReshardingPending, _, err = a.st.Exists(ctx, p.abs(relNecessary)); err != nil {
+		return st, fmt.Errorf("coord: read %s: %w", p.abs(relNecessary), err)
+	}
+	names, err := a.servers(ctx, p, job, "")
+	if err != nil {
+		return st, err
+	}
+	for _, s := range names {
+		ss, err := a.serverStatus(ctx, p, s)
+		if err != nil {
+			return st, err
+		}
+		st.Servers = append(st.Servers, ss)
+	}
+	if st.Items, err = a.itemStatuses(ctx, p, cfg, cerr == nil, st.NextFireTime); err != nil {
+		return st, err
+	}
+	q, _, err := a.st.Children(ctx, p.abs(relFailoverQ))
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return st, fmt.Errorf("coord: read %s: %w", p.abs(relFailoverQ), err)
+	}
+	for _, n := range q {
+		if it, ok := parseItemName(n); ok {
+			st.FailoverQueue = append(st.FailoverQueue, it)
+		}
+	}
+	slices.Sort(st.FailoverQueue)
+	if st.Actions, err = a.audit(ctx, p, job); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// nextFire is the cron's next fire time after now; nil without a cron or a
+// valid config.
+func nextFire(cfg jobconfig.Config, cerr error, now time.Time) *time.Time {
+	if cerr != nil || strings.TrimSpace(cfg.Cron) == "" {
+		return nil
+	}
+	sched, err := jobconfig.ParseCron(cfg.Cron)
+	if err != nil {
+		return nil
+	}
+	t := sched.Next(now)
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerStatus, error) {
+	ss := ServerStatus{ID: s, Status: statusOffline, Sharding: []int{}}
+	kids, _, err := a.st.Children(ctx, p.server(s))
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return ss, fmt.Errorf("coord: read %s: %w", p.server(s), err)
+	}
+	for _, k := range kids {
+		v, ok, err := a.getOpt(ctx, p.server(s, k))
+		if err != nil {
+			return ss, err
+		}
+		if !ok {
+			continue
+		}
+		switch k {
+		case nHostName:
+			ss.HostName = v
+		case nStatus:
+			ss.Status = v
+		case nSharding:
+			items, perr := parseItems([]byte(v))
+			if perr != nil && ss.LastError == "" {
+				ss.LastError = fmt.Sprintf("%s: %v", p.server(s, k), perr)
+			}
+			if items != nil {
+				ss.Sharding = items
+			}
+		case nSuccess:
+			ss.ProcessSuccessCount, _ = parseCount([]byte(v))
+		case nFailure:
+			ss.ProcessFailureCount, _ = parseCount([]byte(v))
+		case nSuccessTotal:
+			ss.TotalSuccessCount, _ = parseCount([]byte(v))
+		case nFailureTotal:
+			ss.TotalFailureCount, _ = parseCount([]byte(v))
+		case nDisabled:
+			ss.Disabled = flagTrue([]byte(v))
+		case nPaused:
+			ss.Paused = flagTrue([]byte(v))
+		case nShutdown:
+			ss.Shutdown = flagTrue([]byte(v))
+		case nLastError:
+			if v != "" {
+				ss.LastError = v
+			}
+		}
+	}
+	return ss, nil
+}
+
+// itemStatuses lists the job's items. With a valid config they are
+// 0..total-1 plus items beyond the total that still run (a lowered total;
+// the leader prunes them at its next reshard); without one, every item in
+// the execution tree.
+func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Config, valid bool, next *time.Time) ([]ItemStatus, error) {
+	execNames, _, err := a.st.Children(ctx, p.abs(nExecution))
+	if err != nil {
+		return nil, fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
+	}
+	present := map[int]bool{} // item -> has an execution node
+	for _, n := range execNames {
+		if it, ok := parseItemName(n); ok {
+			present[it] = true
+		}
+	}
+	shown := map[int]bool{}
+	for it := range present {
+		shown[it] = true
+	}
+	if valid {
+		shown = map[int]bool{}
+		for it := range cfg.ShardingTotalCount {
+			shown[it] = true
+		}
+	}
+	for it := range present {
+		if !shown[it] {
+			if running, _, err := a.st.Exists(ctx, p.item(it, nRunning)); err != nil {
+				return nil, fmt.Errorf("coord: read %s: %w", p.item(it, nRunning), err)
+			} else if running {
+				shown[it] = true
+			}
+		}
+	}
+	out := make([]ItemStatus, 0, len(shown))
+	for _, it := range slices.Sorted(maps.Keys(shown)) {
+		is := ItemStatus{Item: it}
+		if present[it] {
+			if err := a.readItem(ctx, p, &is); err != nil {
+				return nil, err
+			}
+		}
+		if !is.Disabled && next != nil {
+			t := *next
+			is.NextFireTime = &t
+		}
+		out = append(out, is)
+	}
+	return out, nil
+}
+
+// readItem fills is from execution/{item}.
+func (a *admin) readItem(ctx context.Context, p jobPaths, is *ItemStatus) error {
+	it := is.Item
+	kids, _, err := a.st.Children(ctx, p.item(it))
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return fmt.Errorf("coord: read %s: %w", p.item(it), err)
+	}
+	for _, k := range kids {
+		switch k {
+		case nRunning:
+			is.Running = true
+		case nCompleted:
+			is.Completed = true
+		case nMisfire:
+			is.Misfire = true
+		case nDisabled:
+			is.Disabled = true
+		case nFailover, nLastBeginTime, nLastCompleteTime:
+			v, ok, err := a.getOpt(ctx, p.item(it, k))
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue
+			}
+			if k == nFailover {
+				is.Failover = v
+				continue
+			}
+			t, terr := parseTime([]byte(v))
+			if terr != nil {
+				continue
+			}
+			if k == nLastBeginTime {
+				is.LastBeginTime = &t
+			} else {
+				is.LastCompleteTime = &t
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,417 @@
+package coord_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/coordtest"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/integration"
+)
+
+// adminTests run on memstore and on real ZooKeeper.
+var adminTests = []struct {
+	name string
+	fn   func(*testing.T, *coordtest.Harness)
+}{
+	{"RefusesBadInput", testAdminRefusesBadInput},
+	{"ShrinkTotal", testAdminShrinkTotal},
+	{"StatusFields", testAdminStatusFields},
+	{"CumulativeCounts", testAdminCumulativeCounts},
+	{"Audit", testAdminAudit},
+}
+
+func TestAdmin(t *testing.T) {
+	for _, tc := range adminTests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, coordtest.NewHarness(t, coordtest.Mem())) })
+	}
+}
+
+func TestAdminZooKeeper(t *testing.T) {
+	zk := integration.SharedZooKeeper(t)
+	b := coordtest.ZooKeeper(t, coordtest.ZooKeeperConfig{Server: zk.Servers()[0]})
+	for _, tc := range adminTests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, coordtest.NewHarness(t, b)) })
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustStatus(t *testing.T, h *coordtest.Harness, job string) coord.JobStatus {
+	t.Helper()
+	st, err := h.Admin.Status(ctxT(t), job)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	return st
+}
+
+func itemNumbers(st coord.JobStatus) []int {
+	out := []int{}
+	for _, it := range st.Items {
+		out = append(out, it.Item)
+	}
+	return out
+}
+
+// executionItems lists the execution/{item} nodes in the store.
+func executionItems(t *testing.T, h *coordtest.Harness, job string) []string {
+	t.Helper()
+	names, _, err := h.B.Connect(t).Children(ctxT(t), store.Join(h.NS, job, "execution"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// testAdminRefusesBadInput reproduces issue 11's reports: --item -1 stopped
+// the whole job, --item 99 on a 12-item job was kept for good, and
+// fetchDataCount 0 was stored. Each is refused, names the problem, and
+// changes nothing.
+func testAdminRefusesBadInput(t *testing.T, h *coordtest.Harness) {
+	a := coordtest.Config("j", 12)
+	h.Start("a", a)
+	before := mustStatus(t, h, "j")
+	ctx := ctxT(t)
+	for _, item := range []int{-1, 12, 99} {
+		err := h.Admin.DisableItem(ctx, "j", item)
+		if !errors.Is(err, coord.ErrNoItem) || !strings.Contains(err.Error(), "0..11") {
+			t.Errorf("DisableItem(%d) = %v, want ErrNoItem naming 0..11", item, err)
+		}
+		if err := h.Admin.EnableItem(ctx, "j", item); !errors.Is(err, coord.ErrNoItem) {
+			t.Errorf("EnableItem(%d) = %v, want ErrNoItem", item, err)
+		}
+	}
+	if err := h.Admin.Pause(ctx, "j", "nope"); !errors.Is(err, coord.ErrNoServer) {
+		t.Errorf("Pause(server nope) = %v, want ErrNoServer", err)
+	}
+	if err := h.Admin.Trigger(ctx, "nojob"); !errors.Is(err, coord.ErrNoJob) {
+		t.Errorf("Trigger(nojob) = %v, want ErrNoJob", err)
+	}
+	for _, tc := range []struct{ field, value string }{
+		{jobconfig.FieldFetchDataCount, "0"},
+		{jobconfig.FieldFetchDataCount, "-3"},
+		{jobconfig.FieldConcurrentDataProcessThreadCount, "0"},
+		{jobconfig.FieldShardingTotalCount, "0"},
+		{jobconfig.FieldShardingTotalCount, "x"},
+		{jobconfig.FieldCron, "not a cron"},
+		{jobconfig.FieldShardingItemParameters, "12=too-far"},
+		{"noSuchField", "1"},
+	} {
+		err := h.Admin.SetConfig(ctx, "j", tc.field, tc.value)
+		var fe *jobconfig.FieldError
+		if !errors.As(err, &fe) || fe.Field != tc.field || fe.Fix == "" {
+			t.Errorf("SetConfig(%s, %q) = %v, want a *jobconfig.FieldError naming %s with a fix", tc.field, tc.value, err, tc.field)
+		}
+	}
+	after := mustStatus(t, h, "j")
+	if !maps2Equal(before.Config, after.Config) {
+		t.Errorf("config changed by refused edits:\nbefore %v\nafter  %v", before.Config, after.Config)
+	}
+	if got := itemNumbers(after); !slices.Equal(got, itemNumbers(before)) || len(got) != 12 {
+		t.Errorf("items after refused actions = %v, want 0..11", got)
+	}
+	for _, it := range after.Items {
+		if it.Disabled {
+			t.Errorf("item %d disabled by a refused action", it.Item)
+		}
+	}
+	if len(after.Actions) != 0 {
+		t.Errorf("refused actions recorded in the audit log: %+v", after.Actions)
+	}
+	// The boundary items are accepted.
+	for _, item := range []int{0, 11} {
+		if err := h.Admin.DisableItem(ctx, "j", item); err != nil {
+			t.Errorf("DisableItem(%d): %v", item, err)
+		}
+	}
+}
+
+func maps2Equal(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// testAdminShrinkTotal: 12 -> 8 -> 5 leaves exactly the items below the
+// total in the execution tree and in status, and the next runs cover them.
+func testAdminShrinkTotal(t *testing.T, h *coordtest.Harness) {
+	a := h.Start("a", coordtest.Config("j", 12))
+	coordtest.CompleteAll(t, coordtest.BeginAll(t, a)...)
+	ctx := ctxT(t)
+	if err := h.Admin.DisableItem(ctx, "j", 11); err != nil {
+		t.Fatal(err)
+	}
+	if got := executionItems(t, h, "j"); len(got) != 12 {
+		t.Fatalf("execution items after a 12-item run: %v", got)
+	}
+	for _, total := range []int{8, 5} {
+		if err := h.Admin.SetConfig(ctx, "j", jobconfig.FieldShardingTotalCount, itoa(total)); err != nil {
+			t.Fatal(err)
+		}
+		want := []string{}
+		wantItems := []int{}
+		for i := range total {
+			wantItems = append(wantItems, i)
+			want = append(want, itoa(i))
+		}
+		slices.Sort(want)
+		if got := executionItems(t, h, "j"); !slices.Equal(got, want) {
+			t.Errorf("total %d: execution items %v, want %v", total, got, want)
+		}
+		if got := itemNumbers(mustStatus(t, h, "j")); !slices.Equal(got, wantItems) {
+			t.Errorf("total %d: status items %v, want %v", total, got, wantItems)
+		}
+		if err := h.Admin.DisableItem(ctx, "j", total); !errors.Is(err, coord.ErrNoItem) {
+			t.Errorf("total %d: DisableItem(%d) = %v, want ErrNoItem", total, total, err)
+		}
+	}
+	awaitConfig(t, a, func(c jobconfig.Config) bool { return c.ShardingTotalCount == 5 })
+	runs := coordtest.BeginAll(t, a)
+	coordtest.AssertPartition(t, 5, runs...)
+	coordtest.CompleteAll(t, runs...)
+}
+
+// awaitConfig waits for s's job to signal a config change that satisfies ok.
+func awaitConfig(t *testing.T, s *coordtest.Server, ok func(jobconfig.Config) bool) {
+	t.Helper()
+	ctx := ctxT(t)
+	for !ok(s.Job.Config()) {
+		select {
+		case <-s.Job.Signals():
+		case <-ctx.Done():
+			t.Fatalf("config never applied on %s: %+v", s.ID, s.Job.Config())
+		}
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// testAdminStatusFields: every documented JSON field is present even when
+// empty, and the next fire time follows the stored cron.
+func testAdminStatusFields(t *testing.T, h *coordtest.Harness) {
+	h.Start("a", coordtest.Config("j", 2))
+	st := mustStatus(t, h, "j")
+	if st.NextFireTime != nil {
+		t.Errorf("nextFireTime without a cron = %v, want null", st.NextFireTime)
+	}
+	raw, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Job     map[string]json.RawMessage
+		Server  map[string]json.RawMessage
+		Item    map[string]json.RawMessage
+		Servers []map[string]json.RawMessage `json:"servers"`
+		Items   []map[string]json.RawMessage `json:"items"`
+	}
+	_ = json.Unmarshal(raw, &doc.Job)
+	_ = json.Unmarshal(raw, &doc)
+	for _, k := range []string{"job", "config", "configError", "leader", "servers", "items", "reshardingPending", "failoverQueue", "nextFireTime", "actions"} {
+		if _, ok := doc.Job[k]; !ok {
+			t.Errorf("job status JSON lacks %q: %s", k, raw)
+		}
+	}
+	for _, k := range []string{"id", "hostName", "status", "sharding", "processSuccessCount", "processFailureCount", "totalSuccessCount", "totalFailureCount", "disabled", "paused", "shutdown", "lastError"} {
+		if _, ok := doc.Servers[0][k]; !ok {
+			t.Errorf("server status JSON lacks %q: %s", k, raw)
+		}
+	}
+	for _, k := range []string{"item", "running", "completed", "failover", "misfire", "disabled", "lastBeginTime", "lastCompleteTime", "nextFireTime"} {
+		if _, ok := doc.Items[0][k]; !ok {
+			t.Errorf("item status JSON lacks %q: %s", k, raw)
+		}
+	}
+	ctx := ctxT(t)
+	if err := h.Admin.SetConfig(ctx, "j", jobconfig.FieldCron, "0/5 * * * * ?"); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	st = mustStatus(t, h, "j")
+	if st.NextFireTime == nil || !st.NextFireTime.After(before) || st.NextFireTime.Second()%5 != 0 {
+		t.Fatalf("nextFireTime with cron 0/5 = %v, want a multiple of 5 s after %v", st.NextFireTime, before)
+	}
+	for _, it := range st.Items {
+		if it.NextFireTime == nil || !it.NextFireTime.Equal(*st.NextFireTime) {
+			t.Errorf("item %d nextFireTime = %v, want the job's %v", it.Item, it.NextFireTime, st.NextFireTime)
+		}
+	}
+	if err := h.Admin.SetConfig(ctx, "j", jobconfig.FieldCron, ""); err != nil {
+		t.Fatal(err)
+	}
+	st = mustStatus(t, h, "j")
+	if st.NextFireTime != nil || st.Items[0].NextFireTime != nil {
+		t.Errorf("after cron \"\": nextFireTime job %v item %v, want null", st.NextFireTime, st.Items[0].NextFireTime)
+	}
+}
+
+// testAdminCumulativeCounts: the last interval's counts and the totals,
+// which survive a restart of the server id.
+func testAdminCumulativeCounts(t *testing.T, h *coordtest.Harness) {
+	a := h.Start("a", coordtest.Config("j", 2))
+	ctx := ctxT(t)
+	for _, c := range [][2]int64{{7, 2}, {3, 1}} {
+		if err := a.Job.ReportCounts(ctx, c[0], c[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(when string, s, f, ts, tf int64) {
+		t.Helper()
+		ss := mustStatus(t, h, "j").Servers[0]
+		if ss.ProcessSuccessCount != s || ss.ProcessFailureCount != f || ss.TotalSuccessCount != ts || ss.TotalFailureCount != tf {
+			t.Fatalf("%s: counts %d/%d totals %d/%d, want %d/%d and %d/%d", when, ss.ProcessSuccessCount, ss.ProcessFailureCount,
+				ss.TotalSuccessCount, ss.TotalFailureCount, s, f, ts, tf)
+		}
+	}
+	check("after two intervals", 3, 1, 10, 3)
+	a.Stop(t)
+	a2 := h.Start("a", coordtest.Config("j", 2))
+	if err := a2.Job.ReportCounts(ctx, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	check("after a restart", 1, 0, 11, 3)
+}
+
+// testAdminAudit: successful actions are recorded with who, what and when,
+// newest first.
+func testAdminAudit(t *testing.T, h *coordtest.Harness) {
+	h.Start("a", coordtest.Config("j", 4))
+	ctx := ctxT(t)
+	alice := h.Admin.As("alice")
+	start := time.Now().Add(-time.Second)
+	if err := alice.Pause(ctx, "j", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := alice.DisableItem(ctx, "j", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Admin.As("bob").SetConfig(ctx, "j", jobconfig.FieldFetchDataCount, "50"); err != nil {
+		t.Fatal(err)
+	}
+	acts := mustStatus(t, h, "j").Actions
+	if len(acts) != 3 {
+		t.Fatalf("audit log %+v, want 3 entries", acts)
+	}
+	if a := acts[0]; a.Actor != "bob" || a.Action != "config set" || a.Field != "fetchDataCount" || a.Value != "50" {
+		t.Errorf("newest entry %+v, want bob's config set fetchDataCount=50", a)
+	}
+	if a := acts[1]; a.Actor != "alice" || a.Action != "disable" || a.Item == nil || *a.Item != 2 {
+		t.Errorf("second entry %+v, want alice's disable of item 2", a)
+	}
+	if a := acts[2]; a.Actor != "alice" || a.Action != "pause" || a.Server != "a" || a.Time.Before(start) {
+		t.Errorf("oldest entry %+v, want alice's pause of server a, timed", a)
+	}
+	for range coord.MaxAuditEntries + 5 {
+		if err := alice.Trigger(ctx, "j"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(mustStatus(t, h, "j").Actions); n != coord.MaxAuditEntries {
+		t.Errorf("audit log holds %d entries, want the bound %d", n, coord.MaxAuditEntries)
+	}
+}
+
+// TestStoredConfigWinsIsLogged: a local config that loses to the stored one
+// is logged at Warn, naming the differing fields.
+func TestStoredConfigWinsIsLogged(t *testing.T) {
+	srv := memstore.NewServer()
+	first := srv.Connect()
+	t.Cleanup(func() { _ = first.Close() })
+	regA, err := coord.NewRegistry(first, coord.RegistryConfig{ServerID: "a", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = regA.Close(context.Background()) })
+	if _, err := regA.Join(ctxT(t), coordtest.Config("j", 4)); err != nil {
+		t.Fatal(err)
+	}
+	rec := &warnRecorder{}
+	second := srv.Connect()
+	t.Cleanup(func() { _ = second.Close() })
+	regB, err := coord.NewRegistry(second, coord.RegistryConfig{ServerID: "b", Logger: slog.New(rec)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = regB.Close(context.Background()) })
+	jb, err := regB.Join(ctxT(t), coordtest.Config("j", 6, func(c *jobconfig.Config) { c.FetchDataCount = 10 }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := jb.Config().ShardingTotalCount; got != 4 {
+		t.Fatalf("effective total %d, want the stored 4", got)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var found string
+	for _, r := range rec.recs {
+		if strings.Contains(r, "stored job config wins") {
+			found = r
+		}
+	}
+	if !strings.Contains(found, `shardingTotalCount: local "6", stored "4"`) || !strings.Contains(found, "fetchDataCount") || strings.Contains(found, "cron") {
+		t.Fatalf("warning %q, want one naming shardingTotalCount and fetchDataCount only; all: %v", found, rec.recs)
+	}
+}
+
+// TestJoinWaitsForOwnDyingSession: a restart under the same server id while
+// the previous incarnation's session is dying (killed, not yet expired)
+// waits for it instead of failing; a live duplicate still fails, naming the
+// setting.
+func TestJoinWaitsForOwnDyingSession(t *testing.T) {
+	srv := memstore.NewServer()
+	old := srv.Connect(memstore.WithSessionTimeout(300 * time.Millisecond))
+	t.Cleanup(func() { _ = old.Close() })
+	quiet := slog.New(slog.DiscardHandler)
+	regOld, err := coord.NewRegistry(old, coord.RegistryConfig{ServerID: "a", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = regOld.Close(context.Background()) })
+	if _, err := regOld.Join(ctxT(t), coordtest.Config("j", 2)); err != nil {
+		t.Fatal(err)
+	}
+	// A live duplicate with a short wait is refused, naming the setting.
+	dup := srv.Connect(memstore.WithSessionTimeout(200 * time.Millisecond))
+	t.Cleanup(func() { _ = dup.Close() })
+	regDup, err := coord.NewRegistry(dup, coord.RegistryConfig{ServerID: "a", ServerIDSetting: "NodeConfig.ServerID", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = regDup.Close(context.Background()) })
+	if _, err := regDup.Join(ctxT(t), coordtest.Config("j", 2)); !errors.Is(err, coord.ErrServerIDInUse) || !strings.Contains(err.Error(), "NodeConfig.ServerID") {
+		t.Fatalf("live duplicate: Join = %v, want ErrServerIDInUse naming NodeConfig.ServerID", err)
+	}
+	// The process dies: its session is cut and expires after 300 ms.
+	old.Disconnect()
+	next := srv.Connect()
+	t.Cleanup(func() { _ = next.Close() })
+	regNext, err := coord.NewRegistry(next, coord.RegistryConfig{ServerID: "a", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = regNext.Close(context.Background()) })
+	if _, err := regNext.Join(ctxT(t), coordtest.Config("j", 2)); err != nil {
+		t.Fatalf("restart while the old session dies: Join = %v, want it to wait and succeed", err)
+	}
+}
