@@ -7,6 +7,7 @@
 //	shardflow trigger|pause|resume|disable|enable|shutdown|remove --zk HOSTS --job NAME [--server ID] [--item N]
 //	shardflow config get|set --zk HOSTS --job NAME [FIELD VALUE]
 //	shardflow console  --zk HOSTS [--listen ADDR]
+//	shardflow history  --pg DSN [--job NAME] [--item N] [--server ID] [--since DURATION] [--at RFC3339] [--json]
 //
 // Every command exits 0 on success, 1 on a failure it explains, and 2 on bad
 // usage.
@@ -49,6 +50,7 @@ func commands() []command {
 		{"remove", "remove an offline server, or a whole job", opCommand("remove")},
 		{"config", "get or set a job's stored config: config get | config set FIELD VALUE", runConfig},
 		{"console", "serve the web console", runConsole},
+		{"history", "show recorded runs from Postgres, or who owned each item at an instant", runHistory},
 	}
 }
 

@@ -3,7 +3,9 @@ package main
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/shardflow/shardflow/integration"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// integration.Main checks for leaked goroutines (goleak) and removes the
+// shared Postgres of the history tests.
+func TestMain(m *testing.M) { integration.Main(m) }

@@ -2,14 +2,19 @@ package pghistory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardflow/shardflow/history"
 )
+
+// ErrNoTable: the history table does not exist in the database queried.
+var ErrNoTable = errors.New("pghistory: no history table in this database; record history first (a Node with NodeConfig.History from pghistory, or examples/pgbatch), or name the table")
 
 // where builds the WHERE clause of f (Since only when withSince), with its
 // arguments numbered from 1.
@@ -74,7 +79,7 @@ func (s *Store) OwnersAt(ctx context.Context, f history.Filter, at time.Time) ([
 func (s *Store) query(ctx context.Context, q string, args ...any) ([]history.Record, error) {
 	rows, err := s.cfg.Pool.Query(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("pghistory: query %s: %w", s.name, err)
+		return nil, s.queryErr(err)
 	}
 	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (history.Record, error) {
 		var r history.Record
@@ -86,7 +91,15 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]history.Rec
 		return r, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pghistory: read %s: %w", s.name, err)
+		return nil, s.queryErr(err)
 	}
 	return recs, nil
+}
+
+func (s *Store) queryErr(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w (table %s)", ErrNoTable, s.name)
+	}
+	return fmt.Errorf("pghistory: query %s: %w", s.name, err)
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shardflow/shardflow/history"
+	"github.com/shardflow/shardflow/history/pghistory"
+	"github.com/shardflow/shardflow/sources/postgres"
+)
+
+// historyFlags are the flags of `shardflow history`.
+type historyFlags struct {
+	dsn, table, job, server string
+	item, limit             int
+	since                   time.Duration
+	at                      string
+	asJSON                  bool
+}
+
+func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("history", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var hf historyFlags
+	fs.StringVar(&hf.dsn, "pg", os.Getenv("SHARDFLOW_PG"), "Postgres DSN of the history database (default $SHARDFLOW_PG)")
+	fs.StringVar(&hf.table, "table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")
+	fs.StringVar(&hf.job, "job", "", "only this job")
+	fs.IntVar(&hf.item, "item", -1, "only this shard item")
+	fs.StringVar(&hf.server, "server", "", "only this server id")
+	fs.DurationVar(&hf.since, "since", 0, "only runs that ended within this long (e.g. 1h); 0: all")
+	fs.StringVar(&hf.at, "at", "", "RFC3339 instant: who owned each item then, under which epoch")
+	fs.IntVar(&hf.limit, "limit", 200, "most runs printed; 0: all")
+	fs.BoolVar(&hf.asJSON, "json", false, "print a JSON array of {job, server, item, epoch, source, begin, end, success, failure, error}")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if hf.dsn == "" {
+		return usagef("--pg is empty; name the history database (or set SHARDFLOW_PG)")
+	}
+	if hf.since < 0 {
+		return usagef("--since %s is negative; give a duration such as 1h", hf.since)
+	}
+	if hf.limit < 0 {
+		return usagef("--limit %d is negative; 0 prints all runs", hf.limit)
+	}
+	var at time.Time
+	if hf.at != "" {
+		var err error
+		if at, err = time.Parse(time.RFC3339, hf.at); err != nil {
+			return usagef("--at %q is not an RFC3339 time such as 2026-11-23T10:00:00Z", hf.at)
+		}
+	}
+	f := history.Filter{Job: hf.job, Server: hf.server, Limit: hf.limit}
+	if hf.item >= 0 {
+		f.Item = &hf.item
+	}
+	if hf.since > 0 {
+		f.Since = time.Now().Add(-hf.since)
+	}
+
+	pool, err := postgres.Connect(ctx, hf.dsn, 2)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	st, err := pghistory.New(pghistory.Config{Pool: pool, Table: hf.table})
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	var recs []history.Record
+	if at.IsZero() {
+		recs, err = st.Runs(ctx, f)
+	} else {
+		recs, err = st.OwnersAt(ctx, f, at)
+	}
+	if err != nil {
+		return err
+	}
+	if hf.asJSON {
+		return printHistoryJSON(stdout, recs)
+	}
+	if at.IsZero() {
+		printRuns(stdout, recs)
+	} else {
+		printOwners(stdout, recs, at)
+	}
+	return nil
+}
+
+// printHistoryJSON prints recs as a JSON array ([] when empty), times in UTC.
+func printHistoryJSON(w io.Writer, recs []history.Record) error {
+	if recs == nil {
+		recs = []history.Record{}
+	}
+	for i := range recs {
+		recs[i].Begin, recs[i].End = recs[i].Begin.UTC(), recs[i].End.UTC()
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(recs)
+}
+
+const historyTime = "2006-01-02T15:04:05.000Z07:00"
+
+func printRuns(w io.Writer, recs []history.Record) {
+	if len(recs) == 0 {
+		fmt.Fprintln(w, "no runs recorded for this selection")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BEGIN\tDURATION\tJOB\tITEM\tSERVER\tEPOCH\tSOURCE\tSUCCESS\tFAILURE\tERROR")
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\t%s\n", r.Begin.UTC().Format(historyTime),
+			r.Duration().Round(time.Millisecond), r.Job, r.Item, r.Server, r.Epoch, r.Source, r.Success, r.Failure, oneLine(r.Error))
+	}
+	_ = tw.Flush()
+}
+
+func printOwners(w io.Writer, recs []history.Record, at time.Time) {
+	if len(recs) == 0 {
+		fmt.Fprintf(w, "no run had begun by %s for this selection\n", at.UTC().Format(time.RFC3339))
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "owners at %s\n", at.UTC().Format(time.RFC3339))
+	fmt.Fprintln(tw, "JOB\tITEM\tSERVER\tEPOCH\tRUN BEGIN\tRUN END\tAT THAT INSTANT")
+	for _, r := range recs {
+		state := "running"
+		if r.End.Before(at) {
+			state = "idle, last run ended " + at.Sub(r.End).Round(time.Second).String() + " before"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\t%s\n", r.Job, r.Item, r.Server, r.Epoch,
+			r.Begin.UTC().Format(historyTime), r.End.UTC().Format(historyTime), state)
+	}
+	_ = tw.Flush()
+}
+
+// oneLine keeps a table row on one line and short.
+func oneLine(s string) string {
+	q := strconv.Quote(s)
+	q = q[1 : len(q)-1]
+	if len(q) > 80 {
+		q = q[:77] + "..."
+	}
+	return q
+}
