@@ -11,15 +11,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/history"
+	"github.com/shardflow/shardflow/history/pghistory"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
 type workOptions struct {
 	dsn, zk, serverID, namespace string
-	follow                       bool
+	follow, history              bool
 	items, batch, threads        int
 	sessionTimeout               time.Duration
 }
@@ -33,6 +37,7 @@ func runWork(ctx context.Context, args []string) error {
 	fs.StringVar(&o.serverID, "server-id", host+"-"+strconv.Itoa(os.Getpid()), "this worker's server id, distinct per process")
 	fs.StringVar(&o.namespace, "namespace", "shardflow", "ZooKeeper namespace")
 	fs.BoolVar(&o.follow, "follow", false, "keep running when no row is pending")
+	fs.BoolVar(&o.history, "history", true, "record every item run in table shardflow_history of the same database (see `shardflow history`)")
 	fs.IntVar(&o.items, "items", 8, "ShardingTotalCount")
 	fs.IntVar(&o.batch, "batch", 500, "FetchDataCount: rows per fetch")
 	fs.IntVar(&o.threads, "threads", 2, "ConcurrentDataProcessThreadCount: transactions per item at once")
@@ -43,7 +48,7 @@ func runWork(ctx context.Context, args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("server", o.serverID)
 
-	pool, err := postgres.Connect(ctx, o.dsn, int32(o.items*o.threads+2))
+	pool, err := postgres.Connect(ctx, o.dsn, int32(o.items*o.threads+3))
 	if err != nil {
 		return err
 	}
@@ -76,7 +81,12 @@ func runWork(ctx context.Context, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("work: job config: %w", err)
 	}
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: o.namespace, ServerID: o.serverID, Logger: logger})
+	rec, stopHistory, err := startHistory(ctx, o, pool, logger)
+	if err != nil {
+		return err
+	}
+	defer stopHistory() // after node.Stop (defers run in reverse): the last runs are recorded
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: o.namespace, ServerID: o.serverID, Logger: logger, History: rec})
 	if err != nil {
 		return fmt.Errorf("work: %w", err)
 	}
@@ -126,4 +136,23 @@ func runWork(ctx context.Context, args []string) error {
 			return nil
 		}
 	}
+}
+
+// startHistory starts the history recorder (pghistory in the job's own
+// database) unless --history=false; stop flushes what is queued.
+func startHistory(ctx context.Context, o workOptions, pool *pgxpool.Pool, logger *slog.Logger) (rec history.Recorder, stop func(), err error) {
+	if !o.history {
+		return nil, func() {}, nil
+	}
+	buf, _, err := pghistory.NewRecorder(ctx, pghistory.Config{Pool: pool, Logger: logger}, history.BufferConfig{Logger: logger})
+	if err != nil {
+		return nil, nil, fmt.Errorf("work: history: %w", err)
+	}
+	return buf, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := buf.Stop(sctx); err != nil {
+			logger.Warn("pgbatch: flushing history", "err", err, "stats", buf.Stats().String())
+		}
+	}, nil
 }
