@@ -90,23 +90,8 @@ func (a *admin) liveServers(ctx context.Context, p jobPaths, names []string) ([]
 	return live, nil
 }
 
-// put sets a node's data, creating it if absent.
-func (a *admin) put(ctx context.Context, path string, data []byte) error {
-	_, err := a.st.Set(ctx, path, data, store.AnyVersion)
-	if errors.Is(err, store.ErrNoNode) {
-		_, err = a.st.Create(ctx, path, data, store.Persistent)
-		if errors.Is(err, store.ErrNodeExists) {
-			_, err = a.st.Set(ctx, path, data, store.AnyVersion)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("coord: write %s: %w", path, err)
-	}
-	return nil
-}
-
 func (a *admin) raiseResharding(ctx context.Context, p jobPaths) error {
-	if _, err := a.st.Create(ctx, p.abs(relNecessary), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
+	if err := createFlag(ctx, a.st, p.abs(relNecessary)); err != nil {
 		return fmt.Errorf("coord: raise the resharding flag %s: %w", p.abs(relNecessary), err)
 	}
 	return nil
@@ -145,12 +130,23 @@ func (a *admin) setServerFlag(ctx context.Context, job, server, flag string, on 
 	if err != nil {
 		return err
 	}
+	membership := flag == nDisabled || flag == nShutdown
 	for _, s := range names {
-		if err := a.put(ctx, p.server(s, flag), flagData(on)); err != nil {
-			return err
+		path := p.server(s, flag)
+		err := multiRetry(ctx, a.st, func(ctx context.Context, _ int) ([]store.Op, error) {
+			ops, err := putOps(ctx, a.st, []string{path}, [][]byte{flagData(on)})
+			if membership && err == nil {
+				// The leader's reshard must not clear the flag on a plan
+				// that still counts this server in or out.
+				ops = append(ops, touchMembership(p))
+			}
+			return ops, err
+		})
+		if err != nil {
+			return fmt.Errorf("coord: write %s: %w", path, err)
 		}
 	}
-	if flag == nDisabled {
+	if membership {
 		return a.raiseResharding(ctx, p)
 	}
 	return nil
@@ -291,7 +287,7 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	if _, err := configFromFields(job, mergeRepaired(fields, newFields, field)); err != nil {
 		return fmt.Errorf("coord: set %s: the resulting config is invalid: %w", p.config(field), err)
 	}
-	if err := a.put(ctx, p.config(field), []byte(newFields[field])); err != nil {
+	if err := put(ctx, a.st, p.config(field), []byte(newFields[field])); err != nil {
 		return err
 	}
 	old := fields[field]

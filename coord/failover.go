@@ -130,6 +130,18 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 	}
 	slices.Sort(queued)
 	for _, it := range queued {
+		// An item that ran again since it was queued (its new owner after
+		// a reshard completed it, or runs it now) needs no failover.
+		kids, _, err := j.st.Children(ctx, j.p.item(it))
+		if err != nil && !errors.Is(err, store.ErrNoNode) {
+			return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(it), err)
+		}
+		if slices.Contains(kids, nCompleted) || slices.Contains(kids, nRunning) {
+			if err := j.st.Delete(ctx, j.p.queued(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+				return false, fmt.Errorf("coord: job %q: drop stale failover entry %s: %w", j.jname, j.p.queued(it), err)
+			}
+			continue
+		}
 		ops := []store.Op{
 			&store.DeleteOp{Path: j.p.queued(it), Version: store.AnyVersion},
 			&store.CreateOp{Path: j.p.item(it, nFailover), Data: []byte(j.id), Mode: store.Ephemeral},

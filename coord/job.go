@@ -155,35 +155,48 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 
 // applyOverwriteRule writes the local config when nothing is stored or
 // Overwrite is set; a stored config of another job type is a conflict.
+// Joiners racing on a new job all plan a create: one wins, and the others
+// re-plan on the stored config (multiRetry), keeping it unless Overwrite.
 func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) error {
-	names, _, err := j.st.Children(ctx, j.p.abs(nConfig))
-	if err != nil {
-		return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
-	}
-	if slices.Contains(names, jobTypeField) {
-		data, _, err := j.st.Get(ctx, j.p.config(jobTypeField))
-		if err != nil && !errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.config(jobTypeField), err)
-		}
-		if t := strings.TrimSpace(string(data)); err == nil && t != string(local.Type()) {
-			return fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, local.Type())
-		}
-	}
 	fields := configFields(local)
-	if len(names) > 0 && !local.Overwrite {
-		j.warnStoredWins(ctx, fields)
-		return nil
-	}
-	ops := make([]store.Op, 0, len(fields))
-	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		if slices.Contains(names, k) {
-			ops = append(ops, &store.SetOp{Path: j.p.config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
-		} else {
-			ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
+	keys := slices.Sorted(maps.Keys(fields))
+	storedWins := false
+	err := multiRetry(ctx, j.st, func(ctx context.Context, _ int) ([]store.Op, error) {
+		names, _, err := j.st.Children(ctx, j.p.abs(nConfig))
+		if err != nil {
+			return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
 		}
-	}
-	if _, err := j.st.Multi(ctx, ops...); err != nil {
+		if slices.Contains(names, jobTypeField) {
+			data, _, err := j.st.Get(ctx, j.p.config(jobTypeField))
+			if err != nil && !errors.Is(err, store.ErrNoNode) {
+				return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.config(jobTypeField), err)
+			}
+			if t := strings.TrimSpace(string(data)); err == nil && t != string(local.Type()) {
+				return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, local.Type())
+			}
+		}
+		if len(names) > 0 && !local.Overwrite {
+			storedWins = true
+			return nil, nil
+		}
+		ops := make([]store.Op, 0, len(keys))
+		for _, k := range keys {
+			if slices.Contains(names, k) {
+				ops = append(ops, &store.SetOp{Path: j.p.config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
+			} else {
+				ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
+			}
+		}
+		return ops, nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrBadConfig) {
+			return err
+		}
 		return fmt.Errorf("coord: join job %q: write config: %w", j.jname, err)
+	}
+	if storedWins {
+		j.warnStoredWins(ctx, fields)
 	}
 	return nil
 }
@@ -254,54 +267,56 @@ func decodeStoredConfig(p jobPaths, name string, fields map[string]string) (jobc
 
 // registerServer writes servers/{id} for session sid: hostName, status
 // READY (ephemeral), disabled only when it was never written (an operator's
-// disable or enable survives restarts); a first join clears shutdown.
+// disable or enable survives restarts); a first join clears shutdown. The
+// transaction bumps the membership version (touchMembership); an operator
+// writing this server's flags at the same time makes it re-plan.
 func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 	statusPath := j.p.server(j.id, nStatus)
-	ok, stat, err := j.st.Exists(ctx, statusPath)
-	if err != nil {
-		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
-	}
-	if ok && stat.EphemeralOwner != sid && first {
-		ok, stat, err = j.awaitStatusGone(ctx, statusPath, sid)
-		if err != nil {
-			return err
-		}
-	}
-	if ok && stat.EphemeralOwner != sid {
-		return fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, statusPath, stat.EphemeralOwner, j.reg.serverIDSetting())
-	}
 	if err := store.CreateAll(ctx, j.st, j.p.server(j.id)); err != nil {
 		return fmt.Errorf("coord: job %q: create %s: %w", j.jname, j.p.server(j.id), err)
 	}
-	kids, _, err := j.st.Children(ctx, j.p.server(j.id))
-	if err != nil {
-		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id), err)
-	}
-	var ops []store.Op
-	put := func(name string, data []byte) {
-		if slices.Contains(kids, name) {
-			ops = append(ops, &store.SetOp{Path: j.p.server(j.id, name), Data: data, Version: store.AnyVersion})
-		} else {
-			ops = append(ops, &store.CreateOp{Path: j.p.server(j.id, name), Data: data})
+	err := multiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+		ok, stat, err := j.st.Exists(ctx, statusPath)
+		if err != nil {
+			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
 		}
-	}
-	put(nHostName, []byte(j.reg.cfg.HostName))
-	if !slices.Contains(kids, nDisabled) {
-		put(nDisabled, flagData(j.localDisabled))
-	}
-	if first && slices.Contains(kids, nShutdown) {
-		ops = append(ops, &store.DeleteOp{Path: j.p.server(j.id, nShutdown), Version: store.AnyVersion})
-	}
-	if !ok {
-		ops = append(ops, &store.CreateOp{Path: statusPath, Data: []byte(statusReady), Mode: store.Ephemeral})
-	}
-	if _, err := j.st.Multi(ctx, ops...); err != nil {
-		if errors.Is(err, store.ErrNodeExists) {
-			return fmt.Errorf("%w: %s was created concurrently by another process; set a distinct %s", ErrServerIDInUse, statusPath, j.reg.serverIDSetting())
+		if ok && stat.EphemeralOwner != sid && first && attempt == 0 {
+			ok, stat, err = j.awaitStatusGone(ctx, statusPath, sid)
+			if err != nil {
+				return nil, err
+			}
 		}
+		if ok && stat.EphemeralOwner != sid {
+			return nil, fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, statusPath, stat.EphemeralOwner, j.reg.serverIDSetting())
+		}
+		kids, _, err := j.st.Children(ctx, j.p.server(j.id))
+		if err != nil {
+			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id), err)
+		}
+		var ops []store.Op
+		put := func(name string, data []byte) {
+			if slices.Contains(kids, name) {
+				ops = append(ops, &store.SetOp{Path: j.p.server(j.id, name), Data: data, Version: store.AnyVersion})
+			} else {
+				ops = append(ops, &store.CreateOp{Path: j.p.server(j.id, name), Data: data})
+			}
+		}
+		put(nHostName, []byte(j.reg.cfg.HostName))
+		if !slices.Contains(kids, nDisabled) {
+			put(nDisabled, flagData(j.localDisabled))
+		}
+		if first && slices.Contains(kids, nShutdown) {
+			ops = append(ops, &store.DeleteOp{Path: j.p.server(j.id, nShutdown), Version: store.AnyVersion})
+		}
+		if !ok {
+			ops = append(ops, &store.CreateOp{Path: statusPath, Data: []byte(statusReady), Mode: store.Ephemeral})
+		}
+		return append(ops, touchMembership(j.p)), nil
+	})
+	if err != nil && !errors.Is(err, ErrServerIDInUse) {
 		return fmt.Errorf("coord: job %q: register %s: %w", j.jname, j.p.server(j.id), err)
 	}
-	return nil
+	return err
 }
 
 // awaitStatusGone waits, up to the store's session timeout, for a status
@@ -344,9 +359,12 @@ func (j *job) awaitStatusGone(ctx context.Context, statusPath string, sid int64)
 	}
 }
 
-// setNecessary raises the resharding flag unless the cache shows it.
+// setNecessary raises the resharding flag by a direct create: the cache
+// may still show a flag that a reshard has just cleared. The cache learns
+// of it from its watch (a write-through could race with the reshard's
+// delete and leave a phantom flag).
 func (j *job) setNecessary(ctx context.Context) error {
-	return j.commit(ctx, []intent{{kind: opCreateIfAbsent, rel: relNecessary}})
+	return createFlag(ctx, j.st, j.p.abs(relNecessary))
 }
 
 // elect makes sure this server has a candidate under leader/election/latch
@@ -534,7 +552,14 @@ func (j *job) goOffline(ctx context.Context) error {
 	j.mu.Lock()
 	j.leader = false
 	j.mu.Unlock()
-	if err := j.st.Delete(ctx, j.p.server(j.id, nStatus), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
+	status := j.p.server(j.id, nStatus)
+	err := multiRetry(ctx, j.st, func(ctx context.Context, _ int) ([]store.Op, error) {
+		if ok, _, err := j.st.Exists(ctx, status); err != nil || !ok {
+			return nil, err
+		}
+		return []store.Op{&store.DeleteOp{Path: status, Version: store.AnyVersion}, touchMembership(j.p)}, nil
+	})
+	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
 		errs = append(errs, err)
 	}
 	if _, err := j.st.Create(ctx, j.p.abs(relNecessary), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {

@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	"errors"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -39,68 +38,39 @@ type intent struct {
 	version int32
 }
 
-func (k intentKind) conditional() bool {
-	return k == opCreateIfAbsent || k == opPut || k == opDeleteIfPresent
-}
-
-// commit applies intents in ONE Multi (two if the cache was stale) and
-// writes the outcome through to the cache. An empty resolution is no call.
+// commit applies intents in ONE Multi and writes the outcome through to
+// the cache. The first plan resolves the conditional intents from the cache
+// (no reads in the steady state); when the Multi shows the cache lagged, or
+// another process created or deleted a node meanwhile, multiRetry plans
+// again with direct reads. An empty resolution is no call.
 func (j *job) commit(ctx context.Context, intents []intent) error {
-	// Nodes of items the cache does not watch are resolved directly.
-	var readErr error
-	cached := func(rel string) bool {
-		if j.cache.known(rel) {
-			return j.cache.has(rel)
-		}
-		ok, _, err := j.st.Exists(ctx, j.p.abs(rel))
-		if err != nil && readErr == nil {
-			readErr = err
-		}
-		return ok
-	}
-	ops, created, deleted := j.resolve(intents, cached)
-	if readErr != nil {
-		return readErr
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	_, err := j.st.Multi(ctx, ops...)
-	var me *store.MultiError
-	if err != nil && errors.As(err, &me) && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNodeExists)) && hasConditional(intents) {
-		// The cache lagged: resolve the conditional intents with direct reads.
+	var created, deleted []string
+	err := multiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
 		var readErr error
 		exists := func(rel string) bool {
-			ok, _, xerr := j.st.Exists(ctx, j.p.abs(rel))
-			if xerr != nil && readErr == nil {
-				readErr = xerr
+			// Nodes of items the cache does not watch are read directly.
+			if attempt == 0 && j.cache.known(rel) {
+				return j.cache.has(rel)
+			}
+			ok, _, err := j.st.Exists(ctx, j.p.abs(rel))
+			if err != nil && readErr == nil {
+				readErr = err
 			}
 			return ok
 		}
+		var ops []store.Op
 		ops, created, deleted = j.resolve(intents, exists)
 		if readErr != nil {
-			return readErr
+			return nil, readErr
 		}
-		if len(ops) == 0 {
-			return nil
-		}
-		_, err = j.st.Multi(ctx, ops...)
-	}
+		return ops, nil
+	})
 	if err != nil {
 		return err
 	}
 	j.cache.noteCreated(created...)
 	j.cache.noteDeleted(deleted...)
 	return nil
-}
-
-func hasConditional(intents []intent) bool {
-	for _, in := range intents {
-		if in.kind.conditional() {
-			return true
-		}
-	}
-	return false
 }
 
 func (j *job) resolve(intents []intent, exists func(string) bool) (ops []store.Op, created, deleted []string) {

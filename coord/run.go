@@ -189,7 +189,8 @@ func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Durati
 	p := j.p.abs(relClock)
 	st, err := j.st.Set(ctx, p, formatTime(now), store.AnyVersion)
 	if errors.Is(err, store.ErrNoNode) {
-		if _, err = j.st.Create(ctx, p, formatTime(now), store.Persistent); err == nil || errors.Is(err, store.ErrNodeExists) {
+		// First check of the job: create it, then Set for a fresh Mtime.
+		if err = put(ctx, j.st, p, formatTime(now)); err == nil {
 			st, err = j.st.Set(ctx, p, formatTime(now), store.AnyVersion)
 		}
 	}
@@ -248,9 +249,12 @@ func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 }
 
 // reshard is the leader's resharding: wait until no item runs, then in ONE
-// Multi create processing, write every server's sharding node, clear the
-// failover queue entries of items that got an owner, and delete necessary
-// and processing.
+// Multi create processing, write every server's sharding node, drop the
+// failover queue entries of items beyond the total, and delete necessary
+// and processing. Queue entries of other items stay: a crashed server's
+// unfinished items run again at once on whichever server claims them, not
+// at their new owner's next trigger (the leader reshards promptly after a
+// crash, usually before anyone claimed them).
 //
 // The wait ends early when the flag goes: the leader's watcher may reshard
 // promptly (reshardWhenIdle) while a Begin of the leader waits here, and the
@@ -312,7 +316,11 @@ func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
 	return nil, j.reshardNow(ctx)
 }
 
-// reshardNow writes the new assignment in one Multi; see reshard.
+// reshardNow writes the new assignment in one Multi; see reshard. The
+// Multi checks the membership version (touchMembership) it planned on:
+// when a server joined, left, or was disabled, enabled or shut down
+// meanwhile, the Multi fails and the assignment is planned again on the
+// new membership, so the flag is never cleared by a plan that missed one.
 func (j *job) reshardNow(ctx context.Context) error {
 	cfg := j.config()
 	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
@@ -321,41 +329,55 @@ func (j *job) reshardNow(ctx context.Context) error {
 	}
 	j.reshardMu.Lock()
 	defer j.reshardMu.Unlock()
-	servers, live, err := j.readServers(ctx)
-	if err != nil {
-		return err
-	}
-	assign := strategy.Shard(live, j.jname, cfg.ShardingTotalCount)
-	ins := []intent{{kind: opCreate, rel: relProcessing, mode: store.Ephemeral}}
-	for s, hasSharding := range servers {
-		k := opCreate
-		if hasSharding {
-			k = opSet
+	for attempt := 1; ; attempt++ {
+		_, members, err := j.st.Get(ctx, j.p.abs(nServers))
+		if err != nil {
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
 		}
-		ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
-	}
-	if len(live) > 0 {
+		servers, live, err := j.readServers(ctx)
+		if err != nil {
+			return err
+		}
+		assign := strategy.Shard(live, j.jname, cfg.ShardingTotalCount)
+		ins := []intent{
+			{kind: opCheck, rel: nServers, version: members.Version},
+			{kind: opCreate, rel: relProcessing, mode: store.Ephemeral},
+		}
+		for s, hasSharding := range servers {
+			k := opCreate
+			if hasSharding {
+				k = opSet
+			}
+			ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
+		}
 		for _, q := range j.cache.children(relFailoverQ) {
-			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
+			if it, ok := parseItemName(q); !ok || it >= cfg.ShardingTotalCount {
+				ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
+			}
 		}
-	}
-	ins = append(ins,
-		intent{kind: opDelete, rel: relNecessary},
-		intent{kind: opDelete, rel: relProcessing})
-	if err := j.commit(ctx, ins); err != nil {
-		if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNodeExists) {
-			// Another leader incarnation resharded, or a server node
-			// vanished: re-read through the cache and go again.
-			return nil
+		ins = append(ins,
+			intent{kind: opDelete, rel: relNecessary},
+			intent{kind: opDelete, rel: relProcessing})
+		err = j.commit(ctx, ins)
+		if errors.Is(err, store.ErrBadVersion) && attempt < writeAttempts {
+			j.log.Debug("membership changed while resharding; planning again")
+			continue
 		}
-		return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
+		if err != nil {
+			if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNodeExists) {
+				// Another leader incarnation resharded, or a server node
+				// vanished: re-read through the cache and go again.
+				return nil
+			}
+			return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
+		}
+		j.mu.Lock()
+		j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
+		j.mu.Unlock()
+		j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
+		j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
+		return nil
 	}
-	j.mu.Lock()
-	j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
-	j.mu.Unlock()
-	j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
-	j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
-	return nil
 }
 
 // pruneItemsBeyond removes the execution nodes of items beyond a lowered

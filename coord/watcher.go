@@ -394,6 +394,18 @@ func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 	if !force && !changed {
 		return false
 	}
+	if !force {
+		// The cache told of a change; the decision rests on a direct read,
+		// as the reshard's own: a cache that has not yet seen a join the
+		// last reshard used would otherwise raise a spurious flag, which
+		// holds every Begin until the runs begun meanwhile complete.
+		_, direct, err := j.readServers(ctx)
+		if err != nil {
+			j.warn(ctx, "cannot read the servers to confirm a membership change; raising the resharding flag", "err", err)
+		} else if sharded == strings.Join(direct, ",")+"/"+strconv.Itoa(total) {
+			return false
+		}
+	}
 	if err := j.setNecessary(ctx); err != nil {
 		j.warn(ctx, "cannot raise the resharding flag", "err", err)
 	}

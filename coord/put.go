@@ -1,0 +1,109 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// writeAttempts bounds the read-plan-write loop of multiRetry. Each retry
+// follows a concurrent writer's successful create or delete of one of the
+// nodes, and the nodes a plan reads are created once and deleted rarely, so
+// a handful of attempts converges even with every process of a fleet
+// joining at the same instant.
+const writeAttempts = 8
+
+// multiRetry is the one way coord writes nodes that other processes may
+// create or delete at the same time: plan reads the nodes it needs and
+// returns the operations of ONE Multi; when the Multi fails because a node
+// was created (ErrNodeExists) or deleted (ErrNoNode) or changed version
+// (ErrBadVersion) since plan read it, plan runs again on fresh reads, at most
+// writeAttempts times. A plan that returns no operations ends the loop
+// without a call. It stops early, returning the store's error, when a new
+// plan is the same as the one that just failed: the conflict is then not a
+// race but the plan's own precondition (say, a create of a node that must
+// not exist).
+func multiRetry(ctx context.Context, st store.Store, plan func(ctx context.Context, attempt int) ([]store.Op, error)) error {
+	var prev []store.Op
+	var err error
+	for attempt := range writeAttempts {
+		ops, perr := plan(ctx, attempt)
+		if perr != nil {
+			return perr
+		}
+		if len(ops) == 0 {
+			return nil
+		}
+		if attempt > 0 && reflect.DeepEqual(ops, prev) {
+			return err
+		}
+		if _, err = st.Multi(ctx, ops...); err == nil {
+			return nil
+		}
+		if !raced(err) {
+			return err
+		}
+		prev = ops
+	}
+	return fmt.Errorf("coord: %d attempts lost to concurrent writers: %w", writeAttempts, err)
+}
+
+// raced reports whether a Multi failed because the nodes it planned on
+// changed under it.
+func raced(err error) bool {
+	return errors.Is(err, store.ErrNodeExists) || errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrBadVersion)
+}
+
+// putOps plans the create-or-set of each path to its data (persistent
+// nodes): one Exists per path decides between CreateOp and SetOp.
+func putOps(ctx context.Context, st store.Store, paths []string, data [][]byte) ([]store.Op, error) {
+	ops := make([]store.Op, 0, len(paths))
+	for i, p := range paths {
+		ok, _, err := st.Exists(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("coord: read %s: %w", p, err)
+		}
+		if ok {
+			ops = append(ops, &store.SetOp{Path: p, Data: data[i], Version: store.AnyVersion})
+		} else {
+			ops = append(ops, &store.CreateOp{Path: p, Data: data[i], Mode: store.Persistent})
+		}
+	}
+	return ops, nil
+}
+
+// put sets path's data, creating the node if it is absent, correct under
+// concurrent writers of the same node (the last writer wins).
+func put(ctx context.Context, st store.Store, path string, data []byte) error {
+	err := multiRetry(ctx, st, func(ctx context.Context, _ int) ([]store.Op, error) {
+		return putOps(ctx, st, []string{path}, [][]byte{data})
+	})
+	if err != nil {
+		return fmt.Errorf("coord: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// touchMembership is the operation every membership change (a server
+// registering, going offline, being disabled, enabled or shut down)
+// includes in its transaction: it bumps the data version of the servers
+// node. The leader's reshard checks that version in its own transaction,
+// so a reshard planned on a membership that changed meanwhile fails and is
+// planned again instead of clearing the flag on a stale view. (A crashed
+// server's status node vanishes without it; the leader's watcher raises
+// the flag for those, see raiseIfMembershipChanged.)
+func touchMembership(p jobPaths) store.Op {
+	return &store.SetOp{Path: p.abs(nServers), Version: store.AnyVersion}
+}
+
+// createFlag creates a persistent marker node directly (no cache), treating
+// an existing one as success.
+func createFlag(ctx context.Context, st store.Store, path string) error {
+	if _, err := st.Create(ctx, path, nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
+		return err
+	}
+	return nil
+}
