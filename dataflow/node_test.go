@@ -18,6 +18,7 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/history"
+	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/shardflow/shardflow/stats"
 )
 
@@ -426,18 +427,6 @@ func TestNodeGracefulStopTimeoutAndHardStop(t *testing.T) {
 	}
 }
 
-// eventually polls cond every 10ms until it holds or 10s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after 10s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestNodeReactsToOperator(t *testing.T) {
 	srv := memstore.NewServer()
 	nodes, _ := cluster(t, srv, "ops", 1)
@@ -470,7 +459,7 @@ func TestNodeReactsToOperator(t *testing.T) {
 	if err := admin.SetConfig(t.Context(), "opjob", jobconfig.FieldCron, "0 0 0 1 1 ?"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the new cron is scheduled", func() bool { return !n.NextFireTime("opjob").IsZero() })
+	testwait.For(t, 30*time.Second, "the new cron is scheduled", func() bool { return !n.NextFireTime("opjob").IsZero() })
 	if next := n.NextFireTime("opjob"); next.Month() != time.January || next.Day() != 1 {
 		t.Fatalf("next fire %v, want January 1st", next)
 	}
@@ -479,7 +468,7 @@ func TestNodeReactsToOperator(t *testing.T) {
 	if err := admin.Shutdown(t.Context(), "opjob", ""); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the shut down job leaves the node", func() bool { return len(n.Jobs()) == 0 })
+	testwait.For(t, 30*time.Second, "the shut down job leaves the node", func() bool { return len(n.Jobs()) == 0 })
 	if err := n.Trigger("opjob"); !errors.Is(err, ErrNoJob) {
 		t.Fatalf("Trigger after shutdown: %v, want ErrNoJob", err)
 	}
@@ -522,7 +511,7 @@ func TestNodeOnceListenersRunOncePerRun(t *testing.T) {
 	adminSession := srv.Connect()
 	defer adminSession.Close()
 	admin := coord.NewAdmin(adminSession, "once")
-	eventually(t, "sharding settled over the three servers", func() bool {
+	testwait.For(t, 30*time.Second, "sharding settled over the three servers", func() bool {
 		st, err := admin.Status(t.Context(), "oncejob")
 		if err != nil || st.ReshardingPending || len(st.Servers) != 3 {
 			return false
@@ -884,10 +873,8 @@ shardflow_items_processed_total{job="m",result="success",server="server-0"} 2
 shardflow_runs_total{job="m",result="failure",server="server-0"} 0
 shardflow_runs_total{job="m",result="success",server="server-0"} 1
 `
-	var lastErr error
-	eventually(t, "metrics show the run", func() bool {
-		lastErr = testutil.CollectAndCompare(metrics, strings.NewReader(want), "shardflow_items_processed_total", "shardflow_runs_total")
-		return lastErr == nil
+	testwait.ForNoError(t, 30*time.Second, "metrics show the run", func() error {
+		return testutil.CollectAndCompare(metrics, strings.NewReader(want), "shardflow_items_processed_total", "shardflow_runs_total")
 	})
 
 	if err := n.RemoveJob(t.Context(), "m"); err != nil {

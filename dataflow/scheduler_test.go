@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -218,39 +219,45 @@ func TestSchedulerStopBeforeStartAndTwice(t *testing.T) {
 	}
 }
 
+// The cron loop runs in a synctest bubble: its seconds pass on a fake clock,
+// so the test neither waits for them nor depends on the machine's speed.
 func TestSchedulerCronAddRemoveAtRuntime(t *testing.T) {
-	s := testScheduler(t)
-	s.start()
-	runs := make(chan Reason, 10)
-	if err := s.add("every-second", "* * * * * ?", true, func(_ context.Context, r Reason) { runs <- r }); err != nil {
-		t.Fatal(err)
-	}
-	if next := s.nextFire("every-second", time.Now()); next.IsZero() || time.Until(next) > time.Second {
-		t.Fatalf("nextFire = %v, want within a second", next)
-	}
-	select {
-	case r := <-runs:
-		if r != ReasonCron {
-			t.Fatalf("reason %v, want cron", r)
+	synctest.Test(t, func(t *testing.T) {
+		s := testScheduler(t)
+		s.start()
+		runs := make(chan Reason, 10)
+		if err := s.add("every-second", "* * * * * ?", true, func(_ context.Context, r Reason) { runs <- r }); err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("cron did not fire within 5s")
-	}
-	if err := s.remove(t.Context(), "every-second"); err != nil {
-		t.Fatal(err)
-	}
-	if got := s.names(); len(got) != 0 {
-		t.Fatalf("jobs after remove = %v", got)
-	}
-	drained := len(runs)
-	// The schedule is gone: no fire in the next 1.5 s (one period and a half).
-	time.Sleep(1500 * time.Millisecond)
-	if len(runs) != drained {
-		t.Fatalf("job fired after remove")
-	}
-	if err := s.remove(t.Context(), "every-second"); !errors.Is(err, ErrNoJob) {
-		t.Fatalf("second remove: %v, want ErrNoJob", err)
-	}
+		if next := s.nextFire("every-second", time.Now()); next.IsZero() || time.Until(next) > time.Second {
+			t.Fatalf("nextFire = %v, want within a second", next)
+		}
+		select {
+		case r := <-runs:
+			if r != ReasonCron {
+				t.Fatalf("reason %v, want cron", r)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("cron did not fire within 5s")
+		}
+		if err := s.remove(t.Context(), "every-second"); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.names(); len(got) != 0 {
+			t.Fatalf("jobs after remove = %v", got)
+		}
+		drained := len(runs)
+		// The schedule is gone: no fire in the next 1.5 s (one period and a half),
+		// on the bubble's fake clock.
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		if len(runs) != drained {
+			t.Fatalf("job fired after remove")
+		}
+		if err := s.remove(t.Context(), "every-second"); !errors.Is(err, ErrNoJob) {
+			t.Fatalf("second remove: %v, want ErrNoJob", err)
+		}
+	})
 }
 
 func TestSchedulerRemoveWaitsAndTimesOut(t *testing.T) {

@@ -153,21 +153,3 @@ func isPortConflict(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "port is already allocated") || strings.Contains(s, "address already in use")
 }
-
-// pollUntil calls check until it returns nil or ctx ends, returning the last
-// error with ctx's.
-func pollUntil(ctx context.Context, interval time.Duration, check func(context.Context) error) error {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		case <-t.C:
-		}
-	}
-}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 func mustCompile(s string) *regexp.Regexp { return regexp.MustCompile(s) }
@@ -31,17 +32,14 @@ func regexpLineAfter(p *integration.Process, n int) *regexp.Regexp {
 // ('T' = stopped).
 func waitProcState(t *testing.T, pid int, want byte) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.ForNoError(t, 10*time.Second, fmt.Sprintf("process %d in state %c", pid, want), func() error {
 		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err == nil {
-			if i := strings.LastIndexByte(string(data), ')'); i >= 0 && i+2 < len(data) && data[i+2] == want {
-				return
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d not in state %c within 10s: %s", pid, want, data)
+		if i := strings.LastIndexByte(string(data), ')'); i >= 0 && i+2 < len(data) && data[i+2] == want {
+			return nil
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("stat: %s", data)
+	})
 }

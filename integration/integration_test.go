@@ -15,6 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 	"github.com/jackc/pgx/v5"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 // connectZK opens a go-zookeeper session and waits until it has one.
@@ -127,17 +128,15 @@ func TestEnsembleSurvivesStoppedLeader(t *testing.T) {
 	stopped := time.Now()
 	// The remaining two elect a leader; until then writes fail. The client
 	// retries other servers on its own.
-	created := false
-	for !created {
+	err := testwait.Poll(ctx, func(context.Context) error {
 		_, err := conn.Create("/after", []byte("x"), zk.FlagPersistent, zk.WorldACL(zk.PermAll))
-		switch {
-		case err == nil || errors.Is(err, zk.ErrNodeExists):
-			created = true
-		case ctx.Err() != nil:
-			t.Fatalf("no write succeeded with member %d stopped: %v", leader, err)
-		default:
-			time.Sleep(200 * time.Millisecond) // bounded poll: a distributed condition
+		if errors.Is(err, zk.ErrNodeExists) {
+			return nil
 		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("no write succeeded with member %d stopped: %v", leader, err)
 	}
 	t.Logf("a write succeeded %v after leader (member %d) stopped", time.Since(stopped).Round(time.Millisecond), leader)
 	if ok, _, err := conn.Exists("/before"); err != nil || !ok {

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
+	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/testcontainers/testcontainers-go"
 )
 
@@ -114,7 +115,7 @@ func startPGContainer(t testing.TB, image string, shared bool) (*Postgres, error
 }
 
 func waitPostgres(ctx context.Context, dsn string) error {
-	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+	return testwait.Poll(ctx, func(ctx context.Context) error {
 		cctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
 		conn, err := pgx.Connect(cctx, dsn)

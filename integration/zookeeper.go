@@ -15,6 +15,7 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
+	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/testcontainers/testcontainers-go"
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 )
@@ -256,7 +257,7 @@ var errNotServing = errors.New("integration: ZooKeeper is not serving yet")
 // waitRuok polls until the server answers ruok with imok and serves clients
 // (srvr reports a Mode).
 func waitRuok(ctx context.Context, addr string) error {
-	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+	return testwait.Poll(ctx, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
 		reply, err := FourLetterWord(ctx, addr, "ruok")
@@ -289,7 +290,7 @@ func ServerMode(ctx context.Context, addr string) (string, error) {
 }
 
 func waitServing(ctx context.Context, addr string) error {
-	return pollUntil(ctx, 100*time.Millisecond, func(ctx context.Context) error {
+	return testwait.Poll(ctx, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		defer cancel()
 		mode, err := ServerMode(ctx, addr)

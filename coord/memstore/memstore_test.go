@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -12,6 +13,7 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/storetest"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,13 +30,7 @@ func connect(t *testing.T, srv *memstore.Server, opts ...memstore.SessionOption)
 // awaitEvent returns the one event of a watch channel, failing after waitFor.
 func awaitEvent(t *testing.T, ch <-chan store.Event) store.Event {
 	t.Helper()
-	select {
-	case ev := <-ch:
-		return ev
-	case <-time.After(waitFor):
-		t.Fatalf("no watch event within %v", waitFor)
-		return store.Event{}
-	}
+	return testwait.Recv(t, waitFor, "a watch event", ch)
 }
 
 func noEvent(t *testing.T, ch <-chan store.Event) {
@@ -105,51 +101,55 @@ func TestDisconnectWithinTimeoutKeepsSession(t *testing.T) {
 	}
 }
 
+// The session timeout runs out on the fake clock of a synctest bubble: the
+// test neither sleeps nor depends on the machine's speed.
 func TestDisconnectPastTimeoutExpires(t *testing.T) {
-	ctx := context.Background()
-	srv := memstore.NewServer()
-	a := connect(t, srv, memstore.WithSessionTimeout(50*time.Millisecond))
-	b := connect(t, srv)
-	if _, err := a.Create(ctx, "/eph", nil, store.Ephemeral); err != nil {
-		t.Fatal(err)
-	}
-	_, _, ownW, err := a.ExistsW(ctx, "/other")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, peerW, err := b.ExistsW(ctx, "/eph")
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, _ := a.Session()
-	if before.Timeout != 50*time.Millisecond {
-		t.Fatalf("Timeout %v, want 50ms", before.Timeout)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		srv := memstore.NewServer()
+		a := connect(t, srv, memstore.WithSessionTimeout(50*time.Millisecond))
+		b := connect(t, srv)
+		if _, err := a.Create(ctx, "/eph", nil, store.Ephemeral); err != nil {
+			t.Fatal(err)
+		}
+		_, _, ownW, err := a.ExistsW(ctx, "/other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, peerW, err := b.ExistsW(ctx, "/eph")
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, _ := a.Session()
+		if before.Timeout != 50*time.Millisecond {
+			t.Fatalf("Timeout %v, want 50ms", before.Timeout)
+		}
 
-	a.Disconnect()
-	awaitState(t, a, store.StateLost)
-	if ev := awaitEvent(t, peerW); ev.Type != store.EventNodeDeleted {
-		t.Fatalf("peer watch on the expired ephemeral: %+v, want deleted", ev)
-	}
-	ev := awaitEvent(t, ownW)
-	if ev.Type != store.EventNotWatching || !errors.Is(ev.Err, store.ErrSessionExpired) {
-		t.Fatalf("own watch after expiry: %+v, want not-watching with ErrSessionExpired", ev)
-	}
-	if _, _, err := a.Get(ctx, "/"); !errors.Is(err, store.ErrConnectionLoss) {
-		t.Fatalf("Get while lost: %v, want ErrConnectionLoss", err)
-	}
+		a.Disconnect()
+		awaitState(t, a, store.StateLost)
+		if ev := awaitEvent(t, peerW); ev.Type != store.EventNodeDeleted {
+			t.Fatalf("peer watch on the expired ephemeral: %+v, want deleted", ev)
+		}
+		ev := awaitEvent(t, ownW)
+		if ev.Type != store.EventNotWatching || !errors.Is(ev.Err, store.ErrSessionExpired) {
+			t.Fatalf("own watch after expiry: %+v, want not-watching with ErrSessionExpired", ev)
+		}
+		if _, _, err := a.Get(ctx, "/"); !errors.Is(err, store.ErrConnectionLoss) {
+			t.Fatalf("Get while lost: %v, want ErrConnectionLoss", err)
+		}
 
-	a.Reconnect()
-	after := awaitState(t, a, store.StateConnected)
-	if after.ID == before.ID {
-		t.Fatalf("reconnect after expiry kept id %x, want a new one", after.ID)
-	}
-	if _, err := a.Create(ctx, "/eph", nil, store.Ephemeral); err != nil {
-		t.Fatalf("re-creating the ephemeral on the new session: %v", err)
-	}
-	if _, st, err := b.Get(ctx, "/eph"); err != nil || st.EphemeralOwner != after.ID {
-		t.Fatalf("new ephemeral owner %x err %v, want %x", st.EphemeralOwner, err, after.ID)
-	}
+		a.Reconnect()
+		after := awaitState(t, a, store.StateConnected)
+		if after.ID == before.ID {
+			t.Fatalf("reconnect after expiry kept id %x, want a new one", after.ID)
+		}
+		if _, err := a.Create(ctx, "/eph", nil, store.Ephemeral); err != nil {
+			t.Fatalf("re-creating the ephemeral on the new session: %v", err)
+		}
+		if _, st, err := b.Get(ctx, "/eph"); err != nil || st.EphemeralOwner != after.ID {
+			t.Fatalf("new ephemeral owner %x err %v, want %x", st.EphemeralOwner, err, after.ID)
+		}
+	})
 }
 
 func TestExpireWhileDisconnectedStaysLostUntilReconnect(t *testing.T) {

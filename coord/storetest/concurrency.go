@@ -24,7 +24,7 @@ func (s *suite) sessions(t *testing.T, n int) []store.Store {
 }
 
 func (s *suite) concurrency(t *testing.T) {
-	t.Run("of 8 concurrent Creates of one path exactly one wins", func(t *testing.T) {
+	parallel(t, "of 8 concurrent Creates of one path exactly one wins", func(t *testing.T) {
 		root, c := s.h.Root(t), ctx(t)
 		ss := s.sessions(t, racers)
 		p := store.Join(root, "leader")
@@ -62,7 +62,7 @@ func (s *suite) concurrency(t *testing.T) {
 		}
 	})
 
-	t.Run("versioned read-modify-write from 8 sessions loses no increment", func(t *testing.T) {
+	parallel(t, "versioned read-modify-write from 8 sessions loses no increment", func(t *testing.T) {
 		root, c := s.h.Root(t), ctx(t)
 		ss := s.sessions(t, racers)
 		const perRacer = 5
@@ -105,7 +105,7 @@ func (s *suite) concurrency(t *testing.T) {
 		}
 	})
 
-	t.Run("concurrent sequential creates get every suffix exactly once", func(t *testing.T) {
+	parallel(t, "concurrent sequential creates get every suffix exactly once", func(t *testing.T) {
 		root, c := s.h.Root(t), ctx(t)
 		ss := s.sessions(t, racers)
 		const perRacer = 5

@@ -27,7 +27,7 @@ func expectMultiError(t *testing.T, err error, ops []store.Op, index int, want e
 }
 
 func (s *suite) multi(t *testing.T) {
-	t.Run("a failing CheckOp in the middle applies nothing and fires nothing", func(t *testing.T) {
+	parallel(t, "a failing CheckOp in the middle applies nothing and fires nothing", func(t *testing.T) {
 		st, w, root := s.open(t), s.open(t), s.h.Root(t)
 		a := mustCreate(t, st, store.Join(root, "a"), []byte("a0"), store.Persistent)
 		fresh, other := store.Join(root, "fresh"), store.Join(root, "other")
@@ -60,7 +60,7 @@ func (s *suite) multi(t *testing.T) {
 		expectQuiet(t, freshCh, "ExistsW after a failed Multi")
 	})
 
-	t.Run("a failing CreateOp in the middle applies nothing", func(t *testing.T) {
+	parallel(t, "a failing CreateOp in the middle applies nothing", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		a := mustCreate(t, st, store.Join(root, "a"), nil, store.Persistent)
 		b := mustCreate(t, st, store.Join(root, "b"), nil, store.Persistent)
@@ -76,14 +76,14 @@ func (s *suite) multi(t *testing.T) {
 		mustExist(t, st, b, true)
 	})
 
-	t.Run("CheckOp on a missing node fails with ErrNoNode", func(t *testing.T) {
+	parallel(t, "CheckOp on a missing node fails with ErrNoNode", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		ops := []store.Op{&store.CheckOp{Path: store.Join(root, "missing"), Version: store.AnyVersion}}
 		_, err := st.Multi(ctx(t), ops...)
 		expectMultiError(t, err, ops, 0, store.ErrNoNode)
 	})
 
-	t.Run("a failing first op applies nothing of the rest", func(t *testing.T) {
+	parallel(t, "a failing first op applies nothing of the rest", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		x := store.Join(root, "x")
 		ops := []store.Op{
@@ -95,7 +95,7 @@ func (s *suite) multi(t *testing.T) {
 		mustExist(t, st, x, false)
 	})
 
-	t.Run("a successful Multi applies every op in one transaction and returns created paths", func(t *testing.T) {
+	parallel(t, "a successful Multi applies every op in one transaction and returns created paths", func(t *testing.T) {
 		st, w, root := s.open(t), s.open(t), s.h.Root(t)
 		a := mustCreate(t, st, store.Join(root, "a"), []byte("a0"), store.Persistent)
 		d := mustCreate(t, st, store.Join(root, "d"), nil, store.Persistent)

@@ -10,7 +10,7 @@ import (
 )
 
 func (s *suite) nodes(t *testing.T) {
-	t.Run("Create then Get returns the data with version 0", func(t *testing.T) {
+	parallel(t, "Create then Get returns the data with version 0", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := store.Join(root, "n")
 		if got := mustCreate(t, st, p, []byte("hello"), store.Persistent); got != p {
@@ -25,7 +25,7 @@ func (s *suite) nodes(t *testing.T) {
 		}
 	})
 
-	t.Run("Create with nil data stores empty data", func(t *testing.T) {
+	parallel(t, "Create with nil data stores empty data", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "empty"), nil, store.Persistent)
 		if data, _ := mustGet(t, st, p); len(data) != 0 {
@@ -33,7 +33,7 @@ func (s *suite) nodes(t *testing.T) {
 		}
 	})
 
-	t.Run("Get returns a copy the caller may modify", func(t *testing.T) {
+	parallel(t, "Get returns a copy the caller may modify", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		in := []byte("abc")
 		p := mustCreate(t, st, store.Join(root, "n"), in, store.Persistent)
@@ -45,7 +45,7 @@ func (s *suite) nodes(t *testing.T) {
 		}
 	})
 
-	t.Run("Set with the current version replaces the data and increments the version", func(t *testing.T) {
+	parallel(t, "Set with the current version replaces the data and increments the version", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "n"), []byte("v0"), store.Persistent)
 		stat, err := st.Set(ctx(t), p, []byte("v1"), 0)
@@ -68,7 +68,7 @@ func (s *suite) nodes(t *testing.T) {
 		}
 	})
 
-	t.Run("Delete with the current version removes the node", func(t *testing.T) {
+	parallel(t, "Delete with the current version removes the node", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "n"), nil, store.Persistent)
 		if _, err := st.Set(ctx(t), p, []byte("x"), 0); err != nil {
@@ -85,7 +85,7 @@ func (s *suite) nodes(t *testing.T) {
 		mustExist(t, st, q, false)
 	})
 
-	t.Run("Exists on a missing node is false without error", func(t *testing.T) {
+	parallel(t, "Exists on a missing node is false without error", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		ok, stat, err := st.Exists(ctx(t), store.Join(root, "missing"))
 		if err != nil || ok {
@@ -97,7 +97,7 @@ func (s *suite) nodes(t *testing.T) {
 		mustExist(t, st, root, true)
 	})
 
-	t.Run("Children lists direct children sorted with the parent's stat", func(t *testing.T) {
+	parallel(t, "Children lists direct children sorted with the parent's stat", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		for _, n := range []string{"c", "a", "b"} {
 			mustCreate(t, st, store.Join(root, n), nil, store.Persistent)
@@ -119,7 +119,7 @@ func (s *suite) nodes(t *testing.T) {
 		}
 	})
 
-	t.Run("a write on one session is visible to another after Sync", func(t *testing.T) {
+	parallel(t, "a write on one session is visible to another after Sync", func(t *testing.T) {
 		a, b, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, a, store.Join(root, "n"), []byte("1"), store.Persistent)
 		if _, err := a.Set(ctx(t), p, []byte("2"), store.AnyVersion); err != nil {
@@ -136,7 +136,7 @@ func (s *suite) nodes(t *testing.T) {
 		}
 	})
 
-	t.Run("CreateAll and DeleteAll build and remove a subtree", func(t *testing.T) {
+	parallel(t, "CreateAll and DeleteAll build and remove a subtree", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		deep := store.Join(root, "x", "y", "z")
 		if err := store.CreateAll(ctx(t), st, deep); err != nil {
@@ -158,7 +158,7 @@ func (s *suite) nodes(t *testing.T) {
 }
 
 func (s *suite) failures(t *testing.T) {
-	t.Run("Get, Set, Delete and Children on a missing node fail with ErrNoNode", func(t *testing.T) {
+	parallel(t, "Get, Set, Delete and Children on a missing node fail with ErrNoNode", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := store.Join(root, "missing")
 		if _, _, err := st.Get(ctx(t), p); !errors.Is(err, store.ErrNoNode) {
@@ -181,7 +181,7 @@ func (s *suite) failures(t *testing.T) {
 		}
 	})
 
-	t.Run("Create under a missing parent fails with ErrNoParent", func(t *testing.T) {
+	parallel(t, "Create under a missing parent fails with ErrNoParent", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := store.Join(root, "missing", "child")
 		for _, mode := range []store.Mode{store.Persistent, store.Ephemeral, store.PersistentSequential, store.EphemeralSequential} {
@@ -191,7 +191,7 @@ func (s *suite) failures(t *testing.T) {
 		}
 	})
 
-	t.Run("Create of an existing node fails with ErrNodeExists and keeps its data", func(t *testing.T) {
+	parallel(t, "Create of an existing node fails with ErrNodeExists and keeps its data", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "n"), []byte("first"), store.Persistent)
 		if _, err := st.Create(ctx(t), p, []byte("second"), store.Persistent); !errors.Is(err, store.ErrNodeExists) {
@@ -205,7 +205,7 @@ func (s *suite) failures(t *testing.T) {
 		}
 	})
 
-	t.Run("Delete of a node with children fails with ErrNotEmpty", func(t *testing.T) {
+	parallel(t, "Delete of a node with children fails with ErrNotEmpty", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "n"), nil, store.Persistent)
 		mustCreate(t, st, store.Join(p, "c"), nil, store.Persistent)
@@ -215,7 +215,7 @@ func (s *suite) failures(t *testing.T) {
 		mustExist(t, st, p, true)
 	})
 
-	t.Run("Set and Delete with a stale version fail with ErrBadVersion", func(t *testing.T) {
+	parallel(t, "Set and Delete with a stale version fail with ErrBadVersion", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "n"), []byte("a"), store.Persistent)
 		if _, err := st.Set(ctx(t), p, []byte("b"), 0); err != nil {
@@ -233,7 +233,7 @@ func (s *suite) failures(t *testing.T) {
 		}
 	})
 
-	t.Run("malformed paths fail with ErrBadPath", func(t *testing.T) {
+	parallel(t, "malformed paths fail with ErrBadPath", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		for _, p := range []string{"", "relative", root + "/", root + "//x", root + "/./x", root + "/../x"} {
 			if _, err := st.Create(ctx(t), p, nil, store.Persistent); !errors.Is(err, store.ErrBadPath) {
@@ -254,7 +254,7 @@ func (s *suite) failures(t *testing.T) {
 		}
 	})
 
-	t.Run("children of an ephemeral node are refused with ErrEphemeralChild", func(t *testing.T) {
+	parallel(t, "children of an ephemeral node are refused with ErrEphemeralChild", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "eph"), nil, store.Ephemeral)
 		for _, mode := range []store.Mode{store.Persistent, store.Ephemeral, store.EphemeralSequential} {

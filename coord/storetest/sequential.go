@@ -26,7 +26,7 @@ func seqOf(t *testing.T, p string) (string, int) {
 }
 
 func (s *suite) sequential(t *testing.T) {
-	t.Run("the suffix counts from 0, 10 digits zero-padded", func(t *testing.T) {
+	parallel(t, "the suffix counts from 0, 10 digits zero-padded", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		q := mustCreate(t, st, store.Join(root, "q"), nil, store.Persistent)
 		prefix := store.Join(q, "item-")
@@ -44,7 +44,7 @@ func (s *suite) sequential(t *testing.T) {
 
 	// Measured on ZooKeeper 3.8: the suffix counts the parent's child
 	// creations. A delete raises the parent's Cversion but not the suffix.
-	t.Run("the counter counts child creations and never goes back after deletes", func(t *testing.T) {
+	parallel(t, "the counter counts child creations and never goes back after deletes", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		q := mustCreate(t, st, store.Join(root, "q"), nil, store.Persistent)
 		prefix := store.Join(q, "n-")
@@ -88,7 +88,7 @@ func (s *suite) sequential(t *testing.T) {
 		}
 	})
 
-	t.Run("sorted children are in creation order", func(t *testing.T) {
+	parallel(t, "sorted children are in creation order", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		q := mustCreate(t, st, store.Join(root, "q"), nil, store.Persistent)
 		var created []string
@@ -109,7 +109,7 @@ func (s *suite) sequential(t *testing.T) {
 		}
 	})
 
-	t.Run("sequential creates from several sessions get distinct suffixes", func(t *testing.T) {
+	parallel(t, "sequential creates from several sessions get distinct suffixes", func(t *testing.T) {
 		a, b, root := s.open(t), s.open(t), s.h.Root(t)
 		q := mustCreate(t, a, store.Join(root, "q"), nil, store.Persistent)
 		seen := map[string]bool{}
@@ -128,7 +128,7 @@ func (s *suite) sequential(t *testing.T) {
 }
 
 func (s *suite) stat(t *testing.T) {
-	t.Run("Czxid equals Mzxid at creation and grows across nodes", func(t *testing.T) {
+	parallel(t, "Czxid equals Mzxid at creation and grows across nodes", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		a := mustCreate(t, st, store.Join(root, "a"), nil, store.Persistent)
 		b := mustCreate(t, st, store.Join(root, "b"), nil, store.Persistent)
@@ -145,7 +145,7 @@ func (s *suite) stat(t *testing.T) {
 		}
 	})
 
-	t.Run("Set raises Version and Mzxid above every earlier zxid and keeps Czxid and Ctime", func(t *testing.T) {
+	parallel(t, "Set raises Version and Mzxid above every earlier zxid and keeps Czxid and Ctime", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		a := mustCreate(t, st, store.Join(root, "a"), nil, store.Persistent)
 		b := mustCreate(t, st, store.Join(root, "b"), nil, store.Persistent)
@@ -177,7 +177,7 @@ func (s *suite) stat(t *testing.T) {
 		}
 	})
 
-	t.Run("child changes raise Cversion and NumChildren but not the parent's Version or Mzxid", func(t *testing.T) {
+	parallel(t, "child changes raise Cversion and NumChildren but not the parent's Version or Mzxid", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "p"), nil, store.Persistent)
 		_, before := mustGet(t, st, p)
@@ -199,7 +199,7 @@ func (s *suite) stat(t *testing.T) {
 		}
 	})
 
-	t.Run("EphemeralOwner is the session id for ephemerals and 0 otherwise", func(t *testing.T) {
+	parallel(t, "EphemeralOwner is the session id for ephemerals and 0 otherwise", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		sess, _ := st.Session()
 		if sess.ID == 0 {

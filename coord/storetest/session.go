@@ -9,7 +9,7 @@ import (
 )
 
 func (s *suite) ephemeral(t *testing.T) {
-	t.Run("Close removes the session's ephemerals at once and other sessions' watches see it", func(t *testing.T) {
+	parallel(t, "Close removes the session's ephemerals at once and other sessions' watches see it", func(t *testing.T) {
 		owner, w, root := s.open(t), s.open(t), s.h.Root(t)
 		e := mustCreate(t, owner, store.Join(root, "e"), nil, store.Ephemeral)
 		es := mustCreate(t, owner, store.Join(root, "es-"), nil, store.EphemeralSequential)
@@ -32,7 +32,7 @@ func (s *suite) ephemeral(t *testing.T) {
 		mustExist(t, w, p, true)
 	})
 
-	t.Run("expiry removes the ephemerals, ends the watches with ErrSessionExpired and opens a new session", func(t *testing.T) {
+	parallel(t, "expiry removes the ephemerals, ends the watches with ErrSessionExpired and opens a new session", func(t *testing.T) {
 		owner, w, root := s.open(t), s.open(t), s.h.Root(t)
 		e := mustCreate(t, owner, store.Join(root, "e"), nil, store.Ephemeral)
 		p := mustCreate(t, owner, store.Join(root, "p"), nil, store.Persistent)
@@ -80,7 +80,7 @@ func (s *suite) ephemeral(t *testing.T) {
 }
 
 func (s *suite) session(t *testing.T) {
-	t.Run("a new session is connected with a non-zero id unique among sessions", func(t *testing.T) {
+	parallel(t, "a new session is connected with a non-zero id unique among sessions", func(t *testing.T) {
 		a, b := s.open(t), s.open(t)
 		sa, _ := a.Session()
 		sb, _ := b.Session()
@@ -92,7 +92,7 @@ func (s *suite) session(t *testing.T) {
 		}
 	})
 
-	t.Run("Close ends pending watches with ErrClosed and every later call fails with ErrClosed", func(t *testing.T) {
+	parallel(t, "Close ends pending watches with ErrClosed and every later call fails with ErrClosed", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "p"), nil, store.Persistent)
 		_, _, ch, err := st.GetW(ctx(t), p)
@@ -125,7 +125,7 @@ func (s *suite) session(t *testing.T) {
 		}
 	})
 
-	t.Run("a call with a done context returns the context's error and applies nothing", func(t *testing.T) {
+	parallel(t, "a call with a done context returns the context's error and applies nothing", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "p"), nil, store.Persistent)
 		done, cancel := context.WithCancel(context.Background())

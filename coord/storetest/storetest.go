@@ -12,8 +12,9 @@
 // ZooKeeper's semantics as shardflow relies on it. Waits are bounded by
 // EventTimeout and never use bare sleeps; expectations that depend on timing
 // (watch delivery, session expiry) tolerate the asynchrony of a real
-// ZooKeeper ensemble. Subtests run one after the other; each takes its own
-// Root, so runs against a shared ZooKeeper do not collide.
+// ZooKeeper ensemble. Subtests run in parallel (t.Parallel), as concurrent
+// users would: each takes its own Root and opens its own sessions, so they do
+// not collide on a shared ZooKeeper.
 package storetest
 
 import (
@@ -22,13 +23,15 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 // EventTimeout bounds every wait of the suite: for a watch event, a session
 // state, or an expiry to be observed.
 const EventTimeout = 10 * time.Second
 
-// Harness gives the suite sessions on the tree under test.
+// Harness gives the suite sessions on the tree under test. Its methods are
+// called from parallel subtests, so they must be safe for concurrent use.
 type Harness interface {
 	// NewSession opens a new session on the tree under test, StateConnected
 	// (or soon to be: the suite waits up to EventTimeout). The suite closes it.
@@ -47,18 +50,28 @@ type Harness interface {
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	s := &suite{h: h}
-	t.Run("Nodes", s.nodes)
-	t.Run("Errors", s.failures)
-	t.Run("Sequential", s.sequential)
-	t.Run("Stat", s.stat)
-	t.Run("Watches", s.watches)
-	t.Run("Multi", s.multi)
-	t.Run("Ephemeral", s.ephemeral)
-	t.Run("Session", s.session)
-	t.Run("Concurrency", s.concurrency)
+	parallel(t, "Nodes", s.nodes)
+	parallel(t, "Errors", s.failures)
+	parallel(t, "Sequential", s.sequential)
+	parallel(t, "Stat", s.stat)
+	parallel(t, "Watches", s.watches)
+	parallel(t, "Multi", s.multi)
+	parallel(t, "Ephemeral", s.ephemeral)
+	parallel(t, "Session", s.session)
+	parallel(t, "Concurrency", s.concurrency)
 }
 
 type suite struct{ h Harness }
+
+// parallel runs f as a subtest in parallel with its siblings: every subtest
+// has its own Root and sessions, so none depends on another's state.
+func parallel(t *testing.T, name string, f func(t *testing.T)) bool {
+	t.Helper()
+	return t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		f(t)
+	})
+}
 
 // open returns a new session, closed at the end of the test, once connected.
 func (s *suite) open(t *testing.T) store.Store {
@@ -82,13 +95,7 @@ func awaitEvent(t *testing.T, ch <-chan store.Event, what string) store.Event {
 	if ch == nil {
 		t.Fatalf("%s: nil watch channel", what)
 	}
-	select {
-	case ev := <-ch:
-		return ev
-	case <-time.After(EventTimeout):
-		t.Fatalf("%s: no watch event within %v", what, EventTimeout)
-		return store.Event{}
-	}
+	return testwait.Recv(t, EventTimeout, what+": a watch event", ch)
 }
 
 // expectEvent awaits one event and checks its type and path.

@@ -7,7 +7,7 @@ import (
 )
 
 func (s *suite) watches(t *testing.T) {
-	t.Run("a data watch fires once on a change by another session", func(t *testing.T) {
+	parallel(t, "a data watch fires once on a change by another session", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "n"), nil, store.Persistent)
 		_, _, ch, err := w.GetW(ctx(t), p)
@@ -25,7 +25,7 @@ func (s *suite) watches(t *testing.T) {
 		expectQuiet(t, ch, "GetW after a second Set (one-shot)")
 	})
 
-	t.Run("a session's own writes fire its watches", func(t *testing.T) {
+	parallel(t, "a session's own writes fire its watches", func(t *testing.T) {
 		st, root := s.open(t), s.h.Root(t)
 		p := mustCreate(t, st, store.Join(root, "n"), nil, store.Persistent)
 		_, _, ch, err := st.GetW(ctx(t), p)
@@ -38,7 +38,7 @@ func (s *suite) watches(t *testing.T) {
 		expectEvent(t, ch, store.EventNodeDataChanged, p, "GetW after own Set")
 	})
 
-	t.Run("each watch call gets its own event", func(t *testing.T) {
+	parallel(t, "each watch call gets its own event", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "n"), nil, store.Persistent)
 		_, _, ch1, err := w.GetW(ctx(t), p)
@@ -56,7 +56,7 @@ func (s *suite) watches(t *testing.T) {
 		expectEvent(t, ch2, store.EventNodeDataChanged, p, "ExistsW on the same node")
 	})
 
-	t.Run("GetW sees the node's deletion", func(t *testing.T) {
+	parallel(t, "GetW sees the node's deletion", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "n"), nil, store.Persistent)
 		_, _, ch, err := w.GetW(ctx(t), p)
@@ -69,7 +69,7 @@ func (s *suite) watches(t *testing.T) {
 		expectEvent(t, ch, store.EventNodeDeleted, p, "GetW after Delete")
 	})
 
-	t.Run("ExistsW on a missing node sees its creation", func(t *testing.T) {
+	parallel(t, "ExistsW on a missing node sees its creation", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := store.Join(root, "later")
 		ok, _, ch, err := w.ExistsW(ctx(t), p)
@@ -80,7 +80,7 @@ func (s *suite) watches(t *testing.T) {
 		expectEvent(t, ch, store.EventNodeCreated, p, "ExistsW after Create")
 	})
 
-	t.Run("ExistsW on an existing node sees a data change and a deletion", func(t *testing.T) {
+	parallel(t, "ExistsW on an existing node sees a data change and a deletion", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "n"), nil, store.Persistent)
 		ok, _, ch, err := w.ExistsW(ctx(t), p)
@@ -101,7 +101,7 @@ func (s *suite) watches(t *testing.T) {
 		expectEvent(t, ch, store.EventNodeDeleted, p, "ExistsW after Delete")
 	})
 
-	t.Run("ChildrenW sees a child added and, re-armed, a child removed", func(t *testing.T) {
+	parallel(t, "ChildrenW sees a child added and, re-armed, a child removed", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "p"), nil, store.Persistent)
 		_, _, ch, err := w.ChildrenW(ctx(t), p)
@@ -123,7 +123,7 @@ func (s *suite) watches(t *testing.T) {
 		expectEvent(t, ch, store.EventNodeChildrenChanged, p, "ChildrenW after a child's Delete")
 	})
 
-	t.Run("ChildrenW ignores data changes of the node and its children", func(t *testing.T) {
+	parallel(t, "ChildrenW ignores data changes of the node and its children", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "p"), nil, store.Persistent)
 		c := mustCreate(t, other, store.Join(p, "c"), nil, store.Persistent)
@@ -142,7 +142,7 @@ func (s *suite) watches(t *testing.T) {
 		expectQuiet(t, ch, "ChildrenW after data changes and a grandchild")
 	})
 
-	t.Run("ChildrenW sees the node's deletion", func(t *testing.T) {
+	parallel(t, "ChildrenW sees the node's deletion", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "p"), nil, store.Persistent)
 		_, _, ch, err := w.ChildrenW(ctx(t), p)
@@ -155,7 +155,7 @@ func (s *suite) watches(t *testing.T) {
 		expectEvent(t, ch, store.EventNodeDeleted, p, "ChildrenW after the node's Delete")
 	})
 
-	t.Run("a data watch ignores child changes", func(t *testing.T) {
+	parallel(t, "a data watch ignores child changes", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "p"), nil, store.Persistent)
 		_, _, ch, err := w.GetW(ctx(t), p)
@@ -167,7 +167,7 @@ func (s *suite) watches(t *testing.T) {
 		expectQuiet(t, ch, "GetW after a child's Create")
 	})
 
-	t.Run("a failed write fires nothing", func(t *testing.T) {
+	parallel(t, "a failed write fires nothing", func(t *testing.T) {
 		w, other, root := s.open(t), s.open(t), s.h.Root(t)
 		p := mustCreate(t, other, store.Join(root, "p"), nil, store.Persistent)
 		_, _, dataCh, err := w.GetW(ctx(t), p)

@@ -11,6 +11,7 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 func TestDigestAuthProtectsCreatedNodes(t *testing.T) {
@@ -135,20 +136,13 @@ func TestPartitionLongerThanTimeoutIsLostThenNewSession(t *testing.T) {
 		t.Fatalf("watch of the lost session: %v %v, want not-watching with ErrSessionExpired", ev.Type, ev.Err)
 	}
 	// Other sessions see the ephemeral go once the server expires it.
-	deadline := time.Now().Add(3 * before.Timeout)
-	for {
+	testwait.ForNoError(t, 3*before.Timeout, "the server to expire the lost session's ephemeral", func() error {
 		ok, _, err := admin.Exists(ctx, eph)
-		if err != nil {
-			t.Fatal(err)
+		if err == nil && ok {
+			err = fmt.Errorf("ephemeral %s still exists %v after the cut", eph, time.Since(cut).Round(time.Millisecond))
 		}
-		if !ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ephemeral %s of the lost session still exists %v after the cut", eph, time.Since(cut))
-		}
-		time.Sleep(50 * time.Millisecond) // bounded polling of a distributed condition
-	}
+		return err
+	})
 
 	p.Restore()
 	after := awaitState(t, s, 4*before.Timeout, "reconnected", func(c store.Session) bool { return c.State == store.StateConnected })

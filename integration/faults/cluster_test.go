@@ -16,6 +16,7 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 // sessionTimeout is the workers' ZooKeeper session timeout: the smallest a
@@ -90,37 +91,32 @@ func (c *cluster) status(timeout time.Duration) coord.JobStatus {
 	_, admin := c.session()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var last error
-	for {
-		st, err := admin.Status(ctx, c.job)
-		if err == nil {
-			return st
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			c.t.Fatalf("faults: status of job %s in namespace %s: %v", c.job, c.namespace, last)
-		case <-time.After(200 * time.Millisecond):
-		}
+	var st coord.JobStatus
+	err := testwait.Poll(ctx, func(ctx context.Context) (err error) {
+		st, err = admin.Status(ctx, c.job)
+		return err
+	})
+	if err != nil {
+		c.t.Fatalf("faults: status of job %s in namespace %s: %v", c.job, c.namespace, err)
 	}
+	return st
 }
 
 // awaitStatus polls status until cond returns nil or timeout passes, then
 // fails the test with cond's last error and the status.
 func (c *cluster) awaitStatus(timeout time.Duration, what string, cond func(coord.JobStatus) error) coord.JobStatus {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		st := c.status(timeout)
-		err := cond(st)
-		if err == nil {
-			return st
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("faults: waited %v for %s: %v\nstatus: %s\nlast events:\n%s", timeout, what, err, describeStatus(st), tail(c.log.all(), 30))
-		}
-		time.Sleep(250 * time.Millisecond) // polling a distributed condition with a deadline
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var st coord.JobStatus
+	err := testwait.Poll(ctx, func(context.Context) error {
+		st = c.status(timeout)
+		return cond(st)
+	})
+	if err != nil {
+		c.t.Fatalf("faults: waited %v for %s: %v\nstatus: %s\nlast events:\n%s", timeout, what, err, describeStatus(st), tail(c.log.all(), 30))
 	}
+	return st
 }
 
 // requireOwnership waits until the live servers are exactly want and their
