@@ -50,12 +50,14 @@ fi
 command -v debootstrap >/dev/null || die "debootstrap not found: run scripts/setup.sh (or apt-get install debootstrap)"
 
 # mirror prints the Debian mirror URI of this machine's apt sources (deb822 first,
-# then one-line format), skipping security and non-Debian entries.
+# then one-line format), skipping security and non-Debian entries. With none, it
+# fails naming the files it read: the script never falls back to a host of its own.
 mirror() {
   if [[ -n ${SHARDFLOW_DEBIAN_MIRROR:-} ]]; then echo "$SHARDFLOW_DEBIAN_MIRROR"; return; fi
-  local f uri
+  local f uri looked=()
   for f in /etc/apt/sources.list.d/*.sources; do
     [[ -r $f ]] || continue
+    looked+=("$f")
     # A deb822 stanza: take URIs from a stanza whose Suites name the release.
     uri=$(awk -v suite="$SUITE" '
       BEGIN { RS=""; FS="\n" }
@@ -71,14 +73,19 @@ mirror() {
   done
   for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
     [[ -r $f ]] || continue
+    looked+=("$f")
     uri=$(awk -v suite="$SUITE" '$1 == "deb" && $0 !~ /security/ {
         for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i ~ /:\/\//) { if ($(i+1) == suite) { print $i; exit } } }' "$f")
     if [[ -n $uri ]]; then echo "$uri"; return; fi
   done
-  echo "http://deb.debian.org/debian"
+  local where="none of /etc/apt/sources.list, /etc/apt/sources.list.d/*.sources, /etc/apt/sources.list.d/*.list exists or is readable"
+  if [[ ${#looked[@]} -gt 0 ]]; then where="looked in ${looked[*]}"; fi
+  die "no Debian mirror for $SUITE in this machine's apt sources ($where).
+Set SHARDFLOW_DEBIAN_MIRROR to the URI of a Debian mirror that carries $SUITE, e.g.
+  SHARDFLOW_DEBIAN_MIRROR=http://<your-mirror>/debian make setup"
 }
 
-MIRROR=$(mirror)
+MIRROR=$(mirror) || exit 1
 log "mirror $MIRROR, workdir $WORKDIR"
 
 mkdir -p "$WORKDIR"
