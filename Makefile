@@ -89,8 +89,9 @@ bench-coord: ## coordination requests per trigger for S servers and N items (cou
 	$(GO) test -count=1 -run TestCoordinationCost -v ./coord/
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and go.mod/go.sum as go mod tidy leaves them
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
 	$(GO) vet $(PKGS)
 
 .PHONY: fuzz
