@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 // TestRunSimpleJobOncePerItem: one call per shard, success and failure
@@ -225,7 +226,7 @@ func waitSettled(t *testing.T, srv *memstore.Server, ns, job string, servers int
 	sess := srv.Connect()
 	defer sess.Close()
 	admin := coord.NewAdmin(sess, ns)
-	eventually(t, "sharding settled", func() bool {
+	testwait.For(t, 30*time.Second, "sharding settled", func() bool {
 		st, err := admin.Status(t.Context(), job)
 		if err != nil || st.ReshardingPending || len(st.Servers) != servers {
 			return false
