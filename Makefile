@@ -88,6 +88,10 @@ bench-engine: ## the pipeline engine against a hand-written worker pool (1M no-o
 bench-coord: ## coordination requests per trigger for S servers and N items (counting store)
 	$(GO) test -count=1 -run TestCoordinationCost -v ./coord/
 
+.PHONY: screenshots
+screenshots: ## regenerate the console screenshots in docs/ (headless chromium, the browser test)
+	SHARDFLOW_SCREENSHOTS=$(CURDIR)/docs SHARDFLOW_REQUIRE_DOCKER=1 $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./cmd/shardflow
+
 .PHONY: lint
 lint: ## gofmt, go vet, and go.mod/go.sum as go mod tidy leaves them
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

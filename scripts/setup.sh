@@ -2,7 +2,7 @@
 # setup.sh prepares a machine for `make test`, idempotently: it installs the
 # Debian packages the tests and local development need when they are missing
 # (debootstrap to build images; zookeeper and the PostgreSQL server for local
-# runs without containers), then builds the local container images
+# runs without containers; chromium for the console's browser test), then builds the local container images
 # (scripts/build-images.sh), which needs no container registry.
 # It uses sudo only when not run as root.
 set -euo pipefail
@@ -18,13 +18,15 @@ dpkg-query -W -f='${Status}' zookeeper 2>/dev/null | grep -q 'install ok install
 if ! command -v initdb >/dev/null && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
   missing+=(postgresql)
 fi
+# chromium: the console's browser test (cmd/shardflow, chromedp) drives it headless.
+command -v chromium >/dev/null || missing+=(chromium)
 
 if [[ ${#missing[@]} -gt 0 ]]; then
   log "installing ${missing[*]}"
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
-  log "debootstrap, zookeeper and postgresql present"
+  log "debootstrap, zookeeper, postgresql and chromium present"
 fi
 
 if ! command -v docker >/dev/null; then

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -18,15 +19,50 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 )
 
-// runConsole serves the web console: a status page refreshed every few
-// seconds, the status JSON at /api/status, and operator actions as POSTs.
+// HistorySection renders a job's history section for its console page
+// (recent runs, a chart). It is the console's extension point: nil means
+// no section. It is called once per job page view with the request's ctx;
+// an error is shown in place of the section.
+type HistorySection func(ctx context.Context, job string) (template.HTML, error)
+
+// consoleOptions configure the console's handler.
+type consoleOptions struct {
+	admin     *coord.Admin
+	namespace string
+	creds     *credentials
+	// history, when set, adds a history section to each job page.
+	history HistorySection
+	logger  *slog.Logger
+}
+
+// consoleServer serves the console: server-rendered pages (html/template,
+// no JavaScript but confirm() on destructive buttons), the status JSON and
+// the actions API. Every state-changing request must be same-origin
+// (http.CrossOriginProtection) and authenticated (bearer token, basic auth,
+// or a session cookie from /login); without credentials configured the
+// console is read-only.
+type consoleServer struct {
+	consoleOptions
+	sessions *sessions
+}
+
+// runConsole serves the web console until ctx ends.
 func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("console", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf connFlags
 	cf.register(fs)
-	listen := fs.String("listen", "127.0.0.1:8899", "address to serve the console on")
+	listen := fs.String("listen", "127.0.0.1:8899", "address to serve the console on (non-loopback needs credentials)")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token for actions (default $"+envConsoleToken+")")
+	basicFile := fs.String("basic-auth-file", "", "file holding user:password for actions (default $"+envConsoleBasicAuth+")")
 	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	creds, err := loadCredentials(*tokenFile, *basicFile)
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if err := requireLoopbackOrAuth(*listen, creds); err != nil {
 		return usageError{err.Error()}
 	}
 	st, admin, err := cf.open(ctx)
@@ -38,8 +74,13 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("console: listen on %s: %w (choose another --listen address)", *listen, err)
 	}
-	srv := &http.Server{Handler: consoleHandler(admin, cf.namespace), ReadHeaderTimeout: 5 * time.Second}
-	fmt.Fprintf(stdout, "console on http://%s (namespace %q)\n", ln.Addr(), cf.namespace)
+	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, logger: cliLogger})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	mode := "actions need a login"
+	if !creds.configured() {
+		mode = "read-only: set --token-file or --basic-auth-file to enable actions"
+	}
+	fmt.Fprintf(stdout, "console on http://%s (namespace %q; %s)\n", ln.Addr(), cf.namespace, mode)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -54,97 +95,153 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 }
 
-// consoleHandler is the console's HTTP API, separate from serving so tests
+// newConsole returns the console's handler, separate from serving so tests
 // can drive it with httptest.
-func consoleHandler(admin *coord.Admin, namespace string) http.Handler {
+func newConsole(o consoleOptions) http.Handler {
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.creds == nil {
+		o.creds = &credentials{}
+	}
+	cs := &consoleServer{consoleOptions: o, sessions: newSessions()}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/status", func(w http.ResponseWriter, r *http.Request) {
-		doc, err := collectStatus(r.Context(), admin, namespace, r.URL.Query().Get("job"))
-		if err != nil {
-			httpError(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(doc)
-	})
-	mux.HandleFunc("POST /api/jobs/{job}/{action}", func(w http.ResponseWriter, r *http.Request) {
-		item := noItem
-		if v := r.FormValue("item"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				http.Error(w, "item must be a shard item number", http.StatusBadRequest)
-				return
-			}
-			item = n
-		}
-		action := r.PathValue("action")
-		err := doAction(r.Context(), admin, action, r.PathValue("job"), r.FormValue("server"), item)
-		if err != nil {
-			httpError(w, err)
-			return
-		}
-		if r.FormValue("redirect") != "" {
-			http.Redirect(w, r, "/", http.StatusSeeOther)
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		doc, err := collectStatus(r.Context(), admin, namespace, "")
-		if err != nil {
-			httpError(w, err)
-			return
-		}
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		if err := consolePage.Execute(w, doc); err != nil {
-			slog.Warn("console: render", "err", err)
-		}
-	})
-	return mux
+	mux.HandleFunc("GET /{$}", cs.overview)
+	mux.HandleFunc("GET /jobs/{job}", cs.jobPage)
+	mux.HandleFunc("POST /jobs/{job}/act", cs.requireAuth(cs.act))
+	mux.HandleFunc("GET /login", cs.loginPage)
+	mux.HandleFunc("POST /login", cs.login)
+	mux.HandleFunc("POST /logout", cs.logout)
+	mux.HandleFunc("GET /api/status", cs.apiStatus)
+	mux.HandleFunc("POST /api/jobs/{job}/{action}", cs.requireAuth(cs.apiAction))
+	// Cross-origin state-changing requests (a web page the operator opens
+	// posting here) are refused with 403 before any handler runs.
+	return http.NewCrossOriginProtection().Handler(securityHeaders(mux))
 }
 
-func httpError(w http.ResponseWriter, err error) {
-	code := http.StatusInternalServerError
+// securityHeaders forbids framing and sniffing, and any script but the
+// pages' own inline confirm() handlers.
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src-attr 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+		w.Header().Set("Referrer-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
+}
+
+type ctxKey struct{}
+
+// requireAuth lets an authenticated request through to h with its Admin
+// acting as that user; others get 401 (403 when the console is read-only).
+func (cs *consoleServer) requireAuth(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !cs.creds.configured() {
+			http.Error(w, "console: read-only: no credentials configured; restart it with --token-file or --basic-auth-file to act", http.StatusForbidden)
+			return
+		}
+		who, ok := cs.authenticate(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="shardflow", Basic realm="shardflow"`)
+			http.Error(w, "console: authentication required: send a bearer token or basic-auth credentials, or log in at /login", http.StatusUnauthorized)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, cs.admin.As(actorFor(who, r)))))
+	}
+}
+
+// adminFor is the Admin acting as the authenticated user of r.
+func adminFor(r *http.Request) *coord.Admin { return r.Context().Value(ctxKey{}).(*coord.Admin) }
+
+func (cs *consoleServer) apiStatus(w http.ResponseWriter, r *http.Request) {
+	doc, err := collectStatus(r.Context(), cs.admin, cs.namespace, r.URL.Query().Get("job"))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(doc)
+}
+
+// apiAction is POST /api/jobs/{job}/{action} with form fields server,
+// item, field and value: 204 on success.
+func (cs *consoleServer) apiAction(w http.ResponseWriter, r *http.Request) {
+	if err := cs.perform(r, r.PathValue("action")); err != nil {
+		httpError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// act is the job page's form target: it performs the action and redirects
+// back with a message, or renders the page again with the error.
+func (cs *consoleServer) act(w http.ResponseWriter, r *http.Request) {
+	job := r.PathValue("job")
+	action := r.FormValue("action")
+	if err := cs.perform(r, action); err != nil {
+		code := errorStatus(err)
+		if code == http.StatusNotFound && errors.Is(err, coord.ErrNoJob) {
+			httpError(w, err)
+			return
+		}
+		cs.renderJob(w, r, job, "", err.Error(), code)
+		return
+	}
+	if action == "remove" && r.FormValue("server") == "" {
+		http.Redirect(w, r, "/?done="+url.QueryEscape("removed job "+job), http.StatusSeeOther)
+		return
+	}
+	http.Redirect(w, r, "/jobs/"+url.PathEscape(job)+"?done="+url.QueryEscape(describeForm(action, r)), http.StatusSeeOther)
+}
+
+// perform runs one operator action from r's form through the Admin acting
+// as r's user.
+func (cs *consoleServer) perform(r *http.Request, action string) error {
+	admin := adminFor(r)
+	job := r.PathValue("job")
+	if action == "config" {
+		return admin.SetConfig(r.Context(), job, r.FormValue("field"), r.FormValue("value"))
+	}
+	item := noItem
+	if v := r.FormValue("item"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return usagef("item %q is not a shard item number", v)
+		}
+		item = n
+	}
+	return doAction(r.Context(), admin, action, job, r.FormValue("server"), item)
+}
+
+// describeForm is the confirmation shown after an action.
+func describeForm(action string, r *http.Request) string {
+	switch {
+	case action == "config":
+		return fmt.Sprintf("set %s = %q", r.FormValue("field"), r.FormValue("value"))
+	case r.FormValue("item") != "":
+		return action + " item " + r.FormValue("item")
+	case r.FormValue("server") != "":
+		return action + " server " + r.FormValue("server")
+	case action == "trigger":
+		return "triggered"
+	}
+	return action + " on every server"
+}
+
+func errorStatus(err error) int {
 	var ue usageError
 	switch {
 	case errors.Is(err, coord.ErrNoJob), errors.Is(err, coord.ErrNoServer):
-		code = http.StatusNotFound
+		return http.StatusNotFound
 	case errors.As(err, &ue), errors.Is(err, coord.ErrNoItem), errors.Is(err, jobconfig.ErrInvalid):
-		code = http.StatusBadRequest
+		return http.StatusBadRequest
 	case errors.Is(err, coord.ErrBadConfig):
-		code = http.StatusConflict
+		return http.StatusConflict
 	}
-	http.Error(w, err.Error(), code)
+	return http.StatusInternalServerError
 }
 
-var consolePage = template.Must(template.New("console").Funcs(template.FuncMap{
-	"items": joinInts,
-	"time":  fmtTime,
-}).Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="3">
-<title>shardflow console</title>
-<style>
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}
-td,th{border:1px solid #ccc;padding:.25em .6em;text-align:left}
-th{background:#f3f3f3} .err{color:#b00} form{display:inline}
-button{font-size:.8em}
-</style></head><body>
-<h1>shardflow <small>namespace {{.Namespace}}</small></h1>
-{{if not .Jobs}}<p>No jobs.</p>{{end}}
-{{range .Jobs}}{{$job := .Job}}
-<h2>{{.Job}} <small>leader {{.Leader}}{{if .ReshardingPending}}, resharding pending{{end}}</small>
-<form method="post" action="/api/jobs/{{.Job}}/trigger"><input type="hidden" name="redirect" value="1"><button>trigger</button></form></h2>
-{{if .ConfigError}}<p class="err">config error: {{.ConfigError}}</p>{{end}}
-<table><tr><th>server</th><th>status</th><th>items</th><th>success</th><th>failure</th><th>flags</th><th>last error</th><th>actions</th></tr>
-{{range .Servers}}<tr><td>{{.ID}}</td><td>{{.Status}}</td><td>{{items .Sharding}}</td><td>{{.ProcessSuccessCount}}</td><td>{{.ProcessFailureCount}}</td>
-<td>{{if .Disabled}}disabled {{end}}{{if .Paused}}paused {{end}}{{if .Shutdown}}shutdown{{end}}</td><td class="err">{{.LastError}}</td><td>
-<form method="post" action="/api/jobs/{{$job}}/{{if .Paused}}resume{{else}}pause{{end}}"><input type="hidden" name="server" value="{{.ID}}"><input type="hidden" name="redirect" value="1"><button>{{if .Paused}}resume{{else}}pause{{end}}</button></form>
-<form method="post" action="/api/jobs/{{$job}}/{{if .Disabled}}enable{{else}}disable{{end}}"><input type="hidden" name="server" value="{{.ID}}"><input type="hidden" name="redirect" value="1"><button>{{if .Disabled}}enable{{else}}disable{{end}}</button></form>
-<form method="post" action="/api/jobs/{{$job}}/shutdown"><input type="hidden" name="server" value="{{.ID}}"><input type="hidden" name="redirect" value="1"><button>shutdown</button></form>
-</td></tr>{{end}}</table>
-<table><tr><th>item</th><th>running</th><th>completed</th><th>failover</th><th>misfire</th><th>disabled</th><th>last begin</th><th>last complete</th><th>next fire</th></tr>
-{{range .Items}}<tr><td>{{.Item}}</td><td>{{.Running}}</td><td>{{.Completed}}</td><td>{{.Failover}}</td><td>{{.Misfire}}</td><td>{{.Disabled}}</td><td>{{time .LastBeginTime}}</td><td>{{time .LastCompleteTime}}</td><td>{{time .NextFireTime}}</td></tr>{{end}}
-</table>{{end}}
-</body></html>
-`))
+func httpError(w http.ResponseWriter, err error) {
+	http.Error(w, err.Error(), errorStatus(err))
+}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"embed"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"items":   joinInts,
+	"when":    fmtWhen,
+	"utc":     fmtUTC,
+	"what":    describeAction,
+	"pathesc": url.PathEscape,
+	"actArgs": actArgs,
+}).ParseFS(templateFS, "templates/*.html"))
+
+// timeOf accepts the time.Time and *time.Time of the status model.
+func timeOf(v any) (time.Time, bool) {
+	switch t := v.(type) {
+	case time.Time:
+		return t, !t.IsZero()
+	case *time.Time:
+		if t != nil && !t.IsZero() {
+			return *t, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// fmtWhen shows a time with its date and zone (the console's zone).
+func fmtWhen(v any) string {
+	t, ok := timeOf(v)
+	if !ok {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05 MST")
+}
+
+// fmtUTC is the exact time, for a tooltip.
+func fmtUTC(v any) string {
+	t, ok := timeOf(v)
+	if !ok {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// actButton is one action button of the job page: a form posting to
+// /jobs/{job}/act, with a confirm() prompt when Confirm is set.
+type actButton struct {
+	Job, Action, Server string
+	Item                int
+	HasItem             bool
+	Label, Confirm      string
+}
+
+// actArgs builds an actButton in a template; item < 0 means none.
+func actArgs(job, action, server string, item int, label, confirm string) actButton {
+	return actButton{Job: job, Action: action, Server: server, Item: item, HasItem: item >= 0, Label: label, Confirm: confirm}
+}
+
+// JobSummary is one job's line in the overview and the head of its page.
+type JobSummary struct {
+	Job          string
+	Health       string // "ok", "config error", "no live server", "paused", ...
+	Healthy      bool
+	Leader       string
+	Live         int
+	Servers      int
+	LastComplete *time.Time
+	NextFire     *time.Time
+	LastSuccess  int64
+	LastFailure  int64
+	TotalSuccess int64
+	TotalFailure int64
+	ConfigError  string
+}
+
+func summarize(js coord.JobStatus) JobSummary {
+	s := JobSummary{Job: js.Job, Leader: js.Leader, Servers: len(js.Servers), NextFire: js.NextFireTime, ConfigError: js.ConfigError}
+	pausedLive := 0
+	for _, sv := range js.Servers {
+		if sv.Status != "OFFLINE" {
+			s.Live++
+			if sv.Paused {
+				pausedLive++
+			}
+		}
+		s.LastSuccess += sv.ProcessSuccessCount
+		s.LastFailure += sv.ProcessFailureCount
+		s.TotalSuccess += sv.TotalSuccessCount
+		s.TotalFailure += sv.TotalFailureCount
+	}
+	for _, it := range js.Items {
+		if it.LastCompleteTime != nil && (s.LastComplete == nil || it.LastCompleteTime.After(*s.LastComplete)) {
+			s.LastComplete = it.LastCompleteTime
+		}
+	}
+	switch {
+	case js.ConfigError != "":
+		s.Health = "config error"
+	case s.Live == 0:
+		s.Health = "no live server"
+	case pausedLive == s.Live:
+		s.Health = "paused"
+	case pausedLive > 0:
+		s.Health = "partly paused"
+	case len(js.FailoverQueue) > 0:
+		s.Health = "failover pending"
+	case js.ReshardingPending:
+		s.Health, s.Healthy = "resharding", true
+	default:
+		s.Health, s.Healthy = "ok", true
+	}
+	return s
+}
+
+// Viewer is what every page knows about the request.
+type Viewer struct {
+	Namespace string
+	CanAct    bool   // credentials are configured
+	User      string // the logged-in user, "" when not logged in
+	Message   string
+	Error     string
+	Now       time.Time
+}
+
+func (cs *consoleServer) viewerFor(r *http.Request) Viewer {
+	v := Viewer{Namespace: cs.namespace, CanAct: cs.creds.configured(), Message: r.URL.Query().Get("done"), Now: time.Now()}
+	if who, ok := cs.authenticate(r); ok {
+		v.User = who
+	}
+	return v
+}
+
+type overviewPage struct {
+	Viewer
+	Jobs []JobSummary
+}
+
+func (cs *consoleServer) overview(w http.ResponseWriter, r *http.Request) {
+	doc, err := collectStatus(r.Context(), cs.admin, cs.namespace, "")
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	p := overviewPage{Viewer: cs.viewerFor(r)}
+	for _, js := range doc.Jobs {
+		p.Jobs = append(p.Jobs, summarize(js))
+	}
+	cs.render(w, "overview.html", p, http.StatusOK)
+}
+
+// jobView is the job page.
+type jobView struct {
+	Viewer
+	JobSummary
+	Status coord.JobStatus
+	// Job-wide actions that apply now.
+	AnyLive, AnyUnpaused, AnyPaused, AnyRunning bool
+	Config                                      []configRow
+	History                                     template.HTML
+	HistoryError                                string
+}
+
+type configRow struct{ Name, Value string }
+
+func (cs *consoleServer) jobPage(w http.ResponseWriter, r *http.Request) {
+	cs.renderJob(w, r, r.PathValue("job"), r.URL.Query().Get("done"), "", http.StatusOK)
+}
+
+// renderJob renders a job page with a message or an error (code).
+func (cs *consoleServer) renderJob(w http.ResponseWriter, r *http.Request, job, msg, errText string, code int) {
+	js, err := cs.admin.Status(r.Context(), job)
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	v := jobView{Viewer: cs.viewerFor(r), JobSummary: summarize(js), Status: js}
+	v.Message, v.Error = msg, errText
+	for _, sv := range js.Servers {
+		if sv.Status == "OFFLINE" {
+			continue
+		}
+		v.AnyLive = true
+		v.AnyUnpaused = v.AnyUnpaused || !sv.Paused
+		v.AnyPaused = v.AnyPaused || sv.Paused
+	}
+	for _, it := range js.Items {
+		v.AnyRunning = v.AnyRunning || it.Running
+	}
+	for _, name := range jobconfig.FieldNames() {
+		if name == jobconfig.FieldOverwrite {
+			continue // meaningful only in a program's local config
+		}
+		v.Config = append(v.Config, configRow{Name: name, Value: js.Config[name]})
+	}
+	if cs.history != nil {
+		h, herr := cs.history(r.Context(), job)
+		if herr != nil {
+			v.HistoryError = herr.Error()
+		}
+		v.History = h
+	}
+	cs.render(w, "job.html", v, code)
+}
+
+type loginView struct {
+	Viewer
+	Next      string
+	HasToken  bool
+	HasBasic  bool
+	LoginUser string
+}
+
+func (cs *consoleServer) loginPage(w http.ResponseWriter, r *http.Request) {
+	cs.render(w, "login.html", cs.loginView(r, ""), http.StatusOK)
+}
+
+func (cs *consoleServer) loginView(r *http.Request, errText string) loginView {
+	v := loginView{Viewer: cs.viewerFor(r), Next: safeNext(r.FormValue("next")), HasToken: cs.creds.token != nil, HasBasic: cs.creds.password != nil}
+	v.Error = errText
+	return v
+}
+
+// login checks a token or user:password from the login form and sets a
+// session cookie (HttpOnly, SameSite=Strict).
+func (cs *consoleServer) login(w http.ResponseWriter, r *http.Request) {
+	var who string
+	switch {
+	case r.FormValue("token") != "" && cs.creds.checkToken(r.FormValue("token")):
+		who = "token"
+	case r.FormValue("user") != "" && cs.creds.checkBasic(r.FormValue("user"), r.FormValue("password")):
+		who = r.FormValue("user")
+	default:
+		msg := "wrong credentials"
+		if !cs.creds.configured() {
+			msg = "this console is read-only: it was started without credentials"
+		}
+		cs.render(w, "login.html", cs.loginView(r, msg), http.StatusUnauthorized)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: cs.sessions.create(who), Path: "/",
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+	http.Redirect(w, r, safeNext(r.FormValue("next")), http.StatusSeeOther)
+}
+
+func (cs *consoleServer) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		cs.sessions.drop(c.Value)
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+// safeNext keeps a post-login redirect on this console.
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+		return "/"
+	}
+	return next
+}
+
+func (cs *consoleServer) render(w http.ResponseWriter, name string, data any, code int) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	if err := pages.ExecuteTemplate(w, name, data); err != nil {
+		cs.logger.Warn("console: render", "page", name, "err", err)
+	}
+}
