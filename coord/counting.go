@@ -97,6 +97,11 @@ func (s *CountingStore) Delete(ctx context.Context, path string, version int32) 
 	return s.Store.Delete(ctx, path, version)
 }
 
+// MaxRequestBytes forwards the wrapped store's request limit
+// (store.RequestLimiter), so that coord splits as it would without the
+// decorator.
+func (s *CountingStore) MaxRequestBytes() int { return store.RequestLimit(s.Store) }
+
 // Multi counts one write request and its operations.
 func (s *CountingStore) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
 	s.writes.Add(1)

@@ -16,7 +16,8 @@ import (
 // leader/failover/items. A claimer that dies leaves its item in the same
 // state, so the item is queued again. It reads the tree directly (the
 // cache may lag right after a crash); it runs only on departures, on
-// election and on reconcile ticks. One Multi for all items found.
+// election and on reconcile ticks. One Multi for all items found (in parts
+// beyond the store's request limit).
 func (j *job) enqueueOrphans(ctx context.Context) {
 	cfg := j.config()
 	if !cfg.Failover || !cfg.MonitorsExecution() {
@@ -34,7 +35,10 @@ func (j *job) enqueueOrphans(ctx context.Context) {
 	for _, it := range items {
 		ops = append(ops, &store.CreateOp{Path: j.p.queued(it)})
 	}
-	if _, err := j.st.Multi(ctx, ops...); err != nil {
+	// Beyond the store's request limit in parts (split.go): each entry
+	// stands alone, and a failed part leaves the items after it for the
+	// next scan.
+	if err := j.multiSplit(ctx, ops); err != nil {
 		j.warn(ctx, "cannot queue items for failover", "items", items, "err", err)
 		return
 	}

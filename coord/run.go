@@ -119,24 +119,43 @@ func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment
 			return err
 		}
 	}
-	var ins []intent
+	var head, tail []intent
 	if shardVersion >= 0 {
-		ins = append(ins, intent{kind: opCheck, rel: relServer(j.id, nSharding), version: shardVersion})
+		head = append(head, intent{kind: opCheck, rel: relServer(j.id, nSharding), version: shardVersion})
 	}
 	begin := formatTime(now)
-	for _, a := range items {
-		ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(a.Item)})
+	groups := make([][]intent, len(items))
+	for i, a := range items {
+		g := []intent{{kind: opCreateIfAbsent, rel: relItem(a.Item)}}
 		if monitor {
-			ins = append(ins,
+			g = append(g,
 				intent{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
 				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nCompleted)})
 		}
-		ins = append(ins, intent{kind: opPut, rel: relItem(a.Item, nLastBeginTime), data: begin})
+		groups[i] = append(g, intent{kind: opPut, rel: relItem(a.Item, nLastBeginTime), data: begin})
 	}
 	if len(items) > 0 {
-		ins = append(ins, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusRunning)})
+		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusRunning)})
 	}
-	if err := j.commit(ctx, ins); err != nil {
+	// Split in parts only beyond the store's request limit (split.go);
+	// then the items that were completed are noted, to undo a partial
+	// Begin exactly.
+	var completed map[int]bool
+	if parts, _ := j.splitParts(head, groups, tail); len(parts) > 1 && monitor {
+		completed = make(map[int]bool, len(items))
+		for _, a := range items {
+			done, err := j.itemHas(ctx, relItem(a.Item, nCompleted))
+			if err != nil {
+				return err
+			}
+			completed[a.Item] = done
+		}
+	}
+	applied, err := j.commitSplit(ctx, head, groups, tail)
+	if err != nil && applied > 0 {
+		j.undoBegin(ctx, items[:applied], completed)
+	}
+	if err != nil {
 		if errors.Is(err, store.ErrNodeExists) && monitor {
 			// The cache had not seen a running node yet.
 			all := make([]int, len(items))
@@ -153,6 +172,25 @@ func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment
 		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
 	}
 	return nil
+}
+
+// undoBegin reverts the parts of a split Begin that were applied before a
+// later part failed: this server's running nodes of those items go and
+// their completed nodes come back where they were. The run does not start;
+// lastBeginTime stays (it is only a time). If the undo fails too, the
+// running nodes are ephemeral: they go with the session, at the latest.
+func (j *job) undoBegin(ctx context.Context, items []Assignment, completed map[int]bool) {
+	groups := make([][]intent, 0, len(items))
+	for _, a := range items {
+		g := []intent{{kind: opDeleteIfPresent, rel: relItem(a.Item, nRunning)}}
+		if completed[a.Item] {
+			g = append(g, intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
+		}
+		groups = append(groups, g)
+	}
+	if _, err := j.commitSplit(context.WithoutCancel(ctx), nil, groups, nil); err != nil {
+		j.log.Warn("cannot undo a partial Begin; the running nodes go with the session", "items", len(items), "err", err)
+	}
 }
 
 // misfireIfRunning checks suspects (items the cache shows running)
@@ -177,7 +215,7 @@ func (j *job) misfireIfRunning(ctx context.Context, suspects []int) error {
 		for _, it := range running {
 			ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(it, nMisfire)})
 		}
-		if err := j.commit(ctx, ins); err != nil && !errors.Is(err, store.ErrNoNode) {
+		if _, err := j.commitSplit(ctx, nil, each(ins), nil); err != nil && !errors.Is(err, store.ErrNoNode) {
 			return fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
 		}
 	}
@@ -641,30 +679,38 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 		return fmt.Errorf("coord: job %q: complete: %s: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
 	}
 	monitor := j.config().MonitorsExecution()
-	var ins []intent
 	now := formatTime(j.reg.cfg.Now())
+	groups := make([][]intent, 0, len(r.items))
 	for _, a := range r.items {
+		var g []intent
 		if monitor {
-			ins = append(ins,
+			g = append(g,
 				intent{kind: opDelete, rel: relItem(a.Item, nRunning)},
 				intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
 		}
-		ins = append(ins, intent{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now})
+		g = append(g, intent{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now})
 		if !next.IsZero() {
-			ins = append(ins, intent{kind: opPut, rel: relItem(a.Item, nNextFireTime), data: formatTime(next)})
+			g = append(g, intent{kind: opPut, rel: relItem(a.Item, nNextFireTime), data: formatTime(next)})
 		}
 		if a.Failover {
-			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)})
+			g = append(g, intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)})
 		}
+		groups = append(groups, g)
 	}
 	j.mu.Lock()
 	offline := j.offline || j.removed
 	j.mu.Unlock()
+	var tail []intent
 	if len(r.items) > 0 && !offline {
 		// A server shut down mid-run has no status node any more.
-		ins = append(ins, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusReady)})
+		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusReady)})
 	}
-	err := j.commit(ctx, ins)
+	// Beyond the store's request limit, in parts (split.go): each item's
+	// completion is applied whole, and the status (the tail) only with the
+	// last part. If a part fails, the items of the parts before it stay
+	// completed, which they are; the rest keep their running nodes until
+	// the session ends, and are failed over or re-run from there.
+	_, err := j.commitSplit(ctx, nil, groups, tail)
 	j.mu.Lock()
 	for _, a := range r.items {
 		if a.Failover {
@@ -725,20 +771,20 @@ func (j *job) takeMisfire(ctx context.Context) (bool, error) {
 	if len(ins) == 0 {
 		return false, nil
 	}
-	if err := j.commit(ctx, ins); err != nil {
+	if _, err := j.commitSplit(ctx, nil, each(ins), nil); err != nil {
 		return false, fmt.Errorf("coord: job %q: clear misfire: %w", j.jname, err)
 	}
 	return true, nil
 }
 
 func (j *job) recordNextFireTime(ctx context.Context, next time.Time) error {
-	var ins []intent
+	var groups [][]intent
 	for _, it := range j.myItems() {
-		ins = append(ins,
-			intent{kind: opCreateIfAbsent, rel: relItem(it)},
-			intent{kind: opPut, rel: relItem(it, nNextFireTime), data: formatTime(next)})
+		groups = append(groups, []intent{
+			{kind: opCreateIfAbsent, rel: relItem(it)},
+			{kind: opPut, rel: relItem(it, nNextFireTime), data: formatTime(next)}})
 	}
-	if err := j.commit(ctx, ins); err != nil {
+	if _, err := j.commitSplit(ctx, nil, groups, nil); err != nil {
 		return fmt.Errorf("coord: job %q: record nextFireTime: %w", j.jname, err)
 	}
 	return nil

@@ -44,6 +44,16 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
+// WithMaxRequestBytes makes Multi refuse, with store.ErrTooLarge, a
+// transaction larger than n bytes as store.MultiSize estimates it, as
+// ZooKeeper refuses a request beyond its jute.maxbuffer. Sessions report n
+// as their MaxRequestBytes, so coord splits its transactions below it.
+// Default 0: no limit (and store.DefaultRequestLimit for splitting). Tests
+// set a tiny limit to exercise the splitting.
+func WithMaxRequestBytes(n int) Option {
+	return func(s *Server) { s.maxRequest = n }
+}
+
 // Stats counts the requests a Server handled, for benchmarks that measure
 // coordination cost. Calls refused before reaching the tree (done ctx,
 // closed or disconnected session) are not counted.
@@ -71,6 +81,8 @@ type Stats struct {
 type Server struct {
 	mu    sync.Mutex
 	clock func() time.Time
+	// maxRequest is the Multi size limit in bytes; 0 means none.
+	maxRequest int
 
 	zxid   int64
 	nodes  map[string]*node

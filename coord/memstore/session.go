@@ -428,6 +428,10 @@ func (sess *Session) Delete(ctx context.Context, p string, version int32) error 
 	return nil
 }
 
+// MaxRequestBytes implements store.RequestLimiter: the server's
+// WithMaxRequestBytes limit, 0 when it has none.
+func (sess *Session) MaxRequestBytes() int { return sess.srv.maxRequest }
+
 // Multi applies all operations in one transaction (one zxid), or none; the
 // error is then a *store.MultiError naming the first failing operation.
 // Watches fire only when it commits. An empty Multi succeeds.
@@ -437,6 +441,11 @@ func (sess *Session) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResu
 	}
 	s := sess.srv
 	defer s.mu.Unlock()
+	if s.maxRequest > 0 {
+		if n := store.MultiSize(ops); n > s.maxRequest {
+			return nil, fmt.Errorf("memstore: multi of %d operations, about %d bytes, over the %d-byte limit: %w", len(ops), n, s.maxRequest, store.ErrTooLarge)
+		}
+	}
 	s.stats.Multis++
 	for _, op := range ops {
 		switch op.(type) {
