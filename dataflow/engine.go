@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Counter receives outcome counts from the pipeline. stats.Counter
@@ -54,6 +56,9 @@ type PipelineConfig struct {
 	// failure (besides those of calls the cancel made fail). Default 0: no
 	// limit.
 	ItemTimeout time.Duration
+	// Tracer, when set, gets a span per shard item (under ctx's span), per
+	// Fetch and per processed batch; see SpanItem. Default nil: no spans.
+	Tracer trace.Tracer
 }
 
 // RunResult is the outcome of one run.
@@ -139,7 +144,7 @@ func (e *engine[T]) run(ctx context.Context, shards []Shard) RunResult {
 	stopFlag := context.AfterFunc(ctx, func() { e.stopped.Store(true) })
 	defer stopFlag()
 	items := make([]itemRun[T], len(shards))
-	res.Items = runItems(ctx, shards, func(ctx context.Context, i int) itemOutcome {
+	res.Items = runItems(ctx, shards, e.cfg, func(ctx context.Context, i int) itemOutcome {
 		r := &items[i]
 		r.e, r.shard = e, shards[i]
 		r.run(ctx)
@@ -224,6 +229,10 @@ type pass[T any] struct {
 	chunks int   // chunks handed out: 0..chunks-1
 	stride int64 // items claimed per cursor step (per-item jobs)
 	wg     sync.WaitGroup
+	// ctx and span are the batch's process span (nil without tracing);
+	// the workers' calls get ctx.
+	ctx  context.Context
+	span trace.Span
 	// next is the cursor into items (per-item jobs), on its own cache line:
 	// workers bump it while reading the fields above on every claim.
 	_    [64]byte
@@ -284,6 +293,7 @@ func (r *itemRun[T]) runPipelined(ctx context.Context) {
 	defer func() {
 		if prev != nil {
 			prev.wg.Wait()
+			endProcessSpan(prev)
 		}
 	}()
 	if ctx.Err() != nil {
@@ -303,9 +313,11 @@ func (r *itemRun[T]) runPipelined(ctx context.Context) {
 			p = &r.passes[1]
 		}
 		setPass(p, items, r.e.cfg.Threads)
+		r.startProcessSpan(ctx, p)
 		r.handOut(ctx, p, 2)
 		if prev != nil {
 			prev.wg.Wait()
+			endProcessSpan(prev)
 		}
 		prev = p
 		if ctx.Err() != nil || !r.keepGoing() {
@@ -316,6 +328,13 @@ func (r *itemRun[T]) runPipelined(ctx context.Context) {
 }
 
 func (r *itemRun[T]) callFetch(ctx context.Context) (items []T, err error) {
+	ctx, span := r.startFetchSpan(ctx)
+	if span != nil {
+		defer func() {
+			span.SetAttributes(AttrBatch.Int(len(items)))
+			endSpan(span, 0, 0, err)
+		}()
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			r.count(0, 1)
@@ -331,6 +350,8 @@ func (r *itemRun[T]) callFetch(ctx context.Context) (items []T, err error) {
 func (r *itemRun[T]) dispatch(ctx context.Context, items []T) {
 	p := &r.passes[0]
 	setPass(p, items, r.e.cfg.Threads)
+	r.startProcessSpan(ctx, p)
+	defer endProcessSpan(p)
 	if p.chunks == 1 {
 		r.processChunk(ctx, p, 0)
 		return
@@ -382,6 +403,9 @@ func (r *itemRun[T]) worker(ctx context.Context) {
 }
 
 func (r *itemRun[T]) processChunk(ctx context.Context, p *pass[T], chunk int) {
+	if p.ctx != nil {
+		ctx = p.ctx
+	}
 	if r.e.batch != nil {
 		n := len(p.items)
 		lo, hi := chunk*n/p.chunks, (chunk+1)*n/p.chunks

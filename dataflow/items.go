@@ -34,16 +34,18 @@ type itemOutcome struct {
 // goroutine) and runItems returns when all have, with one ItemResult per
 // shard in shard order. Per-item bookkeeping (timing, results for history,
 // tracing) lives here so that every job type gets it the same way.
-func runItems(ctx context.Context, shards []Shard, runItem func(ctx context.Context, i int) itemOutcome) []ItemResult {
+func runItems(ctx context.Context, shards []Shard, cfg PipelineConfig, runItem func(ctx context.Context, i int) itemOutcome) []ItemResult {
 	results := make([]ItemResult, len(shards))
 	var wg sync.WaitGroup
 	for i := range shards {
 		one := func() {
 			s := shards[i]
+			ictx, span := startItemSpan(ctx, cfg.Tracer, cfg.JobName, s)
 			started := time.Now()
-			o := runItem(ctx, i)
+			o := runItem(ictx, i)
 			results[i] = ItemResult{Item: s.Item, Epoch: s.Epoch, Failover: s.Failover,
 				Success: o.success, Failure: o.failure, Err: o.err, Started: started, Duration: time.Since(started)}
+			endSpan(span, o.success, o.failure, o.err)
 		}
 		if i == len(shards)-1 {
 			one()

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
@@ -58,6 +60,11 @@ type NodeConfig struct {
 	// the run is completed. It must not block: use a history.Buffer (see
 	// history/pghistory for Postgres). Default nil: no history.
 	History history.Recorder
+	// TracerProvider, when set, traces every run with OpenTelemetry: a
+	// span per run, per shard item, per Fetch and per processed batch (see
+	// SpanRun); the contexts given to Fetch and Process carry them, so the
+	// user's own spans nest underneath. Default nil: no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // Node hosts many dataflow jobs in one process: one coordination session
@@ -78,6 +85,7 @@ type Node struct {
 	ownStore *memstore.Session // the embedded default, closed by Stop
 	reg      *coord.Registry
 	sched    *scheduler
+	tracer   trace.Tracer // nil: no tracing
 
 	ctx    context.Context // the Node's lifetime; cancelled at the end of Stop
 	cancel context.CancelFunc
@@ -136,6 +144,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	n.reg = reg
 	n.sched = newScheduler(cfg.Logger)
+	n.tracer = tracerOf(cfg.TracerProvider)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.halt, n.haltCancel = context.WithCancel(context.Background())
 	return n, nil
@@ -572,7 +581,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
 		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) })
 	}
-	rctx := run.Context()
+	rctx, runSpan := startRunSpan(run.Context(), n.tracer, info)
 
 	for _, l := range h.opts.listeners {
 		n.callListener(h.name, "BeforeRun", func() { l.BeforeRun(rctx, info) })
@@ -595,6 +604,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		ErrorPolicy:    cfg.ErrorPolicy,
 		Logger:         n.logger,
 		ItemTimeout:    cfg.ItemTimeout,
+		Tracer:         n.tracer,
 	})
 	// Read before Complete, which ends the run's context.
 	cancelled := rctx.Err() != nil
@@ -626,6 +636,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	res.Started, res.Duration = started, time.Since(started)
 
 	n.report(rctx, h, info, res, cancelled)
+	endSpan(runSpan, res.Success, res.Failure, res.Err)
 	for _, l := range h.opts.listeners {
 		n.callListener(h.name, "AfterRun", func() { l.AfterRun(rctx, info, res) })
 	}
