@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/history/pghistory"
 )
 
 // HistorySection renders a job's history section for its console page
@@ -55,6 +56,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	listen := fs.String("listen", "127.0.0.1:8899", "address to serve the console on (non-loopback needs credentials)")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token for actions (default $"+envConsoleToken+")")
 	basicFile := fs.String("basic-auth-file", "", "file holding user:password for actions (default $"+envConsoleBasicAuth+")")
+	historyPG := fs.String("history-pg", "", "Postgres DSN of the execution history: adds recent runs, failures and a chart to job pages")
+	historyTable := fs.String("history-table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -74,7 +77,15 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("console: listen on %s: %w (choose another --listen address)", *listen, err)
 	}
-	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, logger: cliLogger})
+	var hist HistorySection
+	if *historyPG != "" {
+		var closeHist func()
+		if hist, closeHist, err = openHistorySection(ctx, *historyPG, *historyTable); err != nil {
+			return err
+		}
+		defer closeHist()
+	}
+	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, history: hist, logger: cliLogger})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	mode := "actions need a login"
 	if !creds.configured() {
