@@ -16,6 +16,7 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 // adminTests run on memstore and on real ZooKeeper.
@@ -25,6 +26,7 @@ var adminTests = []struct {
 }{
 	{"RefusesBadInput", testAdminRefusesBadInput},
 	{"ShrinkTotal", testAdminShrinkTotal},
+	{"ShrinkTotalWhileRunning", testAdminShrinkTotalWhileRunning},
 	{"StatusFields", testAdminStatusFields},
 	{"CumulativeCounts", testAdminCumulativeCounts},
 	{"Audit", testAdminAudit},
@@ -67,10 +69,11 @@ func itemNumbers(st coord.JobStatus) []int {
 	return out
 }
 
-// executionItems lists the execution/{item} nodes in the store.
-func executionItems(t *testing.T, h *coordtest.Harness, job string) []string {
+// executionItems lists the execution/{item} nodes in the store, read
+// through st.
+func executionItems(t *testing.T, st store.Store, h *coordtest.Harness, job string) []string {
 	t.Helper()
-	names, _, err := h.B.Connect(t).Children(ctxT(t), store.Join(h.NS, job, "execution"))
+	names, _, err := st.Children(ctxT(t), store.Join(h.NS, job, "execution"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,13 +159,14 @@ func maps2Equal(a, b map[string]string) bool {
 // testAdminShrinkTotal: 12 -> 8 -> 5 leaves exactly the items below the
 // total in the execution tree and in status, and the next runs cover them.
 func testAdminShrinkTotal(t *testing.T, h *coordtest.Harness) {
+	reader := h.B.Connect(t)
 	a := h.Start("a", coordtest.Config("j", 12))
 	coordtest.CompleteAll(t, coordtest.BeginAll(t, a)...)
 	ctx := ctxT(t)
 	if err := h.Admin.DisableItem(ctx, "j", 11); err != nil {
 		t.Fatal(err)
 	}
-	if got := executionItems(t, h, "j"); len(got) != 12 {
+	if got := executionItems(t, reader, h, "j"); len(got) != 12 {
 		t.Fatalf("execution items after a 12-item run: %v", got)
 	}
 	for _, total := range []int{8, 5} {
@@ -176,7 +180,7 @@ func testAdminShrinkTotal(t *testing.T, h *coordtest.Harness) {
 			want = append(want, itoa(i))
 		}
 		slices.Sort(want)
-		if got := executionItems(t, h, "j"); !slices.Equal(got, want) {
+		if got := executionItems(t, reader, h, "j"); !slices.Equal(got, want) {
 			t.Errorf("total %d: execution items %v, want %v", total, got, want)
 		}
 		if got := itemNumbers(mustStatus(t, h, "j")); !slices.Equal(got, wantItems) {
@@ -202,6 +206,42 @@ func awaitConfig(t *testing.T, s *coordtest.Server, ok func(jobconfig.Config) bo
 		case <-ctx.Done():
 			t.Fatalf("config never applied on %s: %+v", s.ID, s.Job.Config())
 		}
+	}
+}
+
+// testAdminShrinkTotalWhileRunning: items beyond a lowered total that are
+// running stay (and show as running) until their run completes; the
+// leader's next reshard removes them.
+func testAdminShrinkTotalWhileRunning(t *testing.T, h *coordtest.Harness) {
+	reader := h.B.Connect(t)
+	a := h.Start("a", coordtest.Config("j", 12))
+	runs := coordtest.BeginAll(t, a)
+	ctx := ctxT(t)
+	if err := h.Admin.SetConfig(ctx, "j", jobconfig.FieldShardingTotalCount, "8"); err != nil {
+		t.Fatal(err)
+	}
+	st := mustStatus(t, h, "j")
+	if got := itemNumbers(st); len(got) != 12 {
+		t.Fatalf("items while 0..11 run under a lowered total 8: %v, want the running 8..11 still shown", got)
+	}
+	for _, it := range st.Items[8:] {
+		if !it.Running {
+			t.Fatalf("item %d beyond the total shown but not running: %+v", it.Item, it)
+		}
+	}
+	coordtest.CompleteAll(t, runs...)
+	awaitConfig(t, a, func(c jobconfig.Config) bool { return c.ShardingTotalCount == 8 })
+	runs = coordtest.BeginAll(t, a) // the leader reshards and prunes
+	coordtest.AssertPartition(t, 8, runs...)
+	coordtest.CompleteAll(t, runs...)
+	// The reshard may be the leader watcher's (prompt, asynchronous), so
+	// wait for the pruned tree rather than assume it is done.
+	want := []string{"0", "1", "2", "3", "4", "5", "6", "7"}
+	testwait.For(t, 20*time.Second, "items 8..11 pruned after the reshard", func() bool {
+		return slices.Equal(executionItems(t, reader, h, "j"), want)
+	})
+	if got := itemNumbers(mustStatus(t, h, "j")); len(got) != 8 {
+		t.Fatalf("status items after the reshard: %v, want 0..7", got)
 	}
 }
 
