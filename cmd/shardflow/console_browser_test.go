@@ -99,7 +99,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err := admin.Trigger(context.Background(), "console-job"); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, 20*time.Second, "the triggered run completed", func() bool {
+	testwait.For(t, time.Minute, "the triggered run completed", func() bool {
 		st, err := admin.Status(context.Background(), "console-job")
 		return err == nil && st.Items[0].LastCompleteTime != nil && !st.Items[0].Running
 	})
