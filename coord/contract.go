@@ -261,6 +261,11 @@ func (r *Run) CheckOwnership(ctx context.Context, item int) error {
 	return r.impl.checkOwnership(ctx, item)
 }
 
+// ReportError records msg as this server's lastError in the job's status
+// (empty msg clears it), for an error the run goes on from (a source
+// backing off a failing statement). The next Begin clears it.
+func (r *Run) ReportError(ctx context.Context, msg string) { r.impl.j.recordLastError(ctx, msg) }
+
 // Complete ends the run in one transaction: running nodes removed, completed
 // and lastCompleteTime written, failover nodes of its items removed, and
 // nextFireTime recorded (zero next: none).

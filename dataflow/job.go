@@ -65,7 +65,8 @@ type Shard struct {
 	// Failover is true when this server took the item over from a crashed one.
 	Failover bool
 
-	fence func(ctx context.Context) error
+	fence  func(ctx context.Context) error
+	report func(ctx context.Context, err error)
 }
 
 // CheckOwnership is the fencing check to call right before committing
@@ -83,5 +84,24 @@ func (s Shard) CheckOwnership(ctx context.Context) error {
 // sets it; tests and custom hosts of the pipeline may too.
 func (s Shard) WithFence(fence func(ctx context.Context) error) Shard {
 	s.fence = fence
+	return s
+}
+
+// ReportError reports an error the item's run goes on from, such as a
+// source backing off a failing statement: the Node records its text as
+// this server's lastError in status (cleared when the next run begins, or
+// by ReportError(ctx, nil)) and counts it in the job's metrics. Call it
+// once per occurrence worth an operator's attention, not once per item.
+// Without a reporter (tests, custom hosts) it does nothing.
+func (s Shard) ReportError(ctx context.Context, err error) {
+	if s.report != nil {
+		s.report(ctx, err)
+	}
+}
+
+// WithReporter returns a copy of s whose ReportError calls report. The
+// Node sets it; tests and custom hosts of the pipeline may too.
+func (s Shard) WithReporter(report func(ctx context.Context, err error)) Shard {
+	s.report = report
 	return s
 }

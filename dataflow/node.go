@@ -499,6 +499,25 @@ func (n *Node) watch(h *hostedJob) {
 	}
 }
 
+// reportRunError records an error a run goes on from (Shard.ReportError)
+// as the server's lastError, and counts it in the metrics; nil clears it.
+// The caller logs it.
+func (n *Node) reportRunError(ctx context.Context, job string, run *coord.Run, err error) {
+	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	if err == nil {
+		run.ReportError(ctx, "")
+		return
+	}
+	run.ReportError(ctx, err.Error())
+	if n.cfg.Metrics != nil {
+		n.cfg.Metrics.ObserveReportedError(job)
+	}
+}
+
+// reportTimeout bounds the lastError write of Shard.ReportError.
+const reportTimeout = 5 * time.Second
+
 func (n *Node) reportError(job string, err error) {
 	if n.cfg.OnError != nil {
 		n.cfg.OnError(job, err)
@@ -579,7 +598,8 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 			JobName: h.name, Item: item, Total: cfg.ShardingTotalCount,
 			ItemParameter: params[item], JobParameter: cfg.JobParameter,
 			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
-		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) })
+		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }).
+			WithReporter(func(ctx context.Context, err error) { n.reportRunError(ctx, h.name, run, err) })
 	}
 	rctx, runSpan := startRunSpan(run.Context(), n.tracer, info)
 

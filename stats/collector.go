@@ -20,6 +20,7 @@ var RunDurationBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60,
 //	shardflow_items_processed_total{job,result="success|failure"}  counter, from each job's Counter
 //	shardflow_runs_total{job,result="success|failure"}             counter, from ObserveRun
 //	shardflow_run_duration_seconds{job}                            histogram, from ObserveRun
+//	shardflow_reported_errors_total{job}                           counter, from ObserveReportedError
 //	shardflow_last_run_timestamp_seconds{job}                      gauge, end of the last run
 //	shardflow_last_success_timestamp_seconds{job}                  gauge, end of the last run without error
 //	shardflow_item_last_success_timestamp_seconds{job,item}        gauge, end of the item's last run without failure
@@ -30,7 +31,7 @@ var RunDurationBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60,
 // metrics appear once it is tracked or observed and disappear when it is
 // forgotten. All methods are safe for concurrent use.
 type Collector struct {
-	items, runs, duration, lastRun, lastSuccess, itemLastSuccess *prometheus.Desc
+	items, runs, duration, lastRun, lastSuccess, itemLastSuccess, reported *prometheus.Desc
 
 	now func() time.Time // end time of observed runs; time.Now but in tests
 
@@ -41,6 +42,7 @@ type Collector struct {
 type jobMetrics struct {
 	counter          *Counter
 	runsOK, runsFail uint64
+	reported         uint64
 	durCount         uint64
 	durSum           float64
 	durBuckets       []uint64 // cumulative counts are built at scrape time
@@ -65,6 +67,8 @@ func NewCollector(server string) *Collector {
 			"Unix time at which the job's last run without error on this server ended; alert when it grows old.", []string{"job"}, labels),
 		itemLastSuccess: prometheus.NewDesc("shardflow_item_last_success_timestamp_seconds",
 			"Unix time at which the shard item's last run on this server without a failure ended.", []string{"job", "item"}, labels),
+		reported: prometheus.NewDesc("shardflow_reported_errors_total",
+			"Errors runs of dataflow jobs on this server reported and went on from (Shard.ReportError), such as a source backing off a failing statement.", []string{"job"}, labels),
 		now:  time.Now,
 		jobs: make(map[string]*jobMetrics),
 	}
@@ -133,9 +137,17 @@ func (c *Collector) ObserveItem(job string, item int, end time.Time, ok bool) {
 	}
 }
 
+// ObserveReportedError counts one error a run of job reported and went on
+// from (Shard.ReportError): the Node calls it.
+func (c *Collector) ObserveReportedError(job string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.job(job).reported++
+}
+
 // Describe sends the descriptors of every metric the Collector exposes.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.items, c.runs, c.duration, c.lastRun, c.lastSuccess, c.itemLastSuccess} {
+	for _, d := range []*prometheus.Desc{c.items, c.runs, c.duration, c.lastRun, c.lastSuccess, c.itemLastSuccess, c.reported} {
 		ch <- d
 	}
 }
@@ -153,6 +165,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, item := range slices.Sorted(maps.Keys(m.itemOK)) {
 			ch <- prometheus.MustNewConstMetric(c.itemLastSuccess, prometheus.GaugeValue, unixSeconds(m.itemOK[item]), name, strconv.Itoa(item))
+		}
+		if m.reported > 0 {
+			ch <- prometheus.MustNewConstMetric(c.reported, prometheus.CounterValue, float64(m.reported), name)
 		}
 		if m.durCount == 0 {
 			continue

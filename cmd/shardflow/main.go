@@ -8,6 +8,7 @@
 //	shardflow config get|set --zk HOSTS --job NAME [FIELD VALUE]
 //	shardflow console  --zk HOSTS [--listen ADDR]
 //	shardflow history  --pg DSN [--job NAME] [--item N] [--server ID] [--since DURATION] [--at RFC3339] [--json]
+//	shardflow failed   list|requeue|upgrade-v1 --pg DSN --table TABLE [--id K,...] [--error TEXT] [--all] [--json]
 //
 // Every command exits 0 on success, 1 on a failure it explains, and 2 on bad
 // usage.
@@ -51,6 +52,7 @@ func commands() []command {
 		{"config", "get or set a job's stored config: config get | config set FIELD VALUE", runConfig},
 		{"console", "serve the web console", runConsole},
 		{"history", "show recorded runs from Postgres, or who owned each item at an instant", runHistory},
+		{"failed", "failed rows of a Postgres source table: failed list | failed requeue | failed upgrade-v1", runFailed},
 	}
 }
 

@@ -72,7 +72,9 @@ var _ dataflow.BatchJob[Row[int]] = (*CheckpointJob[int])(nil)
 
 // Fetch reads up to shard.FetchCount rows of the item's buckets, in
 // (bucket, key) order, each bucket after its checkpoint (from its first
-// key when it has none). Transient errors are retried for up to RetryFor.
+// key when it has none). A statement error (see Classify) opens a backoff
+// step, reported once, and the read runs again after it, until it succeeds
+// or ctx ends.
 func (j *CheckpointJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
 	s := j.src
 	lo, hi, ok := BucketRange(shard.Item, shard.Total)
@@ -80,7 +82,7 @@ func (j *CheckpointJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]R
 		return nil, nil
 	}
 	var out []Row[T]
-	err := retry(ctx, s.cfg.RetryFor, s.logRetry("fetch", shard), func(ctx context.Context) error {
+	err := s.untilOK(ctx, shard, "fetch", func(ctx context.Context) error {
 		rows, err := s.cfg.Pool.Query(ctx, s.sql.keyset, lo, hi, shard.JobName, shard.FetchCount)
 		if err != nil {
 			return err
@@ -132,14 +134,20 @@ func (j *CheckpointJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shar
 }
 
 // run commits rows in key order: all at once, or, when the function
-// fails, one per transaction up to the failing row.
+// fails with a row error, one per transaction up to the failing row. A
+// statement error commits nothing more and backs the item off.
 func (j *CheckpointJob[T]) run(ctx context.Context, shard dataflow.Shard, rows []Row[T]) (map[int64]bool, error) {
+	s := j.src
 	committed := make(map[int64]bool, len(rows))
 	err := j.commit(ctx, shard, rows)
 	if err == nil {
 		for _, r := range rows {
 			committed[r.Key] = true
 		}
+		s.statementOK(ctx, shard)
+		return committed, nil
+	}
+	if s.backedOff(ctx, shard, err) {
 		return committed, nil
 	}
 	var ue *userError
@@ -154,14 +162,20 @@ func (j *CheckpointJob[T]) run(ctx context.Context, shard dataflow.Shard, rows [
 			committed[r.Key] = true
 			continue
 		}
+		if s.backedOff(ctx, shard, err) {
+			return committed, nil
+		}
 		if !errors.As(err, &ue) {
 			return committed, err
 		}
 		skipped, ferr := j.recordFailure(ctx, shard, r.Key, ue.err)
+		if s.backedOff(ctx, shard, ferr) {
+			return committed, nil
+		}
 		if ferr != nil {
 			return committed, ferr
 		}
-		j.src.cfg.Logger.Warn("sources/postgres: row processing failed", "table", j.src.spec.Table,
+		s.cfg.Logger.Warn("sources/postgres: row processing failed", "table", s.spec.Table,
 			"job", shard.JobName, "item", shard.Item, "key", r.Key, "dead_lettered", skipped, "err", ue.err)
 		if !skipped {
 			// The checkpoint stays before this row: the next fetch retries it.
@@ -181,7 +195,7 @@ func (j *CheckpointJob[T]) commit(ctx context.Context, shard dataflow.Shard, row
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
 	if err := j.process(ctx, tx, shard, values(rows)); err != nil {
-		if isTransient(err) || ctx.Err() != nil {
+		if Classify(err) == ClassStatement || ctx.Err() != nil {
 			return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
 		}
 		return &userError{err: err}

@@ -38,14 +38,16 @@ func (s *Source[T]) Claim(process ProcessFunc[T]) *ClaimJob[T] {
 
 var _ dataflow.BatchJob[Row[int]] = (*ClaimJob[int])(nil)
 
-// Fetch checks ownership, reclaims the item's rows held by a claimer other
+// Fetch waits out the item's backoff step if a statement error opened
+// one, checks ownership, reclaims the item's rows held by a claimer other
 // than (ServerID, shard.Epoch) or older than Lease (a row past MaxAttempts
 // becomes 'failed') when the fetch scans from the item's range start (the
 // first fetch of a run, or after a short fetch) or at most every
 // min(Lease/4, 30s) otherwise, then claims up to shard.FetchCount pending
 // rows of the item's buckets, lowest (bucket, key) after the item's cursor
 // first, skipping rows locked by others. Both statements go in one round
-// trip. Transient errors are retried for up to RetryFor.
+// trip. A statement error (see Classify) opens a backoff step, reported
+// once, and the fetch runs again after it, until it succeeds or ctx ends.
 func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
 	s := j.src
 	lo, hi, ok := BucketRange(shard.Item, shard.Total)
@@ -57,85 +59,107 @@ func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T]
 	}
 	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
 	var out []Row[T]
-	// Rows claimed by an attempt that then hit a transient error stay in
+	// Rows claimed by an attempt that then hit a statement error stay in
 	// out: their claims are committed and must be processed.
-	err := retry(ctx, s.cfg.RetryFor, s.logRetry("claim", shard), func(ctx context.Context) error {
-		pos := j.cursors.get(ck)
-		for {
-			// The sweep walks the index entries of claimed rows, which
-			// include every row claimed and since done until vacuum: run
-			// it when scanning from the range start or every reclaimEvery.
-			sweep := j.cursors.reclaimDue(ck, pos.atStart(), time.Now(), s.reclaimEvery())
-			b := &pgx.Batch{}
-			if sweep {
-				b.Queue(s.sql.reclaim, lo, hi, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
-			}
-			b.Queue(s.sql.claim, lo, hi, shard.FetchCount-len(out), s.cfg.ServerID, shard.Epoch, pos.bucket, pos.key)
-			br := s.cfg.Pool.SendBatch(ctx, b)
-			var reclaimed int64
-			if sweep {
-				tag, err := br.Exec()
-				if err != nil {
-					br.Close()
-					return err
-				}
-				reclaimed = tag.RowsAffected()
-			}
-			if reclaimed > 0 {
-				s.cfg.Logger.Info("sources/postgres: reclaimed abandoned claims", "table", s.spec.Table,
-					"job", shard.JobName, "item", shard.Item, "rows", reclaimed)
-			}
-			rows, err := br.Query()
-			if err != nil {
-				br.Close()
-				return err
-			}
-			got, err := s.collect(rows)
-			if cerr := br.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-			out = append(out, got...)
-			j.cursors.advance(ck, keys(got))
-			if len(out) >= shard.FetchCount || (pos.atStart() && reclaimed == 0) {
-				return nil
-			}
-			// Short after a cursor, or rows were just reclaimed: look
-			// again from the range start.
-			pos = start
-			j.cursors.reset(ck)
+	err := s.untilOK(ctx, shard, "claim", func(ctx context.Context) error {
+		err := j.claim(ctx, shard, ck, lo, hi, &out)
+		if err != nil && len(out) > 0 {
+			s.cfg.Logger.Warn("sources/postgres: claim stopped early; processing the rows already claimed", "table", s.spec.Table,
+				"job", shard.JobName, "item", shard.Item, "rows", len(out), "err", err)
+			return nil
 		}
+		return err
 	})
-	if err != nil && len(out) > 0 {
-		s.cfg.Logger.Warn("sources/postgres: claim stopped early; processing the rows already claimed", "table", s.spec.Table,
-			"job", shard.JobName, "item", shard.Item, "rows", len(out), "err", err)
-		return out, nil
-	}
 	if err != nil {
 		return nil, fmt.Errorf("sources/postgres: claiming rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	if len(out) == 0 {
+		s.statementOK(ctx, shard)
 	}
 	return out, nil
 }
 
+// claim appends to *out the rows of one claim pass (a reclaim sweep when
+// due, then claims from the cursor, and from the range start when short).
+func (j *ClaimJob[T]) claim(ctx context.Context, shard dataflow.Shard, ck cursorKey, lo, hi int, out *[]Row[T]) error {
+	s := j.src
+	pos := j.cursors.get(ck)
+	for {
+		// The sweep walks the index entries of claimed rows, which
+		// include every row claimed and since done until vacuum: run
+		// it when scanning from the range start or every reclaimEvery.
+		sweep := j.cursors.reclaimDue(ck, pos.atStart(), time.Now(), s.reclaimEvery())
+		b := &pgx.Batch{}
+		if sweep {
+			b.Queue(s.sql.reclaim, lo, hi, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
+		}
+		b.Queue(s.sql.claim, lo, hi, shard.FetchCount-len(*out), s.cfg.ServerID, shard.Epoch, pos.bucket, pos.key)
+		br := s.cfg.Pool.SendBatch(ctx, b)
+		var reclaimed int64
+		if sweep {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				return err
+			}
+			reclaimed = tag.RowsAffected()
+		}
+		if reclaimed > 0 {
+			s.cfg.Logger.Info("sources/postgres: reclaimed abandoned claims", "table", s.spec.Table,
+				"job", shard.JobName, "item", shard.Item, "rows", reclaimed)
+		}
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return err
+		}
+		got, err := s.collect(rows)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		*out = append(*out, got...)
+		j.cursors.advance(ck, keys(got))
+		if len(*out) >= shard.FetchCount || (pos.atStart() && reclaimed == 0) {
+			return nil
+		}
+		// Short after a cursor, or rows were just reclaimed: look
+		// again from the range start.
+		pos = start
+		j.cursors.reset(ck)
+	}
+}
+
 // ProcessBatch runs the ProcessFunc on each row in turn, then marks the
-// successes done and the failures failed in one round trip, guarded by
+// successes done and the row failures (see Classify) failed in one round
+// trip, guarded by
 // this claim (claimed_by = ServerID and claim_epoch = shard.Epoch), so a
 // row reclaimed meanwhile keeps its newer state. Rows not processed because
-// ctx ended are released to 'pending' without counting an attempt.
+// ctx ended are released to 'pending' without counting an attempt; so are
+// the row whose function returned a statement error and the rows after it,
+// and the item backs off (the next Fetch waits) before they are claimed
+// again.
 // It returns the rows whose processing succeeded; the error is non-nil
 // only when the marks could not be written (the rows will be reclaimed).
 func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
 	s := j.src
 	var done, failed, released []int64
 	var errs []string
+	var stmtErr error
 	for i, it := range items {
 		if ctx.Err() != nil {
 			released = keys(items[i:])
 			break
 		}
 		if err := j.process(ctx, shard, it.Value); err != nil {
+			if Classify(err) == ClassStatement {
+				// Not this row's fault: it and the rest go back unpenalised.
+				stmtErr = &ProcessError{Key: it.Key, Err: err}
+				released = keys(items[i:])
+				break
+			}
 			failed = append(failed, it.Key)
 			errs = append(errs, err.Error())
 			continue
@@ -180,6 +204,12 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 	if err != nil {
 		return 0, fmt.Errorf("sources/postgres: marking %d done and %d failed rows of table %s (job %s item %d): %w",
 			len(done), len(failed), s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	switch {
+	case stmtErr != nil && ctx.Err() == nil:
+		s.statementFailed(ctx, shard, "process", stmtErr)
+	case stmtErr == nil && len(released) == 0:
+		s.statementOK(ctx, shard)
 	}
 	return len(done), nil
 }

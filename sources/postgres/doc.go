@@ -51,6 +51,18 @@
 //     position of each item is a row of shardflow_checkpoint committed in
 //     the same transaction as the sink's writes, fenced the same way.
 //
+// # Errors
+//
+// Classify sorts every error: a statement or infrastructure error
+// (undefined table, insufficient privilege, lost connection, disk full,
+// serialization failure...) consumes no row attempt; the rows go back and
+// the item retries the batch with capped exponential backoff
+// (Config.MaxBackoff), reporting each step once: one ERROR line and
+// dataflow.Shard.ReportError (the server's lastError in status). Only row
+// errors (the job's function, data exceptions, constraint violations)
+// count attempts. ListFailed and Requeue (and `shardflow failed`) list
+// and requeue the rows marked 'failed'.
+//
 // # Fencing
 //
 // shardflow_fence(job, item, epoch) holds the highest epoch that committed

@@ -32,13 +32,15 @@ type Config struct {
 	// MaxAttempts is how many times a row is processed before it is marked
 	// 'failed' (work tables) or dead-lettered (checkpoint mode). Default 3.
 	MaxAttempts int
-	// RetryFor bounds how long a Fetch retries transient errors (connection
-	// refused or reset, Postgres restarting, serialization failures), with
-	// exponential backoff from 100ms to 5s. Default 1m; the Fetch's ctx
-	// ends it sooner.
-	RetryFor time.Duration
-	// Logger receives retries and rows that another owner took. Default
-	// slog.Default().
+	// MaxBackoff caps the backoff after statement errors (see Classify:
+	// undefined table, insufficient privilege, lost connection, disk
+	// full...). Such an error consumes no row attempt: the item waits
+	// 250ms, then twice as long at each further failure up to MaxBackoff
+	// (with jitter), and retries, until the statements succeed or the run
+	// loses its item or is stopped. Default 30s.
+	MaxBackoff time.Duration
+	// Logger receives one ERROR line per backoff step, and the rows another
+	// owner took. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -58,6 +60,8 @@ type Source[T any] struct {
 	spec TableSpec
 	cols []string // columns scanned into T, resolved by Validate
 	sql  statements
+
+	backoff backoffs // per job and item: statement errors being backed off
 }
 
 // NewSource fills in cfg's defaults, validates it, and runs Validate: the
@@ -87,8 +91,11 @@ func NewSource[T any](ctx context.Context, cfg Config) (*Source[T], error) {
 	if cfg.MaxAttempts < 0 {
 		return nil, fmt.Errorf("%w: Config.MaxAttempts is negative (%d); use a positive count or 0 for 3", ErrConfig, cfg.MaxAttempts)
 	}
-	if cfg.RetryFor == 0 {
-		cfg.RetryFor = time.Minute
+	if cfg.MaxBackoff == 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.MaxBackoff < firstBackoff {
+		return nil, fmt.Errorf("%w: Config.MaxBackoff is %s; use at least %s, or 0 for 30s", ErrConfig, cfg.MaxBackoff, firstBackoff)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

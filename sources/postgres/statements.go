@@ -35,7 +35,7 @@ func buildStatements(spec TableSpec, cols []string) statements {
   {last_error} = CASE WHEN t.{attempts} >= $5
     THEN 'shardflow: claim abandoned by ' || coalesce(t.{claimed_by}, '?') || ' (epoch ' || coalesce(t.{claim_epoch}::text, '?') || ') after ' || t.{attempts} || ' attempts'
     ELSE t.{last_error} END,
-  {claimed_by} = NULL, {claim_epoch} = NULL, {claimed_at} = NULL
+  {claimed_by} = NULL, {claim_epoch} = NULL, {claimed_at} = CASE WHEN t.{attempts} >= $5 THEN now() END
 WHERE t.{status} = 'claimed' AND t.{bucket} BETWEEN $1 AND $2
   AND (t.{claimed_by} IS DISTINCT FROM $3 OR t.{claim_epoch} IS DISTINCT FROM $4
        OR t.{claimed_at} < now() - make_interval(secs => $6))`),
@@ -57,7 +57,7 @@ WHERE t.{k} = ANY($1::bigint[]) AND t.{status} = 'claimed' AND t.{claimed_by} = 
   {last_error} = f.err,
   {claimed_by} = CASE WHEN t.{attempts} >= $5 THEN t.{claimed_by} END,
   {claim_epoch} = CASE WHEN t.{attempts} >= $5 THEN t.{claim_epoch} END,
-  {claimed_at} = CASE WHEN t.{attempts} >= $5 THEN t.{claimed_at} END
+  {claimed_at} = CASE WHEN t.{attempts} >= $5 THEN now() END
 FROM unnest($1::bigint[], $2::text[]) AS f(k, err)
 WHERE t.{k} = f.k AND t.{status} = 'claimed' AND t.{claimed_by} = $3 AND t.{claim_epoch} = $4`),
 		// $1 keys, $2 me, $3 epoch: claims never processed go back unpenalised.

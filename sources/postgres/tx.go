@@ -43,9 +43,11 @@ type userError struct{ err error }
 func (e *userError) Error() string { return e.err.Error() }
 func (e *userError) Unwrap() error { return e.err }
 
-// Fetch reads up to shard.FetchCount pending rows of the item's buckets,
+// Fetch waits out the item's backoff step if a statement error opened one,
+// then reads up to shard.FetchCount pending rows of the item's buckets,
 // lowest (bucket, key) first, without locking them (ProcessBatch locks).
-// Transient errors are retried for up to RetryFor.
+// A statement error (see Classify) opens a backoff step, reported once, and
+// the read runs again after it, until it succeeds or ctx ends.
 func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
 	s := j.src
 	lo, hi, ok := BucketRange(shard.Item, shard.Total)
@@ -54,7 +56,7 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 	}
 	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
 	var out []Row[T]
-	err := retry(ctx, s.cfg.RetryFor, s.logRetry("fetch", shard), func(ctx context.Context) error {
+	err := s.untilOK(ctx, shard, "fetch", func(ctx context.Context) error {
 		pos := j.cursors.get(ck)
 		for {
 			rows, err := s.cfg.Pool.Query(ctx, s.sql.pending, lo, hi, shard.FetchCount, pos.bucket, pos.key)
@@ -78,6 +80,9 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 	if err != nil {
 		return nil, fmt.Errorf("sources/postgres: reading pending rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
 	}
+	if len(out) == 0 {
+		s.statementOK(ctx, shard)
+	}
 	return out, nil
 }
 
@@ -85,19 +90,29 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 // pending in this item's buckets (FOR UPDATE SKIP LOCKED; rows another
 // owner holds or finished are skipped and count as succeeded, being not
 // this run's to fail), run the TxProcessFunc on them, mark them done, fence
-// (FenceTx), commit. If the function fails, each row is retried in its own
-// transaction and a failing row's attempt is recorded (after MaxAttempts it
-// is marked 'failed' with the error). An infrastructure error or ErrFenced
-// fails the whole slice with nothing committed for it.
+// (FenceTx), commit. If the function fails with a row error (see
+// Classify), each row is retried in its own transaction and a failing
+// row's attempt is recorded (after MaxAttempts it is marked 'failed' with
+// the error). A statement error (the function's or the source's: an
+// undefined sink table, a lost connection...) rolls the slice back with
+// no attempt counted, opens a backoff step (reported once) and returns
+// the rows committed so far with a nil error: the rest stay pending for
+// the next Fetch, which waits the step out. ErrFenced fails the slice
+// with nothing committed for it.
 func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
 	if len(items) == 0 {
 		return 0, nil
 	}
+	s := j.src
 	err := j.commit(ctx, shard, items)
-	var ue *userError
 	if err == nil {
+		s.statementOK(ctx, shard)
 		return len(items), nil
 	}
+	if s.backedOff(ctx, shard, err) {
+		return 0, nil
+	}
+	var ue *userError
 	if !errors.As(err, &ue) {
 		return 0, err
 	}
@@ -115,19 +130,34 @@ func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items
 			err = j.recordFailure(ctx, shard, it.Key, ue.err)
 		}
 		if errors.Is(err, errRowFailed) {
-			j.src.cfg.Logger.Warn("sources/postgres: row processing failed", "table", j.src.spec.Table,
+			s.cfg.Logger.Warn("sources/postgres: row processing failed", "table", s.spec.Table,
 				"job", shard.JobName, "item", shard.Item, "err", err)
 			continue
 		}
-		// Infrastructure or fence: the remaining rows stay pending.
+		if s.backedOff(ctx, shard, err) {
+			return succeeded, nil
+		}
+		// Fenced or ctx ended: the remaining rows stay pending.
 		if succeeded == 0 {
 			return 0, err
 		}
-		j.src.cfg.Logger.Warn("sources/postgres: slice stopped; its remaining rows stay pending", "table", j.src.spec.Table,
+		s.cfg.Logger.Warn("sources/postgres: slice stopped; its remaining rows stay pending", "table", s.spec.Table,
 			"job", shard.JobName, "item", shard.Item, "err", err)
 		return succeeded, nil
 	}
 	return succeeded, nil
+}
+
+// backedOff reports whether err, from a transaction of shard's batch, is a
+// statement error (and ctx is live): then it opens (or joins) a backoff
+// step and reports it. A fencing refusal and a row error are not.
+func (s *Source[T]) backedOff(ctx context.Context, shard dataflow.Shard, err error) bool {
+	var ue *userError
+	if ctx.Err() != nil || errors.Is(err, ErrFenced) || errors.As(err, &ue) || Classify(err) != ClassStatement {
+		return false
+	}
+	s.statementFailed(ctx, shard, "commit", err)
+	return true
 }
 
 var errRowFailed = errors.New("sources/postgres: row processing failed")
@@ -170,7 +200,7 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 			"job", shard.JobName, "item", shard.Item, "skipped", len(items)-len(locked))
 	}
 	if err := j.process(ctx, tx, shard, values(mine)); err != nil {
-		if isTransient(err) || ctx.Err() != nil {
+		if Classify(err) == ClassStatement || ctx.Err() != nil {
 			return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
 		}
 		return &userError{err: err}

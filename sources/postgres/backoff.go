@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/shardflow/shardflow/dataflow"
+)
+
+// firstBackoff is the wait after the first statement error of a streak;
+// each further step doubles it, up to Config.MaxBackoff.
+const firstBackoff = 250 * time.Millisecond
+
+// backoffs hold, per job and shard item, the streak of statement errors
+// (see Classify) the item's batches are backing off from. A streak spans
+// runs: a new run of the item waits out the current step first.
+type backoffs struct {
+	mu sync.Mutex
+	m  map[backoffKey]*streak
+}
+
+type backoffKey struct {
+	job  string
+	item int
+}
+
+type streak struct {
+	step  int
+	until time.Time
+}
+
+// fail records a statement error of k's batch at now and returns the
+// step of the streak and how long to wait before retrying. opened is
+// true when this call opened the step, false when the item is already
+// waiting out one (another slice of the same batch failed the same way):
+// only the caller that opened the step reports it.
+func (b *backoffs) fail(k backoffKey, now time.Time, maxWait time.Duration) (step int, wait time.Duration, opened bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[backoffKey]*streak{}
+	}
+	s := b.m[k]
+	if s == nil {
+		s = &streak{}
+		b.m[k] = s
+	}
+	if now.Before(s.until) {
+		return s.step, s.until.Sub(now), false
+	}
+	s.step++
+	full := maxWait
+	if s.step < 32 {
+		full = min(firstBackoff<<(s.step-1), maxWait)
+	}
+	// Jitter in [full/2, full]: items of many servers failing together
+	// do not retry in lockstep.
+	wait = full/2 + rand.N(full/2+1)
+	s.until = now.Add(wait)
+	return s.step, wait, true
+}
+
+// ok ends k's streak; it reports whether there was one.
+func (b *backoffs) ok(k backoffKey) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.m[k]; !ok {
+		return false
+	}
+	delete(b.m, k)
+	return true
+}
+
+// wait blocks until k's current step is over, or ctx ends.
+func (b *backoffs) wait(ctx context.Context, k backoffKey) error {
+	b.mu.Lock()
+	var until time.Time
+	if s := b.m[k]; s != nil {
+		until = s.until
+	}
+	b.mu.Unlock()
+	d := time.Until(until)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func keyOf(shard dataflow.Shard) backoffKey { return backoffKey{shard.JobName, shard.Item} }
+
+// statementFailed handles a statement error of shard's batch (op names
+// the step that failed): it opens a backoff step if none is open and
+// reports it once per step, as one ERROR line and through
+// shard.ReportError (the server's lastError in status). No row attempt
+// is counted by the caller.
+func (s *Source[T]) statementFailed(ctx context.Context, shard dataflow.Shard, op string, err error) {
+	step, wait, opened := s.backoff.fail(keyOf(shard), time.Now(), s.cfg.MaxBackoff)
+	if !opened {
+		return
+	}
+	s.cfg.Logger.Error("sources/postgres: statement failed; no row attempt counted, the batch is retried after a backoff",
+		"table", s.spec.Table, "job", shard.JobName, "item", shard.Item, "op", op, "step", step,
+		"retry_in", wait.Round(time.Millisecond), "err", err)
+	shard.ReportError(context.WithoutCancel(ctx), fmt.Errorf("%w: table %s item %d, %s (backoff step %d, retrying in %s): %w",
+		ErrStatement, s.spec.Table, shard.Item, op, step, wait.Round(time.Millisecond), err))
+}
+
+// statementOK ends shard's streak of statement errors, if any, and clears
+// the report.
+func (s *Source[T]) statementOK(ctx context.Context, shard dataflow.Shard) {
+	if s.backoff.ok(keyOf(shard)) {
+		s.cfg.Logger.Info("sources/postgres: statements succeed again", "table", s.spec.Table, "job", shard.JobName, "item", shard.Item)
+		shard.ReportError(context.WithoutCancel(ctx), nil)
+	}
+}
+
+// untilOK runs fn, the item's fetch statement, until it succeeds, fails
+// with an error that is not a statement error (returned), or ctx ends;
+// each statement error opens a backoff step (reported once) and fn runs
+// again after it.
+func (s *Source[T]) untilOK(ctx context.Context, shard dataflow.Shard, op string, fn func(context.Context) error) error {
+	k := keyOf(shard)
+	for {
+		if err := s.backoff.wait(ctx, k); err != nil {
+			return err
+		}
+		err := fn(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || Classify(err) != ClassStatement {
+			return err
+		}
+		s.statementFailed(ctx, shard, op, err)
+	}
+}
