@@ -49,7 +49,11 @@ type job struct {
 	removed    bool
 	left       bool
 	claims     map[int]int64 // failover items claimed, to their epoch
-	lastErrSet bool
+	// claimsTaken are the claims a Begin took for its run (until Complete):
+	// a Begin beside that run (the Node runs failover beside a busy run)
+	// must not take them again.
+	claimsTaken map[int]bool
+	lastErrSet  bool
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
 	localDisabled bool
@@ -506,6 +510,7 @@ func (j *job) loseRegistration(why string) {
 	j.leader = false
 	j.candidate = ""
 	j.claims = make(map[int]int64)
+	j.claimsTaken = nil
 }
 
 func (j *job) leave(ctx context.Context) error {

@@ -86,6 +86,9 @@ func (j *job) begin(ctx context.Context, now time.Time) (*run, error) {
 			}
 		}
 		err := j.markRunning(ctx, now, items, shardVersion)
+		if err != nil {
+			j.takeClaims(items, false)
+		}
 		if errors.Is(err, store.ErrBadVersion) && attempt < 3 {
 			continue // resharded between our read and the Multi
 		}
@@ -437,14 +440,17 @@ func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
 	}
 }
 
-// failoverAssignments returns the failover items this server claimed,
-// with the failover nodes' Czxid as epochs.
+// failoverAssignments returns the failover items this server claimed and
+// no run of it has taken, with the failover nodes' Czxid as epochs; it
+// takes them (releaseClaims gives them back if the Begin fails).
 func (j *job) failoverAssignments() ([]Assignment, int32) {
 	var out []Assignment
 	j.mu.Lock()
 	claims := make(map[int]int64, len(j.claims))
 	for k, v := range j.claims {
-		claims[k] = v
+		if !j.claimsTaken[k] {
+			claims[k] = v
+		}
 	}
 	j.mu.Unlock()
 	if len(claims) > 0 {
@@ -456,7 +462,28 @@ func (j *job) failoverAssignments() ([]Assignment, int32) {
 		}
 		slices.SortFunc(out, func(a, b Assignment) int { return a.Item - b.Item })
 	}
+	j.takeClaims(out, true)
 	return out, -1
+}
+
+// takeClaims marks failover assignments taken by a run (or, with false,
+// released).
+func (j *job) takeClaims(items []Assignment, taken bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, a := range items {
+		if !a.Failover {
+			continue
+		}
+		if !taken {
+			delete(j.claimsTaken, a.Item)
+			continue
+		}
+		if j.claimsTaken == nil {
+			j.claimsTaken = make(map[int]bool)
+		}
+		j.claimsTaken[a.Item] = true
+	}
 }
 
 // firstRunning returns the first item found running and a watch on its
@@ -542,6 +569,14 @@ func (j *job) itemHas(ctx context.Context, rel string) (bool, error) {
 	return ok, nil
 }
 
+// claimTaken reports whether a run of this server has taken its failover
+// claim on item.
+func (j *job) claimTaken(item int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.claimsTaken[item]
+}
+
 // claimed reports whether this server holds a failover claim on item.
 func (j *job) claimed(item int) bool {
 	j.mu.Lock()
@@ -576,6 +611,9 @@ func (j *job) assignments(ctx context.Context, data []byte, st store.Stat, ok bo
 		}
 		if disabled {
 			continue
+		}
+		if j.claimTaken(it) {
+			continue // a failover run of this server runs it now
 		}
 		if !j.claimed(it) {
 			other, err := j.itemHas(ctx, relItem(it, nFailover))
@@ -715,6 +753,7 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	for _, a := range r.items {
 		if a.Failover {
 			delete(j.claims, a.Item)
+			delete(j.claimsTaken, a.Item)
 		}
 	}
 	j.mu.Unlock()

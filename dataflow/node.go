@@ -535,6 +535,17 @@ func (n *Node) isStopping(h *hostedJob) bool {
 // misfire catch-up and failover claims, until none is due.
 func (n *Node) runFunc(h *hostedJob) runFunc {
 	return func(ctx context.Context, reason Reason) {
+		if reason == reasonFailoverBeside {
+			// Beside the run in progress: failover items only, until the
+			// queue is empty; the run in progress does the catch-up.
+			for ctx.Err() == nil && !n.isStopping(h) {
+				if claimed, err := h.cj.ClaimFailover(ctx); err != nil || !claimed {
+					return
+				}
+				n.runOnce(ctx, h, ReasonFailover)
+			}
+			return
+		}
 		if reason == ReasonFailover {
 			claimed, err := h.cj.ClaimFailover(ctx)
 			if err != nil || !claimed {

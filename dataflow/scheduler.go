@@ -27,6 +27,12 @@ const (
 	ReasonFailover
 )
 
+// reasonFailoverBeside is the scheduler's failover run beside a run in
+// progress: claim failover items and run them until none is left, without
+// the catch-up run and without waiting for the run in progress. Internal:
+// the runs themselves report ReasonFailover.
+const reasonFailoverBeside Reason = -1
+
 // String names the reason.
 func (r Reason) String() string {
 	switch r {
@@ -86,9 +92,13 @@ type schedJob struct {
 	removed        bool
 	pendingMisfire bool
 	pendingTrigger bool
-	// pendingFailover: failover items were signalled during a run.
+	// pendingFailover: failover items were signalled while the failover
+	// runner beside the run was busy: it claims again before it exits.
 	pendingFailover bool
 	idle            chan struct{} // non-nil while a runner goroutine exists; closed when it exits
+	// failoverIdle is non-nil while a failover runner beside the run in
+	// progress exists; closed when it exits.
+	failoverIdle chan struct{}
 }
 
 func newScheduler(logger *slog.Logger) *scheduler {
@@ -224,8 +234,11 @@ func (s *scheduler) trigger(name string, reason Reason) error {
 }
 
 // failover asks for a failover run (ReasonFailover): at once if the job
-// is idle, else after the run in progress unless another run follows it
-// anyway (a queued trigger or catch-up run ends with a failover claim too).
+// is idle; during a run, at once too, beside it (reasonFailoverBeside):
+// failover items are other servers' items, and coord's running nodes keep
+// to one run per item, so a crashed server's items need not wait for this
+// server's run in progress. One failover runner beside the run at a time;
+// a request while it is busy makes it claim again before it exits.
 func (s *scheduler) failover(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -233,11 +246,40 @@ func (s *scheduler) failover(name string) {
 	if !ok || s.stopping || j.removed {
 		return
 	}
-	if j.idle != nil {
+	if j.failoverIdle != nil {
 		j.pendingFailover = true
 		return
 	}
-	s.startRunnerLocked(j, ReasonFailover)
+	if j.idle == nil {
+		s.startRunnerLocked(j, ReasonFailover)
+		return
+	}
+	j.failoverIdle = make(chan struct{})
+	s.active[j] = struct{}{}
+	go s.failoverRunner(j)
+}
+
+// failoverRunner runs failover claims beside the job's run in progress
+// until no request is pending. Owned by the scheduler like runner: stop
+// and remove wait for it through j.failoverIdle.
+func (s *scheduler) failoverRunner(j *schedJob) {
+	for {
+		j.run(j.ctx, reasonFailoverBeside)
+
+		s.mu.Lock()
+		again := j.pendingFailover && !j.removed && !s.stopping && j.ctx.Err() == nil
+		j.pendingFailover = false
+		if !again {
+			close(j.failoverIdle)
+			j.failoverIdle = nil
+			if j.idle == nil {
+				delete(s.active, j)
+			}
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason) {
@@ -261,18 +303,19 @@ func (s *scheduler) runner(j *schedJob, reason Reason) {
 			reason = ReasonTrigger
 		case j.pendingMisfire:
 			reason = ReasonMisfire
-		case j.pendingFailover:
-			reason = ReasonFailover
 		default:
 			reason = 0
 		}
-		// One run after this one serves a queued trigger, the missed cron
-		// fires and a failover request alike: all flags are consumed.
-		j.pendingTrigger, j.pendingMisfire, j.pendingFailover = false, false, false
+		// One run after this one serves a queued trigger and the missed
+		// cron fires alike (and ends with a failover claim): both flags are
+		// consumed. Failover requests are the failover runner's.
+		j.pendingTrigger, j.pendingMisfire = false, false
 		if reason == 0 {
 			close(j.idle)
 			j.idle = nil
-			delete(s.active, j)
+			if j.failoverIdle == nil {
+				delete(s.active, j)
+			}
 			s.mu.Unlock()
 			return
 		}
@@ -295,21 +338,24 @@ func (s *scheduler) remove(ctx context.Context, name string) error {
 	if j.entry != 0 {
 		s.cron.Remove(j.entry)
 	}
-	idle := j.idle
+	idles := []chan struct{}{j.idle, j.failoverIdle}
 	s.mu.Unlock()
 
 	defer j.cancel()
-	if idle == nil {
-		return nil
+	var err error
+	for _, idle := range idles {
+		if idle == nil {
+			continue
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			j.cancel()
+			<-idle
+			err = ctx.Err()
+		}
 	}
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		j.cancel()
-		<-idle
-		return ctx.Err()
-	}
+	return err
 }
 
 // stop stops scheduling (no new cron fires, no pending runs) and waits for
@@ -350,7 +396,9 @@ func (s *scheduler) wait(ctx context.Context) error {
 		s.mu.Lock()
 		var idle chan struct{}
 		for j := range s.active {
-			idle = j.idle
+			if idle = j.idle; idle == nil {
+				idle = j.failoverIdle
+			}
 			break
 		}
 		s.mu.Unlock()

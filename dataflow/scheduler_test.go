@@ -310,17 +310,34 @@ func TestSchedulerBadCronAndReschedule(t *testing.T) {
 }
 
 func TestSchedulerFailoverRequests(t *testing.T) {
+	// A failover request during a run starts a failover runner beside it
+	// (the run in progress stays blocked until the end of duringRun);
+	// requests while that runner is busy make it claim once more.
 	tests := []struct {
 		name      string
-		duringRun func(s *scheduler, j *schedJob)
+		duringRun func(s *scheduler, j *schedJob, rec *recorder)
 		want      []Reason
 	}{
-		{"failover during a run runs after it", func(s *scheduler, _ *schedJob) { s.failover("j"); s.failover("j") }, []Reason{ReasonCron, ReasonFailover}},
-		{"a queued trigger serves a failover request", func(s *scheduler, _ *schedJob) {
+		{"failover during a run runs beside it", func(s *scheduler, _ *schedJob, rec *recorder) {
 			s.failover("j")
+			<-rec.started
+		}, []Reason{ReasonCron, reasonFailoverBeside}},
+		{"requests while the failover runner is busy run it again", func(s *scheduler, _ *schedJob, rec *recorder) {
+			s.failover("j")
+			s.failover("j")
+			<-rec.started
+			<-rec.started
+		}, []Reason{ReasonCron, reasonFailoverBeside, reasonFailoverBeside}},
+		{"a queued trigger runs after the run", func(s *scheduler, _ *schedJob, rec *recorder) {
+			s.failover("j")
+			<-rec.started
 			_ = s.trigger("j", ReasonTrigger)
-		}, []Reason{ReasonCron, ReasonTrigger}},
-		{"a catch-up run serves a failover request", func(s *scheduler, j *schedJob) { s.failover("j"); s.fire(j) }, []Reason{ReasonCron, ReasonMisfire}},
+		}, []Reason{ReasonCron, reasonFailoverBeside, ReasonTrigger}},
+		{"a catch-up run runs after the run", func(s *scheduler, j *schedJob, rec *recorder) {
+			s.failover("j")
+			<-rec.started
+			s.fire(j)
+		}, []Reason{ReasonCron, reasonFailoverBeside, ReasonMisfire}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -332,7 +349,7 @@ func TestSchedulerFailoverRequests(t *testing.T) {
 			j := s.jobs["j"]
 			s.fire(j)
 			<-rec.started
-			tt.duringRun(s, j)
+			tt.duringRun(s, j, rec)
 			close(rec.release)
 			waitIdle(t, s)
 			if got := rec.got(); !slices.Equal(got, tt.want) {
