@@ -132,7 +132,7 @@ func printOwners(w io.Writer, recs []history.Record, at time.Time) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "owners at %s\n", at.UTC().Format(time.RFC3339))
+	fmt.Fprintf(tw, "owners at %s\n", at.UTC().Format(time.RFC3339Nano))
 	fmt.Fprintln(tw, "JOB\tITEM\tSERVER\tEPOCH\tRUN BEGIN\tRUN END\tAT THAT INSTANT")
 	for _, r := range recs {
 		state := "running"
