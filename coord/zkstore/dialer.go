@@ -21,10 +21,17 @@ import (
 //   - the negotiated session timeout of each handshake (not exported), which
 //     the Suspended -> Lost timer needs. It is read off the wire: the first
 //     frame a server sends on a connection is the ConnectResponse.
+//
+// It also bounds the handshake, which the client waits for 10 receive
+// timeouts (6.7 session timeouts): a connection accepted but never answered
+// (a port proxy whose container is not up yet, a starting or frozen server)
+// would otherwise hold the client past the session timeout, and a session
+// that could have been resumed would be lost.
 type dialer struct {
-	timeout time.Duration
-	ctx     context.Context // cancelled when the generation retires
-	cancel  context.CancelFunc
+	timeout   time.Duration
+	handshake time.Duration   // bound of the wait for the ConnectResponse
+	ctx       context.Context // cancelled when the generation retires
+	cancel    context.CancelFunc
 
 	mu      sync.Mutex
 	conns   map[*sniffConn]struct{}
@@ -37,14 +44,23 @@ type dialer struct {
 	timeoutMs atomic.Int32
 }
 
-func newDialer(timeout time.Duration) *dialer {
+// handshakeTimeout bounds the wait for a server's handshake answer: a third
+// of the session timeout, so that after a stalled connection the client has
+// time to resume the session on another attempt, and at least the dial
+// timeout, so that a slow but healthy server is not cut off.
+func handshakeTimeout(cfg Config) time.Duration {
+	return max(cfg.DialTimeout, cfg.SessionTimeout/3)
+}
+
+func newDialer(timeout, handshake time.Duration) *dialer {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &dialer{
-		timeout: timeout,
-		ctx:     ctx,
-		cancel:  cancel,
-		conns:   make(map[*sniffConn]struct{}),
-		lastErr: make(map[string]error),
+		timeout:   timeout,
+		handshake: handshake,
+		ctx:       ctx,
+		cancel:    cancel,
+		conns:     make(map[*sniffConn]struct{}),
+		lastErr:   make(map[string]error),
 	}
 }
 
@@ -158,6 +174,19 @@ func (c *sniffConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// SetReadDeadline bounds the client's deadline by the dialer's handshake
+// timeout until the ConnectResponse has been read. The client sets its own
+// (10 receive timeouts) for the frame's length and none for its body; both
+// reads come before c.done is set, on the goroutine that sets it.
+func (c *sniffConn) SetReadDeadline(t time.Time) error {
+	if !c.done && c.d.handshake > 0 {
+		if limit := time.Now().Add(c.d.handshake); t.IsZero() || t.After(limit) {
+			t = limit
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *sniffConn) Close() error {

@@ -69,6 +69,12 @@
 //     store dials through its own dialer, cuts every connection on Close and
 //     waits until the client's event channel is closed. With a live session
 //     Close first sends closeSession, so the ephemerals vanish at once.
+//   - The client waits for a server's handshake answer up to 6.7 session
+//     timeouts: a connection accepted but never answered (a port proxy whose
+//     container is not up yet, a starting or frozen server) would outlast the
+//     session, and a session that could have been resumed would be lost. The
+//     store's dialer bounds that wait to a third of the session timeout (at
+//     least Config.DialTimeout), after which the client tries again.
 //   - Digest credentials: the client re-sends credentials on every reconnect
 //     and new session, but only once a first AddAuth succeeded. The store
 //     retries AddAuth on every new client and holds calls until it

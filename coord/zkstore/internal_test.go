@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -106,7 +108,7 @@ func TestHostProviderFirstRoundAfterAConnectionIsFree(t *testing.T) {
 func TestSniffConnReadsTheNegotiatedTimeoutFromTheHandshake(t *testing.T) {
 	client, server := net.Pipe()
 	defer client.Close()
-	d := newDialer(time.Second)
+	d := newDialer(time.Second, time.Second)
 	defer d.retire()
 	sc := &sniffConn{Conn: client, d: d, addr: "zk:2181"}
 	d.conns[sc] = struct{}{}
@@ -160,4 +162,59 @@ func TestFirstFailureIsTheCulpritNotTheRolledBackOps(t *testing.T) {
 	if i := firstFailure([]zk.MultiResponse{{}, {}}); i != -1 {
 		t.Fatalf("firstFailure of an all-OK reply = %d, want -1", i)
 	}
+}
+
+// TestSniffConnBoundsTheHandshakeWait: a connection that is accepted but
+// never answered ends after the handshake timeout instead of the client's 10
+// receive timeouts; once the ConnectResponse is read, the client's deadlines
+// apply unchanged. On synctest's fake clock, so no real time passes.
+func TestSniffConnBoundsTheHandshakeWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		client, server := net.Pipe()
+		defer server.Close()
+		d := newDialer(time.Second, 3*time.Second)
+		defer d.retire()
+		sc := &sniffConn{Conn: client, d: d, addr: "zk:2181"}
+		d.conns[sc] = struct{}{}
+
+		start := time.Now()
+		if err := sc.SetReadDeadline(start.Add(time.Hour)); err != nil { // the client's own deadline
+			t.Fatal(err)
+		}
+		if _, err := sc.Read(make([]byte, 4)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read of an unanswered handshake: %v, want a deadline error", err)
+		}
+		if waited := time.Since(start); waited != 3*time.Second {
+			t.Fatalf("unanswered handshake read ended after %v, want the 3s handshake timeout", waited)
+		}
+
+		// The server answers: then a deadline-free read waits as long as the
+		// client wants.
+		if err := sc.SetReadDeadline(time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, _ = server.Write(make([]byte, 20)) }()
+		if _, err := io.ReadFull(sc, make([]byte, 20)); err != nil {
+			t.Fatalf("handshake read: %v", err)
+		}
+		if err := sc.SetReadDeadline(time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		read := make(chan error, 1)
+		go func() {
+			_, err := sc.Read(make([]byte, 1))
+			read <- err
+		}()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		select {
+		case err := <-read:
+			t.Fatalf("read after the handshake ended with %v before any data or deadline", err)
+		default:
+		}
+		go func() { _, _ = server.Write([]byte{1}) }()
+		if err := <-read; err != nil {
+			t.Fatalf("read after the handshake: %v", err)
+		}
+	})
 }

@@ -168,7 +168,7 @@ func (s *Store) createRoot(ctx context.Context) error {
 // newClient dials a new client generation. zk.Connect returns at once; the
 // session is reported through the event callback.
 func (s *Store) newClient(gen uint64) (*client, error) {
-	d := newDialer(s.cfg.DialTimeout)
+	d := newDialer(s.cfg.DialTimeout, handshakeTimeout(s.cfg))
 	c := &client{gen: gen, d: d, ready: make(chan struct{})}
 	cb := func(ev zk.Event) { s.onEvent(c, ev) }
 	conn, events, err := zk.Connect(s.cfg.Servers, s.cfg.SessionTimeout,
