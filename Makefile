@@ -45,9 +45,21 @@ clean-containers: ## remove containers and networks left by a killed test binary
 	nets=$$(docker network ls -q --filter label=org.shardflow.integration=true); \
 	if [[ -n $$nets ]]; then docker network rm $$nets >/dev/null; fi
 
+# The slowest packages, named first so that go test starts them first rather
+# than last (its scheduling follows the command line; ./... does not repeat
+# them). Slow by nature, not by sleeps: process kills, ZooKeeper restarts and
+# session expiries on real containers.
+SLOW_PKGS := ./integration/faults ./examples/pgbatch
+
+# make test compiles and links every test binary (-exec true runs none) while
+# setup builds the images: on a fresh machine both take minutes, one on the
+# CPU, the other mostly on the network and disk.
 .PHONY: test
-test: setup zk-overlay ## run every test, with race detector, on real ZooKeeper and Postgres containers
-	$(TEST_ENV) $(ZK_WORK) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+test: zk-overlay ## run every test, with race detector, on real ZooKeeper and Postgres containers
+	@$(ZK_WORK) $(GO) test -race -exec true $(PKGS) >$(CURDIR)/.build/precompile.log 2>&1 & pre=$$!; \
+	if ! scripts/setup.sh; then kill $$pre 2>/dev/null; wait $$pre; exit 1; fi; \
+	wait $$pre || true
+	$(TEST_ENV) $(ZK_WORK) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(if $(filter ./...,$(PKGS)),$(SLOW_PKGS)) $(PKGS)
 
 .PHONY: test-integration
 test-integration: setup zk-overlay ## run only the integration harness's own tests
