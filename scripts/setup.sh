@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # setup.sh prepares a machine for `make test`, idempotently: it installs the
 # Debian packages the tests need when they are missing (debootstrap, to build
-# the images; chromium for the console's browser test), then builds the local container images
-# (scripts/build-images.sh), which needs no container registry. With
-# SHARDFLOW_SETUP_HOST_SERVERS=1 it also installs zookeeper and the PostgreSQL
+# the images; chromium for the console's browser test), then builds the
+# local container images (scripts/build-images.sh), which needs no container
+# registry. With SHARDFLOW_SETUP_HOST_SERVERS=1 it also installs zookeeper and the PostgreSQL
 # server on the host, for local runs without containers (SHARDFLOW_ZK,
 # SHARDFLOW_PG); the tests do not need them, and a fresh machine saves their
 # download and install (a JRE among them).
