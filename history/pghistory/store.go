@@ -90,7 +90,8 @@ func slicesHasEmpty(ss []string) bool {
 var columns = []string{"job", "server", "item", "epoch", "source", "begin_at", "end_at", "success", "failure", "error"}
 
 // Migrate creates the table and its indexes if missing. Idempotent; safe to
-// run from every process at start.
+// run from every process at start, also at the same instant (the DDL is
+// serialized by an advisory lock).
 func (s *Store) Migrate(ctx context.Context) error {
 	base := s.table[len(s.table)-1]
 	idx := func(suffix string) string { return pgx.Identifier{base + "_" + suffix}.Sanitize() }
@@ -115,7 +116,17 @@ CREATE INDEX IF NOT EXISTS %[4]s ON %[1]s (server, begin_at DESC);
 -- --since and the retention delete
 CREATE INDEX IF NOT EXISTS %[5]s ON %[1]s (end_at);`,
 		s.name, idx("job_item_begin_idx"), idx("begin_idx"), idx("server_begin_idx"), idx("end_idx"))
-	if _, err := s.cfg.Pool.Exec(ctx, ddl); err != nil {
+	// Every worker calls Migrate at start: concurrent CREATE ... IF NOT EXISTS
+	// of one table can still fail on pg_type's unique index, so the DDL runs
+	// under a transaction-scoped advisory lock keyed by the table's name.
+	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('shardflow.pghistory.migrate:' || $1))`, s.name); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, ddl)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("pghistory: migrate %s: %w", s.name, err)
 	}
 	return nil
