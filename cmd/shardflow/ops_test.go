@@ -139,3 +139,33 @@ func TestCLIReadsEnvironment(t *testing.T) {
 		t.Fatalf("flags must win over the environment: namespace %q jobs %d servers %v", doc.Namespace, len(doc.Jobs), *asked)
 	}
 }
+
+// TestCLIStatusText: the text status shows the next fire time with date and
+// zone (derived from the cron), interval/total counts, and the recent
+// operator actions.
+func TestCLIStatusText(t *testing.T) {
+	srv := memstore.NewServer()
+	useMemstore(t, srv)
+	startNode(t, srv, "shardflow", "J", 4)
+	for _, args := range [][]string{
+		{"disable", "--zk", "z", "--job", "J", "--item", "2"},
+		{"config", "set", "--zk", "z", "--job", "J", "cron", "0 0 3 * * ?"},
+	} {
+		if _, errOut, code := runCLI(t, args...); code != 0 {
+			t.Fatalf("%v: %s", args, errOut)
+		}
+	}
+	out, errOut, code := runCLI(t, "status", "--zk", "z")
+	if code != 0 {
+		t.Fatalf("status: %s", errOut)
+	}
+	for _, want := range []string{"SUCCESS (LAST/TOTAL)", "0/0", "2     disabled", "recent operator actions:",
+		`config set cron="0 0 3 * * ?"`, "disable item 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status text lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "next fire 2") {
+		t.Errorf("status text lacks a dated next fire:\n%s", out)
+	}
+}
