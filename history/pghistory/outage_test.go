@@ -130,6 +130,9 @@ func TestRecordingSurvivesStoppedPostgres(t *testing.T) {
 	rows(4) // the 3 kept records
 	runOnce()
 	rows(5) // recording resumed
+	// The rows are visible once COPY commits, a moment before the Writer
+	// counts them: wait for the count, then compare the metrics.
+	testwait.For(t, 10*time.Second, "the fifth write counted", func() bool { return buf.Stats().Written == 5 })
 	if got := strings.Count(logs.String(), "records dropped"); got != 1 {
 		t.Fatalf("%d drop log lines in one log interval, want 1:\n%s", got, logs.String())
 	}
