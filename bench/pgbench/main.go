@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
@@ -43,6 +44,7 @@ func main() {
 	items := flag.Int("items", 8, "ShardingTotalCount")
 	riverWorkers := flag.Int("river-workers", 2000, "river MaxWorkers")
 	only := flag.String("only", "", "comma-separated subset of: shardflow,shardflow-tx,pgx,river,update")
+	rounds := flag.Int("rounds", 1, "rounds of every measurement, in alternating order (odd rounds reversed); the table shows each one's median")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx := context.Background()
@@ -66,21 +68,38 @@ func main() {
 		fmt.Fprintf(os.Stderr, "%-10s %9d rows in %8s = %9.0f rows/s  %s\n", name, r.rows, r.elapsed.Round(time.Millisecond), r.rate(), r.note)
 		results = append(results, r)
 	}
-	run("shardflow", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
-		return benchShardflow(ctx, p, *rows, *items, *batch, false)
-	})
-	run("shardflow-tx", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
-		return benchShardflow(ctx, p, *rows, *items, *batch, true)
-	})
-	run("pgx", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
-		return benchPgxLoop(ctx, p, *rows, *items, *batch)
-	})
-	run("river", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
-		return benchRiver(ctx, p, *rows, *riverWorkers)
-	})
-	run("update", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
-		return benchUpdate(ctx, p, *rows)
-	})
+	measurements := []struct {
+		name string
+		fn   func(context.Context, *pgxpool.Pool) (result, error)
+	}{
+		{"shardflow", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
+			return benchShardflow(ctx, p, *rows, *items, *batch, false)
+		}},
+		{"shardflow-tx", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
+			return benchShardflow(ctx, p, *rows, *items, *batch, true)
+		}},
+		{"pgx", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
+			return benchPgxLoop(ctx, p, *rows, *items, *batch)
+		}},
+		{"river", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
+			return benchRiver(ctx, p, *rows, *riverWorkers)
+		}},
+		{"update", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
+			return benchUpdate(ctx, p, *rows)
+		}},
+	}
+	// Alternating order spreads a shared machine's changing load evenly
+	// over the measurements being compared.
+	for round := range max(1, *rounds) {
+		for i := range measurements {
+			m := measurements[i]
+			if round%2 == 1 {
+				m = measurements[len(measurements)-1-i]
+			}
+			run(m.name, m.fn)
+		}
+	}
+	results = medians(results)
 
 	var version string
 	if len(results) > 0 {
@@ -90,7 +109,7 @@ func main() {
 			pool.Close()
 		}
 	}
-	fmt.Printf("Postgres %s, %d CPUs (GOMAXPROCS %d), %d rows, %d items, batch %d\n\n", version, runtime.NumCPU(), runtime.GOMAXPROCS(0), *rows, *items, *batch)
+	fmt.Printf("Postgres %s, %d CPUs (GOMAXPROCS %d), %d rows, %d items, batch %d, %d round(s) (medians)\n\n", version, runtime.NumCPU(), runtime.GOMAXPROCS(0), *rows, *items, *batch, max(1, *rounds))
 	fmt.Println("| measurement | rows | seconds | rows/s | shardflow's ratio to it | notes |")
 	fmt.Println("| --- | ---: | ---: | ---: | ---: | --- |")
 	var sf float64
@@ -106,6 +125,47 @@ func main() {
 		}
 		fmt.Printf("| %s | %d | %.2f | %.0f | %s | %s |\n", r.name, r.rows, r.elapsed.Seconds(), r.rate(), ratio, r.note)
 	}
+	rate := map[string]float64{}
+	for _, r := range results {
+		rate[r.name] = r.rate()
+	}
+	fmt.Println()
+	for _, t := range []struct {
+		a, b   string
+		target float64
+	}{{"shardflow", "pgx", 0.9}, {"shardflow", "river", 3}, {"shardflow-tx", "update", 0.5}} {
+		if rate[t.a] > 0 && rate[t.b] > 0 {
+			fmt.Printf("- %s / %s = %.2fx (target >= %.1fx)\n", t.a, t.b, rate[t.a]/rate[t.b], t.target)
+		}
+	}
+}
+
+// medians keeps, per measurement name, the round with the median rate
+// (the lower middle one for an even count), in first-seen order.
+func medians(results []result) []result {
+	by := map[string][]result{}
+	var order []string
+	for _, r := range results {
+		if _, ok := by[r.name]; !ok {
+			order = append(order, r.name)
+		}
+		by[r.name] = append(by[r.name], r)
+	}
+	out := make([]result, 0, len(order))
+	for _, n := range order {
+		rs := by[n]
+		sort.Slice(rs, func(i, j int) bool { return rs[i].rate() < rs[j].rate() })
+		m := rs[(len(rs)-1)/2]
+		if len(rs) > 1 {
+			var all []string
+			for _, r := range by[n] {
+				all = append(all, fmt.Sprintf("%.0f", r.rate()))
+			}
+			m.note += fmt.Sprintf("; median of %d rounds (rows/s: %s)", len(rs), strings.Join(all, ", "))
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 func fatal(err error) {

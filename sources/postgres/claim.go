@@ -39,7 +39,8 @@ func (s *Source[T]) Claim(process ProcessFunc[T]) *ClaimJob[T] {
 var _ dataflow.BatchJob[Row[int]] = (*ClaimJob[int])(nil)
 
 // Fetch waits out the item's backoff step if a statement error opened
-// one, checks ownership, reclaims the item's rows held by a claimer other
+// one, checks ownership (on the item's first fetch under this epoch, then
+// at most every min(Lease/4, 30s)), reclaims the item's rows held by a claimer other
 // than (ServerID, shard.Epoch) or older than Lease (a row past MaxAttempts
 // becomes 'failed') when the fetch scans from the item's range start (the
 // first fetch of a run, or after a short fetch) or at most every
@@ -54,10 +55,17 @@ func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T]
 	if !ok || shard.FetchCount <= 0 {
 		return nil, nil
 	}
-	if err := shard.CheckOwnership(ctx); err != nil {
-		return nil, fmt.Errorf("%w: job %s item %d epoch %d: %w", ErrFenced, shard.JobName, shard.Item, shard.Epoch, err)
-	}
 	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
+	// Claims carry (ServerID, epoch) and a newer owner's sweep takes a
+	// stale owner's claims back at once, so the check with the
+	// coordinator (a sync and a read on ZooKeeper) only narrows the window
+	// of duplicate work: once per run and item, then every reclaimEvery,
+	// not per fetch. Losing the session cancels ctx anyway.
+	if j.cursors.ownershipDue(ck, time.Now(), s.reclaimEvery()) {
+		if err := shard.CheckOwnership(ctx); err != nil {
+			return nil, fmt.Errorf("%w: job %s item %d epoch %d: %w", ErrFenced, shard.JobName, shard.Item, shard.Epoch, err)
+		}
+	}
 	var out []Row[T]
 	// Rows claimed by an attempt that then hit a statement error stay in
 	// out: their claims are committed and must be processed.

@@ -17,6 +17,7 @@ type cursors struct {
 	mu        sync.Mutex
 	m         map[cursorKey]position
 	reclaimed map[cursorKey]time.Time // claim mode: last reclaim sweep
+	checked   map[cursorKey]time.Time // claim mode: last ownership check
 }
 
 type cursorKey struct {
@@ -91,5 +92,24 @@ func (c *cursors) reclaimDue(k cursorKey, fromStart bool, now time.Time, interva
 		clear(c.reclaimed)
 	}
 	c.reclaimed[k] = now
+	return true
+}
+
+// ownershipDue reports whether k's claim fetch should check ownership with
+// the coordinator: on its first fetch, then every interval. It records the
+// check when it says yes.
+func (c *cursors) ownershipDue(k cursorKey, now time.Time, interval time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.checked == nil {
+		c.checked = map[cursorKey]time.Time{}
+	}
+	if last, ok := c.checked[k]; ok && now.Sub(last) < interval {
+		return false
+	}
+	if len(c.checked) > 4096 {
+		clear(c.checked)
+	}
+	c.checked[k] = now
 	return true
 }

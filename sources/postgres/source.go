@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -56,10 +56,11 @@ type Row[T any] struct {
 // Source reads rows of one table into T. Build it with NewSource; it is
 // safe for concurrent use and owns no goroutine.
 type Source[T any] struct {
-	cfg  Config
-	spec TableSpec
-	cols []string // columns scanned into T, resolved by Validate
-	sql  statements
+	cfg    Config
+	spec   TableSpec
+	cols   []string // columns scanned into T, resolved by Validate
+	fields [][]int  // index path of the field of T of each column of cols
+	sql    statements
 
 	backoff backoffs // per job and item: statement errors being backed off
 }
@@ -168,46 +169,28 @@ func (s *Source[T]) Validate(ctx context.Context) error {
 	return s.checkType(ctx, info)
 }
 
-// keyedRow hides the leading key column of a result from RowToStructByName
-// and scans it into key.
-type keyedRow struct {
-	pgx.Rows
-	key *int64
-}
-
-func (r keyedRow) FieldDescriptions() []pgconn.FieldDescription {
-	return r.Rows.FieldDescriptions()[1:]
-}
-
-func (r keyedRow) Scan(dest ...any) error {
-	return r.Rows.Scan(append([]any{r.key}, dest...)...)
-}
-
-func (r keyedRow) Values() ([]any, error) {
-	v, err := r.Rows.Values()
-	if err != nil {
-		return nil, err
-	}
-	return v[1:], nil
-}
-
-func (r keyedRow) RawValues() [][]byte { return r.Rows.RawValues()[1:] }
-
-// collect reads rows whose first column is the key.
+// collect reads rows whose first column is the key and whose other
+// columns are s.cols, scanning each straight into the fields of its T
+// (s.fields, resolved once by Validate with pgx's RowToStructByName rules)
+// rather than matching names again for every row.
 func (s *Source[T]) collect(rows pgx.Rows) ([]Row[T], error) {
 	defer rows.Close()
 	var out []Row[T]
+	dest := make([]any, 1+len(s.fields))
 	for rows.Next() {
-		var r Row[T]
-		v, err := pgx.RowToStructByName[T](keyedRow{Rows: rows, key: &r.Key})
-		if err != nil {
+		out = append(out, Row[T]{})
+		r := &out[len(out)-1]
+		dest[0] = &r.Key
+		v := reflect.ValueOf(&r.Value).Elem()
+		for i, path := range s.fields {
+			dest[i+1] = v.FieldByIndex(path).Addr().Interface()
+		}
+		if err := rows.Scan(dest...); err != nil {
 			if isTransient(err) {
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: scanning a row of table %s into %T: %w", ErrRowMismatch, s.spec.Table, v, err)
+			return nil, fmt.Errorf("%w: scanning a row of table %s into %T: %w", ErrRowMismatch, s.spec.Table, r.Value, err)
 		}
-		r.Value = v
-		out = append(out, r)
 	}
 	return out, rows.Err()
 }

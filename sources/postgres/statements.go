@@ -5,7 +5,7 @@ import "strings"
 // statements are a Source's SQL, built once from its quoted identifiers.
 type statements struct {
 	reclaim, claim, done, fail, release string // claim mode
-	pending, lock, txDone, txFail       string // transactional mode
+	pending, lockDone, txFail           string // transactional mode
 	keyset, checkpoint                  string // checkpoint mode
 }
 
@@ -69,14 +69,17 @@ WHERE t.{k} = ANY($1::bigint[]) AND t.{status} = 'claimed' AND t.{claimed_by} = 
 		pending: r.Replace(`SELECT t.{k}, {cols} FROM {t} AS t
 WHERE t.{status} = 'pending' AND t.{bucket} BETWEEN $1 AND $2 AND (t.{bucket}, t.{k}) > ($4::smallint, $5::bigint)
 ORDER BY t.{status}, t.{bucket}, t.{k} LIMIT $3`),
-		// $1 keys, $2 lo, $3 hi: only rows still pending and still this item's.
-		lock: r.Replace(`SELECT {k} FROM {t}
-WHERE {k} = ANY($1::bigint[]) AND {status} = 'pending' AND {bucket} BETWEEN $2 AND $3
-FOR UPDATE SKIP LOCKED`),
-		// $1 keys, $2 me, $3 epoch.
-		txDone: r.Replace(`UPDATE {t} SET {status} = 'done', {claimed_by} = $2, {claim_epoch} = $3, {claimed_at} = now(),
-  {attempts} = {attempts} + 1, {last_error} = NULL
-WHERE {k} = ANY($1::bigint[])`),
+		// $1 keys, $2 lo, $3 hi, $4 me, $5 epoch: lock the rows still
+		// pending and still this item's (skipping rows another owner holds)
+		// and mark them done, in one statement; the transaction that also
+		// holds the job's effects commits or rolls back the mark.
+		lockDone: r.Replace(`UPDATE {t} AS t SET {status} = 'done', {claimed_by} = $4, {claim_epoch} = $5, {claimed_at} = now(),
+  {attempts} = t.{attempts} + 1, {last_error} = NULL
+FROM (SELECT {k} FROM {t}
+  WHERE {k} = ANY($1::bigint[]) AND {status} = 'pending' AND {bucket} BETWEEN $2 AND $3
+  FOR UPDATE SKIP LOCKED) AS l
+WHERE t.{k} = l.{k}
+RETURNING t.{k}`),
 		// $1 key, $2 error, $3 me, $4 epoch, $5 max attempts.
 		txFail: r.Replace(`UPDATE {t} SET {attempts} = {attempts} + 1, {last_error} = $2,
   {status} = CASE WHEN {attempts} + 1 >= $5 THEN 'failed' ELSE 'pending' END,

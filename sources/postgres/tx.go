@@ -87,10 +87,10 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 }
 
 // ProcessBatch commits items in one transaction: lock the rows still
-// pending in this item's buckets (FOR UPDATE SKIP LOCKED; rows another
-// owner holds or finished are skipped and count as succeeded, being not
-// this run's to fail), run the TxProcessFunc on them, mark them done, fence
-// (FenceTx), commit. If the function fails with a row error (see
+// pending in this item's buckets and mark them done in one statement (FOR
+// UPDATE SKIP LOCKED; rows another owner holds or finished are skipped and
+// count as succeeded, being not this run's to fail), run the TxProcessFunc
+// on them, fence (FenceTx), commit. If the function fails with a row error (see
 // Classify), each row is retried in its own transaction and a failing
 // row's attempt is recorded (after MaxAttempts it is marked 'failed' with
 // the error). A statement error (the function's or the source's: an
@@ -174,12 +174,12 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
 	var locked []int64
-	rows, err := tx.Query(ctx, s.sql.lock, keys(items), lo, hi)
+	rows, err := tx.Query(ctx, s.sql.lockDone, keys(items), lo, hi, s.cfg.ServerID, shard.Epoch)
 	if err == nil {
 		locked, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 	}
 	if err != nil {
-		return fmt.Errorf("sources/postgres: locking rows of table %s: %w", s.spec.Table, err)
+		return fmt.Errorf("sources/postgres: locking and marking rows of table %s done: %w", s.spec.Table, err)
 	}
 	if len(locked) == 0 {
 		return nil
@@ -204,9 +204,6 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 			return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
 		}
 		return &userError{err: err}
-	}
-	if _, err := tx.Exec(ctx, s.sql.txDone, keys(mine), s.cfg.ServerID, shard.Epoch); err != nil {
-		return fmt.Errorf("sources/postgres: marking rows of table %s done: %w", s.spec.Table, err)
 	}
 	if err := FenceTx(ctx, tx, shard); err != nil {
 		return err

@@ -36,6 +36,15 @@ func (s *Source[T]) checkType(ctx context.Context, info *tableInfo) error {
 			ErrRowMismatch, s.spec.Table, s.cols, zero, err)
 	}
 	if len(probe.bad) == 0 {
+		paths := fieldPaths(v)
+		s.fields = make([][]int, len(probe.dest))
+		for i, d := range probe.dest {
+			path, ok := paths[reflect.ValueOf(d).Pointer()]
+			if !ok {
+				return fmt.Errorf("%w: table %s into %T: no field of T found for column %q", ErrRowMismatch, s.spec.Table, zero, fds[i].Name)
+			}
+			s.fields[i] = path
+		}
 		return nil
 	}
 	names := fieldNames(v)
@@ -84,6 +93,32 @@ func (r *planRow) Scan(dest ...any) error {
 		return errPlanMismatch
 	}
 	return nil
+}
+
+// fieldPaths maps the address of every field of *v (embedded structs
+// flattened) to its index path.
+func fieldPaths(v any) map[uintptr][]int {
+	out := map[uintptr][]int{}
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() || rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return out
+	}
+	var walk func(reflect.Value, []int)
+	walk = func(sv reflect.Value, prefix []int) {
+		for i := 0; i < sv.NumField(); i++ {
+			f, sf := sv.Field(i), sv.Type().Field(i)
+			path := append(append([]int(nil), prefix...), i)
+			if sf.Anonymous && f.Kind() == reflect.Struct {
+				walk(f, path)
+				continue
+			}
+			if f.CanAddr() {
+				out[f.Addr().Pointer()] = path
+			}
+		}
+	}
+	walk(rv.Elem(), nil)
+	return out
 }
 
 // fieldNames maps the address of every field of *v (embedded structs
