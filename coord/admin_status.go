@@ -64,6 +64,9 @@ func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
 	if st.Actions, err = a.audit(ctx, p, job); err != nil {
 		return st, err
 	}
+	if st.Refused, err = a.refused(ctx, p); err != nil {
+		return st, err
+	}
 	return st, nil
 }
 

@@ -418,6 +418,9 @@ type JobStatus struct {
 	// Actions are the latest operator actions on the job, newest first
 	// (at most MaxAuditEntries).
 	Actions []Action `json:"actions"`
+	// Refused lists the servers refusing to run this stored job (a
+	// command or URL outside their allow-list, an invalid config).
+	Refused []RefusedServer `json:"refused,omitempty"`
 }
 
 // ServerStatus is one server of a job.
@@ -472,7 +475,7 @@ type Action struct {
 	Actor string `json:"actor"`
 	Job   string `json:"-"`
 	// Action is "trigger", "pause", "resume", "disable", "enable",
-	// "shutdown", "remove" or "config set".
+	// "shutdown", "remove", "config set" or "create" (CreateJob).
 	Action string `json:"action"`
 	// Server is the server acted on; "" for every server.
 	Server string `json:"server"`

@@ -153,6 +153,19 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 // ServerID returns the effective server id.
 func (n *Node) ServerID() string { return n.reg.ServerID() }
 
+// Store returns the Node's coordination store session (the embedded one
+// when NodeConfig.Store was nil), for code that works beside the Node's
+// jobs, such as package jobs' Worker. Do not close it.
+func (n *Node) Store() store.Store { return n.st }
+
+// Namespace returns the Node's namespace, with its default applied.
+func (n *Node) Namespace() string {
+	if n.cfg.Namespace == "" {
+		return coord.DefaultNamespace
+	}
+	return n.cfg.Namespace
+}
+
 // Start starts the scheduler and the jobs' count reporters and returns at
 // once; Started is closed. ctx is not retained. A second Start is a no-op;
 // Start after Stop returns ErrNodeStopped.
@@ -419,7 +432,7 @@ func (n *Node) Trigger(name string) error {
 // each live server's trigger node and returns; it does not wait for the
 // runs. Errors: coord.ErrNoJob, or a store error.
 func (n *Node) TriggerAll(ctx context.Context, name string) error {
-	if err := coord.NewAdmin(n.st, n.cfg.Namespace).Trigger(ctx, name); err != nil {
+	if err := coord.NewAdmin(n.st, n.Namespace()).Trigger(ctx, name); err != nil {
 		return fmt.Errorf("dataflow: trigger %q on every server: %w", name, err)
 	}
 	return nil

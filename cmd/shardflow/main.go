@@ -9,6 +9,9 @@
 //	shardflow console  --zk HOSTS [--listen ADDR]
 //	shardflow history  --pg DSN [--job NAME] [--item N] [--server ID] [--since DURATION] [--at RFC3339] [--json]
 //	shardflow failed   list|requeue|upgrade-v1 --pg DSN --table TABLE [--id K,...] [--error TEXT] [--all] [--json]
+//	shardflow job add  --zk HOSTS --job NAME --type script|http --total N [--cron EXPR] [--command CMD | --url URL ...]
+//	shardflow job list|remove --zk HOSTS [--job NAME]
+//	shardflow serve    --zk HOSTS [--server-id ID] --allow-command PREFIX... [--allow-url PREFIX...]
 //
 // Every command exits 0 on success, 1 on a failure it explains, and 2 on bad
 // usage.
@@ -53,6 +56,8 @@ func commands() []command {
 		{"console", "serve the web console", runConsole},
 		{"history", "show recorded runs from Postgres, or who owned each item at an instant", runHistory},
 		{"failed", "failed rows of a Postgres source table: failed list | failed requeue | failed upgrade-v1", runFailed},
+		{"job", "store a job without code (script, http): job add | job list | job remove", runJob},
+		{"serve", "run the stored script and HTTP jobs the allow-lists permit", runServe},
 	}
 }
 

@@ -94,6 +94,9 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 	if js.ConfigError != "" {
 		fmt.Fprintf(w, "  CONFIG ERROR: %s\n", js.ConfigError)
 	}
+	for _, r := range js.Refused {
+		fmt.Fprintf(w, "  REFUSED by %s: %s\n", r.ID, r.Reason)
+	}
 	keys := make([]string, 0, len(js.Config))
 	for k := range js.Config {
 		keys = append(keys, k)

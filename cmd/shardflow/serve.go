@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/jobs"
+)
+
+// serveStopTimeout bounds the graceful stop of `shardflow serve`: runs in
+// progress get this long to finish before their contexts are cancelled
+// (a script's process group is killed).
+const serveStopTimeout = 30 * time.Second
+
+// runServe is `shardflow serve`: a worker process running every stored
+// SCRIPT and HTTP job of the namespace its allow-lists permit, picking up
+// added jobs and dropping removed ones without a restart.
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.register(fs)
+	var allowCmd, allowURL stringList
+	serverID := fs.String("server-id", "", "this worker's id among a job's servers (default: the first non-loopback IPv4 address; set one per process when several share a host)")
+	fs.Var(&allowCmd, "allow-command", `a command prefix this worker may run, e.g. "/opt/jobs/" (repeatable; see docs/operations.md)`)
+	fs.Var(&allowURL, "allow-url", `a URL prefix this worker may request, e.g. "https://jobs.internal/run/" (repeatable)`)
+	verbose := fs.Bool("v", false, "log every run (info level) instead of warnings and errors only")
+	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if len(allowCmd) == 0 && len(allowURL) == 0 {
+		return usagef("give at least one --allow-command or --allow-url: a worker runs only the stored commands and URLs it is allowed to")
+	}
+	if _, err := jobs.NewAllowList(allowCmd, allowURL); err != nil {
+		return usageError{err.Error()}
+	}
+	level := slog.LevelWarn
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	st, _, err := cf.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.namespace, ServerID: *serverID, Logger: logger})
+	if err != nil {
+		return err
+	}
+	worker, err := jobs.NewWorker(node, jobs.WorkerConfig{AllowCommands: allowCmd, AllowURLs: allowURL, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := node.Start(ctx); err != nil {
+		return err
+	}
+	if err := worker.Start(ctx); err != nil {
+		_ = node.Stop(context.Background())
+		return err
+	}
+	fmt.Fprintf(stdout, "serve: worker %s running the stored jobs of namespace %s (allowed commands %q, URLs %q)\n",
+		node.ServerID(), cf.namespace, []string(allowCmd), []string(allowURL))
+	<-ctx.Done()
+
+	sctx, cancel := context.WithTimeout(context.Background(), serveStopTimeout)
+	defer cancel()
+	werr := worker.Stop(sctx)
+	nerr := node.Stop(sctx)
+	if werr != nil {
+		return fmt.Errorf("serve: stopping the worker: %w", werr)
+	}
+	if nerr != nil {
+		return fmt.Errorf("serve: stopping (runs cancelled after %s): %w", serveStopTimeout, nerr)
+	}
+	fmt.Fprintln(stdout, "serve: stopped")
+	return nil
+}

@@ -1,0 +1,119 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// Jobs stored without code (SCRIPT and HTTP jobs, `shardflow job add`) and
+// the workers' refusals to run them (docs/zookeeper-layout.md).
+
+// nRefused holds one EPHEMERAL child per server refusing to run the job,
+// data = the reason (the command or URL is not in its allow-list, or the
+// stored config is invalid).
+const nRefused = "refused"
+
+// ErrJobExists: CreateJob found the job already stored.
+var ErrJobExists = errors.New("coord: job already exists in this namespace; pick another name or remove it first (`shardflow job remove`)")
+
+// RefusedServer is a server that refuses to run a stored job, and why.
+type RefusedServer struct {
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// CreateJob stores a new job's config (after defaults and validation) in
+// one transaction, so a watcher of the namespace sees the job with its
+// whole config at once. Nothing runs it until a server joins it: a
+// `shardflow serve` worker does for SCRIPT and HTTP jobs. Errors: a
+// *jobconfig.FieldError (ErrInvalid), ErrJobExists, or a store error.
+// The creation is recorded in the job's audit log as "create".
+func (a *Admin) CreateJob(ctx context.Context, cfg jobconfig.Config) error {
+	return a.impl.audited(ctx, a.actor, Action{Job: cfg.JobName, Action: "create"}, func() error { return a.impl.createJob(ctx, cfg) })
+}
+
+func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("coord: create job %q: %w", cfg.JobName, err)
+	}
+	p := a.paths(cfg.JobName)
+	if err := store.CreateAll(ctx, a.st, store.Join(a.ns)); err != nil {
+		return fmt.Errorf("coord: create %s: %w", store.Join(a.ns), err)
+	}
+	fields := configFields(cfg)
+	// servers and execution too, so status reads a job nobody joined yet.
+	ops := []store.Op{&store.CreateOp{Path: p.root}, &store.CreateOp{Path: p.abs(nConfig)},
+		&store.CreateOp{Path: p.abs(nServers)}, &store.CreateOp{Path: p.abs(nExecution)}}
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		ops = append(ops, &store.CreateOp{Path: p.config(k), Data: []byte(fields[k])})
+	}
+	if _, err := a.st.Multi(ctx, ops...); err != nil {
+		if errors.Is(err, store.ErrNodeExists) {
+			return fmt.Errorf("%w: %q", ErrJobExists, cfg.JobName)
+		}
+		return fmt.Errorf("coord: create job %q: %w", cfg.JobName, err)
+	}
+	return nil
+}
+
+// ReportRefused records, as an ephemeral node of st's session, that server
+// refuses to run job and why; `shardflow status` shows it until the
+// session ends or ClearRefused. The job must exist (ErrNoJob).
+func ReportRefused(ctx context.Context, st store.Store, namespace, job, server, reason string) error {
+	a := newAdmin(st, namespace)
+	p, err := a.requireJob(ctx, job)
+	if err != nil {
+		return err
+	}
+	dir := p.abs(nRefused)
+	if err := store.CreateAll(ctx, st, dir); err != nil {
+		return fmt.Errorf("coord: create %s: %w", dir, err)
+	}
+	path := store.Join(dir, server)
+	_, err = st.Create(ctx, path, []byte(reason), store.Ephemeral)
+	if errors.Is(err, store.ErrNodeExists) {
+		_, err = st.Set(ctx, path, []byte(reason), store.AnyVersion)
+	}
+	if err != nil {
+		return fmt.Errorf("coord: record refusal %s: %w", path, err)
+	}
+	return nil
+}
+
+// ClearRefused deletes server's refusal of job; none is fine.
+func ClearRefused(ctx context.Context, st store.Store, namespace, job, server string) error {
+	path := store.Join(newAdmin(st, namespace).paths(job).abs(nRefused), server)
+	if err := st.Delete(ctx, path, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+		return fmt.Errorf("coord: clear refusal %s: %w", path, err)
+	}
+	return nil
+}
+
+// refused reads the job's refusals, sorted by server id.
+func (a *admin) refused(ctx context.Context, p jobPaths) ([]RefusedServer, error) {
+	names, _, err := a.st.Children(ctx, p.abs(nRefused))
+	if errors.Is(err, store.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("coord: read %s: %w", p.abs(nRefused), err)
+	}
+	var out []RefusedServer
+	for _, n := range names {
+		v, ok, err := a.getOpt(ctx, store.Join(p.abs(nRefused), n))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, RefusedServer{ID: n, Reason: v})
+		}
+	}
+	return out, nil
+}

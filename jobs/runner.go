@@ -1,0 +1,128 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/dataflow"
+)
+
+// runner turns a Node's stored SCRIPT and HTTP jobs into SimpleFuncs that
+// read the job's current config at every item run, so a live `shardflow
+// config set` of the command or URL applies at the next trigger, and check
+// it against the allow-list every time.
+type runner struct {
+	n         *dataflow.Node
+	allow     *AllowList
+	logger    *slog.Logger
+	transport *http.Transport
+	client    *http.Client
+
+	mu      sync.Mutex
+	refused map[string]string // job -> reason reported in the store
+}
+
+func newRunner(n *dataflow.Node, allow *AllowList, logger *slog.Logger) *runner {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	r := &runner{n: n, allow: allow, logger: logger, transport: tr, refused: map[string]string{}}
+	r.client = &http.Client{
+		Transport: tr,
+		// A redirect must stay inside the allow-list too.
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 10 {
+				return fmt.Errorf("jobs: stopped after 10 redirects")
+			}
+			return allow.CheckURL(req.URL.String())
+		},
+	}
+	return r
+}
+
+// check returns nil if this worker may run cfg: a SCRIPT or HTTP job whose
+// command or URL the allow-list permits.
+func (r *runner) check(cfg jobconfig.Config) error {
+	switch cfg.Type() {
+	case jobconfig.JobTypeScript:
+		argv, err := jobconfig.SplitCommandLine(cfg.ScriptCommandLine)
+		if err != nil {
+			return err
+		}
+		return r.allow.CheckCommand(argv)
+	case jobconfig.JobTypeHTTP:
+		return r.allow.CheckURL(cfg.HTTPURL)
+	}
+	return fmt.Errorf("jobs: job %q is a %s job; a worker runs only SCRIPT and HTTP jobs", cfg.JobName, cfg.Type())
+}
+
+// run is the SimpleFunc of every stored job.
+func (r *runner) run(ctx context.Context, shard dataflow.Shard) error {
+	cfg, ok := r.n.JobConfig(shard.JobName)
+	if !ok {
+		return fmt.Errorf("jobs: job %q is not on this node", shard.JobName)
+	}
+	if err := r.check(cfg); err != nil {
+		r.setRefused(ctx, shard.JobName, err.Error())
+		return err
+	}
+	r.setRefused(ctx, shard.JobName, "")
+	c := NewShardContext(shard, r.n.ServerID())
+	if cfg.Type() == jobconfig.JobTypeScript {
+		argv, _ := jobconfig.SplitCommandLine(cfg.ScriptCommandLine) // checked above
+		return RunScript(ctx, argv, c, r.logger)
+	}
+	header, err := jobconfig.ParseHTTPHeaders(cfg.HTTPHeaders)
+	if err != nil {
+		return err
+	}
+	return RunHTTP(ctx, r.client, HTTPRequest{Method: cfg.HTTPMethod, URL: cfg.HTTPURL, Header: header}, c)
+}
+
+// setRefused reports (reason != "") or clears this server's refusal of
+// job in the store, when it changes.
+func (r *runner) setRefused(ctx context.Context, job, reason string) {
+	r.mu.Lock()
+	prev, had := r.refused[job]
+	if reason == "" {
+		delete(r.refused, job)
+	} else {
+		r.refused[job] = reason
+	}
+	r.mu.Unlock()
+	if (reason == "" && !had) || (reason != "" && had && prev == reason) {
+		return
+	}
+	st, ns, id := r.n.Store(), r.n.Namespace(), r.n.ServerID()
+	var err error
+	if reason == "" {
+		err = coord.ClearRefused(ctx, st, ns, job, id)
+	} else {
+		r.logger.Warn("jobs: refusing to run a stored job", "job", job, "reason", reason)
+		err = coord.ReportRefused(ctx, st, ns, job, id, reason)
+	}
+	if err != nil {
+		r.logger.Warn("jobs: recording a refusal in the store", "job", job, "err", err)
+	}
+}
+
+// forget drops job's local refusal state (the job left the namespace).
+func (r *runner) forget(job string) {
+	r.mu.Lock()
+	delete(r.refused, job)
+	r.mu.Unlock()
+}
+
+// refusals returns a copy of the current refusals.
+func (r *runner) refusals() map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(r.refused))
+	for k, v := range r.refused {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/internal/testwait"
+)
+
+var testShard = ShardContext{JobName: "nightly", ShardingItem: 2, ShardingTotalCount: 4, ShardingParameter: "eu",
+	JobParameter: "full", Epoch: 77, ServerID: "w1", Failover: true}
+
+func TestRunScriptEnvAndJSON(t *testing.T) {
+	dir := t.TempDir()
+	env := filepath.Join(dir, "env")
+	arg := filepath.Join(dir, "arg")
+	// sh -c SCRIPT NAME: the JSON context, the last argument, is $1.
+	script := fmt.Sprintf(`env | grep -E '^SHARDFLOW_(JOB|ITEM|TOTAL|ITEM_PARAMETER|JOB_PARAMETER|EPOCH|SERVER_ID|FAILOVER)=' | sort > %s; printf %%s "$1" > %s; echo done`, env, arg)
+	if err := RunScript(t.Context(), []string{"/bin/sh", "-c", script, "sh"}, testShard, nil); err != nil {
+		t.Fatalf("RunScript: %v", err)
+	}
+	gotEnv, _ := os.ReadFile(env)
+	want := "SHARDFLOW_EPOCH=77\nSHARDFLOW_FAILOVER=true\nSHARDFLOW_ITEM=2\nSHARDFLOW_ITEM_PARAMETER=eu\nSHARDFLOW_JOB=nightly\n" +
+		"SHARDFLOW_JOB_PARAMETER=full\nSHARDFLOW_SERVER_ID=w1\nSHARDFLOW_TOTAL=4\n"
+	if string(gotEnv) != want {
+		t.Errorf("environment:\n%s\nwant\n%s", gotEnv, want)
+	}
+	raw, _ := os.ReadFile(arg)
+	var got ShardContext
+	if err := json.Unmarshal(raw, &got); err != nil || got != testShard {
+		t.Errorf("last argument %s decodes to %+v (%v), want %+v", raw, got, err, testShard)
+	}
+	for _, key := range []string{`"jobName":"nightly"`, `"shardingItem":2`, `"shardingTotalCount":4`, `"shardingParameter":"eu"`} {
+		if !strings.Contains(string(raw), key) {
+			t.Errorf("JSON %s lacks ElasticJob's %s", raw, key)
+		}
+	}
+}
+
+func TestRunScriptFailureCarriesTail(t *testing.T) {
+	err := RunScript(t.Context(), []string{"/bin/sh", "-c", `seq 1 2000; echo "disk full" >&2; exit 3`, "sh"}, testShard, nil)
+	if !errors.Is(err, ErrScriptFailed) || !strings.Contains(err.Error(), "exited with status 3") || !strings.Contains(err.Error(), `disk full\n`) {
+		t.Fatalf("err = %v, want status 3 with the output's tail", err)
+	}
+	if len(err.Error()) > 3*scriptTailBytes {
+		t.Errorf("error is %d bytes; the tail must bound it", len(err.Error()))
+	}
+	err = RunScript(t.Context(), []string{"/nonexistent/cmd"}, testShard, nil)
+	if !errors.Is(err, ErrScriptFailed) || !strings.Contains(err.Error(), "/nonexistent/cmd") {
+		t.Fatalf("missing command: %v", err)
+	}
+}
+
+// gone reports whether pid no longer runs (absent, or a zombie nobody has
+// reaped yet: in a container the reaper may be slow or absent).
+func gone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) STATE ...: the state follows the last ')'.
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	var pid int
+	testwait.ForNoError(t, 20*time.Second, "the script wrote its grandchild's pid", func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err
+	})
+	return pid
+}
+
+// TestRunScriptCancelKillsGroup: the end of the item's context (here the
+// item timeout's cause) kills the script's whole process group: the
+// grandchild it started in the background is gone too.
+func TestRunScriptCancelKillsGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	errc := make(chan error, 1)
+	go func() {
+		// The child shell starts a grandchild and waits for it.
+		errc <- RunScript(ctx, []string{"/bin/sh", "-c", fmt.Sprintf(`sleep 300 & echo $! > %s.tmp; mv %s.tmp %s; wait`, pidFile, pidFile, pidFile), "sh"}, testShard, nil)
+	}()
+	pid := readPid(t, pidFile)
+	if gone(pid) {
+		t.Fatalf("grandchild %d gone before the cancel", pid)
+	}
+	cancel(&dataflow.TimeoutError{After: time.Second})
+	err := testwait.Recv(t, 20*time.Second, "RunScript to return after the cancel", errc)
+	if !errors.Is(err, dataflow.ErrTimeout) || !strings.Contains(err.Error(), "timed out after 1s") || !strings.Contains(err.Error(), "killed by signal 9") {
+		t.Errorf("err = %v, want the timeout cause and the kill", err)
+	}
+	testwait.For(t, 20*time.Second, fmt.Sprintf("grandchild %d killed with its group", pid), func() bool { return gone(pid) })
+}
+
+// TestRunScriptKillsLeftovers: a command that exits leaving a background
+// process in its group succeeds, and the leftover is killed (it would
+// otherwise hold the output pipe and outlive the run).
+func TestRunScriptKillsLeftovers(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	err := RunScript(t.Context(), []string{"/bin/sh", "-c", fmt.Sprintf(`sleep 300 & echo $! > %s`, pidFile), "sh"}, testShard, nil)
+	if err != nil {
+		t.Fatalf("RunScript: %v", err)
+	}
+	pid := readPid(t, pidFile)
+	testwait.For(t, 20*time.Second, fmt.Sprintf("leftover %d killed", pid), func() bool { return gone(pid) })
+}
