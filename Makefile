@@ -104,6 +104,11 @@ bench-coord: ## coordination requests per trigger for S servers and N items (cou
 screenshots: ## regenerate the console screenshots in docs/ (headless chromium, the browser test)
 	SHARDFLOW_SCREENSHOTS=$(CURDIR)/docs SHARDFLOW_REQUIRE_DOCKER=1 $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./cmd/shardflow
 
+.PHONY: bench-scale
+bench-scale: ## a 10,000-item job over 3 servers on real ZooKeeper: reshard, run, status, crash, failover (SCALE_ITEMS to change)
+	uptime
+	$(TEST_ENV) SHARDFLOW_SCALE_ITEMS=$${SCALE_ITEMS:-10000} $(GO) test -count=1 -timeout 20m -run TestScaleZooKeeper -v ./coord/ | grep -E 'SCALE|^(---|ok|FAIL)|_test.go'
+
 .PHONY: lint
 lint: ## gofmt, go vet, and go.mod/go.sum as go mod tidy leaves them
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

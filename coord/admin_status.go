@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -171,22 +173,32 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 			}
 		}
 	}
-	out := make([]ItemStatus, 0, len(shown))
-	for _, it := range slices.Sorted(maps.Keys(shown)) {
-		is := ItemStatus{Item: it}
+	items := slices.Sorted(maps.Keys(shown))
+	out := make([]ItemStatus, len(items))
+	// Items are read concurrently: a job of thousands of items costs
+	// thousands of round trips, which the store pipelines on one session.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(statusReaders)
+	for i, it := range items {
+		out[i] = ItemStatus{Item: it}
 		if present[it] {
-			if err := a.readItem(ctx, p, &is); err != nil {
-				return nil, err
-			}
+			g.Go(func() error { return a.readItem(gctx, p, &out[i]) })
 		}
-		if !is.Disabled && next != nil {
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if !out[i].Disabled && next != nil {
 			t := *next
-			is.NextFireTime = &t
+			out[i].NextFireTime = &t
 		}
-		out = append(out, is)
 	}
 	return out, nil
 }
+
+// statusReaders is how many items a status read reads at once.
+const statusReaders = 64
 
 // readItem fills is from execution/{item}.
 func (a *admin) readItem(ctx context.Context, p jobPaths, is *ItemStatus) error {
