@@ -3,9 +3,11 @@ package dataflow
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/shardflow/shardflow/integration"
 )
 
+// integration.Main checks for leaked goroutines (goleak) and removes the
+// shared Postgres of the history test.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	integration.Main(m)
 }
