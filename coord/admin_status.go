@@ -78,7 +78,7 @@ func nextFire(cfg jobconfig.Config, cerr error, now time.Time) *time.Time {
 	if cerr != nil || strings.TrimSpace(cfg.Cron) == "" {
 		return nil
 	}
-	sched, err := jobconfig.ParseCron(cfg.Cron)
+	sched, err := jobconfig.ParseCron(cfg.CronSpec()) // in the job's timeZone
 	if err != nil {
 		return nil
 	}

@@ -321,7 +321,7 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	if err == nil {
 		h.cj = cj
 		eff := cj.Config()
-		err = n.sched.add(h.name, eff.Cron, eff.MisfireEnabled(), n.runFunc(h))
+		err = n.sched.add(h.name, eff.CronSpec(), eff.MisfireEnabled(), n.runFunc(h))
 		if err != nil {
 			_ = cj.Leave(ctx)
 		}
@@ -487,7 +487,7 @@ func (n *Node) watch(h *hostedJob) {
 			switch sig {
 			case coord.SignalConfigChanged:
 				cfg := h.cj.Config()
-				if err := n.sched.reschedule(h.name, cfg.Cron, cfg.MisfireEnabled()); err != nil {
+				if err := n.sched.reschedule(h.name, cfg.CronSpec(), cfg.MisfireEnabled()); err != nil {
 					n.reportError(h.name, fmt.Errorf("dataflow: apply stored config: %w", err))
 				}
 				h.reporter.SetInterval(cfg.ProcessCountInterval())

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh prepares a machine for `make test`, idempotently: it installs the
 # Debian packages the tests need when they are missing (debootstrap, to build
-# the images; chromium for the console's browser test), then builds the
+# the images; chromium for the console's browser test; libquartz2-java for
+# the Quartz cron comparison, with javac), then builds the
 # local container images (scripts/build-images.sh), which needs no container
 # registry. With SHARDFLOW_SETUP_HOST_SERVERS=1 it also installs zookeeper and the PostgreSQL
 # server on the host, for local runs without containers (SHARDFLOW_ZK,
@@ -25,6 +26,10 @@ if [[ -n ${SHARDFLOW_SETUP_HOST_SERVERS:-} ]]; then
 fi
 # chromium: the console's browser test (cmd/shardflow, chromedp) drives it headless.
 command -v chromium >/dev/null || missing+=(chromium)
+# Quartz and a JDK for coord/jobconfig/quartz's differential test against
+# Quartz's own CronExpression.
+dpkg-query -W -f='${Status}' libquartz2-java 2>/dev/null | grep -q 'install ok installed' || missing+=(libquartz2-java)
+command -v javac >/dev/null || missing+=(default-jdk-headless)
 
 if [[ ${#missing[@]} -gt 0 ]]; then
   log "installing ${missing[*]}"

@@ -31,10 +31,15 @@ type Config struct {
 	// JobName identifies the job; unique within a namespace. A rename is a
 	// new job. Required: letters, digits, '-', '_' and '.', at most 128 bytes.
 	JobName string
-	// Cron is the schedule, with a seconds field: "0/5 * * * * ?" or
-	// "0 15 10 ? * MON-FRI" (Quartz forms are accepted; '?' means any).
-	// Empty means the job runs only when triggered.
+	// Cron is the schedule, a Quartz cron expression read exactly as
+	// Quartz reads it (ParseCronIn): "0/5 * * * * ?", "0 15 10 ? * MON-FRI",
+	// "0 0 12 L * ?". Empty means the job runs only when triggered.
 	Cron string
+	// TimeZone is the zone Cron is evaluated in, as ElasticJob 3.x's
+	// timeZone: an IANA name ("Asia/Shanghai"), "UTC", or an offset
+	// ("GMT+08:00"); see LoadZone. Default "": the local zone of each
+	// server process.
+	TimeZone string
 	// ShardingTotalCount is the number of shard items, numbered 0..n-1.
 	// Required, > 0.
 	ShardingTotalCount int

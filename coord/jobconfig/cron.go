@@ -1,113 +1,125 @@
 package jobconfig
 
 import (
+	"errors"
 	"strings"
+	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/shardflow/shardflow/coord/jobconfig/quartz"
 )
 
-// cronParser reads six fields, seconds first, plus descriptors (@every 5s,
-// @daily). Quartz forms are translated to it by ParseCron.
-var cronParser = cron.NewParser(cron.Second | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+// descriptorParser reads the robfig/cron descriptors kept as extensions:
+// "@every 10s", "@hourly", "@daily", "@weekly", "@monthly", "@yearly".
+var descriptorParser = cron.NewParser(cron.Descriptor)
 
-const cronFix = `write six fields "second minute hour day-of-month month day-of-week" (an optional seventh year field must be "*"), e.g. "0/5 * * * * ?" (every 5 seconds) or "0 15 10 ? * MON-FRI" (10:15 on weekdays), or a descriptor such as "@every 1m"`
+const cronFix = `write Quartz's six fields "second minute hour day-of-month month day-of-week" and an optional year, with "?" in one day field, e.g. "0/5 * * * * ?" (every 5 seconds) or "0 15 10 ? * MON-FRI" (10:15 on weekdays), or a descriptor such as "@every 1m"`
 
-// ParseCron parses a job's cron expression into a schedule.
+// ParseCron parses a job's cron expression into a schedule in the
+// process's local time zone; see ParseCronIn.
+func ParseCron(expr string) (cron.Schedule, error) { return ParseCronIn(expr, "") }
+
+// ParseCronIn parses a job's cron expression into a schedule evaluated in
+// the time zone zone names (see LoadZone; "" is the process's local zone).
 //
-// It accepts the Quartz forms ElasticJob configs use: six fields with
-// seconds first, "?" for "any" in day-of-month or day-of-week, and an
-// optional seventh year field that must be "*". It also accepts
-// robfig/cron descriptors ("@every 1s", "@hourly") and a leading
-// "TZ=Area/City " or "CRON_TZ=Area/City " time zone.
+// The expression is Quartz's, with Quartz's meaning exactly (package
+// quartz): the same fields and special characters, the same quirks, the
+// same refusals, the same fire times across daylight-saving changes.
+// Two extensions are kept: robfig/cron descriptors ("@every 10s",
+// "@daily"), and a leading "CRON_TZ=Zone " or "TZ=Zone " that overrides
+// zone for this expression.
 //
-// Quartz features robfig/cron cannot express are refused with an error
-// naming them: "L" (last), "W" (nearest weekday) and "#" (nth weekday), and
-// a year other than "*". Numeric day-of-week values are refused too, since
-// Quartz counts 1=SUN..7=SAT and Unix cron 0=SUN..6=SAT: the same expression
-// would silently run on another day; write names (MON-FRI) instead.
-//
-// Errors wrap ErrInvalid, name the cron field and show a valid example. The
-// empty expression is an error here; Config.Validate allows an empty Cron
-// (a job run only by triggers) and does not call ParseCron for it.
-func ParseCron(expr string) (cron.Schedule, error) {
-	spec, err := quartzToRobfig(expr)
+// Errors wrap ErrInvalid, name the cron field (or timeZone) and, for a
+// Quartz refusal, the part of the expression and what is wrong with it.
+// The empty expression is an error here; Config.Validate allows an empty
+// Cron (a job run only by triggers) and does not call ParseCronIn for it.
+func ParseCronIn(expr, zone string) (cron.Schedule, error) {
+	s := strings.TrimSpace(expr)
+	if s == "" {
+		return nil, fieldErr(FieldCron, cronFix, "expression is empty")
+	}
+	if prefix, rest, ok := cutZonePrefix(s); ok {
+		if rest == "" {
+			return nil, fieldErr(FieldCron, cronFix, "%q has a time zone but no schedule", expr)
+		}
+		if _, err := LoadZone(prefix); err != nil {
+			return nil, fieldErr(FieldCron, zoneFix, "%q: the CRON_TZ=/TZ= prefix names no time zone: %q", expr, prefix)
+		}
+		zone, s = prefix, rest
+	}
+	loc, err := LoadZone(zone)
 	if err != nil {
 		return nil, err
 	}
-	sched, err := cronParser.Parse(spec)
+	if strings.HasPrefix(s, "@") {
+		sched, err := descriptorParser.Parse(s)
+		if err != nil {
+			return nil, fieldErr(FieldCron, cronFix, "%q does not parse: %v", expr, err)
+		}
+		if spec, ok := sched.(*cron.SpecSchedule); ok {
+			spec.Location = loc
+		}
+		return sched, nil
+	}
+	sched, err := quartz.Parse(s, loc)
 	if err != nil {
-		return nil, fieldErr(FieldCron, cronFix, "%q does not parse: %v", expr, err)
+		var se *quartz.SyntaxError
+		if errors.As(err, &se) && se.Field != "" {
+			return nil, fieldErr(FieldCron, cronFix, "%q: %s field %q: %s", expr, se.Field, se.Value, se.Problem)
+		}
+		if se != nil {
+			return nil, fieldErr(FieldCron, cronFix, "%q: %s", expr, se.Problem)
+		}
+		return nil, fieldErr(FieldCron, cronFix, "%q: %v", expr, err)
 	}
 	return sched, nil
 }
 
-// quartzToRobfig rewrites a Quartz-style expression to robfig/cron's form,
-// or explains which Quartz feature it cannot map.
-func quartzToRobfig(expr string) (string, error) {
-	s := strings.TrimSpace(expr)
-	if s == "" {
-		return "", fieldErr(FieldCron, cronFix, "expression is empty")
-	}
-	var tz string
-	if strings.HasPrefix(s, "TZ=") || strings.HasPrefix(s, "CRON_TZ=") {
-		i := strings.IndexAny(s, " \t")
-		if i < 0 {
-			return "", fieldErr(FieldCron, cronFix, "%q has a time zone but no schedule", expr)
-		}
-		tz, s = s[:i]+" ", strings.TrimSpace(s[i:])
-	}
-	if strings.HasPrefix(s, "@") {
-		return tz + s, nil
-	}
-	f := strings.Fields(s)
-	switch len(f) {
-	case 6:
-	case 7:
-		if f[6] != "*" {
-			return "", fieldErr(FieldCron, cronFix, "%q: the year field %q is not supported, only \"*\"", expr, f[6])
-		}
-		f = f[:6]
-	default:
-		return "", fieldErr(FieldCron, cronFix, "%q has %d fields, want 6 (or 7 with a year)", expr, len(f))
-	}
-	names := [...]string{"second", "minute", "hour", "day-of-month", "month", "day-of-week"}
-	for i, v := range f {
-		if v == "?" {
-			if i != 3 && i != 5 {
-				return "", fieldErr(FieldCron, cronFix, "%q: \"?\" is only allowed in day-of-month or day-of-week, not in the %s field", expr, names[i])
+// cutZonePrefix splits "CRON_TZ=Zone rest" or "TZ=Zone rest".
+func cutZonePrefix(s string) (zone, rest string, ok bool) {
+	for _, p := range []string{"CRON_TZ=", "TZ="} {
+		if strings.HasPrefix(s, p) {
+			zone, rest, _ = strings.Cut(s[len(p):], " ")
+			if z, r, found := strings.Cut(zone, "\t"); found {
+				zone, rest = z, r+" "+rest
 			}
-			f[i] = "*"
-			continue
-		}
-		if strings.Contains(v, "?") {
-			return "", fieldErr(FieldCron, cronFix, "%q: \"?\" must stand alone in the %s field", expr, names[i])
+			return zone, strings.TrimSpace(rest), true
 		}
 	}
-	dom, dow := strings.ToUpper(f[3]), strings.ToUpper(f[5])
-	switch {
-	case strings.Contains(dom, "L"):
-		return "", fieldErr(FieldCron, cronFix, "%q: \"L\" (last day of month) in day-of-month is not supported", expr)
-	case strings.Contains(dom, "W"):
-		return "", fieldErr(FieldCron, cronFix, "%q: \"W\" (nearest weekday) in day-of-month is not supported", expr)
-	case strings.Contains(dow, "#"):
-		return "", fieldErr(FieldCron, cronFix, "%q: \"#\" (nth weekday of month) in day-of-week is not supported", expr)
-	case strings.Contains(dow, "L"):
-		return "", fieldErr(FieldCron, cronFix, "%q: \"L\" (last weekday of month) in day-of-week is not supported", expr)
-	case strings.ContainsAny(stepless(dow), "0123456789"):
-		return "", fieldErr(FieldCron, `use day names such as MON-FRI or SUN,SAT; `+cronFix,
-			"%q: numeric day-of-week %q is ambiguous (Quartz counts 1=SUN..7=SAT, Unix cron 0=SUN..6=SAT)", expr, f[5])
-	}
-	return tz + strings.Join(f, " "), nil
+	return "", "", false
 }
 
-// stepless drops "/step" suffixes from each comma-separated part of a field,
-// so that "*/2" is not mistaken for a numeric day.
-func stepless(field string) string {
-	parts := strings.Split(field, ",")
-	for i, p := range parts {
-		if j := strings.IndexByte(p, '/'); j >= 0 {
-			parts[i] = p[:j]
-		}
+// NextFireTimes returns up to n fire times of a job's cron expression
+// after from, in the time zone zone names (as ParseCronIn reads both);
+// fewer when the schedule ends. It is what `shardflow cron next` prints.
+func NextFireTimes(expr, zone string, from time.Time, n int) ([]time.Time, error) {
+	sched, err := ParseCronIn(expr, zone)
+	if err != nil {
+		return nil, err
 	}
-	return strings.Join(parts, ",")
+	var out []time.Time
+	for t := from; len(out) < n; {
+		next := sched.Next(t)
+		if next.IsZero() {
+			break
+		}
+		out = append(out, next)
+		t = next
+	}
+	return out, nil
+}
+
+// CronSpec returns Cron with TimeZone as a "CRON_TZ=Zone " prefix, the one
+// string the scheduler parses (ParseCron) to fire in the job's zone; Cron
+// unchanged when TimeZone or Cron is empty or Cron names its own zone.
+func (c Config) CronSpec() string {
+	zone, expr := strings.TrimSpace(c.TimeZone), strings.TrimSpace(c.Cron)
+	if zone == "" || expr == "" {
+		return c.Cron
+	}
+	if _, _, prefixed := cutZonePrefix(expr); prefixed {
+		return c.Cron
+	}
+	return "CRON_TZ=" + zone + " " + expr
 }

@@ -15,6 +15,7 @@ import (
 const (
 	FieldJobName                          = "jobName" // the node path, not a config child
 	FieldCron                             = "cron"
+	FieldTimeZone                         = "timeZone"
 	FieldShardingTotalCount               = "shardingTotalCount"
 	FieldShardingItemParameters           = "shardingItemParameters"
 	FieldJobParameter                     = "jobParameter"
@@ -65,6 +66,7 @@ type fieldSpec struct {
 
 var fieldSpecs = map[string]fieldSpec{
 	FieldCron:                             {kind: kindString, example: `"0/5 * * * * ?"`, str: func(c *Config) *string { return &c.Cron }},
+	FieldTimeZone:                         {kind: kindString, example: `"Asia/Shanghai"`, str: func(c *Config) *string { return &c.TimeZone }},
 	FieldShardingTotalCount:               {kind: kindInt, example: "8", num: func(c *Config) *int { return &c.ShardingTotalCount }},
 	FieldShardingItemParameters:           {kind: kindString, example: `"0=Beijing,1=Shanghai"`, str: func(c *Config) *string { return &c.ShardingItemParameters }},
 	FieldJobParameter:                     {kind: kindString, example: `"full"`, str: func(c *Config) *string { return &c.JobParameter }},

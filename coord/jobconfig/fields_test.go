@@ -16,6 +16,7 @@ func TestFieldsNames(t *testing.T) {
 		"jobParameter", "jobShardingStrategy", "maxTimeDiffSeconds",
 		"misfire", "monitorExecution", "overwrite", "pipelinedFetch", "processCountIntervalSeconds",
 		"reconcileIntervalSeconds", "scriptCommandLine", "shardingItemParameters", "shardingTotalCount", "streamingProcess",
+		"timeZone",
 	}
 	if got := FieldNames(); !slices.Equal(got, want) {
 		t.Fatalf("FieldNames() = %v, want %v", got, want)
@@ -33,6 +34,7 @@ func TestFieldsEncoding(t *testing.T) {
 		FetchDataCount: 100, StreamingProcess: true, PipelinedFetch: true, MaxTimeDiffSeconds: -1, Failover: true,
 		Description: " d ", Overwrite: true, ShardingStrategy: "odd-even", Disabled: true,
 		ErrorPolicy: ErrorPolicyReturn, JobType: JobTypeDataflow, ItemTimeout: 90 * time.Second,
+		TimeZone: "Asia/Shanghai",
 	}
 	want := map[string]string{
 		"cron": "0 * * * * ?", "shardingTotalCount": "4", "shardingItemParameters": "0=a",
@@ -43,6 +45,7 @@ func TestFieldsEncoding(t *testing.T) {
 		"overwrite": "true", "jobShardingStrategy": "odd-even", "disabled": "true",
 		"errorPolicy": "return", "reconcileIntervalSeconds": "0", "jobType": "DATAFLOW",
 		"scriptCommandLine": "", "httpUrl": "", "httpMethod": "", "httpHeaders": "", "itemTimeout": "1m30s",
+		"timeZone": "Asia/Shanghai",
 	}
 	if got := c.Fields(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Fields() =\n%v\nwant\n%v", got, want)
@@ -123,7 +126,8 @@ func TestSetField(t *testing.T) {
 		{"itemTimeout", "-1s", "itemTimeout", "must be >= 0"},
 		{"shardingTotalCount", "many", "shardingTotalCount", `"many" is not an integer`},
 		{"failover", "maybe", "failover", `"maybe" is not true or false`},
-		{"cron", "0 0 0 L * ?", "cron", `"L"`},
+		{"cron", "0 0 0 L * MON", "cron", "both day-of-month and day-of-week are set"},
+		{"timeZone", "Mars/Olympus", "timeZone", `"Mars/Olympus" is not a time zone`},
 		{"shardingTotalCount", "2", "shardingItemParameters", "not below shardingTotalCount 2"},
 		{"errorPolicy", "throw", "errorPolicy", `"throw"`},
 	}

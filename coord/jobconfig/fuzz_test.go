@@ -42,7 +42,7 @@ func FuzzParseItemParameters(f *testing.F) {
 // FuzzParseCron: never panics; errors wrap ErrInvalid and name the cron
 // field; a schedule's next fire time is after the time asked about.
 func FuzzParseCron(f *testing.F) {
-	for _, s := range []string{"0/5 * * * * ?", "0 15 10 ? * MON-FRI", "*/1 * * * * *", "@every 1s", "0 0 0 L * ?", "0 0 0 * * ? *"} {
+	for _, s := range []string{"0/5 * * * * ?", "0 15 10 ? * MON-FRI", "*/1 * * * * *", "@every 1s", "0 0 0 L * ?", "0 0 0 * * ? *", "0 0 12 ? * 6#3", "0 0 12 LW * ?", "0 0 22-2 ? NOV-FEB FRI-MON/2 2025/2"} {
 		f.Add(s)
 	}
 	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -48,8 +48,9 @@ func ValidErrorPolicy(p ErrorPolicy) bool {
 //
 // Validate checks c.WithDefaults(): a zero field that has a default is
 // fine, an explicit negative one is an error. It checks: the job name
-// (ValidateJobName); shardingTotalCount > 0; the cron expression (ParseCron)
-// unless it is empty; the item parameters (ParseItemParameters against the
+// (ValidateJobName); shardingTotalCount > 0; the time zone (LoadZone);
+// the cron expression (ParseCronIn, in that zone) unless it is empty, and
+// not naming a zone of its own when timeZone does; the item parameters (ParseItemParameters against the
 // total); processCountIntervalSeconds, concurrentDataProcessThreadCount,
 // fetchDataCount and reconcileIntervalSeconds > 0; jobShardingStrategy
 // registered in package sharding; errorPolicy one of log, return, ignore;
@@ -66,8 +67,15 @@ func (c Config) Validate() error {
 	if c.ShardingTotalCount <= 0 {
 		errs = append(errs, fieldErr(FieldShardingTotalCount, "set it to the number of shard items, e.g. 8", "must be > 0, got %d", c.ShardingTotalCount))
 	}
-	if strings.TrimSpace(c.Cron) != "" {
-		if _, err := ParseCron(c.Cron); err != nil {
+	_, zoneErr := LoadZone(c.TimeZone)
+	if zoneErr != nil {
+		errs = append(errs, zoneErr)
+	}
+	if _, _, prefixed := cutZonePrefix(strings.TrimSpace(c.Cron)); prefixed && strings.TrimSpace(c.TimeZone) != "" {
+		errs = append(errs, fieldErr(FieldCron, "drop the CRON_TZ=/TZ= prefix from cron and keep the zone in timeZone",
+			"%q names a time zone and so does timeZone (%q)", c.Cron, c.TimeZone))
+	} else if strings.TrimSpace(c.Cron) != "" && zoneErr == nil {
+		if _, err := ParseCronIn(c.Cron, c.TimeZone); err != nil {
 			errs = append(errs, err)
 		}
 	}
