@@ -3,6 +3,7 @@
 //
 //	shardflow demo     [--zk HOSTS] [--namespace NS] [--job NAME] [--servers K] ...
 //	shardflow shard    --strategy average|odd-even|round-robin --servers a,b,c --total N --job NAME [--json]
+//	shardflow cron next [--tz ZONE] [--from RFC3339] [-n N] EXPR
 //	shardflow status   --zk HOSTS [--namespace NS] [--job NAME] [--json]
 //	shardflow trigger|pause|resume|disable|enable|shutdown|remove --zk HOSTS --job NAME [--server ID] [--item N]
 //	shardflow config get|set --zk HOSTS --job NAME [FIELD VALUE]
@@ -44,6 +45,7 @@ func commands() []command {
 	return []command{
 		{"demo", "run the demo job: K servers in one process (embedded store, or --zk)", runDemo},
 		{"shard", "preview a sharding assignment", runShard},
+		{"cron", "preview a cron expression: cron next [--tz ZONE] [--from RFC3339] [-n N] EXPR", runCron},
 		{"status", "show jobs, servers, items and counts", runStatus},
 		{"trigger", "run a job now on every server", opCommand("trigger")},
 		{"pause", "pause a job on a server (or all)", opCommand("pause")},
