@@ -13,9 +13,9 @@ import (
 // Go's string order is UTF-8 byte order, the order of code points. The two
 // differ for characters above U+FFFF: in UTF-16 they are surrogate pairs
 // starting with 0xD800-0xDBFF, so they sort before U+E000-U+FFFF, where by
-// code point they sort after. Every server must see the same order, so
-// ids Java holds equal (distinct invalid UTF-8, read as U+FFFD) are
-// ordered by their bytes.
+// code point they sort after. Invalid UTF-8, which no id written by Java
+// holds, is read one byte at a time as U+FFFD, and ids that compare equal
+// that way are ordered by their bytes, so every server sees one order.
 func CompareServerIDs(a, b string) int {
 	if c := compareUTF16(a, b); c != 0 {
 		return c
@@ -23,8 +23,7 @@ func CompareServerIDs(a, b string) int {
 	return strings.Compare(a, b)
 }
 
-// compareUTF16 compares the UTF-16 code unit sequences of a and b, decoding
-// invalid UTF-8 as U+FFFD as Java's decoder does.
+// compareUTF16 compares the UTF-16 code unit sequences of a and b.
 func compareUTF16(a, b string) int {
 	for a != "" && b != "" {
 		ra, na := utf8.DecodeRuneInString(a)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardflow/shardflow/coord/sharding"
 )
 
 // Field forms the generator draws from: every feature of the syntax, the
@@ -78,6 +80,11 @@ var documented = []string{
 	"0 0 12 1 * MON", "0 0 12 ? * ?", "0 0/60 * * * ?", "0 0 22-2 * * ?", "0 0 12 ? * FRI-MON",
 	"0 0 12 1 NOV-FEB ?", "0 0 12 LW * ?", "0 0 12 15W * ?", "0 0 12 ? * 2-6", "* * * * * ?",
 	"0 * * * * ?", "0 30 * * * ?", "0/5 * * * * ?", "0 0 0 29 2 ?", "0 0 0 30 2 ?",
+	// Quirks: ignored trailing characters and fields, "#" with a list,
+	// a range step of 0, an unchecked range step, "L" alone in
+	// day-of-week, "L-W", "?" followed by one character.
+	"0 0 12 * * ? 2026 extra", "0 0 12 ? * MON#2,WED", "0 0 12 5-10/0 * ?", "0 0-59/90 12 * * ?",
+	"0 0 12 ? * L", "0 0 12 L-W * ?", "0 0 12 ?X * MON", "0 0 12 ? JANUARY MONDAY", "0 0 12 ? * 2-6/2",
 }
 
 // window is a start instant in a zone.
@@ -130,6 +137,12 @@ func TestMatchesQuartz(t *testing.T) {
 	if testing.Short() {
 		n = 150
 	}
+	if s := os.Getenv("SHARDFLOW_QUARTZ_EXPRS"); s != "" { // longer runs
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("SHARDFLOW_QUARTZ_EXPRS=%q: %v", s, err)
+		}
+	}
 	exprs := append([]string(nil), documented...)
 	for len(exprs) < n {
 		exprs = append(exprs, genExpr(rng))
@@ -144,6 +157,10 @@ func TestMatchesQuartz(t *testing.T) {
 		}
 	}
 	began := time.Now()
+	ids := serverIDs(rng)
+	for i := 0; i+1 < len(ids); i += 2 {
+		requests = append(requests, fmt.Sprintf("C\tc%d\t%x\t%x", i, ids[i], ids[i+1]))
+	}
 	answers := oracle(t, requests)
 	javaTook := time.Since(began)
 	began = time.Now()
@@ -188,8 +205,39 @@ func TestMatchesQuartz(t *testing.T) {
 			}
 		}
 	}
+	var orderDiffs int
+	for i := 0; i+1 < len(ids); i += 2 {
+		want := answers[fmt.Sprintf("c%d", i)][1]
+		if got := strconv.Itoa(sharding.CompareServerIDs(ids[i], ids[i+1])); got != want {
+			orderDiffs++
+			t.Errorf("CompareServerIDs(%+q, %+q) = %s, Java's compareTo sign %s", ids[i], ids[i+1], got, want)
+		}
+	}
+	t.Logf("%d server id pairs ordered as Java's String.compareTo, %d differences", len(ids)/2, orderDiffs)
 	t.Logf("%d expressions (%d refused by both), %d zones/start windows, %d fire times compared, %d differences (Quartz %v, shardflow %v)",
 		len(exprs), refusedBoth, len(ws), compared, diffs, javaTook.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
+}
+
+// serverIDs returns pairs of ids mixing ASCII, U+E000-U+FFFF and
+// characters above U+FFFF, often with a common prefix.
+func serverIDs(rng *rand.Rand) []string {
+	pools := [][2]rune{{'a', 'e'}, {0xE000, 0xE002}, {0xFFFD, 0xFFFF}, {0x10000, 0x10002}, {0x1F600, 0x1F601}, {0xD7FF, 0xD7FF}}
+	one := func() string {
+		var b strings.Builder
+		for n := rng.IntN(4); n >= 0; n-- {
+			p := pools[rng.IntN(len(pools))]
+			b.WriteRune(p[0] + rune(rng.IntN(int(p[1]-p[0])+1)))
+		}
+		return b.String()
+	}
+	var ids []string
+	for range 300 {
+		a := one()
+		r := []rune(a)
+		b := string(r[:rng.IntN(len(r)+1)]) + one() // often a shared prefix
+		ids = append(ids, a, b)
+	}
+	return ids
 }
 
 func fmtTimes(unix []string, loc *time.Location) string {
