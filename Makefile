@@ -65,6 +65,19 @@ test: zk-overlay ## run every test, with race detector, on real ZooKeeper and Po
 test-integration: setup zk-overlay ## run only the integration harness's own tests
 	$(TEST_ENV) $(ZK_WORK) $(GO) test -race -count=1 -timeout 10m -v ./integration/...
 
+# make sim: the seeded protocol simulation (coordtest.Simulate). SEED empty:
+# derived from the clock; schedule i runs seed SEED+i. STORE=zk runs it on a
+# real ZooKeeper container.
+SEED ?=
+SCHEDULES ?= 300
+STORE ?= mem
+.PHONY: sim
+sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STORE=zk]; last line: schedules=K violations=V seed=N
+	@out=$$(mktemp); \
+	SIM_SEED=$(SEED) SIM_SCHEDULES=$(SCHEDULES) SIM_STORE=$(STORE) $(TEST_ENV) $(ZK_WORK) \
+		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper)?$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
+	grep -E 'sim_test.go|^(FAIL|panic)' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
+
 .PHONY: zk-overlay
 zk-overlay: ## generate .build/zk-overlay/go.work: go-zookeeper with its lastZxid race fixed, for test builds
 	@$(GO) run ./internal/zkoverlay -out $(ZK_OVERLAY_DIR) >/dev/null

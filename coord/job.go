@@ -67,6 +67,8 @@ type job struct {
 	// Watcher-goroutine state.
 	candidate        string // absolute path of this server's election candidate
 	predAfterSession <-chan store.Event
+	reelected        bool // onSession ran the election; predAfterSession is its watch
+	resynced         bool // onSession rebuilt the tree cache
 	// idleW watches the running node that keeps the leader from resharding
 	// promptly (reshardWhenIdle); nil when none.
 	idleW <-chan store.Event
@@ -378,6 +380,16 @@ func (j *job) elect(ctx context.Context) (<-chan store.Event, error) {
 	latch := j.p.abs(relLatch)
 	for range 16 {
 		if j.candidate == "" {
+			// Adopt a candidate this session already has (an election that
+			// ran just before a re-registration): a second one would stand
+			// behind the first, which never goes, and never lead.
+			own, err := j.ownCandidate(ctx, latch)
+			if err != nil {
+				return nil, err
+			}
+			j.candidate = own
+		}
+		if j.candidate == "" {
 			p, err := j.st.Create(ctx, store.Join(latch, candidatePrefix), []byte(j.id), store.EphemeralSequential)
 			if err != nil {
 				return nil, err
@@ -406,6 +418,29 @@ func (j *job) elect(ctx context.Context) (<-chan store.Event, error) {
 		}
 	}
 	return nil, errors.New("coord: leader election did not settle after 16 rounds")
+}
+
+// ownCandidate returns the path of a candidate under latch that belongs to
+// this server on the current session, or "".
+func (j *job) ownCandidate(ctx context.Context, latch string) (string, error) {
+	sess, _ := j.st.Session()
+	kids, _, err := j.st.Children(ctx, latch)
+	if err != nil {
+		return "", err
+	}
+	for _, k := range kids {
+		data, st, err := j.st.Get(ctx, store.Join(latch, k))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if string(data) == j.id && st.EphemeralOwner == sess.ID {
+			return store.Join(latch, k), nil
+		}
+	}
+	return "", nil
 }
 
 // seqOf returns the sequence suffix of a candidate name (the last 10 bytes).

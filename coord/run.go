@@ -44,7 +44,14 @@ func (j *job) ready() (int64, context.Context, error) {
 	return j.regSession, j.regCtx, nil
 }
 
-func (j *job) begin(ctx context.Context, now time.Time) (*run, error) {
+func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
+	defer func() {
+		if err != nil && !errors.Is(err, ErrSessionLost) && lostConnection(j.st, err) {
+			// A store call failed because the connection or session went:
+			// to the caller that is a lost session, as documented.
+			err = fmt.Errorf("%w: %w", ErrSessionLost, err)
+		}
+	}()
 	sid, regCtx, err := j.ready()
 	if err != nil {
 		return nil, err
@@ -98,7 +105,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (*run, error) {
 		break
 	}
 	j.recordLastError(ctx, "")
-	r := &run{j: j, session: sid, items: items}
+	r = &run{j: j, session: sid, items: items}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
 	return r, nil
@@ -681,6 +688,16 @@ func (r *run) checkOwnership(ctx context.Context, item int) error {
 		return fmt.Errorf("coord: job %q: item %d (epoch %d, now %d): %w", j.jname, item, a.Epoch, st.Mzxid, ErrNotOwner)
 	}
 	return nil
+}
+
+// lostConnection reports whether err comes from a store call that failed
+// because the connection or the session is gone (or not connected now).
+func lostConnection(st store.Store, err error) bool {
+	if errors.Is(err, store.ErrConnectionLoss) || errors.Is(err, store.ErrSessionExpired) || errors.Is(err, store.ErrClosed) {
+		return true
+	}
+	sess, _ := st.Session()
+	return sess.State != store.StateConnected && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // fenceErr wraps a store error of a fencing check. When the run's session

@@ -43,6 +43,7 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 	defer ticker.Stop()
 	var retry <-chan time.Time
 	needResync := false
+	electAgain := false
 	var refs []watchRef
 	cases := make([]reflect.SelectCase, nFixed)
 	j.react(ctx)
@@ -74,8 +75,15 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 			if j.onSession(ctx, sess) != nil {
 				retry = time.After(retryDelay)
 			} else {
-				needResync = false
-				predW = j.predAfterSession
+				if j.resynced {
+					needResync, j.resynced = false, false
+				} else if needResync && sess.State == store.StateConnected && retry == nil {
+					// A watch failed to re-arm while the connection was
+					// down; the session resumed but the watch is still
+					// missing: resync, or the cache stays blind to it.
+					retry = time.After(retryDelay)
+				}
+				j.takeElection(&predW)
 			}
 			continue
 		case caseSignal:
@@ -96,6 +104,7 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 			if err != nil {
 				j.warn(ctx, "leader election failed; retrying", "err", err)
 				retry = time.After(retryDelay)
+				electAgain = true
 			}
 			predW = w
 		case caseRetry:
@@ -105,7 +114,22 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 				retry = time.After(retryDelay)
 				continue
 			}
-			needResync = false
+			if cur, _ := j.st.Session(); cur.State == store.StateConnected {
+				needResync = false // retryRecovery resynced (it does only when connected)
+			}
+			if electAgain && predW == nil {
+				// The election failed (say, on a dropped connection) and
+				// no re-registration ran it since: run it again, or this
+				// server never leads nor watches its predecessor.
+				w, err := j.electIfRegistered(ctx)
+				if err != nil {
+					j.warn(ctx, "leader election failed; retrying", "err", err)
+					retry = time.After(retryDelay)
+					continue
+				}
+				predW = w
+			}
+			electAgain = false
 		case caseIdle:
 			j.idleW = nil // the running item it watched ended: react re-checks
 		case caseWake:
@@ -167,13 +191,24 @@ func (j *job) handleWatch(ctx context.Context, ref watchRef, ev store.Event) err
 // electIfRegistered runs the election if this server is registered on the
 // current session and not shut down.
 func (j *job) electIfRegistered(ctx context.Context) (<-chan store.Event, error) {
+	sess, _ := j.st.Session()
 	j.mu.Lock()
-	ok := !j.offline && !j.removed && j.regCtx.Err() == nil
+	ok := !j.offline && !j.removed && j.regCtx.Err() == nil && sess.ID == j.regSession
 	j.mu.Unlock()
 	if !ok {
 		return nil, nil
 	}
 	return j.elect(ctx)
+}
+
+// takeElection replaces *predW with the predecessor watch of the election
+// a re-registration ran, if one did. A suspension or a resumed session
+// keeps the current watch: dropping it would leave this server waiting on
+// nothing, never becoming leader when its predecessor goes.
+func (j *job) takeElection(predW *<-chan store.Event) {
+	if j.reelected {
+		*predW, j.predAfterSession, j.reelected = j.predAfterSession, nil, false
+	}
 }
 
 // retryRecovery re-runs what failed: a resync and, if the session changed,
@@ -183,7 +218,7 @@ func (j *job) retryRecovery(ctx context.Context, predW *<-chan store.Event, resy
 	if err := j.onSession(ctx, sess); err != nil {
 		return err
 	}
-	*predW = j.predAfterSession
+	j.takeElection(predW)
 	if resync && sess.State == store.StateConnected {
 		return j.cache.resync(ctx)
 	}
@@ -212,6 +247,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	if err := j.cache.resync(ctx); err != nil {
 		return err
 	}
+	j.resynced = true
 	if stopped {
 		j.mu.Lock()
 		j.regSession = sess.ID
@@ -234,7 +270,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	if err != nil {
 		return err
 	}
-	j.predAfterSession = w
+	j.predAfterSession, j.reelected = w, true
 	j.log.Info("re-registered on a new session", "session", sess.ID)
 	return nil
 }
