@@ -51,7 +51,10 @@ func RunScript(ctx context.Context, argv []string, c ShardContext, logger *slog.
 	cmd := exec.Command(argv[0], args...)
 	cmd.Env = append(os.Environ(), c.Env()...)
 	cmd.Stdout, cmd.Stderr = w, w // an *os.File: the child writes it directly
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group, so one kill reaches its children; Pdeathsig kills the
+	// direct process if this worker dies without killing the group (a
+	// crash, SIGKILL): its own children are then left to run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	err = cmd.Start()
 	_ = w.Close() // the children hold their copies
 	if err != nil {

@@ -24,6 +24,9 @@ type connFlags struct {
 	namespace string
 	auth      string
 	timeout   time.Duration
+	// sessionTimeout is the ZooKeeper session timeout of long-lived
+	// commands (serve registers the flag); 0 is zkstore's default.
+	sessionTimeout time.Duration
 }
 
 // Environment variables read when the matching flag is absent, as the
@@ -80,6 +83,7 @@ var dialStore = func(ctx context.Context, servers []string, c *connFlags) (store
 	st, err := zkstore.Open(ctx, zkstore.Config{
 		Servers:        servers,
 		ConnectTimeout: c.timeout,
+		SessionTimeout: c.sessionTimeout,
 		Auth:           c.auth,
 		Logger:         cliLogger,
 	})

@@ -29,6 +29,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	serverID := fs.String("server-id", "", "this worker's id among a job's servers (default: the first non-loopback IPv4 address; set one per process when several share a host)")
 	fs.Var(&allowCmd, "allow-command", `a command prefix this worker may run, e.g. "/opt/jobs/" (repeatable; see docs/operations.md)`)
 	fs.Var(&allowURL, "allow-url", `a URL prefix this worker may request, e.g. "https://jobs.internal/run/" (repeatable)`)
+	fs.DurationVar(&cf.sessionTimeout, "session-timeout", 0, "ZooKeeper session timeout: how long after a crash this worker's items fail over (default 10s)")
 	verbose := fs.Bool("v", false, "log every run (info level) instead of warnings and errors only")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
