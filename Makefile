@@ -101,7 +101,7 @@ bench: ## run the benchmarks (no tests)
 .PHONY: bench-pg
 bench-pg: ## Postgres benchmark (shardflow claim/tx vs pgx loop vs river vs one UPDATE); needs SHARDFLOW_PG, a role allowed to CREATE DATABASE
 	@[[ -n "$$SHARDFLOW_PG" ]] || { echo "set SHARDFLOW_PG to a Postgres DSN (the role must be allowed to CREATE DATABASE)"; exit 2; }
-	cd bench && $(GO) run ./pgbench --pg "$$SHARDFLOW_PG" --rows $${ROWS:-1000000}
+	cd bench && $(GO) run ./pgbench --pg "$$SHARDFLOW_PG" --rows $${ROWS:-1000000} --rounds $${ROUNDS:-1}
 
 .PHONY: bench-engine
 bench-engine: ## the pipeline engine against a hand-written worker pool (1M no-op items), and pipelined fetching on an I/O-bound job

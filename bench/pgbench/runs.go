@@ -104,7 +104,7 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 	}
 	name, mode := "shardflow", "claim mode"
 	if tx {
-		name, mode = "shardflow-tx", "transactional mode (rows locked in the batch transaction, one done UPDATE, fence)"
+		name, mode = "shardflow-tx", "transactional mode (rows locked and marked done by one statement in the batch transaction, fence)"
 	}
 	return result{name: name, rows: n, elapsed: elapsed,
 		note: fmt.Sprintf(mode+", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d", items, batch)}, nil

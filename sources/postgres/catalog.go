@@ -111,8 +111,8 @@ func (info *tableInfo) checkBookkeeping(spec TableSpec) ([]bookColumn, error) {
 	}
 	if info.indexes[v1] {
 		return nil, fmt.Errorf("%w: table %s was prepared by shardflow's first release (index %s on its columns %s, ...); "+
-			"run postgres.UpgradeV1(ctx, pool, spec) once with the workers stopped: it renames them to the "+
-			"shardflow_ names without rewriting the table", ErrV1Table, spec.Table, v1, v1Names["Status"])
+			"stop its workers and run once `shardflow failed upgrade-v1 --table %s` or postgres.UpgradeV1(ctx, pool, spec): "+
+			"it renames them to the shardflow_ names without rewriting the table", ErrV1Table, spec.Table, v1, v1Names["Status"], spec.Table)
 	}
 	var missing []bookColumn
 	for _, c := range spec.columns() {
