@@ -25,11 +25,11 @@ func TestRowsPerSecondBuckets(t *testing.T) {
 	now := time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC)
 	at := func(minAgo float64) time.Time { return now.Add(-time.Duration(minAgo * float64(time.Minute))) }
 	recs := []history.Record{
-		{End: at(0.5), Success: 600},            // last bucket: 10 rows/s
+		{End: at(0.5), Success: 600},             // last bucket: 10 rows/s
 		{End: at(0.2), Success: 50, Failure: 10}, // same bucket: +1 row/s
-		{End: at(59.5), Success: 120},           // first bucket: 2 rows/s
-		{End: at(61), Success: 1000},            // before the window
-		{End: now, Success: 1000},               // at now: outside [now-1h, now)
+		{End: at(59.5), Success: 120},            // first bucket: 2 rows/s
+		{End: at(61), Success: 1000},             // before the window
+		{End: now, Success: 1000},                // at now: outside [now-1h, now)
 	}
 	got := rowsPerSecond(recs, now)
 	if len(got) != 60 || got[59] != 11 || got[0] != 2 {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"text/tabwriter"
@@ -153,4 +154,31 @@ func oneLine(s string) string {
 		q = q[:77] + "..."
 	}
 	return q
+}
+
+// startHistoryRecorder records item runs in the Postgres at dsn (pghistory,
+// its table migrated) for a command hosting a Node; dsn "" records nothing.
+// stop flushes what is queued and closes the pool; call it after the
+// Node's Stop.
+func startHistoryRecorder(ctx context.Context, dsn string, logger *slog.Logger) (rec history.Recorder, stop func(), err error) {
+	if dsn == "" {
+		return nil, func() {}, nil
+	}
+	pool, err := postgres.Connect(ctx, dsn, 2)
+	if err != nil {
+		return nil, nil, fmt.Errorf("history database: %w", err)
+	}
+	buf, _, err := pghistory.NewRecorder(ctx, pghistory.Config{Pool: pool, Logger: logger}, history.BufferConfig{Logger: logger})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return buf, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := buf.Stop(sctx); err != nil {
+			logger.Warn("history: flushing at stop", "err", err, "stats", buf.Stats().String())
+		}
+		pool.Close()
+	}, nil
 }

@@ -131,3 +131,25 @@ func TestHistoryCommandUsage(t *testing.T) {
 		}
 	}
 }
+
+// `serve --history-pg` records through startHistoryRecorder: the records
+// are in the table once stop has flushed them.
+func TestStartHistoryRecorder(t *testing.T) {
+	rec, stop, err := startHistoryRecorder(t.Context(), "", cliLogger)
+	if err != nil || rec != nil {
+		t.Fatalf("no DSN: recorder %v, err %v; want none", rec, err)
+	}
+	stop()
+	dsn := integration.SharedPostgres(t).NewDatabase(t)
+	rec, stop, err = startHistoryRecorder(t.Context(), dsn, cliLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	rec.Record(history.Record{Job: "script", Server: "w1", Item: 0, Epoch: 1, Source: history.SourceNormal, Begin: now, End: now, Success: 1})
+	stop()
+	code, stdout, stderr := runHistoryCLI(t, "history", "--pg", dsn, "--json")
+	if code != 0 || strings.Count(stdout, `"job": "script"`) != 1 {
+		t.Fatalf("history after stop: exit %d\n%s%s", code, stdout, stderr)
+	}
+}

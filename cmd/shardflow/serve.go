@@ -31,6 +31,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&allowURL, "allow-url", `a URL prefix this worker may request, e.g. "https://jobs.internal/run/" (repeatable)`)
 	fs.DurationVar(&cf.sessionTimeout, "session-timeout", 0, "ZooKeeper session timeout: how long after a crash this worker's items fail over (default 10s)")
 	verbose := fs.Bool("v", false, "log every run (info level) instead of warnings and errors only")
+	historyPG := fs.String("history-pg", "", "Postgres DSN: record every item run there (table shardflow_history; see `shardflow history`)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -51,7 +52,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer st.Close()
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.namespace, ServerID: *serverID, Logger: logger})
+	rec, stopHistory, err := startHistoryRecorder(ctx, *historyPG, logger)
+	if err != nil {
+		return err
+	}
+	defer stopHistory() // after node.Stop below: the last runs are recorded
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.namespace, ServerID: *serverID, Logger: logger, History: rec})
 	if err != nil {
 		return err
 	}
