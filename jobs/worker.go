@@ -40,7 +40,8 @@ type WorkerConfig struct {
 // a store round trip of its creation, by a children watch on the
 // namespace, and a removed one is dropped. A job whose command or URL the
 // allow-lists do not permit, or whose stored config is invalid, is not
-// joined, and the refusal is recorded in the job's status.
+// joined, and the refusal is recorded in the job's status; it is looked at
+// again only when the job is removed and added again.
 //
 // A job an operator shut down on this server (`shardflow shutdown`) stays
 // off until the job is removed and added again or the worker restarts;
