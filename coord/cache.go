@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -40,6 +41,11 @@ type treeCache struct {
 	// re-arms for its own items, not for all of them. "" ownRel: all items.
 	ownRel  string
 	claimed func(item int) bool
+	// ownData and ownItems memoize the parse of ownRel's data (mu held for
+	// writing): wantedLocked is asked once per item, and parsing a sharding
+	// node of thousands of items each time made a trigger O(items^2).
+	ownData  []byte
+	ownItems map[int]bool
 }
 
 type cnode struct {
@@ -308,8 +314,18 @@ func (c *treeCache) wantedLocked(name string) bool {
 	if n == nil || !n.hasData {
 		return false
 	}
-	items, err := parseItems(n.data)
-	return err == nil && slices.Contains(items, it)
+	if c.ownItems == nil || !bytes.Equal(c.ownData, n.data) {
+		items, err := parseItems(n.data)
+		if err != nil {
+			return false
+		}
+		c.ownData = bytes.Clone(n.data)
+		c.ownItems = make(map[int]bool, len(items))
+		for _, i := range items {
+			c.ownItems[i] = true
+		}
+	}
+	return c.ownItems[it]
 }
 
 // refreshItems loads the execution/{item} nodes that became wanted and
@@ -481,6 +497,10 @@ func (c *treeCache) flag(rel string) bool {
 // the children lists, so the next read sees them before the watch fires.
 func (c *treeCache) noteCreated(rels ...string) {
 	c.mu.Lock()
+	// Each parent's children are copied once per call (readers may hold
+	// the old slice), not once per created node: a transaction creating
+	// thousands of siblings would copy the list thousands of times.
+	copied := map[*cnode]bool{}
 	for _, rel := range rels {
 		p := c.nodes[parentRel(rel)]
 		if p == nil {
@@ -494,7 +514,11 @@ func (c *treeCache) noteCreated(rels ...string) {
 		}
 		name := rel[strings.LastIndexByte(rel, '/')+1:]
 		if i, ok := slices.BinarySearch(p.children, name); !ok {
-			p.children = slices.Insert(slices.Clone(p.children), i, name)
+			if !copied[p] {
+				p.children = slices.Clone(p.children)
+				copied[p] = true
+			}
+			p.children = slices.Insert(p.children, i, name)
 		}
 	}
 	stubs := len(c.stubs) > 0

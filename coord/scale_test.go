@@ -97,10 +97,14 @@ func TestScaleZooKeeper(t *testing.T) {
 	})
 	t.Logf("SCALE items=%d kill -> %d items queued for failover: %.3f s", n, victim, time.Since(start).Seconds())
 	step("one failover claim and run on a survivor", func() {
-		ok, err := srv[0].Job.ClaimFailover(ctx)
-		if err != nil || !ok {
-			t.Fatalf("ClaimFailover = %v, %v", ok, err)
-		}
+		// The survivor's cache sees the queue a moment after the status did.
+		testwait.ForNoError(t, time.Minute, "a failover claim on a survivor", func() error {
+			ok, err := srv[0].Job.ClaimFailover(ctx)
+			if err == nil && !ok {
+				err = fmt.Errorf("nothing claimed")
+			}
+			return err
+		})
 		r := beginAll(t, srv[0])
 		if len(r[0].Shards()) != 1 || !r[0].Shards()[0].Failover {
 			t.Fatalf("failover run %v, want one failover item", r[0].Shards())
