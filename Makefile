@@ -51,14 +51,19 @@ clean-containers: ## remove containers and networks left by a killed test binary
 # session expiries on real containers.
 SLOW_PKGS := ./integration/faults ./examples/pgbatch
 
-# make test compiles and links every test binary (-exec true runs none) while
-# setup builds the images: on a fresh machine both take minutes, one on the
-# CPU, the other mostly on the network and disk.
+# When the images must be built (a fresh machine), make test compiles every
+# test binary meanwhile (-exec true runs none): both take minutes, one on the
+# CPU, the other mostly on the network and disk. With the images present it
+# does not: go test relinks every binary anyway, links are not cached.
 .PHONY: test
 test: zk-overlay ## run every test, with race detector, on real ZooKeeper and Postgres containers
-	@$(ZK_WORK) $(GO) test -race -exec true $(PKGS) >$(CURDIR)/.build/precompile.log 2>&1 & pre=$$!; \
-	if ! scripts/setup.sh; then kill $$pre 2>/dev/null; wait $$pre; exit 1; fi; \
-	wait $$pre || true
+	@if docker image inspect $(SHARDFLOW_ZK_IMAGE) $(SHARDFLOW_PG_IMAGE) >/dev/null 2>&1; then \
+		scripts/setup.sh; \
+	else \
+		$(ZK_WORK) $(GO) test -race -exec true $(PKGS) >$(CURDIR)/.build/precompile.log 2>&1 & pre=$$!; \
+		if ! scripts/setup.sh; then kill $$pre 2>/dev/null; wait $$pre; exit 1; fi; \
+		wait $$pre || true; \
+	fi
 	$(TEST_ENV) $(ZK_WORK) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(if $(filter ./...,$(PKGS)),$(SLOW_PKGS)) $(PKGS)
 
 .PHONY: test-integration
