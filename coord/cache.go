@@ -33,6 +33,10 @@ type treeCache struct {
 	nodes   map[string]*cnode
 	stubs   map[string]bool // stub nodes the watcher must load
 	changed chan struct{}
+	// writes counts our write-throughs (noteCreated, noteDeleted): an
+	// unwatched read that overlapped one may hold what it undid, so it reads
+	// again (loadItem).
+	writes uint64
 	// kick wakes the watcher (to load stubs); set before the watcher starts.
 	kick func()
 	// Only the execution/{item} nodes of items this server owns (per its
@@ -159,17 +163,32 @@ func isItemFlag(rel string) bool {
 // loadItem reads an item container's children once (no watch) and arms
 // existence watches on its flags.
 func (c *treeCache) loadItem(ctx context.Context, rel string) error {
-	names, _, err := c.st.Children(ctx, c.abs(rel))
-	if errors.Is(err, store.ErrNoNode) {
+	// The item container is not watched, so nothing would correct a list
+	// read before one of our own Begins or Completes committed and stored
+	// after its write-through (a "running" left in the cache for good): a
+	// read that overlapped a write-through is read again.
+	var names []string
+	for {
+		c.mu.RLock()
+		seq := c.writes
+		c.mu.RUnlock()
+		var err error
+		names, _, err = c.st.Children(ctx, c.abs(rel))
+		if errors.Is(err, store.ErrNoNode) {
+			c.mu.Lock()
+			c.dropLocked(rel)
+			c.mu.Unlock()
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 		c.mu.Lock()
-		c.dropLocked(rel)
+		if c.writes == seq {
+			break // still locked
+		}
 		c.mu.Unlock()
-		return nil
 	}
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
 	n := c.node(rel)
 	// Keep names written through meanwhile by this server.
 	for _, name := range n.children {
@@ -497,6 +516,7 @@ func (c *treeCache) flag(rel string) bool {
 // the children lists, so the next read sees them before the watch fires.
 func (c *treeCache) noteCreated(rels ...string) {
 	c.mu.Lock()
+	c.writes++
 	// Each parent's children are copied once per call (readers may hold
 	// the old slice), not once per created node: a transaction creating
 	// thousands of siblings would copy the list thousands of times.
@@ -545,6 +565,7 @@ func (c *treeCache) loadStubs(ctx context.Context) error {
 
 func (c *treeCache) noteDeleted(rels ...string) {
 	c.mu.Lock()
+	c.writes++
 	for _, rel := range rels {
 		p := c.nodes[parentRel(rel)]
 		if p == nil {
