@@ -19,7 +19,8 @@ const writeAttempts = 8
 // multiRetry is the one way coord writes nodes that other processes may
 // create or delete at the same time: plan reads the nodes it needs and
 // returns the operations of ONE Multi; when the Multi fails because a node
-// was created (ErrNodeExists) or deleted (ErrNoNode) or changed version
+// was created (ErrNodeExists) or deleted (ErrNoNode, or ErrNoParent for a
+// create under it) or changed version
 // (ErrBadVersion) since plan read it, plan runs again on fresh reads, at most
 // writeAttempts times. A plan that returns no operations ends the loop
 // without a call. It stops early, returning the store's error, when a new
@@ -54,7 +55,7 @@ func multiRetry(ctx context.Context, st store.Store, plan func(ctx context.Conte
 // raced reports whether a Multi failed because the nodes it planned on
 // changed under it.
 func raced(err error) bool {
-	return errors.Is(err, store.ErrNodeExists) || errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrBadVersion)
+	return errors.Is(err, store.ErrNodeExists) || errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent) || errors.Is(err, store.ErrBadVersion)
 }
 
 // putOps plans the create-or-set of each path to its data (persistent

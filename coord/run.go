@@ -46,7 +46,7 @@ func (j *job) ready() (int64, context.Context, error) {
 
 func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 	defer func() {
-		if err != nil && !errors.Is(err, ErrSessionLost) && lostConnection(j.st, err) {
+		if err != nil && !errors.Is(err, ErrSessionLost) && (lostConnection(j.st, err) || j.registrationGone()) {
 			// A store call failed because the connection or session went:
 			// to the caller that is a lost session, as documented.
 			err = fmt.Errorf("%w: %w", ErrSessionLost, err)
@@ -698,6 +698,16 @@ func lostConnection(st store.Store, err error) bool {
 	}
 	sess, _ := st.Session()
 	return sess.State != store.StateConnected && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// registrationGone reports whether the registration a call began under is
+// no longer the live one (lost, replaced, or not yet renewed on a new
+// session): a store error then means the session, not the protocol, failed.
+func (j *job) registrationGone() bool {
+	sess, _ := j.st.Session()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return sess.ID != j.regSession || j.regCtx.Err() != nil
 }
 
 // fenceErr wraps a store error of a fencing check. When the run's session
