@@ -124,11 +124,18 @@ func windows(t *testing.T) []window {
 // TestMatchesQuartz compares accept/refuse decisions and next fire times
 // with Quartz's own CronExpression, run by testdata/QuartzOracle.java.
 func TestMatchesQuartz(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("SHARDFLOW_QUARTZ_SEED"); s != "" {
+	// A fixed seed by default: make test must not pass or fail by the
+	// clock. SHARDFLOW_QUARTZ_SEED=random explores new expressions (each
+	// run prints its seed; a difference found becomes a table case).
+	seed := uint64(20261123)
+	switch s := os.Getenv("SHARDFLOW_QUARTZ_SEED"); s {
+	case "":
+	case "random":
+		seed = uint64(time.Now().UnixNano())
+	default:
 		var err error
 		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("SHARDFLOW_QUARTZ_SEED=%q: %v", s, err)
+			t.Fatalf("SHARDFLOW_QUARTZ_SEED=%q: want a number or random: %v", s, err)
 		}
 	}
 	t.Logf("seed %d (replay with SHARDFLOW_QUARTZ_SEED=%d)", seed, seed)
