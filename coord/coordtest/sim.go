@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
@@ -41,7 +42,28 @@ import (
 // Goroutines left after the servers stop are the caller's TestMain's
 // (goleak) to find.
 func Simulate(t *testing.T, b Backend, seed int64) []string {
-	s := &sim{t: t, h: NewHarness(t, b), rng: rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)), seed: seed}
+	return simulate(t, b, seed, func() {})
+}
+
+// SimulateMem runs the schedule of seed on a fresh memstore inside a
+// testing/synctest bubble: time is the bubble's fake clock (timeouts and
+// retry delays cost no wall time) and after every step the schedule waits
+// until every goroutine of the protocol is blocked, so each step starts on
+// the state the previous one left once it had fully settled. A replay of a
+// seed repeats the schedule and, step by step, its outcome; only the order
+// of events racing within one step (concurrent Begins, say) is the Go
+// scheduler's. ZooKeeper cannot run in a bubble (its I/O is real): there
+// Simulate checks the same invariants without this determinism.
+func SimulateMem(t *testing.T, seed int64) []string {
+	var vs []string
+	synctest.Test(t, func(t *testing.T) {
+		vs = simulate(t, Mem(), seed, synctest.Wait)
+	})
+	return vs
+}
+
+func simulate(t *testing.T, b Backend, seed int64, settle func()) []string {
+	s := &sim{t: t, h: NewHarness(t, b), rng: rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)), seed: seed, settle: settle}
 	defer s.stopAll()
 	return s.run()
 }
@@ -80,6 +102,7 @@ type sim struct {
 	h       *Harness
 	rng     *rand.Rand
 	seed    int64
+	settle  func() // after each step: wait for the protocol to quiesce (synctest.Wait), or nothing
 	servers []*simServer
 	total   int
 	skewed  bool
@@ -111,10 +134,12 @@ func (s *sim) run() []string {
 	}
 	for _, sv := range s.servers {
 		s.join(sv)
+		s.settle()
 	}
 	steps := 10 + s.rng.IntN(20)
 	for range steps {
 		s.randomStep()
+		s.settle()
 	}
 	s.quiet()
 	if len(s.violations) > 0 {
@@ -318,11 +343,13 @@ func (s *sim) trigger(up []*simServer) {
 func (s *sim) commitOpen(wait bool) {
 	timeout := time.After(10 * time.Second)
 	for s.pending > 0 {
-		select {
-		case res := <-s.results:
-			s.finish(res)
+		s.settle()
+		if batch := s.returned(); len(batch) > 0 {
+			for _, res := range batch {
+				s.finish(res)
+				s.settle()
+			}
 			continue
-		default:
 		}
 		if !wait {
 			return
@@ -339,6 +366,23 @@ func (s *sim) commitOpen(wait bool) {
 			}
 			timeout = nil
 		}
+	}
+}
+
+// returned takes the Begins that have delivered, in server order (not in
+// the order their goroutines happened to finish: a replay commits them in
+// the same order).
+func (s *sim) returned() []beginResult {
+	var out []beginResult
+	for {
+		select {
+		case res := <-s.results:
+			out = append(out, res)
+			continue
+		default:
+		}
+		slices.SortFunc(out, func(a, b beginResult) int { return strings.Compare(a.sv.id, b.sv.id) })
+		return out
 	}
 }
 
