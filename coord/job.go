@@ -77,7 +77,10 @@ type job struct {
 	lastLive    string
 	lastTotal   int
 	shardedLive string
-	pending     [SignalRemoved + 1]bool
+	// departed are the servers the cache showed without a status node at
+	// the leader's last check (watcher goroutine only; newlyDeparted).
+	departed []string
+	pending  [SignalRemoved + 1]bool
 
 	wake    chan struct{}
 	sigOut  chan Signal
