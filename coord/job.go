@@ -34,9 +34,12 @@ type job struct {
 	// just after a reshard that already applied the change, so the flag
 	// stays up for a run that started in between. Lock order: reshardMu,
 	// then mu.
-	reshardMu  sync.Mutex
-	mu         sync.Mutex
-	cfg        jobconfig.Config
+	reshardMu sync.Mutex
+	mu        sync.Mutex
+	cfg       jobconfig.Config
+	// itemParams is cfg's shardingItemParameters, parsed when cfg was
+	// decoded: a run takes both together (snapshot), never re-parsing.
+	itemParams map[int]string
 	cfgErr     error
 	cfgFields  map[string]string
 	regSession int64
@@ -131,7 +134,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	if err != nil {
 		return nil, err
 	}
-	j.cfg, j.cfgFields, j.lastTotal = cfg, fields, cfg.ShardingTotalCount
+	j.cfg, j.itemParams, j.cfgFields, j.lastTotal = cfg, itemParameters(cfg), fields, cfg.ShardingTotalCount
 	j.localDisabled = local.Disabled
 	if err := j.registerServer(ctx, sess.ID, true); err != nil {
 		return nil, err
@@ -519,6 +522,13 @@ func (j *job) config() jobconfig.Config {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.cfg
+}
+
+// itemParameters parses a validated config's item parameters (validation
+// parsed them already, so this cannot fail).
+func itemParameters(cfg jobconfig.Config) map[int]string {
+	params, _ := jobconfig.ParseItemParameters(cfg.ShardingItemParameters, cfg.ShardingTotalCount)
+	return params
 }
 
 func (j *job) signals() <-chan Signal { return j.sigOut }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -17,10 +18,14 @@ type run struct {
 	j       *job
 	session int64
 	items   []Assignment
-	ctx     context.Context
-	cancel  context.CancelFunc
-	stop    func() bool
-	done    bool
+	// cfg and params are the config snapshot the run began on: its items
+	// were computed with cfg's total, and the pipeline gets the same.
+	cfg    jobconfig.Config
+	params map[int]string
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool
+	done   bool
 }
 
 // ready checks the preconditions every Begin shares: a live registration on
@@ -62,7 +67,9 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 	if j.cache.flag(relServer(j.id, nPaused)) {
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
 	}
-	cfg := j.config()
+	// One config snapshot for the whole trigger: an edit that arrives
+	// while this Begin runs applies to the next trigger, whole.
+	cfg, params := j.snapshot()
 	if cfg.MaxTimeDiffSeconds > 0 {
 		if err := j.checkClock(ctx, now, time.Duration(cfg.MaxTimeDiffSeconds)*time.Second); err != nil {
 			return nil, err
@@ -75,7 +82,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		if len(items) == 0 {
 			// Failover items run first and need no resharding; otherwise
 			// reshard (leader) or wait for it.
-			if _, err := j.awaitSharding(ctx); err != nil {
+			if _, err := j.awaitSharding(ctx, cfg); err != nil {
 				return nil, err
 			}
 			// The registration the run belongs to is the one current now.
@@ -88,11 +95,11 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
 				return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 			}
-			if items, shardVersion, err = j.assignments(ctx, data, st, err == nil); err != nil {
+			if items, shardVersion, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil); err != nil {
 				return nil, err
 			}
 		}
-		err := j.markRunning(ctx, now, items, shardVersion)
+		err := j.markRunning(ctx, cfg, now, items, shardVersion)
 		if err != nil {
 			j.takeClaims(items, false)
 		}
@@ -105,7 +112,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		break
 	}
 	j.recordLastError(ctx, "")
-	r = &run{j: j, session: sid, items: items}
+	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
 	return r, nil
@@ -113,8 +120,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 
 // markRunning checks for items still running (misfire) and marks items
 // running in ONE Multi, fenced by the sharding node's version.
-func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment, shardVersion int32) error {
-	cfg := j.config()
+func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion int32) error {
 	monitor := cfg.MonitorsExecution()
 	if monitor {
 		var suspects []int
@@ -125,7 +131,7 @@ func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment
 				suspects = append(suspects, a.Item)
 			}
 		}
-		if err := j.misfireIfRunning(ctx, suspects); err != nil {
+		if err := j.misfireIfRunning(ctx, cfg, suspects); err != nil {
 			return err
 		}
 	}
@@ -172,7 +178,7 @@ func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment
 			for i, a := range items {
 				all[i] = a.Item
 			}
-			if merr := j.misfireIfRunning(ctx, all); merr != nil {
+			if merr := j.misfireIfRunning(ctx, cfg, all); merr != nil {
 				return merr
 			}
 		}
@@ -206,7 +212,7 @@ func (j *job) undoBegin(ctx context.Context, items []Assignment, completed map[i
 // misfireIfRunning checks suspects (items the cache shows running)
 // directly; if any really runs, it flags them misfire (when enabled) and
 // returns ErrItemsRunning. Direct reads happen only on this overlap path.
-func (j *job) misfireIfRunning(ctx context.Context, suspects []int) error {
+func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspects []int) error {
 	var running []int
 	for _, it := range suspects {
 		ok, _, err := j.st.Exists(ctx, j.p.item(it, nRunning))
@@ -220,7 +226,7 @@ func (j *job) misfireIfRunning(ctx context.Context, suspects []int) error {
 	if len(running) == 0 {
 		return nil
 	}
-	if j.config().MisfireEnabled() {
+	if cfg.MisfireEnabled() {
 		var ins []intent
 		for _, it := range running {
 			ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(it, nMisfire)})
@@ -259,7 +265,7 @@ func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Durati
 
 // awaitSharding reshards first if the flag is set and this server leads;
 // otherwise it waits until the leader has (flag and processing gone).
-func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
+func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (waited bool, err error) {
 	for {
 		ch := j.cache.changedCh()
 		// The flag is read directly (one read per trigger): a cache that
@@ -283,7 +289,7 @@ func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 			return waited, err
 		}
 		if nec && j.isLeader() && !j.cache.has(relProcessing) {
-			if err := j.reshard(ctx); err != nil {
+			if err := j.reshard(ctx, cfg); err != nil {
 				return waited, err
 			}
 			continue
@@ -309,9 +315,9 @@ func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 // runs that start on the new assignment must not keep this Begin waiting.
 // It reads the items directly: the cache watches only this server's items.
 // Resharding is rare, so O(items) reads are fine here.
-func (j *job) reshard(ctx context.Context) error {
-	if !j.config().MonitorsExecution() {
-		return j.reshardNow(ctx)
+func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
+	if !cfg.MonitorsExecution() {
+		return j.reshardNow(ctx, cfg)
 	}
 	nec := j.p.abs(relNecessary)
 	for {
@@ -327,7 +333,7 @@ func (j *job) reshard(ctx context.Context) error {
 			return err
 		}
 		if watch == nil {
-			return j.reshardNow(ctx)
+			return j.reshardNow(ctx, cfg)
 		}
 		select {
 		case <-watch:
@@ -355,13 +361,14 @@ func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
 	if nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary)); err != nil || !nec {
 		return nil, err
 	}
-	if j.config().MonitorsExecution() {
+	cfg := j.config()
+	if cfg.MonitorsExecution() {
 		_, watch, err := j.firstRunning(ctx)
 		if err != nil || watch != nil {
 			return watch, err
 		}
 	}
-	return nil, j.reshardNow(ctx)
+	return nil, j.reshardNow(ctx, cfg)
 }
 
 // reshardNow writes the new assignment in one Multi; see reshard. The
@@ -369,8 +376,7 @@ func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
 // when a server joined, left, or was disabled, enabled or shut down
 // meanwhile, the Multi fails and the assignment is planned again on the
 // new membership, so the flag is never cleared by a plan that missed one.
-func (j *job) reshardNow(ctx context.Context) error {
-	cfg := j.config()
+func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.config("jobShardingStrategy"), err)
@@ -594,7 +600,7 @@ func (j *job) claimed(item int) bool {
 
 // assignments computes this server's sharding items minus items failed
 // over to others and disabled items, with the sharding node's version.
-func (j *job) assignments(ctx context.Context, data []byte, st store.Stat, ok bool) ([]Assignment, int32, error) {
+func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool) ([]Assignment, int32, error) {
 	var out []Assignment
 	if !ok {
 		return nil, -1, nil
@@ -607,7 +613,6 @@ func (j *job) assignments(ctx context.Context, data []byte, st store.Stat, ok bo
 		j.log.Error("malformed sharding node; running nothing until the next reshard", "node", j.p.server(j.id, nSharding), "err", err)
 		return nil, st.Version, nil
 	}
-	total := j.config().ShardingTotalCount
 	for _, it := range items {
 		if it >= total {
 			continue
@@ -637,6 +642,14 @@ func (j *job) assignments(ctx context.Context, data []byte, st store.Stat, ok bo
 }
 
 func (r *run) shards() []Assignment { return slices.Clone(r.items) }
+
+// snapshot returns the current config and its parsed item parameters
+// together: one trigger's view of the config.
+func (j *job) snapshot() (jobconfig.Config, map[int]string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cfg, j.itemParams
+}
 
 func (r *run) context() context.Context { return r.ctx }
 
@@ -743,6 +756,8 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 		}
 		return fmt.Errorf("coord: job %q: complete: %s: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
 	}
+	// The current config, not the run's snapshot: turning monitorExecution
+	// off removes the running nodes at once (Admin.SetConfig).
 	monitor := j.config().MonitorsExecution()
 	now := formatTime(j.reg.cfg.Now())
 	groups := make([][]intent, 0, len(r.items))
@@ -822,7 +837,7 @@ func (j *job) takeMisfire(ctx context.Context) (bool, error) {
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 	}
-	mine, _, err := j.assignments(ctx, data, st, err == nil)
+	mine, _, err := j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil)
 	if err != nil {
 		return false, err
 	}

@@ -371,7 +371,7 @@ func (j *job) reactConfig(ctx context.Context) {
 		j.errMu.Unlock()
 	} else {
 		j.mu.Lock()
-		j.cfgFields, j.cfg, j.cfgErr = fields, cfg, nil
+		j.cfgFields, j.cfg, j.itemParams, j.cfgErr = fields, cfg, itemParameters(cfg), nil
 		j.mu.Unlock()
 		j.recordLastError(ctx, "")
 	}

@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardflow/shardflow/coord"
-	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/history"
@@ -607,11 +606,9 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		n.reportError(h.name, fmt.Errorf("dataflow: begin run: %w", err))
 		return
 	}
-	cfg := h.cj.Config()
-	params, perr := jobconfig.ParseItemParameters(cfg.ShardingItemParameters, cfg.ShardingTotalCount)
-	if perr != nil {
-		n.reportError(h.name, fmt.Errorf("dataflow: item parameters: %w", perr))
-	}
+	// The run's config snapshot, the one Begin computed its items with: an
+	// edit during the run applies to the next one, whole.
+	cfg := run.Config()
 	assigned := run.Shards()
 	info := RunInfo{JobName: h.name, ServerID: n.reg.ServerID(), Reason: reason, Started: started, Items: make([]int, len(assigned))}
 	shards := make([]Shard, len(assigned))
@@ -620,7 +617,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		info.Items[i] = item
 		shards[i] = Shard{
 			JobName: h.name, Item: item, Total: cfg.ShardingTotalCount,
-			ItemParameter: params[item], JobParameter: cfg.JobParameter,
+			ItemParameter: run.ItemParameter(item), JobParameter: cfg.JobParameter,
 			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
 		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }).
 			WithReporter(func(ctx context.Context, err error) { n.reportRunError(ctx, h.name, run, err) })

@@ -30,6 +30,7 @@ func Run(t *testing.T, b Backend) {
 		{"Resharding", testResharding},
 		{"PromptReshard", testPromptReshard},
 		{"BeginComplete", testBeginComplete},
+		{"ConfigSnapshot", testConfigSnapshot},
 		{"Misfire", testMisfire},
 		{"Failover", testFailover},
 		{"Fencing", testFencing},
