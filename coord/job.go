@@ -56,7 +56,14 @@ type job struct {
 	// a Begin beside that run (the Node runs failover beside a busy run)
 	// must not take them again.
 	claimsTaken map[int]bool
-	lastErrSet  bool
+	// inRun counts, per item, the runs of this process that Begin marked
+	// running and whose Complete has not returned yet. A running node of
+	// this server's session on an item outside inRun is a leftover of a run
+	// whose Complete was refused while the session was suspended (the
+	// session came back, so the ephemeral node did not go): Begin removes
+	// it instead of calling the trigger a misfire for ever.
+	inRun      map[int]int
+	lastErrSet bool
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
 	localDisabled bool

@@ -26,6 +26,8 @@ type run struct {
 	cancel context.CancelFunc
 	stop   func() bool
 	done   bool
+	// released: complete has dropped the run's items from job.inRun.
+	released bool
 }
 
 // ready checks the preconditions every Begin shares: a live registration on
@@ -112,6 +114,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		break
 	}
 	j.recordLastError(ctx, "")
+	j.holdItems(items, 1)
 	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
@@ -213,15 +216,33 @@ func (j *job) undoBegin(ctx context.Context, items []Assignment, completed map[i
 // directly; if any really runs, it flags them misfire (when enabled) and
 // returns ErrItemsRunning. Direct reads happen only on this overlap path.
 func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspects []int) error {
-	var running []int
+	var running, stale []int
 	for _, it := range suspects {
-		ok, _, err := j.st.Exists(ctx, j.p.item(it, nRunning))
+		p := j.p.item(it, nRunning)
+		ok, st, err := j.st.Exists(ctx, p)
 		if err != nil {
-			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(it, nRunning), err)
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
 		}
-		if ok {
-			running = append(running, it)
+		if !ok {
+			continue
 		}
+		if j.leftByEndedRun(it, st) {
+			// Only this session can have written it, and no run of this
+			// process holds the item: its run ended, with Complete refused
+			// while the session was suspended. Versioned: a node written
+			// meanwhile is not ours to delete.
+			if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
+				stale = append(stale, it)
+				continue
+			} else if !errors.Is(err, store.ErrBadVersion) {
+				return fmt.Errorf("coord: job %q: delete leftover %s: %w", j.jname, p, err)
+			}
+		}
+		running = append(running, it)
+	}
+	if len(stale) > 0 {
+		j.log.Info("removed running nodes left by an earlier run of this server whose Complete was refused while the session was suspended",
+			"job", j.jname, "items", stale)
 	}
 	if len(running) == 0 {
 		return nil
@@ -236,6 +257,42 @@ func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspec
 		}
 	}
 	return fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
+}
+
+// holdItems adds delta to the count of this process's runs holding each
+// item (job.inRun).
+func (j *job) holdItems(items []Assignment, delta int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.inRun == nil {
+		j.inRun = make(map[int]int)
+	}
+	for _, a := range items {
+		if j.inRun[a.Item] += delta; j.inRun[a.Item] <= 0 {
+			delete(j.inRun, a.Item)
+		}
+	}
+}
+
+// heldByAnotherRun reports whether a run of this process holds any of items.
+func (j *job) heldByAnotherRun(items []Assignment) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, a := range items {
+		if j.inRun[a.Item] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// leftByEndedRun reports whether the running node of item (its stat st) was
+// written on this server's current registration while no run of this
+// process holds the item.
+func (j *job) leftByEndedRun(item int, st store.Stat) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.inRun[item] == 0
 }
 
 // checkClock writes systemTime/current and compares its Mtime with now.
@@ -741,6 +798,12 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	if r.done {
 		return nil
 	}
+	if r.released && j.heldByAnotherRun(r.items) {
+		// A retry after a refused Complete, too late: a later Begin removed
+		// this run's leftover running nodes and runs the items now.
+		r.done = true
+		return fmt.Errorf("coord: job %q: complete: a later run of this server holds the items now: %w", j.jname, ErrNotOwner)
+	}
 	// The run is over for its pipeline whatever the outcome; the run is done
 	// (later calls are no-ops) only once the outcome is final, so that a
 	// Complete refused while the session is merely suspended can be retried
@@ -748,6 +811,12 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	defer func() {
 		r.stop()
 		r.cancel()
+		if !r.released {
+			// Whatever the outcome, the pipeline is over: the items are no
+			// longer held by this run (see job.inRun).
+			r.released = true
+			j.holdItems(r.items, -1)
+		}
 	}()
 	sess, _ := j.st.Session()
 	if sess.State != store.StateConnected || sess.ID != r.session {
