@@ -584,47 +584,6 @@ func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, err
 	return "", nil, nil
 }
 
-// readServers reads the server set directly (resharding must not act on
-// a lagging cache): every server, whether it has a sharding node, and the
-// live (status present), enabled, not shut down ones, sorted.
-func (j *job) readServers(ctx context.Context) (map[string]bool, []string, error) {
-	names, _, err := j.st.Children(ctx, j.p.abs(nServers))
-	if err != nil {
-		return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
-	}
-	all := make(map[string]bool, len(names))
-	var live []string
-	for _, s := range names {
-		kids, _, err := j.st.Children(ctx, j.p.server(s))
-		if errors.Is(err, store.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(s), err)
-		}
-		all[s] = slices.Contains(kids, nSharding)
-		if !slices.Contains(kids, nStatus) {
-			continue
-		}
-		off := false
-		for _, flag := range []string{nDisabled, nShutdown} {
-			if !slices.Contains(kids, flag) {
-				continue
-			}
-			d, _, err := j.st.Get(ctx, j.p.server(s, flag))
-			if err != nil && !errors.Is(err, store.ErrNoNode) {
-				return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(s, flag), err)
-			}
-			off = off || err == nil && flagTrue(d)
-		}
-		if !off {
-			live = append(live, s)
-		}
-	}
-	slices.Sort(live)
-	return all, live, nil
-}
-
 // itemHas reports whether an execution node exists: from the cache when
 // the item is loaded there, else by a direct read (only right after the
 // item became this server's).

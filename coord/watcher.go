@@ -378,18 +378,6 @@ func (j *job) reactConfig(ctx context.Context) {
 	j.emit(SignalConfigChanged)
 }
 
-// liveServers returns the servers with a status node that are neither
-// disabled nor shut down, sorted: the ones sharding assigns items to.
-func (j *job) liveServers() []string {
-	var live []string
-	for _, s := range j.cache.children(nServers) {
-		if j.cache.has(relServer(s, nStatus)) && !j.cache.flag(relServer(s, nDisabled)) && !j.cache.flag(relServer(s, nShutdown)) {
-			live = append(live, s)
-		}
-	}
-	return live
-}
-
 // leaderDuties raises the resharding flag when the set of live servers
 // (joined, departed, disabled or shut down) or the total differs from what
 // the last reshard used, and requeues a dead server's unfinished items for
@@ -420,7 +408,7 @@ func (j *job) leaderDuties(ctx context.Context, force bool) {
 func (j *job) newlyDeparted() bool {
 	var gone []string
 	for _, s := range j.cache.children(nServers) {
-		if !j.cache.has(relServer(s, nStatus)) {
+		if !cachedServerState(j.cache, s).online {
 			gone = append(gone, s)
 		}
 	}
@@ -522,7 +510,7 @@ func (j *job) reconcile(ctx context.Context) {
 	}
 	now := j.reg.cfg.Now()
 	for _, s := range j.cache.children(nServers) {
-		if j.cache.has(relServer(s, nStatus)) {
+		if cachedServerState(j.cache, s).online {
 			delete(j.offlineSeen, s)
 			continue
 		}
