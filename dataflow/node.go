@@ -320,7 +320,7 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	if err == nil {
 		h.cj = cj
 		eff := cj.Config()
-		err = n.sched.add(h.name, eff.CronSpec(), eff.MisfireEnabled(), n.runFunc(h))
+		err = n.sched.add(h.name, eff.CronSpec(), eff.MisfireEnabled(), hostedRuns{n, h})
 		if err != nil {
 			_ = cj.Leave(ctx)
 		}
@@ -543,43 +543,34 @@ func (n *Node) isStopping(h *hostedJob) bool {
 	return n.halt.Err() != nil || h.halt.Err() != nil
 }
 
-// runFunc is the scheduler's run of h: one trigger, then the coordination's
-// misfire catch-up and failover claims, until none is due.
-func (n *Node) runFunc(h *hostedJob) runFunc {
-	return func(ctx context.Context, reason Reason) {
-		if reason == reasonFailoverBeside {
-			// Beside the run in progress: failover items only, until the
-			// queue is empty; the run in progress does the catch-up.
-			for ctx.Err() == nil && !n.isStopping(h) {
-				if claimed, err := h.cj.ClaimFailover(ctx); err != nil || !claimed {
-					return
-				}
-				n.runOnce(ctx, h, ReasonFailover)
-			}
-			return
-		}
-		if reason == ReasonFailover {
-			claimed, err := h.cj.ClaimFailover(ctx)
-			if err != nil || !claimed {
-				return
-			}
-		}
-		for ctx.Err() == nil && !n.isStopping(h) {
-			n.runOnce(ctx, h, reason)
-			if ctx.Err() != nil || n.isStopping(h) {
-				return
-			}
-			if again, err := h.cj.TakeMisfire(ctx); err == nil && again {
-				reason = ReasonMisfire
-				continue
-			}
-			if claimed, err := h.cj.ClaimFailover(ctx); err == nil && claimed {
-				reason = ReasonFailover
-				continue
-			}
-			return
-		}
+// hostedRuns is h as the scheduler runs it (jobRuns): the scheduler's
+// followUp decides what runs after a run; these only answer its questions,
+// and run nothing once the Node is stopping or h is being removed.
+type hostedRuns struct {
+	n *Node
+	h *hostedJob
+}
+
+func (r hostedRuns) run(ctx context.Context, reason Reason) {
+	if ctx.Err() == nil && !r.n.isStopping(r.h) {
+		r.n.runOnce(ctx, r.h, reason)
 	}
+}
+
+func (r hostedRuns) takeMisfire(ctx context.Context) bool {
+	if r.n.isStopping(r.h) {
+		return false
+	}
+	again, err := r.h.cj.TakeMisfire(ctx)
+	return err == nil && again
+}
+
+func (r hostedRuns) claimFailover(ctx context.Context) bool {
+	if r.n.isStopping(r.h) {
+		return false
+	}
+	claimed, err := r.h.cj.ClaimFailover(ctx)
+	return err == nil && claimed
 }
 
 // runOnce is one trigger, as data flows (ARCHITECTURE.md).
