@@ -76,20 +76,18 @@ func (a *admin) servers(ctx context.Context, p jobPaths, job, server string) ([]
 	return []string{server}, nil
 }
 
-// onlineServers returns the servers among names that are online
-// (serverState: a process holds them), read directly.
-func (a *admin) onlineServers(ctx context.Context, p jobPaths, names []string) ([]string, error) {
-	var online []string
+func (a *admin) liveServers(ctx context.Context, p jobPaths, names []string) ([]string, error) {
+	var live []string
 	for _, s := range names {
-		state, _, err := readServerState(ctx, a.st, p, s)
+		ok, _, err := a.st.Exists(ctx, p.server(s, nStatus))
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("coord: read %s: %w", p.server(s, nStatus), err)
 		}
-		if state.online {
-			online = append(online, s)
+		if ok {
+			live = append(live, s)
 		}
 	}
-	return online, nil
+	return live, nil
 }
 
 func (a *admin) raiseResharding(ctx context.Context, p jobPaths) error {
@@ -108,7 +106,7 @@ func (a *admin) trigger(ctx context.Context, job string) error {
 	if err != nil {
 		return err
 	}
-	live, err := a.onlineServers(ctx, p, names)
+	live, err := a.liveServers(ctx, p, names)
 	if err != nil {
 		return err
 	}
@@ -209,7 +207,7 @@ func (a *admin) remove(ctx context.Context, job, server string) error {
 	if err != nil {
 		return err
 	}
-	live, err := a.onlineServers(ctx, p, names)
+	live, err := a.liveServers(ctx, p, names)
 	if err != nil {
 		return err
 	}
