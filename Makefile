@@ -115,8 +115,8 @@ bench-engine: ## the pipeline engine against a hand-written worker pool (1M no-o
 	$(GO) test -run '^$$' -bench 'PipelinedFetch' -benchtime 3x -count 5 ./dataflow
 
 .PHONY: bench-coord
-bench-coord: ## coordination requests per trigger for S servers and N items (counting store)
-	$(GO) test -count=1 -run TestCoordinationCost -v ./coord/
+bench-coord: ## coordination requests per trigger for S servers and N items (counting store; COST_ITEMS to change N)
+	SHARDFLOW_COST_ITEMS=$${COST_ITEMS:-8,64,512,2048,10000} $(GO) test -count=1 -run TestCoordinationCost -v ./coord/
 
 .PHONY: screenshots
 screenshots: ## regenerate the console screenshots in docs/ (headless chromium, the browser test)
@@ -126,6 +126,12 @@ screenshots: ## regenerate the console screenshots in docs/ (headless chromium, 
 bench-scale: ## a 10,000-item job over 3 servers on real ZooKeeper: reshard, run, status, crash, failover (SCALE_ITEMS to change)
 	uptime
 	$(TEST_ENV) SHARDFLOW_SCALE_ITEMS=$${SCALE_ITEMS:-10000} $(GO) test -count=1 -timeout 20m -run TestScaleZooKeeper -v ./coord/ | grep -E 'SCALE|^(---|ok|FAIL)|_test.go'
+
+.PHONY: bench-failover
+bench-failover: ## failover latency after SIGKILL, busy and idle survivors, 10 kills each (FAILOVER_KILLS to change; RACE=-race for the race build)
+	uptime
+	$(TEST_ENV) SHARDFLOW_FAILOVER_KILLS=$${FAILOVER_KILLS:-10} $(GO) test $(RACE) -count=1 -timeout 20m -run '^TestFailoverAfterKill(IdleSurvivors)?$$' -v ./integration/faults | grep -E 'FAILOVER survivors|kill [0-9]|^(---|ok|FAIL)'
+	uptime
 
 .PHONY: lint
 lint: ## gofmt, go vet, and go.mod/go.sum as go mod tidy leaves them

@@ -76,18 +76,20 @@ func (a *admin) servers(ctx context.Context, p jobPaths, job, server string) ([]
 	return []string{server}, nil
 }
 
-func (a *admin) liveServers(ctx context.Context, p jobPaths, names []string) ([]string, error) {
-	var live []string
+// onlineServers returns the servers among names that are online
+// (serverState: a process holds them), read directly.
+func (a *admin) onlineServers(ctx context.Context, p jobPaths, names []string) ([]string, error) {
+	var online []string
 	for _, s := range names {
-		ok, _, err := a.st.Exists(ctx, p.server(s, nStatus))
+		state, _, err := readServerState(ctx, a.st, p, s)
 		if err != nil {
-			return nil, fmt.Errorf("coord: read %s: %w", p.server(s, nStatus), err)
+			return nil, err
 		}
-		if ok {
-			live = append(live, s)
+		if state.online {
+			online = append(online, s)
 		}
 	}
-	return live, nil
+	return online, nil
 }
 
 func (a *admin) raiseResharding(ctx context.Context, p jobPaths) error {
@@ -106,7 +108,7 @@ func (a *admin) trigger(ctx context.Context, job string) error {
 	if err != nil {
 		return err
 	}
-	live, err := a.liveServers(ctx, p, names)
+	live, err := a.onlineServers(ctx, p, names)
 	if err != nil {
 		return err
 	}
@@ -207,7 +209,7 @@ func (a *admin) remove(ctx context.Context, job, server string) error {
 	if err != nil {
 		return err
 	}
-	live, err := a.liveServers(ctx, p, names)
+	live, err := a.onlineServers(ctx, p, names)
 	if err != nil {
 		return err
 	}

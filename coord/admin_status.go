@@ -175,17 +175,10 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 	}
 	items := slices.Sorted(maps.Keys(shown))
 	out := make([]ItemStatus, len(items))
-	// Items are read concurrently: a job of thousands of items costs
-	// thousands of round trips, which the store pipelines on one session.
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(statusReaders)
 	for i, it := range items {
 		out[i] = ItemStatus{Item: it}
-		if present[it] {
-			g.Go(func() error { return a.readItem(gctx, p, &out[i]) })
-		}
 	}
-	if err := g.Wait(); err != nil {
+	if err := a.readItems(ctx, p, out, present); err != nil {
 		return nil, err
 	}
 	for i := range out {
@@ -197,47 +190,89 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 	return out, nil
 }
 
-// statusReaders is how many items a status read reads at once.
-const statusReaders = 64
+// statusReaders is how many reads a status read keeps in flight. A job of
+// thousands of items costs one children listing per item plus a read per
+// timestamp; one session pipelines them (go-zookeeper has no multi-read),
+// so the read takes about (requests / statusReaders) round trips.
+const statusReaders = 512
 
-// readItem fills is from execution/{item}.
-func (a *admin) readItem(ctx context.Context, p jobPaths, is *ItemStatus) error {
-	it := is.Item
-	kids, _, err := a.st.Children(ctx, p.item(it))
-	if err != nil && !errors.Is(err, store.ErrNoNode) {
-		return fmt.Errorf("coord: read %s: %w", p.item(it), err)
+// readItems fills out (the items in present) from execution/{item} in two
+// pipelined waves: every item's children listing, then every value those
+// listings named (failover owner, begin and complete times). Each wave
+// keeps statusReaders requests in flight, so the read costs two waves of
+// round trips rather than four sequential round trips per item.
+func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, present map[int]bool) error {
+	type get struct {
+		is   *ItemStatus
+		name string
 	}
-	for _, k := range kids {
-		switch k {
-		case nRunning:
-			is.Running = true
-		case nCompleted:
-			is.Completed = true
-		case nMisfire:
-			is.Misfire = true
-		case nDisabled:
-			is.Disabled = true
-		case nFailover, nLastBeginTime, nLastCompleteTime:
-			v, ok, err := a.getOpt(ctx, p.item(it, k))
-			if err != nil {
-				return err
+	kids := make([][]string, len(out))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(statusReaders)
+	for i := range out {
+		if !present[out[i].Item] {
+			continue
+		}
+		g.Go(func() error {
+			ks, _, err := a.st.Children(gctx, p.item(out[i].Item))
+			if err != nil && !errors.Is(err, store.ErrNoNode) {
+				return fmt.Errorf("coord: read %s: %w", p.item(out[i].Item), err)
 			}
-			if !ok {
-				continue
+			kids[i] = ks
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	var gets []get
+	for i := range out {
+		is := &out[i]
+		for _, k := range kids[i] {
+			switch k {
+			case nRunning:
+				is.Running = true
+			case nCompleted:
+				is.Completed = true
+			case nMisfire:
+				is.Misfire = true
+			case nDisabled:
+				is.Disabled = true
+			case nFailover, nLastBeginTime, nLastCompleteTime:
+				gets = append(gets, get{is, k})
 			}
-			if k == nFailover {
-				is.Failover = v
-				continue
-			}
-			t, terr := parseTime([]byte(v))
-			if terr != nil {
-				continue
-			}
-			if k == nLastBeginTime {
-				is.LastBeginTime = &t
-			} else {
-				is.LastCompleteTime = &t
-			}
+		}
+	}
+	vals := make([]string, len(gets))
+	found := make([]bool, len(gets))
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(statusReaders)
+	for i, r := range gets {
+		g.Go(func() error {
+			var err error
+			vals[i], found[i], err = a.getOpt(gctx, p.item(r.is.Item, r.name))
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for i, r := range gets {
+		if !found[i] {
+			continue // deleted between the listing and the read
+		}
+		if r.name == nFailover {
+			r.is.Failover = vals[i]
+			continue
+		}
+		t, terr := parseTime([]byte(vals[i]))
+		if terr != nil {
+			continue
+		}
+		if r.name == nLastBeginTime {
+			r.is.LastBeginTime = &t
+		} else {
+			r.is.LastCompleteTime = &t
 		}
 	}
 	return nil

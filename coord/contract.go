@@ -246,6 +246,17 @@ type Run struct {
 // Shards returns the run's items, failover items first.
 func (r *Run) Shards() []Assignment { return r.impl.shards() }
 
+// Config returns the config snapshot the run began on: Begin took it once,
+// computed the run's items with its ShardingTotalCount, and the run's
+// pipeline uses it whole. A config edit during the run applies to the next
+// run (Job.Config returns it already).
+func (r *Run) Config() jobconfig.Config { return r.impl.cfg }
+
+// ItemParameter returns item's parameter from the run's config snapshot
+// (shardingItemParameters, parsed once when the config was decoded); ""
+// when it has none.
+func (r *Run) ItemParameter(item int) string { return r.impl.params[item] }
+
 // Context is cancelled when the run loses ownership: session lost, job
 // shut down or removed, or the ctx given to Begin ends.
 func (r *Run) Context() context.Context { return r.impl.context() }
@@ -268,12 +279,7 @@ func (r *Run) ReportError(ctx context.Context, msg string) { r.impl.j.recordLast
 
 // Complete ends the run in one transaction: running nodes removed, completed
 // and lastCompleteTime written, failover nodes of its items removed, and
-// nextFireTime recorded (zero next: none). While the run's session is
-// suspended it waits, within ctx, for the session to resume; if ctx ends
-// first it returns ErrSessionLost and the Job writes the completion when
-// the same session resumes (so the running nodes never outlive the run). A
-// lost session's nodes are gone with it (ErrSessionLost). Items pruned
-// beyond a lowered total meanwhile are skipped.
+// nextFireTime recorded (zero next: none).
 func (r *Run) Complete(ctx context.Context, next time.Time) error {
 	return r.impl.complete(ctx, next)
 }

@@ -2,6 +2,9 @@ package coord_test
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 
@@ -18,19 +21,36 @@ func settle() { synctest.Wait() }
 // (Begin + Complete on every server, no resharding) costs per server, for
 // S servers and N items, and asserts that neither the writes nor the reads
 // (watch re-arms included) grow with N.
-// Run with -v to print the table recorded in docs/benchmarks.md.
+// Run with -v to print the table recorded in docs/benchmarks.md;
+// SHARDFLOW_COST_ITEMS (e.g. 512,4096,10000) changes the item counts.
 func TestCoordinationCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measurement")
 	}
 	t.Log("| servers S | items N | write requests/server/trigger | ops inside them/server | reads/server (incl. watch re-arms) | ElasticJob 1.x writes/server (~7N/S+2) | 3.x writes/server (~2N/S) |")
 	t.Log("| --- | --- | --- | --- | --- | --- | --- |")
+	sizes := []int{8, 64, 512}
+	if v := os.Getenv("SHARDFLOW_COST_ITEMS"); v != "" {
+		sizes = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				t.Fatalf("SHARDFLOW_COST_ITEMS=%q: want item counts > 0, comma-separated (e.g. 512,4096,10000)", v)
+			}
+			sizes = append(sizes, n)
+		}
+	}
 	for _, s := range []int{1, 3} {
-		for _, n := range []int{8, 64, 512} {
+		for _, n := range sizes {
 			synctest.Test(t, func(t *testing.T) { measureCost(t, s, n) })
 		}
 	}
 }
+
+// splitFree is an item count per server whose Begin and Complete fit one
+// request of the default limit (store.DefaultRequestLimit) with room to
+// spare (about 900 do, by store.OpSize's estimate of 3 operations per item).
+const splitFree = 512
 
 // measureCost runs the warm-up and the measured trigger for S servers and N
 // items inside a synctest bubble, so settle can wait for quiescence.
@@ -68,7 +88,12 @@ func measureCost(t *testing.T, s, n int) {
 	if r := float64(reads) / float64(s); r != 2 {
 		t.Errorf("S=%d N=%d: %.1f reads per server per trigger, want 2 (the flag and the sharding node)", s, n, r)
 	}
-	if w != 2 {
+	// Up to about 900 items per server (by store.OpSize's upper-bound
+	// estimate), Begin and Complete each fit one request; beyond, they are
+	// split below the request limit (split.go) and the writes grow by one
+	// per part: logged, not asserted (issue 15 item 2 is open: see
+	// docs/benchmarks.md, "Coordination cost per trigger").
+	if n/s <= splitFree && w != 2 {
 		t.Errorf("S=%d N=%d: %.1f writes per server per trigger, want 2 (one Multi in Begin, one in Complete)", s, n, w)
 	}
 	for _, srv := range servers {

@@ -59,8 +59,8 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 		if err != nil {
 			return nil, err
 		}
-		if slices.Contains(kids, nStatus) || !slices.Contains(kids, nSharding) {
-			continue
+		if state := listedServerState(kids); state.online || !state.sharding {
+			continue // online, or never given items
 		}
 		data, _, err := j.st.Get(ctx, j.p.server(s, nSharding))
 		if errors.Is(err, store.ErrNoNode) {

@@ -34,9 +34,12 @@ type job struct {
 	// just after a reshard that already applied the change, so the flag
 	// stays up for a run that started in between. Lock order: reshardMu,
 	// then mu.
-	reshardMu  sync.Mutex
-	mu         sync.Mutex
-	cfg        jobconfig.Config
+	reshardMu sync.Mutex
+	mu        sync.Mutex
+	cfg       jobconfig.Config
+	// itemParams is cfg's shardingItemParameters, parsed when cfg was
+	// decoded: a run takes both together (snapshot), never re-parsing.
+	itemParams map[int]string
 	cfgErr     error
 	cfgFields  map[string]string
 	regSession int64
@@ -53,8 +56,13 @@ type job struct {
 	// a Begin beside that run (the Node runs failover beside a busy run)
 	// must not take them again.
 	claimsTaken map[int]bool
-	// parked: completions Complete left to the watcher (run.go).
-	parked     []parkedRun
+	// inRun counts, per item, the runs of this process that Begin marked
+	// running and whose Complete has not returned yet. A running node of
+	// this server's session on an item outside inRun is a leftover of a run
+	// whose Complete was refused while the session was suspended (the
+	// session came back, so the ephemeral node did not go): Begin removes
+	// it instead of calling the trigger a misfire for ever.
+	inRun      map[int]int
 	lastErrSet bool
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
@@ -79,7 +87,10 @@ type job struct {
 	lastLive    string
 	lastTotal   int
 	shardedLive string
-	pending     [SignalRemoved + 1]bool
+	// departed are the servers the cache showed without a status node at
+	// the leader's last check (watcher goroutine only; newlyDeparted).
+	departed []string
+	pending  [SignalRemoved + 1]bool
 
 	wake    chan struct{}
 	sigOut  chan Signal
@@ -130,7 +141,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	if err != nil {
 		return nil, err
 	}
-	j.cfg, j.cfgFields, j.lastTotal = cfg, fields, cfg.ShardingTotalCount
+	j.cfg, j.itemParams, j.cfgFields, j.lastTotal = cfg, itemParameters(cfg), fields, cfg.ShardingTotalCount
 	j.localDisabled = local.Disabled
 	if err := j.registerServer(ctx, sess.ID, true); err != nil {
 		return nil, err
@@ -518,6 +529,13 @@ func (j *job) config() jobconfig.Config {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.cfg
+}
+
+// itemParameters parses a validated config's item parameters (validation
+// parsed them already, so this cannot fail).
+func itemParameters(cfg jobconfig.Config) map[int]string {
+	params, _ := jobconfig.ParseItemParameters(cfg.ShardingItemParameters, cfg.ShardingTotalCount)
+	return params
 }
 
 func (j *job) signals() <-chan Signal { return j.sigOut }

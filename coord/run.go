@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -17,13 +18,16 @@ type run struct {
 	j       *job
 	session int64
 	items   []Assignment
-	ctx     context.Context
-	cancel  context.CancelFunc
-	stop    func() bool
-	done    bool
-	// monitor: Begin marked the items running (monitorExecution was on
-	// then); Complete removes those nodes whatever the config says now.
-	monitor bool
+	// cfg and params are the config snapshot the run began on: its items
+	// were computed with cfg's total, and the pipeline gets the same.
+	cfg    jobconfig.Config
+	params map[int]string
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool
+	done   bool
+	// released: complete has dropped the run's items from job.inRun.
+	released bool
 }
 
 // ready checks the preconditions every Begin shares: a live registration on
@@ -65,8 +69,9 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 	if j.cache.flag(relServer(j.id, nPaused)) {
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
 	}
-	cfg := j.config()
-	monitor := cfg.MonitorsExecution()
+	// One config snapshot for the whole trigger: an edit that arrives
+	// while this Begin runs applies to the next trigger, whole.
+	cfg, params := j.snapshot()
 	if cfg.MaxTimeDiffSeconds > 0 {
 		if err := j.checkClock(ctx, now, time.Duration(cfg.MaxTimeDiffSeconds)*time.Second); err != nil {
 			return nil, err
@@ -79,7 +84,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		if len(items) == 0 {
 			// Failover items run first and need no resharding; otherwise
 			// reshard (leader) or wait for it.
-			if _, err := j.awaitSharding(ctx); err != nil {
+			if _, err := j.awaitSharding(ctx, cfg); err != nil {
 				return nil, err
 			}
 			// The registration the run belongs to is the one current now.
@@ -92,11 +97,11 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
 				return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 			}
-			if items, shardVersion, err = j.assignments(ctx, data, st, err == nil); err != nil {
+			if items, shardVersion, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil); err != nil {
 				return nil, err
 			}
 		}
-		err := j.markRunning(ctx, now, items, shardVersion, monitor)
+		err := j.markRunning(ctx, cfg, now, items, shardVersion)
 		if err != nil {
 			j.takeClaims(items, false)
 		}
@@ -109,15 +114,17 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		break
 	}
 	j.recordLastError(ctx, "")
-	r = &run{j: j, session: sid, items: items, monitor: monitor}
+	j.holdItems(items, 1)
+	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
 	return r, nil
 }
 
 // markRunning checks for items still running (misfire) and marks items
-// running (monitor) in ONE Multi, fenced by the sharding node's version.
-func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment, shardVersion int32, monitor bool) error {
+// running in ONE Multi, fenced by the sharding node's version.
+func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion int32) error {
+	monitor := cfg.MonitorsExecution()
 	if monitor {
 		var suspects []int
 		for _, a := range items {
@@ -127,7 +134,7 @@ func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment
 				suspects = append(suspects, a.Item)
 			}
 		}
-		if err := j.misfireIfRunning(ctx, suspects); err != nil {
+		if err := j.misfireIfRunning(ctx, cfg, suspects); err != nil {
 			return err
 		}
 	}
@@ -174,7 +181,7 @@ func (j *job) markRunning(ctx context.Context, now time.Time, items []Assignment
 			for i, a := range items {
 				all[i] = a.Item
 			}
-			if merr := j.misfireIfRunning(ctx, all); merr != nil {
+			if merr := j.misfireIfRunning(ctx, cfg, all); merr != nil {
 				return merr
 			}
 		}
@@ -208,21 +215,39 @@ func (j *job) undoBegin(ctx context.Context, items []Assignment, completed map[i
 // misfireIfRunning checks suspects (items the cache shows running)
 // directly; if any really runs, it flags them misfire (when enabled) and
 // returns ErrItemsRunning. Direct reads happen only on this overlap path.
-func (j *job) misfireIfRunning(ctx context.Context, suspects []int) error {
-	var running []int
+func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspects []int) error {
+	var running, stale []int
 	for _, it := range suspects {
-		ok, _, err := j.st.Exists(ctx, j.p.item(it, nRunning))
+		p := j.p.item(it, nRunning)
+		ok, st, err := j.st.Exists(ctx, p)
 		if err != nil {
-			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(it, nRunning), err)
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
 		}
-		if ok {
-			running = append(running, it)
+		if !ok {
+			continue
 		}
+		if j.leftByEndedRun(it, st) {
+			// Only this session can have written it, and no run of this
+			// process holds the item: its run ended, with Complete refused
+			// while the session was suspended. Versioned: a node written
+			// meanwhile is not ours to delete.
+			if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
+				stale = append(stale, it)
+				continue
+			} else if !errors.Is(err, store.ErrBadVersion) {
+				return fmt.Errorf("coord: job %q: delete leftover %s: %w", j.jname, p, err)
+			}
+		}
+		running = append(running, it)
+	}
+	if len(stale) > 0 {
+		j.log.Info("removed running nodes left by an earlier run of this server whose Complete was refused while the session was suspended",
+			"job", j.jname, "items", stale)
 	}
 	if len(running) == 0 {
 		return nil
 	}
-	if j.config().MisfireEnabled() {
+	if cfg.MisfireEnabled() {
 		var ins []intent
 		for _, it := range running {
 			ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(it, nMisfire)})
@@ -232,6 +257,42 @@ func (j *job) misfireIfRunning(ctx context.Context, suspects []int) error {
 		}
 	}
 	return fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
+}
+
+// holdItems adds delta to the count of this process's runs holding each
+// item (job.inRun).
+func (j *job) holdItems(items []Assignment, delta int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.inRun == nil {
+		j.inRun = make(map[int]int)
+	}
+	for _, a := range items {
+		if j.inRun[a.Item] += delta; j.inRun[a.Item] <= 0 {
+			delete(j.inRun, a.Item)
+		}
+	}
+}
+
+// heldByAnotherRun reports whether a run of this process holds any of items.
+func (j *job) heldByAnotherRun(items []Assignment) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, a := range items {
+		if j.inRun[a.Item] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// leftByEndedRun reports whether the running node of item (its stat st) was
+// written on this server's current registration while no run of this
+// process holds the item.
+func (j *job) leftByEndedRun(item int, st store.Stat) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.inRun[item] == 0
 }
 
 // checkClock writes systemTime/current and compares its Mtime with now.
@@ -261,7 +322,7 @@ func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Durati
 
 // awaitSharding reshards first if the flag is set and this server leads;
 // otherwise it waits until the leader has (flag and processing gone).
-func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
+func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (waited bool, err error) {
 	for {
 		ch := j.cache.changedCh()
 		// The flag is read directly (one read per trigger): a cache that
@@ -285,7 +346,7 @@ func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 			return waited, err
 		}
 		if nec && j.isLeader() && !j.cache.has(relProcessing) {
-			if err := j.reshard(ctx); err != nil {
+			if err := j.reshard(ctx, cfg); err != nil {
 				return waited, err
 			}
 			continue
@@ -311,9 +372,9 @@ func (j *job) awaitSharding(ctx context.Context) (waited bool, err error) {
 // runs that start on the new assignment must not keep this Begin waiting.
 // It reads the items directly: the cache watches only this server's items.
 // Resharding is rare, so O(items) reads are fine here.
-func (j *job) reshard(ctx context.Context) error {
-	if !j.config().MonitorsExecution() {
-		return j.reshardNow(ctx)
+func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
+	if !cfg.MonitorsExecution() {
+		return j.reshardNow(ctx, cfg)
 	}
 	nec := j.p.abs(relNecessary)
 	for {
@@ -329,7 +390,7 @@ func (j *job) reshard(ctx context.Context) error {
 			return err
 		}
 		if watch == nil {
-			return j.reshardNow(ctx)
+			return j.reshardNow(ctx, cfg)
 		}
 		select {
 		case <-watch:
@@ -357,13 +418,14 @@ func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
 	if nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary)); err != nil || !nec {
 		return nil, err
 	}
-	if j.config().MonitorsExecution() {
+	cfg := j.config()
+	if cfg.MonitorsExecution() {
 		_, watch, err := j.firstRunning(ctx)
 		if err != nil || watch != nil {
 			return watch, err
 		}
 	}
-	return nil, j.reshardNow(ctx)
+	return nil, j.reshardNow(ctx, cfg)
 }
 
 // reshardNow writes the new assignment in one Multi; see reshard. The
@@ -371,8 +433,7 @@ func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
 // when a server joined, left, or was disabled, enabled or shut down
 // meanwhile, the Multi fails and the assignment is planned again on the
 // new membership, so the flag is never cleared by a plan that missed one.
-func (j *job) reshardNow(ctx context.Context) error {
-	cfg := j.config()
+func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.config("jobShardingStrategy"), err)
@@ -523,47 +584,6 @@ func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, err
 	return "", nil, nil
 }
 
-// readServers reads the server set directly (resharding must not act on
-// a lagging cache): every server, whether it has a sharding node, and the
-// live (status present), enabled, not shut down ones, sorted.
-func (j *job) readServers(ctx context.Context) (map[string]bool, []string, error) {
-	names, _, err := j.st.Children(ctx, j.p.abs(nServers))
-	if err != nil {
-		return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
-	}
-	all := make(map[string]bool, len(names))
-	var live []string
-	for _, s := range names {
-		kids, _, err := j.st.Children(ctx, j.p.server(s))
-		if errors.Is(err, store.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(s), err)
-		}
-		all[s] = slices.Contains(kids, nSharding)
-		if !slices.Contains(kids, nStatus) {
-			continue
-		}
-		off := false
-		for _, flag := range []string{nDisabled, nShutdown} {
-			if !slices.Contains(kids, flag) {
-				continue
-			}
-			d, _, err := j.st.Get(ctx, j.p.server(s, flag))
-			if err != nil && !errors.Is(err, store.ErrNoNode) {
-				return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(s, flag), err)
-			}
-			off = off || err == nil && flagTrue(d)
-		}
-		if !off {
-			live = append(live, s)
-		}
-	}
-	slices.Sort(live)
-	return all, live, nil
-}
-
 // itemHas reports whether an execution node exists: from the cache when
 // the item is loaded there, else by a direct read (only right after the
 // item became this server's).
@@ -596,7 +616,7 @@ func (j *job) claimed(item int) bool {
 
 // assignments computes this server's sharding items minus items failed
 // over to others and disabled items, with the sharding node's version.
-func (j *job) assignments(ctx context.Context, data []byte, st store.Stat, ok bool) ([]Assignment, int32, error) {
+func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool) ([]Assignment, int32, error) {
 	var out []Assignment
 	if !ok {
 		return nil, -1, nil
@@ -609,7 +629,6 @@ func (j *job) assignments(ctx context.Context, data []byte, st store.Stat, ok bo
 		j.log.Error("malformed sharding node; running nothing until the next reshard", "node", j.p.server(j.id, nSharding), "err", err)
 		return nil, st.Version, nil
 	}
-	total := j.config().ShardingTotalCount
 	for _, it := range items {
 		if it >= total {
 			continue
@@ -639,6 +658,14 @@ func (j *job) assignments(ctx context.Context, data []byte, st store.Stat, ok bo
 }
 
 func (r *run) shards() []Assignment { return slices.Clone(r.items) }
+
+// snapshot returns the current config and its parsed item parameters
+// together: one trigger's view of the config.
+func (j *job) snapshot() (jobconfig.Config, map[int]string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cfg, j.itemParams
+}
 
 func (r *run) context() context.Context { return r.ctx }
 
@@ -730,72 +757,44 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	if r.done {
 		return nil
 	}
+	if r.released && j.heldByAnotherRun(r.items) {
+		// A retry after a refused Complete, too late: a later Begin removed
+		// this run's leftover running nodes and runs the items now.
+		r.done = true
+		return fmt.Errorf("coord: job %q: complete: a later run of this server holds the items now: %w", j.jname, ErrNotOwner)
+	}
 	// The run is over for its pipeline whatever the outcome; the run is done
-	// (later calls are no-ops) once the outcome is final: written, not
-	// owned, the session gone, or the completion handed to the job because
-	// ctx ended while the session was suspended. A store error on a live
-	// session leaves it retryable.
+	// (later calls are no-ops) only once the outcome is final, so that a
+	// Complete refused while the session is merely suspended can be retried
+	// after it resumes.
 	defer func() {
 		r.stop()
 		r.cancel()
+		if !r.released {
+			// Whatever the outcome, the pipeline is over: the items are no
+			// longer held by this run (see job.inRun).
+			r.released = true
+			j.holdItems(r.items, -1)
+		}
 	}()
-	for attempt := 0; ; attempt++ {
-		sess, _ := j.st.Session()
-		if sess.State == store.StateSuspended && sess.ID == r.session {
-			// A connection blip: the run's session and its running nodes
-			// live on. Wait (within ctx) for it to resume or end.
-			sess, _ = store.AwaitSession(ctx, j.st, func(s store.Session) bool {
-				return s.State != store.StateSuspended || s.ID != r.session
-			})
+	sess, _ := j.st.Session()
+	if sess.State != store.StateConnected || sess.ID != r.session {
+		if sess.ID != r.session || sess.State == store.StateLost || sess.State == store.StateClosed {
+			r.done = true // the run's session and its nodes are gone: nothing to retry
 		}
-		if sess.State == store.StateConnected && sess.ID == r.session {
-			err := r.apply(ctx, next)
-			if err == nil || errors.Is(err, ErrNotOwner) {
-				r.done = true // final: later calls are no-ops
-			}
-			if err == nil || !lostConnection(j.st, err) {
-				return err
-			}
-			if attempt < 2 {
-				continue // the connection dropped during the write
-			}
-			return fmt.Errorf("%w: %w", ErrSessionLost, err)
-		}
-		r.done = true
-		if sess.State == store.StateSuspended && sess.ID == r.session {
-			// Still suspended when ctx ended: the running nodes would
-			// outlive the run on the resumed session and hold every
-			// reshard and later Begin of these items for good. The job
-			// writes the completion when the session resumes.
-			j.parkCompletion(r, next)
-			return fmt.Errorf("coord: job %q: complete: %s; completing when it resumes: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
-		}
-		// The run's session and its nodes are gone: nothing to complete.
 		return fmt.Errorf("coord: job %q: complete: %s: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
 	}
-}
-
-// apply writes a run's completion on its connected session; see complete.
-// It runs on the caller's goroutine, or on the watcher's for a parked
-// completion (complete has then marked the run done): it leaves r.done alone.
-func (r *run) apply(ctx context.Context, next time.Time) error {
-	j := r.j
-	// The running nodes are the ones Begin created (r.monitor); an edit
-	// to monitorExecution=false meanwhile may have removed them already.
-	monitorNow := j.config().MonitorsExecution()
-	delRunning := opDelete
-	if !monitorNow {
-		delRunning = opDeleteIfPresent
-	}
+	// The current config, not the run's snapshot: turning monitorExecution
+	// off removes the running nodes at once (Admin.SetConfig).
+	monitor := j.config().MonitorsExecution()
 	now := formatTime(j.reg.cfg.Now())
 	groups := make([][]intent, 0, len(r.items))
 	for _, a := range r.items {
 		var g []intent
-		if r.monitor {
-			g = append(g, intent{kind: delRunning, rel: relItem(a.Item, nRunning)})
-		}
-		if monitorNow {
-			g = append(g, intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
+		if monitor {
+			g = append(g,
+				intent{kind: opDelete, rel: relItem(a.Item, nRunning)},
+				intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
 		}
 		g = append(g, intent{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now})
 		if !next.IsZero() {
@@ -820,21 +819,6 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 	// completed, which they are; the rest keep their running nodes until
 	// the session ends, and are failed over or re-run from there.
 	_, err := j.commitSplit(ctx, nil, groups, tail)
-	if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent) {
-		// An item's node may be gone: pruned by the leader after the
-		// total was lowered below it (a run without running nodes does
-		// not hold the reshard). Its completion is moot; complete the rest.
-		var kept [][]intent
-		for i, a := range r.items {
-			ok, _, xerr := j.st.Exists(ctx, j.p.item(a.Item))
-			if xerr != nil || ok {
-				kept = append(kept, groups[i])
-			}
-		}
-		if len(kept) < len(groups) {
-			_, err = j.commitSplit(ctx, nil, kept, tail)
-		}
-	}
 	j.mu.Lock()
 	for _, a := range r.items {
 		if a.Failover {
@@ -845,51 +829,13 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 	j.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, store.ErrNoNode) {
+			r.done = true
 			return fmt.Errorf("coord: job %q: complete: this server's nodes are gone: %w", j.jname, ErrNotOwner)
 		}
 		return fmt.Errorf("coord: job %q: complete: %w", j.jname, err)
 	}
+	r.done = true
 	return nil
-}
-
-// parkedRun is a completion Complete could not write because the run's
-// session was suspended until its ctx ended.
-type parkedRun struct {
-	r    *run
-	next time.Time
-}
-
-// parkCompletion keeps r's completion for completeParked.
-func (j *job) parkCompletion(r *run, next time.Time) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.parked = append(j.parked, parkedRun{r, next})
-}
-
-// completeParked runs on the watcher when the session changes: on the
-// parked runs' own session, connected again, it writes their completions;
-// a parked run whose session is gone is dropped (its running nodes went
-// with it). A write that fails on a live session is parked again for the
-// next session change.
-func (j *job) completeParked(ctx context.Context, sess store.Session) {
-	if sess.State == store.StateSuspended {
-		return
-	}
-	j.mu.Lock()
-	parked := j.parked
-	j.parked = nil
-	j.mu.Unlock()
-	for _, p := range parked {
-		if sess.ID != p.r.session || sess.State != store.StateConnected {
-			continue
-		}
-		if err := p.r.apply(ctx, p.next); err != nil && !errors.Is(err, ErrNotOwner) {
-			j.warn(ctx, "cannot write a completion left by a suspended session; retrying when it resumes", "err", err)
-			if ctx.Err() == nil {
-				j.parkCompletion(p.r, p.next)
-			}
-		}
-	}
 }
 
 func (j *job) myItems() []int {
@@ -919,7 +865,7 @@ func (j *job) takeMisfire(ctx context.Context) (bool, error) {
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 	}
-	mine, _, err := j.assignments(ctx, data, st, err == nil)
+	mine, _, err := j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil)
 	if err != nil {
 		return false, err
 	}

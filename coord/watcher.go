@@ -239,7 +239,6 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != reg {
 		j.loseRegistration(sessionProblem(sess, reg))
 	}
-	j.completeParked(ctx, sess)
 	if sess.State != store.StateConnected || sess.ID == reg {
 		// Not connected, or the same session resumed: its watches and
 		// ephemerals were held, not dropped.
@@ -372,38 +371,56 @@ func (j *job) reactConfig(ctx context.Context) {
 		j.errMu.Unlock()
 	} else {
 		j.mu.Lock()
-		j.cfgFields, j.cfg, j.cfgErr = fields, cfg, nil
+		j.cfgFields, j.cfg, j.itemParams, j.cfgErr = fields, cfg, itemParameters(cfg), nil
 		j.mu.Unlock()
 		j.recordLastError(ctx, "")
 	}
 	j.emit(SignalConfigChanged)
 }
 
-// liveServers returns the servers with a status node that are neither
-// disabled nor shut down, sorted: the ones sharding assigns items to.
-func (j *job) liveServers() []string {
-	var live []string
-	for _, s := range j.cache.children(nServers) {
-		if j.cache.has(relServer(s, nStatus)) && !j.cache.flag(relServer(s, nDisabled)) && !j.cache.flag(relServer(s, nShutdown)) {
-			live = append(live, s)
-		}
-	}
-	return live
-}
-
 // leaderDuties raises the resharding flag when the set of live servers
 // (joined, departed, disabled or shut down) or the total differs from what
 // the last reshard used, and requeues a dead server's unfinished items for
 // failover.
+//
+// The failover scan runs on every departure the cache shows (a server
+// without a status node that was not so at the last check), not only when
+// the flag goes up: a server can join, be sharded by the leader's Begin
+// (which reads the servers directly), run and die before this watcher
+// first sees it, so the cache's live set never changes; and a reshard that
+// read the servers after a crash leaves nothing to raise. The scan reads
+// the store directly and queues each item once, so running it more often
+// costs reads, never a duplicate.
 func (j *job) leaderDuties(ctx context.Context, force bool) {
 	live := j.liveServers()
+	departed := j.newlyDeparted()
 	total := j.config().ShardingTotalCount
 	j.reshardMu.Lock()
 	raised := j.raiseIfMembershipChanged(ctx, live, total, force)
 	j.reshardMu.Unlock()
-	if raised {
+	if raised || departed {
 		j.enqueueOrphans(ctx)
 	}
+}
+
+// newlyDeparted records the servers the cache shows without a status node
+// and reports whether one of them was not so at the previous call.
+func (j *job) newlyDeparted() bool {
+	var gone []string
+	for _, s := range j.cache.children(nServers) {
+		if !cachedServerState(j.cache, s).online {
+			gone = append(gone, s)
+		}
+	}
+	news := false
+	for _, s := range gone {
+		if !slices.Contains(j.departed, s) {
+			news = true
+			break
+		}
+	}
+	j.departed = gone
+	return news
 }
 
 // raiseIfMembershipChanged raises the resharding flag when live or total
@@ -427,7 +444,11 @@ func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 		// used exactly this membership: a change seen late here.
 		return false
 	}
-	changed := last != "" && (last != cur || total != lastTotal)
+	// A cache view that differs from the last reshard's counts as a change
+	// even when the cache itself saw none: a server the reshard used may
+	// have died before the cache ever saw it live.
+	changed := last != "" && (last != cur || total != lastTotal) ||
+		sharded != "" && sharded != cur+"/"+strconv.Itoa(total)
 	if !force && !changed {
 		return false
 	}
@@ -489,7 +510,7 @@ func (j *job) reconcile(ctx context.Context) {
 	}
 	now := j.reg.cfg.Now()
 	for _, s := range j.cache.children(nServers) {
-		if j.cache.has(relServer(s, nStatus)) {
+		if cachedServerState(j.cache, s).online {
 			delete(j.offlineSeen, s)
 			continue
 		}

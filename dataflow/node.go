@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardflow/shardflow/coord"
-	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/history"
@@ -321,7 +320,7 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	if err == nil {
 		h.cj = cj
 		eff := cj.Config()
-		err = n.sched.add(h.name, eff.CronSpec(), eff.MisfireEnabled(), n.runFunc(h))
+		err = n.sched.add(h.name, eff.CronSpec(), eff.MisfireEnabled(), hostedRuns{n, h})
 		if err != nil {
 			_ = cj.Leave(ctx)
 		}
@@ -544,43 +543,34 @@ func (n *Node) isStopping(h *hostedJob) bool {
 	return n.halt.Err() != nil || h.halt.Err() != nil
 }
 
-// runFunc is the scheduler's run of h: one trigger, then the coordination's
-// misfire catch-up and failover claims, until none is due.
-func (n *Node) runFunc(h *hostedJob) runFunc {
-	return func(ctx context.Context, reason Reason) {
-		if reason == reasonFailoverBeside {
-			// Beside the run in progress: failover items only, until the
-			// queue is empty; the run in progress does the catch-up.
-			for ctx.Err() == nil && !n.isStopping(h) {
-				if claimed, err := h.cj.ClaimFailover(ctx); err != nil || !claimed {
-					return
-				}
-				n.runOnce(ctx, h, ReasonFailover)
-			}
-			return
-		}
-		if reason == ReasonFailover {
-			claimed, err := h.cj.ClaimFailover(ctx)
-			if err != nil || !claimed {
-				return
-			}
-		}
-		for ctx.Err() == nil && !n.isStopping(h) {
-			n.runOnce(ctx, h, reason)
-			if ctx.Err() != nil || n.isStopping(h) {
-				return
-			}
-			if again, err := h.cj.TakeMisfire(ctx); err == nil && again {
-				reason = ReasonMisfire
-				continue
-			}
-			if claimed, err := h.cj.ClaimFailover(ctx); err == nil && claimed {
-				reason = ReasonFailover
-				continue
-			}
-			return
-		}
+// hostedRuns is h as the scheduler runs it (jobRuns): the scheduler's
+// followUp decides what runs after a run; these only answer its questions,
+// and run nothing once the Node is stopping or h is being removed.
+type hostedRuns struct {
+	n *Node
+	h *hostedJob
+}
+
+func (r hostedRuns) run(ctx context.Context, reason Reason) {
+	if ctx.Err() == nil && !r.n.isStopping(r.h) {
+		r.n.runOnce(ctx, r.h, reason)
 	}
+}
+
+func (r hostedRuns) takeMisfire(ctx context.Context) bool {
+	if r.n.isStopping(r.h) {
+		return false
+	}
+	again, err := r.h.cj.TakeMisfire(ctx)
+	return err == nil && again
+}
+
+func (r hostedRuns) claimFailover(ctx context.Context) bool {
+	if r.n.isStopping(r.h) {
+		return false
+	}
+	claimed, err := r.h.cj.ClaimFailover(ctx)
+	return err == nil && claimed
 }
 
 // runOnce is one trigger, as data flows (ARCHITECTURE.md).
@@ -607,11 +597,9 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		n.reportError(h.name, fmt.Errorf("dataflow: begin run: %w", err))
 		return
 	}
-	cfg := h.cj.Config()
-	params, perr := jobconfig.ParseItemParameters(cfg.ShardingItemParameters, cfg.ShardingTotalCount)
-	if perr != nil {
-		n.reportError(h.name, fmt.Errorf("dataflow: item parameters: %w", perr))
-	}
+	// The run's config snapshot, the one Begin computed its items with: an
+	// edit during the run applies to the next one, whole.
+	cfg := run.Config()
 	assigned := run.Shards()
 	info := RunInfo{JobName: h.name, ServerID: n.reg.ServerID(), Reason: reason, Started: started, Items: make([]int, len(assigned))}
 	shards := make([]Shard, len(assigned))
@@ -620,7 +608,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		info.Items[i] = item
 		shards[i] = Shard{
 			JobName: h.name, Item: item, Total: cfg.ShardingTotalCount,
-			ItemParameter: params[item], JobParameter: cfg.JobParameter,
+			ItemParameter: run.ItemParameter(item), JobParameter: cfg.JobParameter,
 			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
 		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }).
 			WithReporter(func(ctx context.Context, err error) { n.reportRunError(ctx, h.name, run, err) })

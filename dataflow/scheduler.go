@@ -27,11 +27,10 @@ const (
 	ReasonFailover
 )
 
-// reasonFailoverBeside is the scheduler's failover run beside a run in
-// progress: claim failover items and run them until none is left, without
-// the catch-up run and without waiting for the run in progress. Internal:
-// the runs themselves report ReasonFailover.
-const reasonFailoverBeside Reason = -1
+// reasonClaim starts a runner on a failover request while the job is
+// idle: it claims an item first and runs ReasonFailover only if it got one.
+// Internal: runs never see it.
+const reasonClaim Reason = -1
 
 // String names the reason.
 func (r Reason) String() string {
@@ -48,10 +47,21 @@ func (r Reason) String() string {
 	return fmt.Sprintf("Reason(%d)", int(r))
 }
 
-// runFunc performs one run of a job. ctx is the job's run context: it is
-// cancelled by a hard stop, by a remove that timed out, and by a graceful
-// stop that timed out.
-type runFunc func(ctx context.Context, reason Reason)
+// jobRuns is a job as the scheduler runs it: one run, and the
+// coordination's two answers that decide follow-up runs (followUp). ctx is
+// the job's run context: it is cancelled by a hard stop, by a remove that
+// timed out, and by a graceful stop that timed out. The scheduler calls
+// them from the job's runner goroutines only.
+type jobRuns interface {
+	// run performs one run.
+	run(ctx context.Context, reason Reason)
+	// takeMisfire reports whether the coordination flagged a catch-up run
+	// of this server's items (and clears the flags).
+	takeMisfire(ctx context.Context) bool
+	// claimFailover claims one item waiting in the failover queue; true:
+	// it is this server's now and a failover run is due.
+	claimFailover(ctx context.Context) bool
+}
 
 // scheduler is the one cron scheduler of a Node: one robfig/cron instance
 // for every job, and at most one run per job at a time.
@@ -79,7 +89,7 @@ type scheduler struct {
 
 type schedJob struct {
 	name    string
-	run     runFunc
+	runs    jobRuns
 	misfire bool
 	spec    string
 	sched   cron.Schedule // nil: trigger only
@@ -137,7 +147,7 @@ func (s *scheduler) start() {
 }
 
 // add schedules a job. spec "" makes it trigger-only.
-func (s *scheduler) add(name, spec string, misfire bool, run runFunc) error {
+func (s *scheduler) add(name, spec string, misfire bool, runs jobRuns) error {
 	sched, err := parseSpec(spec)
 	if err != nil {
 		return err
@@ -150,7 +160,7 @@ func (s *scheduler) add(name, spec string, misfire bool, run runFunc) error {
 	if _, ok := s.jobs[name]; ok {
 		return fmt.Errorf("%w: %q", ErrJobExists, name)
 	}
-	j := &schedJob{name: name, run: run, misfire: misfire, spec: spec, sched: sched}
+	j := &schedJob{name: name, runs: runs, misfire: misfire, spec: spec, sched: sched}
 	j.ctx, j.cancel = context.WithCancel(s.base)
 	if sched != nil {
 		j.entry = s.cron.Schedule(sched, cron.FuncJob(func() { s.fire(j) }))
@@ -234,7 +244,7 @@ func (s *scheduler) trigger(name string, reason Reason) error {
 }
 
 // failover asks for a failover run (ReasonFailover): at once if the job
-// is idle; during a run, at once too, beside it (reasonFailoverBeside):
+// is idle; during a run, at once too, by a failover runner beside it:
 // failover items are other servers' items, and coord's running nodes keep
 // to one run per item, so a crashed server's items need not wait for this
 // server's run in progress. One failover runner beside the run at a time;
@@ -251,7 +261,7 @@ func (s *scheduler) failover(name string) {
 		return
 	}
 	if j.idle == nil {
-		s.startRunnerLocked(j, ReasonFailover)
+		s.startRunnerLocked(j, reasonClaim)
 		return
 	}
 	j.failoverIdle = make(chan struct{})
@@ -259,26 +269,12 @@ func (s *scheduler) failover(name string) {
 	go s.failoverRunner(j)
 }
 
-// failoverRunner runs failover claims beside the job's run in progress
-// until no request is pending. Owned by the scheduler like runner: stop
+// failoverRunner runs failover items beside the job's run in progress
+// for as long as followUp says. Owned by the scheduler like runner: stop
 // and remove wait for it through j.failoverIdle.
 func (s *scheduler) failoverRunner(j *schedJob) {
-	for {
-		j.run(j.ctx, reasonFailoverBeside)
-
-		s.mu.Lock()
-		again := j.pendingFailover && !j.removed && !s.stopping && j.ctx.Err() == nil
-		j.pendingFailover = false
-		if !again {
-			close(j.failoverIdle)
-			j.failoverIdle = nil
-			if j.idle == nil {
-				delete(s.active, j)
-			}
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
+	for reason := s.followUp(j, true); reason != 0; reason = s.followUp(j, true) {
+		j.runs.run(j.ctx, reason)
 	}
 }
 
@@ -288,38 +284,102 @@ func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason) {
 	go s.runner(j, reason)
 }
 
-// runner runs the job, then the queued trigger or the one catch-up run,
-// until nothing is pending. It is owned by the scheduler: stop and remove
-// wait for it through j.idle.
+// runner runs the job, then the follow-up runs followUp decides, until
+// there is none. It is owned by the scheduler: stop and remove wait for it
+// through j.idle.
 func (s *scheduler) runner(j *schedJob, reason Reason) {
-	for {
-		j.run(j.ctx, reason)
-
-		s.mu.Lock()
-		switch {
-		case j.removed || s.stopping || j.ctx.Err() != nil:
-			reason = 0
-		case j.pendingTrigger:
-			reason = ReasonTrigger
-		case j.pendingMisfire:
-			reason = ReasonMisfire
-		default:
-			reason = 0
+	if reason == reasonClaim {
+		reason = 0
+		if s.live(j) && j.runs.claimFailover(j.ctx) {
+			reason = ReasonFailover
 		}
-		// One run after this one serves a queued trigger and the missed
-		// cron fires alike (and ends with a failover claim): both flags are
-		// consumed. Failover requests are the failover runner's.
+	}
+	for {
+		if reason != 0 {
+			j.runs.run(j.ctx, reason)
+		}
+		if reason = s.followUp(j, false); reason == 0 {
+			return
+		}
+	}
+}
+
+// live reports whether j may still run: not removed, the scheduler not
+// stopping, its run context not ended.
+func (s *scheduler) live(j *schedJob) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !j.removed && !s.stopping && j.ctx.Err() == nil
+}
+
+// followUp is the one place that decides the run after a run (or after
+// a failover request) on one of j's runners, in this order:
+//
+//   - none once j is removed, the scheduler stops or the run context ends;
+//   - beside a run in progress (the failover runner): a failover item it
+//     claimed (ReasonFailover); else, if a failover request came while it
+//     was busy, one more claim; else none - the run in progress does the
+//     rest;
+//   - the catch-up run the coordination flagged (ReasonMisfire: an earlier
+//     trigger found items still running);
+//   - a failover item it claimed (ReasonFailover);
+//   - a trigger queued during the run (ReasonTrigger), else a cron fire
+//     missed during it (ReasonMisfire): one run serves both, so both are
+//     consumed; any number of missed fires gives exactly one catch-up run.
+//
+// When it decides none, the runner is gone from j before s.mu is released,
+// so a request arriving after the decision starts a new runner.
+func (s *scheduler) followUp(j *schedJob, beside bool) Reason {
+	for {
+		if s.live(j) {
+			if beside {
+				if j.runs.claimFailover(j.ctx) {
+					return ReasonFailover
+				}
+			} else {
+				if j.runs.takeMisfire(j.ctx) {
+					return ReasonMisfire
+				}
+				if j.runs.claimFailover(j.ctx) {
+					return ReasonFailover
+				}
+			}
+		}
+		s.mu.Lock()
+		live := !j.removed && !s.stopping && j.ctx.Err() == nil
+		if beside {
+			again := live && j.pendingFailover
+			j.pendingFailover = false
+			if again {
+				s.mu.Unlock()
+				continue
+			}
+			close(j.failoverIdle)
+			j.failoverIdle = nil
+			if j.idle == nil {
+				delete(s.active, j)
+			}
+			s.mu.Unlock()
+			return 0
+		}
+		var next Reason
+		switch {
+		case !live:
+		case j.pendingTrigger:
+			next = ReasonTrigger
+		case j.pendingMisfire:
+			next = ReasonMisfire
+		}
 		j.pendingTrigger, j.pendingMisfire = false, false
-		if reason == 0 {
+		if next == 0 {
 			close(j.idle)
 			j.idle = nil
 			if j.failoverIdle == nil {
 				delete(s.active, j)
 			}
-			s.mu.Unlock()
-			return
 		}
 		s.mu.Unlock()
+		return next
 	}
 }
 

@@ -6,18 +6,31 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 )
 
-// recorder is a runFunc whose first run blocks until released.
+// runOnly is a job without coordination follow-ups: no catch-up runs
+// flagged, nothing in the failover queue.
+type runOnly func(ctx context.Context, reason Reason)
+
+func (f runOnly) run(ctx context.Context, reason Reason) { f(ctx, reason) }
+func (runOnly) takeMisfire(context.Context) bool         { return false }
+func (runOnly) claimFailover(context.Context) bool       { return false }
+
+// recorder is a job whose first run blocks until released. Its failover
+// queue holds the items requestFailover put in.
 type recorder struct {
-	mu      sync.Mutex
-	reasons []Reason
-	started chan struct{} // receives one value per run start
-	release chan struct{} // closed to let the first run end
-	first   sync.Once
+	queue atomic.Int32
+	// misfires is how many catch-up runs coord has flagged.
+	misfires atomic.Int32
+	mu       sync.Mutex
+	reasons  []Reason
+	started  chan struct{} // receives one value per run start
+	release  chan struct{} // closed to let the first run end
+	first    sync.Once
 }
 
 func newRecorder() *recorder {
@@ -37,6 +50,30 @@ func (r *recorder) run(ctx context.Context, reason Reason) {
 		case <-ctx.Done():
 		}
 	}
+}
+
+func (r *recorder) takeMisfire(context.Context) bool { return take(&r.misfires) }
+
+func (r *recorder) claimFailover(context.Context) bool { return take(&r.queue) }
+
+// take decrements n if it is positive.
+func take(n *atomic.Int32) bool {
+	for {
+		v := n.Load()
+		if v == 0 {
+			return false
+		}
+		if n.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
+}
+
+// requestFailover queues one failover item and signals it, as coord's
+// SignalFailover does.
+func (r *recorder) requestFailover(s *scheduler) {
+	r.queue.Add(1)
+	s.failover("j")
 }
 
 func (r *recorder) got() []Reason {
@@ -85,7 +122,7 @@ func TestSchedulerOverlap(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := testScheduler(t)
 			rec := newRecorder()
-			if err := s.add("j", "", tt.misfire, rec.run); err != nil {
+			if err := s.add("j", "", tt.misfire, rec); err != nil {
 				t.Fatal(err)
 			}
 			j := s.jobs["j"]
@@ -112,7 +149,7 @@ func TestSchedulerTriggerIdleRunsAtOnce(t *testing.T) {
 	s := testScheduler(t)
 	rec := newRecorder()
 	close(rec.release)
-	if err := s.add("j", "", true, rec.run); err != nil {
+	if err := s.add("j", "", true, rec); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.trigger("j", ReasonTrigger); err != nil {
@@ -137,7 +174,7 @@ func TestSchedulerGracefulStopTimeoutCancelsRuns(t *testing.T) {
 		<-ctx.Done() // a run that only ends when cancelled
 		close(canceled)
 	}
-	if err := s.add("j", "", true, run); err != nil {
+	if err := s.add("j", "", true, runOnly(run)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.trigger("j", ReasonTrigger); err != nil {
@@ -161,7 +198,7 @@ func TestSchedulerGracefulStopTimeoutCancelsRuns(t *testing.T) {
 func TestSchedulerGracefulStopWaitsForRun(t *testing.T) {
 	s := newScheduler(slog.Default())
 	rec := newRecorder()
-	if err := s.add("j", "", true, rec.run); err != nil {
+	if err := s.add("j", "", true, rec); err != nil {
 		t.Fatal(err)
 	}
 	s.fire(s.jobs["j"])
@@ -186,11 +223,11 @@ func TestSchedulerGracefulStopWaitsForRun(t *testing.T) {
 func TestSchedulerHardStopCancels(t *testing.T) {
 	s := newScheduler(slog.Default())
 	started, canceled := make(chan struct{}), make(chan struct{})
-	if err := s.add("j", "", true, func(ctx context.Context, _ Reason) {
+	if err := s.add("j", "", true, runOnly(func(ctx context.Context, _ Reason) {
 		close(started)
 		<-ctx.Done()
 		close(canceled)
-	}); err != nil {
+	})); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.trigger("j", ReasonTrigger); err != nil {
@@ -214,7 +251,7 @@ func TestSchedulerStopBeforeStartAndTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.add("j", "", true, func(context.Context, Reason) {}); !errors.Is(err, ErrNodeStopped) {
+	if err := s.add("j", "", true, runOnly(func(context.Context, Reason) {})); !errors.Is(err, ErrNodeStopped) {
 		t.Fatalf("add after stop: %v", err)
 	}
 }
@@ -226,7 +263,7 @@ func TestSchedulerCronAddRemoveAtRuntime(t *testing.T) {
 		s := testScheduler(t)
 		s.start()
 		runs := make(chan Reason, 10)
-		if err := s.add("every-second", "* * * * * ?", true, func(_ context.Context, r Reason) { runs <- r }); err != nil {
+		if err := s.add("every-second", "* * * * * ?", true, runOnly(func(_ context.Context, r Reason) { runs <- r })); err != nil {
 			t.Fatal(err)
 		}
 		if next := s.nextFire("every-second", time.Now()); next.IsZero() || time.Until(next) > time.Second {
@@ -263,11 +300,11 @@ func TestSchedulerCronAddRemoveAtRuntime(t *testing.T) {
 func TestSchedulerRemoveWaitsAndTimesOut(t *testing.T) {
 	s := testScheduler(t)
 	started, canceled := make(chan struct{}), make(chan struct{})
-	if err := s.add("j", "", true, func(ctx context.Context, _ Reason) {
+	if err := s.add("j", "", true, runOnly(func(ctx context.Context, _ Reason) {
 		close(started)
 		<-ctx.Done()
 		close(canceled)
-	}); err != nil {
+	})); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.trigger("j", ReasonTrigger); err != nil {
@@ -285,13 +322,13 @@ func TestSchedulerRemoveWaitsAndTimesOut(t *testing.T) {
 
 func TestSchedulerBadCronAndReschedule(t *testing.T) {
 	s := testScheduler(t)
-	if err := s.add("bad", "not a cron", true, func(context.Context, Reason) {}); !errors.Is(err, ErrBadCron) {
+	if err := s.add("bad", "not a cron", true, runOnly(func(context.Context, Reason) {})); !errors.Is(err, ErrBadCron) {
 		t.Fatalf("add bad cron: %v, want ErrBadCron", err)
 	}
-	if err := s.add("j", "", true, func(context.Context, Reason) {}); err != nil {
+	if err := s.add("j", "", true, runOnly(func(context.Context, Reason) {})); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.add("j", "", true, func(context.Context, Reason) {}); !errors.Is(err, ErrJobExists) {
+	if err := s.add("j", "", true, runOnly(func(context.Context, Reason) {})); !errors.Is(err, ErrJobExists) {
 		t.Fatalf("duplicate add: %v, want ErrJobExists", err)
 	}
 	if !s.nextFire("j", time.Now()).IsZero() {
@@ -319,31 +356,31 @@ func TestSchedulerFailoverRequests(t *testing.T) {
 		want      []Reason
 	}{
 		{"failover during a run runs beside it", func(s *scheduler, _ *schedJob, rec *recorder) {
-			s.failover("j")
+			rec.requestFailover(s)
 			<-rec.started
-		}, []Reason{ReasonCron, reasonFailoverBeside}},
+		}, []Reason{ReasonCron, ReasonFailover}},
 		{"requests while the failover runner is busy run it again", func(s *scheduler, _ *schedJob, rec *recorder) {
-			s.failover("j")
-			s.failover("j")
+			rec.requestFailover(s)
+			rec.requestFailover(s)
 			<-rec.started
 			<-rec.started
-		}, []Reason{ReasonCron, reasonFailoverBeside, reasonFailoverBeside}},
+		}, []Reason{ReasonCron, ReasonFailover, ReasonFailover}},
 		{"a queued trigger runs after the run", func(s *scheduler, _ *schedJob, rec *recorder) {
-			s.failover("j")
+			rec.requestFailover(s)
 			<-rec.started
 			_ = s.trigger("j", ReasonTrigger)
-		}, []Reason{ReasonCron, reasonFailoverBeside, ReasonTrigger}},
+		}, []Reason{ReasonCron, ReasonFailover, ReasonTrigger}},
 		{"a catch-up run runs after the run", func(s *scheduler, j *schedJob, rec *recorder) {
-			s.failover("j")
+			rec.requestFailover(s)
 			<-rec.started
 			s.fire(j)
-		}, []Reason{ReasonCron, reasonFailoverBeside, ReasonMisfire}},
+		}, []Reason{ReasonCron, ReasonFailover, ReasonMisfire}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := testScheduler(t)
 			rec := newRecorder()
-			if err := s.add("j", "", true, rec.run); err != nil {
+			if err := s.add("j", "", true, rec); err != nil {
 				t.Fatal(err)
 			}
 			j := s.jobs["j"]
@@ -361,13 +398,40 @@ func TestSchedulerFailoverRequests(t *testing.T) {
 		s := testScheduler(t)
 		rec := newRecorder()
 		close(rec.release)
-		if err := s.add("j", "", true, rec.run); err != nil {
+		if err := s.add("j", "", true, rec); err != nil {
 			t.Fatal(err)
 		}
-		s.failover("j")
+		rec.requestFailover(s)
 		waitIdle(t, s)
 		if got := rec.got(); !slices.Equal(got, []Reason{ReasonFailover}) {
 			t.Fatalf("runs = %v", got)
 		}
 	})
+}
+
+// TestSchedulerFollowUpOrder: after a run, followUp decides the next one
+// in its documented order: the catch-up coord flagged, then a claimed
+// failover item, then the queued trigger (which also serves the missed
+// cron fires).
+func TestSchedulerFollowUpOrder(t *testing.T) {
+	s := testScheduler(t)
+	rec := newRecorder()
+	if err := s.add("j", "", true, rec); err != nil {
+		t.Fatal(err)
+	}
+	j := s.jobs["j"]
+	s.fire(j)
+	<-rec.started
+	rec.misfires.Add(1)
+	rec.queue.Add(1)
+	s.fire(j)
+	if err := s.trigger("j", ReasonTrigger); err != nil {
+		t.Fatal(err)
+	}
+	close(rec.release)
+	waitIdle(t, s)
+	want := []Reason{ReasonCron, ReasonMisfire, ReasonFailover, ReasonTrigger}
+	if got := rec.got(); !slices.Equal(got, want) {
+		t.Fatalf("runs = %v, want %v", got, want)
+	}
 }

@@ -147,6 +147,10 @@ func (b *zkBackend) proxy(t testing.TB, st store.Store) *integration.Proxy {
 	return p
 }
 
+// Root returns the chroot every session of the Backend opens under, for a
+// process outside the test (a worker binary) to join the same tree.
+func (b *zkBackend) Root() string { return b.root }
+
 // Kill cuts st's proxy and never restores it. It returns at once: the
 // session's ephemerals vanish when the server expires it, and st goes
 // StateLost after its own session timeout.

@@ -1,0 +1,109 @@
+package coordtest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// getHookStore calls onGet before every Get of path: a point inside Begin
+// (its read of this server's sharding node) where a test acts.
+type getHookStore struct {
+	store.Store
+	path  string
+	mu    sync.Mutex
+	onGet func()
+}
+
+func (s *getHookStore) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
+	if path == s.path {
+		s.mu.Lock()
+		f := s.onGet
+		s.onGet = nil
+		s.mu.Unlock()
+		if f != nil {
+			f()
+		}
+	}
+	return s.Store.Get(ctx, path)
+}
+
+// testConfigSnapshot: a config edit that lands while Begin runs (after it
+// took its config, before it marked the items running) does not leak into
+// the run: the run's Config (Shard.Total) and item parameters come from the
+// one snapshot Begin computed its items with, and the next trigger gets the
+// edit whole.
+func testConfigSnapshot(t *testing.T, h *Harness) {
+	oldParams, newParams := "0=a,1=b,2=c,3=d", "0=A,1=B,2=C,3=D,4=E,5=F"
+	hs := &getHookStore{Store: h.B.Connect(t), path: store.Join(h.NS, "job", "servers", "a", "sharding")}
+	a, err := h.TryStart("a", Config("job", 4, func(c *jobconfig.Config) { c.ShardingItemParameters = oldParams }), hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first Begin reshards (the join raised the flag); the edit goes
+	// in at its read of the assignment, and the job must have applied it
+	// before Begin goes on.
+	hs.mu.Lock()
+	hs.onGet = func() {
+		if err := h.Admin.SetConfig(testCtx(t), "job", "shardingTotalCount", "6"); err != nil {
+			t.Errorf("set total: %v", err)
+		}
+		if err := h.Admin.SetConfig(testCtx(t), "job", "shardingItemParameters", newParams); err != nil {
+			t.Errorf("set item parameters: %v", err)
+		}
+		Eventually(t, "the job to apply the edit", func() bool {
+			c := a.Job.Config()
+			return c.ShardingTotalCount == 6 && c.ShardingItemParameters == newParams
+		})
+		// The leader's watcher reshards on the new total at once (no item
+		// runs yet), so the assignment Begin reads next lists items 4
+		// and 5: Begin must drop them by its snapshot's total.
+		Eventually(t, "the prompt reshard on the new total", func() bool {
+			d, _, err := hs.Store.Get(testCtx(t), hs.path)
+			return err == nil && string(d) == "0,1,2,3,4,5"
+		})
+	}
+	hs.mu.Unlock()
+	run, err := a.Job.Begin(testCtx(t), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSnapshot(t, "run begun before the edit applied", run, 4, map[int]string{0: "a", 1: "b", 2: "c", 3: "d"})
+	if err := run.Complete(testCtx(t), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	// The next trigger: the new total and parameters, whole (the leader
+	// reshards on the new total first).
+	run, err = a.Job.Begin(testCtx(t), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer CompleteAll(t, run)
+	checkSnapshot(t, "run after the edit", run, 6, map[int]string{0: "A", 1: "B", 2: "C", 3: "D", 4: "E", 5: "F"})
+}
+
+// checkSnapshot asserts that run's config has total items, that its items
+// are exactly 0..total-1, and that each has its parameter from params.
+func checkSnapshot(t *testing.T, what string, run *coord.Run, total int, params map[int]string) {
+	t.Helper()
+	if got := run.Config().ShardingTotalCount; got != total {
+		t.Fatalf("%s: Config().ShardingTotalCount = %d, want %d", what, got, total)
+	}
+	shards := run.Shards()
+	if len(shards) != total {
+		t.Fatalf("%s: %d items %v, want all %d of the snapshot's total", what, len(shards), shards, total)
+	}
+	for _, s := range shards {
+		if s.Item >= total {
+			t.Fatalf("%s: item %d beyond the snapshot's total %d", what, s.Item, total)
+		}
+		if got := run.ItemParameter(s.Item); got != params[s.Item] {
+			t.Fatalf("%s: item %d parameter %q, want %q (one snapshot)", what, s.Item, got, params[s.Item])
+		}
+	}
+}
