@@ -1,154 +1,16 @@
 package integration
 
 import (
-	"errors"
-	"io"
-	"net"
-	"sync"
 	"testing"
+
+	"github.com/shardflow/shardflow/internal/faultproxy"
 )
 
 // Proxy is an in-process TCP proxy on 127.0.0.1 in front of one target
-// address, able to cut the path like a network partition. Clients connect to
-// Addr instead of the target. Methods are safe for concurrent use.
-type Proxy struct {
-	target string
-	ln     net.Listener
-	wg     sync.WaitGroup // the accept loop and every connection's goroutines
-
-	mu     sync.Mutex
-	cut    bool
-	closed bool
-	conns  map[net.Conn]struct{} // client and target sides of live connections
-	held   map[net.Conn]struct{} // connections accepted while cut, never forwarded
-}
+// address, able to cut the path like a network partition (package
+// internal/faultproxy, shared with the protocol suite).
+type Proxy = faultproxy.Proxy
 
 // NewProxy starts a proxy to target (host:port) on a free port of 127.0.0.1.
 // Its goroutines are stopped and waited for in t.Cleanup, or by Close.
-func NewProxy(t testing.TB, target string) *Proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("integration: proxy listen: %v", err)
-	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}, held: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.acceptLoop()
-	t.Cleanup(p.Close)
-	return p
-}
-
-// Addr returns the proxy's address (127.0.0.1:port).
-func (p *Proxy) Addr() string { return p.ln.Addr().String() }
-
-// Target returns the address the proxy forwards to.
-func (p *Proxy) Target() string { return p.target }
-
-// Cut partitions the path: it drops every live connection (both sides are
-// closed, so the target sees the client go too) and, until Restore, accepts
-// new connections but forwards nothing on them, so clients hang as behind a
-// partition rather than being refused.
-func (p *Proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		_ = c.Close()
-	}
-}
-
-// Restore ends a Cut: connections held during the cut are closed (so clients
-// retry at once) and new connections are forwarded again.
-func (p *Proxy) Restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-	for c := range p.held {
-		_ = c.Close()
-		delete(p.held, c)
-	}
-}
-
-// Close stops the proxy: it closes the listener and every connection and waits
-// for all of its goroutines. It is safe to call twice.
-func (p *Proxy) Close() {
-	p.mu.Lock()
-	if !p.closed {
-		p.closed = true
-		_ = p.ln.Close()
-		for c := range p.conns {
-			_ = c.Close()
-		}
-		for c := range p.held {
-			_ = c.Close()
-		}
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *Proxy) acceptLoop() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			continue
-		}
-		p.mu.Lock()
-		switch {
-		case p.closed:
-			_ = client.Close()
-		case p.cut:
-			p.held[client] = struct{}{}
-		default:
-			p.conns[client] = struct{}{}
-			p.wg.Add(1)
-			go p.forward(client)
-		}
-		p.mu.Unlock()
-	}
-}
-
-// forward dials the target for one client and copies both ways until either
-// side ends or the proxy closes the connections.
-func (p *Proxy) forward(client net.Conn) {
-	defer p.wg.Done()
-	upstream, err := net.Dial("tcp", p.target)
-	p.mu.Lock()
-	if err != nil || p.closed || p.cut {
-		p.mu.Unlock()
-		_ = client.Close()
-		if upstream != nil {
-			_ = upstream.Close()
-		}
-		p.drop(client)
-		return
-	}
-	p.conns[upstream] = struct{}{}
-	p.mu.Unlock()
-
-	var pair sync.WaitGroup
-	pair.Add(2)
-	pipe := func(dst, src net.Conn) {
-		defer pair.Done()
-		_, _ = io.Copy(dst, src)
-		// One direction ended: end both, so the other copy returns too.
-		_ = dst.Close()
-		_ = src.Close()
-	}
-	go pipe(upstream, client)
-	go pipe(client, upstream)
-	pair.Wait()
-	p.drop(client, upstream)
-}
-
-func (p *Proxy) drop(conns ...net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range conns {
-		delete(p.conns, c)
-	}
-}
+func NewProxy(t testing.TB, target string) *Proxy { return faultproxy.New(t, target) }

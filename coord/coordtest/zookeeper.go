@@ -10,7 +10,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
-	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/faultproxy"
 )
 
 // LocalClock is an optional Backend capability for a service whose clock
@@ -41,7 +41,7 @@ type ZooKeeperConfig struct {
 }
 
 // ZooKeeper returns a Backend on a real ZooKeeper server. Every session
-// (Connect) dials through its own integration.Proxy, so a fault hits exactly
+// (Connect) dials through its own faultproxy.Proxy, so a fault hits exactly
 // one simulated process:
 //
 //   - Kill cuts that session's proxy for good, as a crash or a permanent
@@ -71,7 +71,7 @@ func ZooKeeper(t testing.TB, cfg ZooKeeperConfig) Backend {
 	b := &zkBackend{
 		cfg:     cfg,
 		root:    fmt.Sprintf("/coordtest-%d-%d", time.Now().UnixNano(), nsCounter.Add(1)),
-		proxies: map[store.Store]*integration.Proxy{},
+		proxies: map[store.Store]*faultproxy.Proxy{},
 	}
 	// Remove the tree at the end. Registered before any session, so it runs
 	// after every session's cleanup: only a killed session's ephemerals may
@@ -106,13 +106,13 @@ type zkBackend struct {
 	skew atomic.Int64 // nanoseconds the service is ahead of the local clock
 
 	mu      sync.Mutex
-	proxies map[store.Store]*integration.Proxy
+	proxies map[store.Store]*faultproxy.Proxy
 }
 
 // Connect opens a session through a new proxy under the Backend's chroot.
 func (b *zkBackend) Connect(t testing.TB) store.Store {
 	t.Helper()
-	p := integration.NewProxy(t, b.cfg.Server)
+	p := faultproxy.New(t, b.cfg.Server)
 	st, err := zkstore.Open(testCtx(t), zkstore.Config{
 		Servers:        []string{p.Addr()},
 		SessionTimeout: b.cfg.SessionTimeout,
@@ -136,7 +136,7 @@ func (b *zkBackend) Connect(t testing.TB) store.Store {
 	return st
 }
 
-func (b *zkBackend) proxy(t testing.TB, st store.Store) *integration.Proxy {
+func (b *zkBackend) proxy(t testing.TB, st store.Store) *faultproxy.Proxy {
 	t.Helper()
 	b.mu.Lock()
 	p := b.proxies[unwrap(st)]
