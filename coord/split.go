@@ -10,7 +10,8 @@ import (
 //
 // A transaction covering every item of a server (marking them running,
 // completed, queued) grows with the items, and ZooKeeper refuses a request
-// beyond its jute.maxbuffer (1 MB): about 3,000 items in one Begin. Such
+// beyond its jute.maxbuffer (1 MB): about 1,000 items in one Begin by
+// store.OpSize's upper-bound estimate (3 operations per item). Such
 // transactions are built as a head (guards, e.g. the version check of the
 // server's sharding node), one group of intents per item, and a tail (the
 // write that states the outcome, e.g. the server's status). When the whole
