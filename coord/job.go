@@ -56,8 +56,8 @@ type job struct {
 	// a Begin beside that run (the Node runs failover beside a busy run)
 	// must not take them again.
 	claimsTaken map[int]bool
-	// inRun counts, per item, the runs of this process that Begin marked
-	// running and whose Complete has not returned yet. A running node of
+	// inRun counts, per item, the runs of this process that Begin is
+	// marking or marked running and whose Complete has not returned yet. A running node of
 	// this server's session on an item outside inRun is a leftover of a run
 	// whose Complete was refused while the session was suspended (the
 	// session came back, so the ephemeral node did not go): Begin removes

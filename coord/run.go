@@ -105,8 +105,8 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		if err != nil {
 			j.takeClaims(items, false)
 		}
-		if errors.Is(err, store.ErrBadVersion) && attempt < 3 {
-			continue // resharded between our read and the Multi
+		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, errBeginAgain)) && attempt < 3 {
+			continue // resharded between our read and the Multi, or leftovers removed
 		}
 		if err != nil {
 			return nil, err
@@ -114,12 +114,15 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		break
 	}
 	j.recordLastError(ctx, "")
-	j.holdItems(items, 1)
 	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
 	return r, nil
 }
+
+// errBeginAgain says the items were found not running after all: the
+// Begin plans again.
+var errBeginAgain = errors.New("coord: items not running after all; begin again")
 
 // markRunning checks for items still running (misfire) and marks items
 // running in ONE Multi, fenced by the sharding node's version.
@@ -170,11 +173,19 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 			completed[a.Item] = done
 		}
 	}
+	// Held from before the transaction, not after it: a Begin beside this
+	// one (a failover runner) that reads the running nodes this one has
+	// just created must see them held, or it would delete them as
+	// leftovers (misfireIfRunning) and run the items a second time.
+	j.holdItems(items, 1)
 	applied, err := j.commitSplit(ctx, head, groups, tail)
 	if err != nil && applied > 0 {
 		j.undoBegin(ctx, items[:applied], completed)
 	}
 	if err != nil {
+		// Released at once: if the transaction was applied but its reply
+		// lost, its running nodes are leftovers the next Begin removes.
+		j.holdItems(items, -1)
 		if errors.Is(err, store.ErrNodeExists) && monitor {
 			// The cache had not seen a running node yet.
 			all := make([]int, len(items))
@@ -184,6 +195,9 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 			if merr := j.misfireIfRunning(ctx, cfg, all); merr != nil {
 				return merr
 			}
+			// Nothing runs them after all (a lagging cache, or leftovers
+			// removed just now): the Begin plans again.
+			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
 		}
 		if errors.Is(err, store.ErrBadVersion) {
 			return fmt.Errorf("coord: job %q: resharded while starting: %w", j.jname, err)
