@@ -279,7 +279,12 @@ func (r *Run) ReportError(ctx context.Context, msg string) { r.impl.j.recordLast
 
 // Complete ends the run in one transaction: running nodes removed, completed
 // and lastCompleteTime written, failover nodes of its items removed, and
-// nextFireTime recorded (zero next: none).
+// nextFireTime recorded (zero next: none). While the run's session is
+// suspended it waits, within ctx, for the session to resume; if ctx ends
+// first it returns ErrSessionLost and the Job writes the completion when
+// the same session resumes (so the running nodes never outlive the run). A
+// lost session's nodes are gone with it (ErrSessionLost). Items pruned
+// beyond a lowered total meanwhile are skipped.
 func (r *Run) Complete(ctx context.Context, next time.Time) error {
 	return r.impl.complete(ctx, next)
 }

@@ -62,7 +62,9 @@ type job struct {
 	// whose Complete was refused while the session was suspended (the
 	// session came back, so the ephemeral node did not go): Begin removes
 	// it instead of calling the trigger a misfire for ever.
-	inRun      map[int]int
+	inRun map[int]int
+	// parked: completions Complete left to the watcher (run.go).
+	parked     []parkedRun
 	lastErrSet bool
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.

@@ -778,37 +778,83 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 		return fmt.Errorf("coord: job %q: complete: a later run of this server holds the items now: %w", j.jname, ErrNotOwner)
 	}
 	// The run is over for its pipeline whatever the outcome; the run is done
-	// (later calls are no-ops) only once the outcome is final, so that a
-	// Complete refused while the session is merely suspended can be retried
-	// after it resumes.
+	// (later calls are no-ops) once the outcome is final: written, not
+	// owned, the session gone, or the completion handed to the job because
+	// ctx ended while the session was suspended. A store error on a live
+	// session leaves it retryable.
+	parked := false
 	defer func() {
 		r.stop()
 		r.cancel()
-		if !r.released {
+		if !r.released && !parked {
 			// Whatever the outcome, the pipeline is over: the items are no
-			// longer held by this run (see job.inRun).
+			// longer held by this run (see job.inRun). A parked run holds
+			// them until the job has written its completion.
 			r.released = true
 			j.holdItems(r.items, -1)
 		}
 	}()
-	sess, _ := j.st.Session()
-	if sess.State != store.StateConnected || sess.ID != r.session {
-		if sess.ID != r.session || sess.State == store.StateLost || sess.State == store.StateClosed {
-			r.done = true // the run's session and its nodes are gone: nothing to retry
+	for attempt := 0; ; attempt++ {
+		sess, _ := j.st.Session()
+		if sess.State == store.StateSuspended && sess.ID == r.session {
+			// A connection blip: the run's session and its running nodes
+			// live on. Wait (within ctx) for it to resume or end.
+			sess, _ = store.AwaitSession(ctx, j.st, func(s store.Session) bool {
+				return s.State != store.StateSuspended || s.ID != r.session
+			})
 		}
+		if sess.State == store.StateConnected && sess.ID == r.session {
+			err := r.apply(ctx, next)
+			if err == nil || errors.Is(err, ErrNotOwner) {
+				r.done = true
+			}
+			if err == nil || !lostConnection(j.st, err) {
+				return err
+			}
+			if attempt < 2 {
+				continue // the connection dropped during the write
+			}
+			return fmt.Errorf("%w: %w", ErrSessionLost, err)
+		}
+		r.done = true
+		if sess.State == store.StateSuspended && sess.ID == r.session {
+			// Still suspended when ctx ended. The running nodes would
+			// outlive the run on the resumed session and hold the leader's
+			// reshard (which waits for running items) and with it every
+			// Begin: the job writes the completion when the session
+			// resumes (completeParked).
+			parked, r.released = true, true
+			j.parkCompletion(r, next)
+			return fmt.Errorf("coord: job %q: complete: %s; completing when it resumes: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
+		}
+		// The run's session and its nodes are gone: nothing to complete.
 		return fmt.Errorf("coord: job %q: complete: %s: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
 	}
-	// The current config, not the run's snapshot: turning monitorExecution
-	// off removes the running nodes at once (Admin.SetConfig).
-	monitor := j.config().MonitorsExecution()
+}
+
+// apply writes a run's completion on its connected session; see complete.
+// It runs on the caller's goroutine, or on the watcher's for a parked
+// completion (complete has then marked the run done): it leaves r.done and
+// r.released alone.
+func (r *run) apply(ctx context.Context, next time.Time) error {
+	j := r.j
+	// The running nodes are the ones Begin created (the run's snapshot);
+	// turning monitorExecution off meanwhile removes them at once
+	// (Admin.SetConfig), so then they are removed only if still there.
+	monitorNow := j.config().MonitorsExecution()
+	delRunning := opDelete
+	if !monitorNow {
+		delRunning = opDeleteIfPresent
+	}
 	now := formatTime(j.reg.cfg.Now())
 	groups := make([][]intent, 0, len(r.items))
 	for _, a := range r.items {
 		var g []intent
-		if monitor {
-			g = append(g,
-				intent{kind: opDelete, rel: relItem(a.Item, nRunning)},
-				intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
+		if r.cfg.MonitorsExecution() {
+			g = append(g, intent{kind: delRunning, rel: relItem(a.Item, nRunning)})
+		}
+		if monitorNow {
+			g = append(g, intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
 		}
 		g = append(g, intent{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now})
 		if !next.IsZero() {
@@ -833,6 +879,21 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	// completed, which they are; the rest keep their running nodes until
 	// the session ends, and are failed over or re-run from there.
 	_, err := j.commitSplit(ctx, nil, groups, tail)
+	if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent) {
+		// An item's node may be gone: pruned by the leader after the
+		// total was lowered below it (a run without running nodes does
+		// not hold the reshard). Its completion is moot; complete the rest.
+		var kept [][]intent
+		for i, a := range r.items {
+			ok, _, xerr := j.st.Exists(ctx, j.p.item(a.Item))
+			if xerr != nil || ok {
+				kept = append(kept, groups[i])
+			}
+		}
+		if len(kept) < len(groups) {
+			_, err = j.commitSplit(ctx, nil, kept, tail)
+		}
+	}
 	j.mu.Lock()
 	for _, a := range r.items {
 		if a.Failover {
@@ -843,13 +904,52 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	j.mu.Unlock()
 	if err != nil {
 		if errors.Is(err, store.ErrNoNode) {
-			r.done = true
 			return fmt.Errorf("coord: job %q: complete: this server's nodes are gone: %w", j.jname, ErrNotOwner)
 		}
 		return fmt.Errorf("coord: job %q: complete: %w", j.jname, err)
 	}
-	r.done = true
 	return nil
+}
+
+// parkedRun is a completion Complete could not write because the run's
+// session was suspended until its ctx ended.
+type parkedRun struct {
+	r    *run
+	next time.Time
+}
+
+// parkCompletion keeps r's completion for completeParked.
+func (j *job) parkCompletion(r *run, next time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.parked = append(j.parked, parkedRun{r, next})
+}
+
+// completeParked runs on the watcher when the session changes: on the
+// parked runs' own session, connected again, it writes their completions;
+// a parked run whose session is gone is dropped (its running nodes went
+// with it). A write that fails on a live session is parked again for the
+// next session change. The items are released (job.inRun) once done.
+func (j *job) completeParked(ctx context.Context, sess store.Session) {
+	if sess.State == store.StateSuspended {
+		return
+	}
+	j.mu.Lock()
+	parked := j.parked
+	j.parked = nil
+	j.mu.Unlock()
+	for _, p := range parked {
+		if sess.ID == p.r.session && sess.State == store.StateConnected {
+			if err := p.r.apply(ctx, p.next); err != nil && !errors.Is(err, ErrNotOwner) {
+				j.warn(ctx, "cannot write a completion left by a suspended session; retrying when it resumes", "err", err)
+				if ctx.Err() == nil {
+					j.parkCompletion(p.r, p.next)
+					continue
+				}
+			}
+		}
+		j.holdItems(p.r.items, -1)
+	}
 }
 
 func (j *job) myItems() []int {

@@ -90,8 +90,10 @@ func runSim(t *testing.T, b coordtest.Backend, schedules int) {
 // TestSimulationRegressions replays the schedules on which the simulation
 // found protocol bugs (the seeds depend on coordtest.Simulate's schedule
 // generator: change it and these seeds must be found again).
+//
+// They run on every go test (each schedule takes milliseconds in its
+// synctest bubble).
 func TestSimulationRegressions(t *testing.T) {
-	simRequested(t)
 	for _, c := range []struct {
 		seed int64
 		bug  string
@@ -100,6 +102,12 @@ func TestSimulationRegressions(t *testing.T) {
 		{509930123, "a cache watch that failed to re-arm while disconnected was forgotten when the same session resumed: the leader never saw the resharding flag"},
 		{509930121, "Begin returned a raw connection-loss store error instead of ErrSessionLost"},
 		{706241825, "an election racing a re-registration left two candidates of one server: it stood behind itself and never led"},
+		{1001, "a Complete while the session was suspended left the running nodes on the resumed session: every reshard and Begin of those items waited for good"},
+		{1007, "the same (Complete while suspended), another schedule"},
+		{1328, "Complete deleted running nodes only if monitorExecution was on at Complete, not at Begin: an edit to false mid-run left them running for good"},
+		{1900, "the same (monitorExecution edited mid-run), another schedule"},
+		{2017, "Complete failed with a raw ErrNoParent when the leader had pruned an item beyond a lowered total meanwhile"},
+		{2899, "the same (an item pruned under a run), four servers at once"},
 	} {
 		t.Run(strconv.FormatInt(c.seed, 10), func(t *testing.T) {
 			for _, v := range coordtest.SimulateMem(t, c.seed) {

@@ -239,6 +239,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != reg {
 		j.loseRegistration(sessionProblem(sess, reg))
 	}
+	j.completeParked(ctx, sess)
 	if sess.State != store.StateConnected || sess.ID == reg {
 		// Not connected, or the same session resumed: its watches and
 		// ephemerals were held, not dropped.
