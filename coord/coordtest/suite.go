@@ -49,9 +49,22 @@ func Run(t *testing.T, b Backend) {
 		{"ShutdownCancelsRun", testShutdownCancelsRun},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, NewHarness(t, b)) })
+		t.Run(tc.name, func(t *testing.T) {
+			// Each subtest has its own namespace and sessions, so they run
+			// in parallel, except the ones that change the backend for
+			// everyone (serial ones run first, while the others wait).
+			if !serialTests[tc.name] {
+				t.Parallel()
+			}
+			tc.fn(t, NewHarness(t, b))
+		})
 	}
 }
+
+// serialTests are the subtests that must not run beside others: ClockSkew
+// moves the clock of the whole backend (memstore server, ZooKeeper proxy
+// view of time).
+var serialTests = map[string]bool{"ClockSkew": true}
 
 var nsCounter atomic.Int64
 
