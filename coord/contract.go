@@ -192,7 +192,8 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (*Run, error) {
 func (j *Job) TakeMisfire(ctx context.Context) (bool, error) { return j.impl.takeMisfire(ctx) }
 
 // ClaimFailover claims one waiting failover item if failover is on and the
-// queue is not empty (under the failover latch). True means an item is now
+// queue is not empty (under the failover latch; when another server holds
+// it, it waits up to a second for its release). True means an item is now
 // assigned to this server and the Node should run at once.
 func (j *Job) ClaimFailover(ctx context.Context) (bool, error) { return j.impl.claimFailover(ctx) }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -101,7 +102,51 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 	return slices.Compact(out), nil
 }
 
-// claimFailover takes leader/failover/latch (ephemeral, create-or-fail),
+// latchWait bounds how long a claim waits for another server's failover
+// latch: it is held for one claim (a few requests), so a longer hold means
+// its holder is stuck or gone, and the ephemeral goes with its session.
+const latchWait = time.Second
+
+// takeLatch creates the failover latch. When another server holds it, it
+// waits (up to latchWait) for its release and tries once more: that
+// server claims ONE item, and the rest of the queue would otherwise wait
+// for that server's next claim (after its failover run) or for this
+// server's next trigger, since the queue signal already came. It returns
+// false when the latch is still taken.
+func (j *job) takeLatch(ctx context.Context, latch string) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		_, err := j.st.Create(ctx, latch, []byte(j.id), store.Ephemeral)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, store.ErrNodeExists) {
+			return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch, err)
+		}
+		if attempt > 0 {
+			return false, nil // another claim again: its end signals the queue anew
+		}
+		held, _, ch, err := j.st.ExistsW(ctx, latch)
+		if err != nil {
+			return false, fmt.Errorf("coord: job %q: watch %s: %w", j.jname, latch, err)
+		}
+		if !held {
+			continue
+		}
+		t := time.NewTimer(latchWait)
+		select {
+		case <-ch: // released (or the watch ended): try once more
+			t.Stop()
+		case <-t.C:
+			return false, nil
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		}
+	}
+}
+
+// claimFailover takes leader/failover/latch (ephemeral, create-or-fail,
+// waiting once for another claimant's release: takeLatch),
 // claims the first queued item (execution/{item}/failover = me, queue entry
 // deleted, ONE Multi) and releases the latch.
 func (j *job) claimFailover(ctx context.Context) (bool, error) {
@@ -112,10 +157,8 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	latch := j.p.abs(relFailoverLock)
-	if _, err := j.st.Create(ctx, latch, []byte(j.id), store.Ephemeral); errors.Is(err, store.ErrNodeExists) {
-		return false, nil // another server is claiming; the queue signal comes again
-	} else if err != nil {
-		return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch, err)
+	if ok, err := j.takeLatch(ctx, latch); !ok || err != nil {
+		return false, err
 	}
 	defer func() {
 		if err := j.st.Delete(context.WithoutCancel(ctx), latch, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
