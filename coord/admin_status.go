@@ -190,16 +190,17 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 	return out, nil
 }
 
-// statusReaders is how many reads a status read keeps in flight. A job of
-// thousands of items costs one children listing per item plus a read per
-// timestamp; one session pipelines them (go-zookeeper has no multi-read),
-// so the read takes about (requests / statusReaders) round trips.
-const statusReaders = 512
+// itemReaders is how many per-item reads a scan of the items (a status
+// read, the leader's failover scan) keeps in flight. A job of thousands of
+// items costs one children listing per item (plus a read per timestamp in
+// a status); one session pipelines them (go-zookeeper has no multi-read),
+// so the scan takes about (requests / itemReaders) round trips.
+const itemReaders = 512
 
 // readItems fills out (the items in present) from execution/{item} in two
 // pipelined waves: every item's children listing, then every value those
 // listings named (failover owner, begin and complete times). Each wave
-// keeps statusReaders requests in flight, so the read costs two waves of
+// keeps itemReaders requests in flight, so the read costs two waves of
 // round trips rather than four sequential round trips per item.
 func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, present map[int]bool) error {
 	type get struct {
@@ -208,7 +209,7 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 	}
 	kids := make([][]string, len(out))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(statusReaders)
+	g.SetLimit(itemReaders)
 	for i := range out {
 		if !present[out[i].Item] {
 			continue
@@ -246,7 +247,7 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 	vals := make([]string, len(gets))
 	found := make([]bool, len(gets))
 	g, gctx = errgroup.WithContext(ctx)
-	g.SetLimit(statusReaders)
+	g.SetLimit(itemReaders)
 	for i, r := range gets {
 		g.Go(func() error {
 			var err error

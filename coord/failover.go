@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -81,20 +83,44 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []int
+	inQueue := make(map[int]bool, len(queued))
+	for _, n := range queued {
+		if it, ok := parseItemName(n); ok {
+			inQueue[it] = true
+		}
+	}
+	var check []int
 	for _, it := range candidates {
-		if it >= total || slices.Contains(queued, strconv.Itoa(it)) {
-			continue
+		if it < total && !inQueue[it] {
+			check = append(check, it)
 		}
-		kids, _, err := j.st.Children(ctx, j.p.item(it))
-		if errors.Is(err, store.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if slices.Contains(kids, nLastBeginTime) && !slices.Contains(kids, nCompleted) &&
-			!slices.Contains(kids, nRunning) && !slices.Contains(kids, nFailover) {
+	}
+	// One children listing per item, pipelined (a crashed server of
+	// thousands of items would otherwise cost as many sequential round
+	// trips between its session's expiry and the queueing).
+	orphan := make([]bool, len(check))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(itemReaders)
+	for i, it := range check {
+		g.Go(func() error {
+			kids, _, err := j.st.Children(gctx, j.p.item(it))
+			if errors.Is(err, store.ErrNoNode) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			orphan[i] = slices.Contains(kids, nLastBeginTime) && !slices.Contains(kids, nCompleted) &&
+				!slices.Contains(kids, nRunning) && !slices.Contains(kids, nFailover)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var out []int
+	for i, it := range check {
+		if orphan[i] {
 			out = append(out, it)
 		}
 	}
