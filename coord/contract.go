@@ -22,6 +22,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 // Sentinel errors of the protocol.
@@ -97,6 +98,10 @@ type RegistryConfig struct {
 	Logger *slog.Logger
 	// Now is the local clock. Default time.Now; tests skew it.
 	Now func() time.Time
+	// TestSignals is for shardflow's own tests, which wait for protocol
+	// events (elected, resharded, queued for failover, config applied) on
+	// it instead of polling; its type is internal. Leave it nil.
+	TestSignals *testsignal.Coord
 }
 
 // Registry is one process's membership in a namespace. All its jobs share

@@ -12,6 +12,7 @@ import (
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 // heldRearm is a store whose ChildrenW on one path blocks, once armed,
@@ -73,6 +74,9 @@ func TestDepartureUnseenByLeaderCache(t *testing.T) {
 	h.B.Kill(t, crashing.St)
 	close(held.release)
 
+	h.Signals.FailoverQueued.Wait(t, 10*time.Second, "the dead server's item queued for failover", func(e testsignal.Queued) bool {
+		return slices.Equal(e.Items, parts[1])
+	})
 	coordtest.WaitSignal(t, leader.Job, coord.SignalFailover)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 // enqueueOrphans is the leader's failover detection: an item whose owner
@@ -46,6 +47,9 @@ func (j *job) enqueueOrphans(ctx context.Context) {
 		return
 	}
 	j.log.Info("queued crashed items for failover", "items", items)
+	if s := j.reg.cfg.TestSignals; s != nil {
+		s.FailoverQueued.Send(testsignal.Queued{Event: j.event(), Items: items})
+	}
 }
 
 func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 // job is one joined job. Its watcher goroutine (started by startJob, stopped
@@ -496,9 +497,15 @@ func (j *job) becomeLeader(ctx context.Context) (<-chan store.Event, error) {
 			return nil, err
 		}
 		j.leaderDuties(ctx, true)
+		if s := j.reg.cfg.TestSignals; s != nil {
+			s.Elected.Send(j.event())
+		}
 	}
 	return nil, nil
 }
+
+// event names this job and server in a test signal.
+func (j *job) event() testsignal.Event { return testsignal.Event{Job: j.jname, Server: j.id} }
 
 func (j *job) isLeader() bool {
 	j.mu.Lock()

@@ -12,6 +12,7 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 type run struct {
@@ -500,6 +501,9 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
 		j.mu.Unlock()
 		j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
+		if s := j.reg.cfg.TestSignals; s != nil {
+			s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: cfg.ShardingTotalCount})
+		}
 		j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
 		return nil
 	}

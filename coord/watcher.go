@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 // retryDelay is how soon the watcher retries a failed resync or
@@ -377,6 +378,9 @@ func (j *job) reactConfig(ctx context.Context) {
 		j.recordLastError(ctx, "")
 	}
 	j.emit(SignalConfigChanged)
+	if s := j.reg.cfg.TestSignals; s != nil {
+		s.ConfigApplied.Send(testsignal.ConfigApplied{Event: j.event(), Err: err})
+	}
 }
 
 // leaderDuties raises the resharding flag when the set of live servers

@@ -15,6 +15,7 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/history"
+	"github.com/shardflow/shardflow/internal/testsignal"
 	"github.com/shardflow/shardflow/stats"
 )
 
@@ -64,6 +65,9 @@ type NodeConfig struct {
 	// SpanRun); the contexts given to Fetch and Process carry them, so the
 	// user's own spans nest underneath. Default nil: no tracing.
 	TracerProvider trace.TracerProvider
+	// TestSignals is for shardflow's own tests (coord.RegistryConfig's);
+	// its type is internal. Leave it nil.
+	TestSignals *testsignal.Coord
 }
 
 // Node hosts many dataflow jobs in one process: one coordination session
@@ -134,7 +138,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		n.ownStore = memstore.NewServer().Connect()
 		n.st = n.ownStore
 	}
-	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", Logger: cfg.Logger})
+	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", Logger: cfg.Logger, TestSignals: cfg.TestSignals})
 	if err != nil {
 		if n.ownStore != nil {
 			_ = n.ownStore.Close()

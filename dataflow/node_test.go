@@ -18,6 +18,7 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/history"
+	"github.com/shardflow/shardflow/internal/testsignal"
 	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/shardflow/shardflow/stats"
 )
@@ -235,12 +236,18 @@ func (failingJob) Process(context.Context, Shard, int) error       { return errB
 // cluster starts n Nodes on one memstore server, each with its own session.
 func cluster(t *testing.T, srv *memstore.Server, ns string, count int) ([]*Node, []*memstore.Session) {
 	t.Helper()
+	return clusterWith(t, srv, ns, count, nil)
+}
+
+// clusterWith is cluster with the nodes' protocol events on sig (nil: off).
+func clusterWith(t *testing.T, srv *memstore.Server, ns string, count int, sig *testsignal.Coord) ([]*Node, []*memstore.Session) {
+	t.Helper()
 	var nodes []*Node
 	var sessions []*memstore.Session
 	for i := range count {
 		sess := srv.Connect(memstore.WithSessionTimeout(2 * time.Second))
 		t.Cleanup(func() { _ = sess.Close() })
-		n, err := NewNode(NodeConfig{Store: sess, Namespace: ns, ServerID: fmt.Sprintf("server-%d", i)})
+		n, err := NewNode(NodeConfig{Store: sess, Namespace: ns, ServerID: fmt.Sprintf("server-%d", i), TestSignals: sig})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +483,8 @@ func TestNodeReactsToOperator(t *testing.T) {
 
 func TestNodeOnceListenersRunOncePerRun(t *testing.T) {
 	srv := memstore.NewServer()
-	nodes, _ := cluster(t, srv, "once", 3)
+	sig := testsignal.NewCoord()
+	nodes, _ := clusterWith(t, srv, "once", 3, sig)
 	var mu sync.Mutex
 	calls := map[string]int{}
 	once := OnceListener{
@@ -506,23 +514,24 @@ func TestNodeOnceListenersRunOncePerRun(t *testing.T) {
 		defer stopNode(t, n)
 	}
 	// The claim is exactly once per run, not behaviour during membership
-	// churn: let the joins' resharding settle (every server owns items, no
-	// flag up) before the first round.
+	// churn: let the joins' resharding settle before the first round. Every
+	// join has raised the flag by now (AddJob returned); a reshard over
+	// the three servers that leaves no flag up is the settled state.
 	adminSession := srv.Connect()
 	defer adminSession.Close()
 	admin := coord.NewAdmin(adminSession, "once")
-	testwait.For(t, 30*time.Second, "sharding settled over the three servers", func() bool {
+	for {
+		sig.Resharded.Wait(t, 30*time.Second, "a reshard over the three servers", func(r testsignal.Resharded) bool {
+			return r.Job == "oncejob" && len(r.Servers) == 3
+		})
 		st, err := admin.Status(t.Context(), "oncejob")
-		if err != nil || st.ReshardingPending || len(st.Servers) != 3 {
-			return false
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, s := range st.Servers {
-			if len(s.Sharding) == 0 {
-				return false
-			}
+		if !st.ReshardingPending {
+			break
 		}
-		return true
-	})
+	}
 	for round := 1; round <= 2; round++ {
 		for _, n := range nodes {
 			if err := n.Trigger("oncejob"); err != nil {

@@ -14,6 +14,8 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 // Run runs the whole protocol suite on b, one subtest per behaviour.
@@ -75,6 +77,9 @@ type Harness struct {
 	NS string
 	// Admin acts on the namespace through its own session.
 	Admin *coord.Admin
+	// Signals are the protocol events of every server the Harness starts
+	// (RegistryConfig.TestSignals).
+	Signals *testsignal.Coord
 	// Grace is RegistryConfig.OfflineServerGrace for servers started later
 	// (0: the default).
 	Grace time.Duration
@@ -83,7 +88,7 @@ type Harness struct {
 // NewHarness returns a Harness with a fresh namespace on b.
 func NewHarness(t *testing.T, b Backend) *Harness {
 	ns := fmt.Sprintf("coordtest%d_%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
-	return &Harness{t: t, B: b, NS: ns, Admin: coord.NewAdmin(b.Connect(t), ns)}
+	return &Harness{t: t, B: b, NS: ns, Admin: coord.NewAdmin(b.Connect(t), ns), Signals: testsignal.NewCoord()}
 }
 
 // Now is the servers' local clock: the Backend's LocalNow if it implements
@@ -127,7 +132,7 @@ func (h *Harness) TryStart(id string, cfg jobconfig.Config, st store.Store) (*Se
 	if st == nil {
 		st = h.B.Connect(h.t)
 	}
-	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger(), OfflineServerGrace: h.Grace, Now: h.Now})
+	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger(), OfflineServerGrace: h.Grace, Now: h.Now, TestSignals: h.Signals})
 	if err != nil {
 		return nil, err
 	}
@@ -211,17 +216,14 @@ func AssertPartition(t testing.TB, n int, runs ...*coord.Run) [][]int {
 }
 
 // Eventually polls cond until it holds or 10 s pass (distributed
-// conditions with no single signal to await).
+// conditions with no single signal to await; prefer Harness.Signals).
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, signalWait, what, cond)
 }
+
+// signalWait bounds every wait for a protocol event.
+const signalWait = 10 * time.Second
 
 // WaitSignal waits for sig on j's Signals, skipping other signals.
 func WaitSignal(t testing.TB, j *coord.Job, sig coord.Signal) {
@@ -345,18 +347,19 @@ func testElection(t *testing.T, h *Harness) {
 		t.Fatalf("leader = %q, want a (first to join)", got)
 	}
 	h.B.Kill(t, a.St)
-	Eventually(t, "re-election after the leader died", func() bool {
-		l := status(t, h, "job").Leader
-		return l == "b" || l == "c"
-	})
-	leader := status(t, h, "job").Leader
+	leader := h.Signals.Elected.Wait(t, signalWait, "re-election after the leader died", func(e testsignal.Event) bool {
+		return e.Server == "b" || e.Server == "c"
+	}).Server
 	other := map[string]*Server{"b": c, "c": b}[leader]
 	if leader == "b" {
 		b.Stop(t)
 	} else {
 		c.Stop(t)
 	}
-	Eventually(t, "re-election after the leader left", func() bool { return status(t, h, "job").Leader == other.ID })
+	h.Signals.Elected.Wait(t, signalWait, "re-election after the leader left", func(e testsignal.Event) bool { return e.Server == other.ID })
+	if got := status(t, h, "job").Leader; got != other.ID {
+		t.Fatalf("leader after the re-election = %q, want %s", got, other.ID)
+	}
 	// The survivor reshards alone: all items are its.
 	AssertPartition(t, 4, BeginAll(t, other)...)
 }
@@ -407,8 +410,13 @@ func testResharding(t *testing.T, h *Harness) {
 	if err := h.Admin.SetConfig(testCtx(t), "job", "shardingTotalCount", "6"); err != nil { // total change
 		t.Fatal(err)
 	}
-	Eventually(t, "config change reaches every server", func() bool {
-		return a.Job.Config().ShardingTotalCount == 6 && c.Job.Config().ShardingTotalCount == 6 && d.Job.Config().ShardingTotalCount == 6
+	// One wait for the three servers: Wait discards the events it passes.
+	servers, applied := map[string]*Server{"a": a, "c": c, "d": d}, map[string]bool{}
+	h.Signals.ConfigApplied.Wait(t, signalWait, "the total change applied on a, c and d", func(e testsignal.ConfigApplied) bool {
+		if s := servers[e.Server]; s != nil && e.Err == nil && s.Job.Config().ShardingTotalCount == 6 {
+			applied[e.Server] = true
+		}
+		return len(applied) == len(servers)
 	})
 	runs = BeginAll(t, a, c, d)
 	AssertPartition(t, 6, runs...)
@@ -545,9 +553,12 @@ func testFailover(t *testing.T, h *Harness) {
 	CompleteAll(t, runs[0], runs[2]) // c and b finish; a crashes mid-run
 	aItems := parts[1]
 	h.B.Kill(t, a.St)
-	Eventually(t, "a's unfinished items queued for failover", func() bool {
-		return slices.Equal(status(t, h, "job").FailoverQueue, aItems)
+	h.Signals.FailoverQueued.Wait(t, signalWait, "a's unfinished items queued for failover", func(e testsignal.Queued) bool {
+		return slices.Equal(e.Items, aItems)
 	})
+	if q := status(t, h, "job").FailoverQueue; !slices.Equal(q, aItems) {
+		t.Fatalf("failover queue = %v, want a's items %v", q, aItems)
+	}
 	WaitSignal(t, b.Job, coord.SignalFailover)
 	ok, err := b.Job.ClaimFailover(testCtx(t))
 	if err != nil || !ok {
@@ -729,13 +740,9 @@ func testCorruptedConfig(t *testing.T, h *Harness) {
 		if _, err := adminSt.Set(ctx, path, []byte(tc.value), store.AnyVersion); err != nil {
 			t.Fatal(err)
 		}
-		// The edit reaches the job through its watch (SignalConfigChanged).
-		Eventually(t, "the job refusing the corrupted config", func() bool {
-			r, err := a.Job.Begin(ctx, time.Now())
-			if err == nil {
-				_ = r.Complete(ctx, time.Time{})
-			}
-			return errors.Is(err, coord.ErrBadConfig)
+		// The edit reaches the job through its watch.
+		h.Signals.ConfigApplied.Wait(t, signalWait, "the job refusing the corrupted config", func(e testsignal.ConfigApplied) bool {
+			return e.Server == "a" && e.Job == "job" && errors.Is(e.Err, coord.ErrBadConfig)
 		})
 		_, err = a.Job.Begin(ctx, time.Now())
 		if !errors.Is(err, coord.ErrBadConfig) || !strings.Contains(err.Error(), "config/"+tc.field) {
@@ -758,13 +765,16 @@ func testCorruptedConfig(t *testing.T, h *Harness) {
 		if _, err := adminSt.Set(ctx, path, old, store.AnyVersion); err != nil {
 			t.Fatal(err)
 		}
-		Eventually(t, "repaired config", func() bool {
-			r, err := a.Job.Begin(ctx, time.Now())
-			if err != nil {
-				return false
-			}
-			return r.Complete(ctx, time.Time{}) == nil
+		h.Signals.ConfigApplied.Wait(t, signalWait, "the repaired config applied", func(e testsignal.ConfigApplied) bool {
+			return e.Server == "a" && e.Job == "job" && e.Err == nil
 		})
+		r, err := a.Job.Begin(ctx, time.Now())
+		if err != nil {
+			t.Fatalf("Begin on the repaired config: %v", err)
+		}
+		if err := r.Complete(ctx, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -1017,7 +1027,9 @@ func testAdmin(t *testing.T, h *Harness) {
 		t.Fatalf("Config after set: %+v, %v", cfg.JobParameter, err)
 	}
 	WaitSignal(t, a.Job, coord.SignalConfigChanged)
-	Eventually(t, "config edit reaches the job", func() bool { return a.Job.Config().JobParameter == "p2" })
+	h.Signals.ConfigApplied.Wait(t, signalWait, "the config edit applied on a", func(e testsignal.ConfigApplied) bool {
+		return e.Server == "a" && a.Job.Config().JobParameter == "p2"
+	})
 	// Remove the whole job: refused while a is live, then done.
 	if err := h.Admin.Remove(ctx, "job", ""); err == nil {
 		t.Fatal("Remove of a job with a live server succeeded")
@@ -1156,7 +1168,9 @@ func testMonitorExecutionOff(t *testing.T, h *Harness) {
 			t.Fatalf("item %d still running after monitorExecution=false", it.Item)
 		}
 	}
-	Eventually(t, "config edit reaches the job", func() bool { return !a.Job.Config().MonitorsExecution() })
+	h.Signals.ConfigApplied.Wait(t, signalWait, "monitorExecution=false applied on a", func(e testsignal.ConfigApplied) bool {
+		return e.Server == "a" && !a.Job.Config().MonitorsExecution()
+	})
 	// Without monitoring, runs record no running/completed nodes.
 	if err := runs[0].Complete(testCtx(t), time.Time{}); err != nil {
 		t.Fatalf("Complete after monitorExecution=false: %v", err)
