@@ -133,6 +133,11 @@ bench-failover: ## failover latency after SIGKILL, busy and idle survivors, 10 k
 	$(TEST_ENV) SHARDFLOW_FAILOVER_KILLS=$${FAILOVER_KILLS:-10} $(GO) test $(RACE) -count=1 -timeout 20m -run '^TestFailoverAfterKill(IdleSurvivors)?$$' -v ./integration/faults | grep -E 'FAILOVER survivors|kill [0-9]|^(---|ok|FAIL)'
 	uptime
 
+.PHONY: bench-jobs
+bench-jobs: ## JOBS idle jobs (default 1000) on one Node on real ZooKeeper (STORE=mem: memstore): add time, goroutines/RSS per job, Stop, restart
+	uptime
+	$(TEST_ENV) SHARDFLOW_SCALE_JOBS=$${JOBS:-1000} SHARDFLOW_SCALE_STORE=$${STORE:-zk} $(GO) test -count=1 -timeout 20m -run '^TestScaleJobs$$' -v ./dataflow/ | grep -E 'JOBS|^(---|ok|FAIL)|_test.go'
+
 .PHONY: lint
 lint: ## gofmt, go vet, and go.mod/go.sum as go mod tidy leaves them
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

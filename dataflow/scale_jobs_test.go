@@ -1,0 +1,214 @@
+package dataflow
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/integration"
+)
+
+// idleJob is a job that is never meant to run during the measurement.
+type idleJob struct{}
+
+func (idleJob) Fetch(context.Context, Shard) ([]int, error) { return nil, nil }
+func (idleJob) Process(context.Context, Shard, int) error   { return nil }
+func (idleJob) String() string                              { return "idle" }
+func scaleJobName(i int) string                             { return fmt.Sprintf("j%05d", i) }
+func scaleJobConfig(i int) JobConfig {
+	return JobConfig{JobName: scaleJobName(i), ShardingTotalCount: 4, Cron: "0 0 0 * * ?"}
+}
+
+// TestScaleJobs is the many-jobs measurement behind `make bench-jobs`:
+// SHARDFLOW_SCALE_JOBS idle jobs (4 items, a daily cron) on one Node, on
+// real ZooKeeper (SHARDFLOW_SCALE_STORE=mem: the embedded memstore). It
+// logs the time to add them from 32 goroutines, the goroutines, RSS and
+// heap per job at rest, the goroutines by creator, the store requests per
+// AddJob, the time of Stop, and the time to add them again on a restarted
+// Node (the jobs already stored). It asserts only outcomes (every job
+// added, nothing left after Stop). Skipped unless SHARDFLOW_SCALE_JOBS is
+// set.
+func TestScaleJobs(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("SHARDFLOW_SCALE_JOBS"))
+	if n <= 0 {
+		t.Skip("set SHARDFLOW_SCALE_JOBS (make bench-jobs) to run the many-jobs measurement")
+	}
+	const adders = 32
+	ns := fmt.Sprintf("scalejobs%d", time.Now().UnixNano())
+	var connect func() (store.Store, func())
+	if os.Getenv("SHARDFLOW_SCALE_STORE") == "mem" {
+		srv := memstore.NewServer()
+		connect = func() (store.Store, func()) {
+			s := srv.Connect()
+			return s, func() { _ = s.Close() }
+		}
+	} else {
+		zk := integration.SharedZooKeeper(t)
+		connect = func() (store.Store, func()) {
+			s, err := zkstore.Open(context.Background(), zkstore.Config{Servers: zk.Servers(), Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, func() { _ = s.Close() }
+		}
+	}
+	logf := func(format string, args ...any) { t.Logf("JOBS n=%d "+format, append([]any{n}, args...)...) }
+
+	// One process lifetime: a session, a Node, N jobs added from 32
+	// goroutines; at rest it is measured; then it is stopped.
+	life := func(what string, measure bool) {
+		runtime.GC()
+		debug.FreeOSMemory()
+		g0, rss0, heap0 := runtime.NumGoroutine(), rssBytes(t), heapInuse()
+
+		raw, closeStore := connect()
+		cs := coord.NewCountingStore(raw)
+		node, err := NewNode(NodeConfig{Store: cs, Namespace: ns, ServerID: "scale", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, adders)
+		for range adders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+					if err := AddJob(node, scaleJobConfig(i), Job[int](idleJob{})); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		added := time.Since(start)
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if got := len(node.Jobs()); got != n {
+			t.Fatalf("%s: %d jobs on the Node, want %d", what, got, n)
+		}
+		c := cs.Counts()
+		logf("%s: AddJob x %d from %d goroutines: %.2f s (%.0f jobs/s); store requests per AddJob: %.1f (%.1f reads, %.1f writes)",
+			what, n, adders, added.Seconds(), float64(n)/added.Seconds(),
+			float64(c.Requests())/float64(n), float64(c.Reads)/float64(n), float64(c.Writes)/float64(n))
+
+		if measure {
+			runtime.GC()
+			debug.FreeOSMemory()
+			g1, rss1, heap1 := runtime.NumGoroutine(), rssBytes(t), heapInuse()
+			logf("%s at rest: %d goroutines (%.3f per job), RSS %.1f MB (%.1f KB per job), heap in use %.1f MB (%.1f KB per job)",
+				what, g1-g0, float64(g1-g0)/float64(n),
+				float64(rss1)/1e6, float64(rss1-rss0)/1024/float64(n),
+				float64(heap1)/1e6, float64(heap1-heap0)/1024/float64(n))
+			for _, l := range goroutineCreators(5) {
+				logf("%s goroutines: %s", what, l)
+			}
+			if p := os.Getenv("SHARDFLOW_SCALE_HEAPPROFILE"); p != "" {
+				f, err := os.Create(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = pprof.WriteHeapProfile(f)
+				_ = f.Close()
+			}
+		}
+
+		start = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := node.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		logf("%s: Stop: %.2f s", what, time.Since(start).Seconds())
+		closeStore()
+	}
+	logf("uptime: %s", uptime())
+	life("first start", true)
+	life("restart (jobs stored)", false)
+	logf("uptime: %s", uptime())
+}
+
+// rssBytes is the process's resident set size.
+func rssBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+func heapInuse() int64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse)
+}
+
+// goroutineCreators returns the top creators of the live goroutines
+// ("count created by function").
+func goroutineCreators(top int) []string {
+	var buf bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2)
+	counts := map[string]int{}
+	for _, g := range strings.Split(buf.String(), "\n\n") {
+		if i := strings.Index(g, "created by "); i >= 0 {
+			line := g[i+len("created by "):]
+			if j := strings.IndexAny(line, " \n"); j >= 0 {
+				line = line[:j]
+			}
+			counts[line]++
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return counts[b] - counts[a] })
+	var out []string
+	for i, k := range keys {
+		if i == top {
+			break
+		}
+		out = append(out, fmt.Sprintf("%d created by %s", counts[k], k))
+	}
+	return out
+}
+
+func uptime() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return "load average " + strings.Join(strings.Fields(string(b))[:3], " ")
+}
