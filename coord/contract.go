@@ -175,6 +175,15 @@ func (j *Job) Config() jobconfig.Config { return j.impl.config() }
 // coalesced (at most one pending); it is closed after Leave.
 func (j *Job) Signals() <-chan Signal { return j.impl.signals() }
 
+// OnSignal delivers the job's signals by calling f instead of through
+// Signals, so a host of many jobs needs no goroutine per job to receive
+// them. f is called from the job's watcher goroutine, one signal at a time,
+// for every kind coalesced as on Signals (pending ones at once); it must
+// not block, nor call Leave or wait for anything that does (start a
+// goroutine for that). Call it once, right after Join; Signals then
+// delivers nothing.
+func (j *Job) OnSignal(f func(Signal)) { j.impl.onSignal(f) }
+
 // Begin starts a run at local time now: checks the clock, reshards first if
 // this server leads and the flag is set (otherwise waits for the leader),
 // computes this server's items (failover items first; disabled items and

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
@@ -97,6 +98,7 @@ type job struct {
 
 	wake    chan struct{}
 	sigOut  chan Signal
+	sigFunc atomic.Pointer[func(Signal)] // OnSignal's f; nil: sigOut
 	stopW   context.CancelFunc
 	watchDn chan struct{}
 }
@@ -523,6 +525,24 @@ func (j *job) nextSignal() (Signal, bool) {
 		}
 	}
 	return 0, false
+}
+
+func (j *job) onSignal(f func(Signal)) {
+	j.sigFunc.Store(&f)
+	j.kick() // the watcher delivers what is pending
+}
+
+// deliverSignals calls OnSignal's f with the pending signals, if it is set.
+// Watcher goroutine only.
+func (j *job) deliverSignals() {
+	f := j.sigFunc.Load()
+	if f == nil {
+		return
+	}
+	for s, ok := j.nextSignal(); ok; s, ok = j.nextSignal() {
+		j.pending[s] = false
+		(*f)(s)
+	}
 }
 
 func (j *job) kick() {

@@ -49,6 +49,7 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 	cases := make([]reflect.SelectCase, nFixed)
 	j.react(ctx)
 	for {
+		j.deliverSignals()
 		refs = j.cache.watches(refs[:0])
 		cases = cases[:nFixed]
 		cases[caseStop] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}

@@ -19,6 +19,10 @@ import (
 	"github.com/shardflow/shardflow/stats"
 )
 
+// reportWriters bounds the jobs' interval count writes in flight at once
+// (stats.Group): many jobs due together are written a few at a time.
+const reportWriters = 8
+
 // Timeouts of coordination calls the Node makes without a caller's ctx.
 const (
 	// joinTimeout bounds Registry.Join in AddJob.
@@ -78,9 +82,10 @@ type NodeConfig struct {
 // once. No goroutine started by the Node outlives Stop or StopAndCancel.
 // All methods are safe for concurrent use.
 //
-// Cost of an idle job: three goroutines (the Node's signal watcher, the
-// stats reporter and coord's job watcher); the scheduler adds one runner
-// goroutine per job only while a run is due or in progress.
+// Cost of an idle job: one goroutine (coord's job watcher). The job's
+// signals are handled in that goroutine (coord.Job.OnSignal), the counts of
+// every job are reported by one shared stats.Group, and the scheduler adds
+// one runner goroutine per job only while a run is due or in progress.
 type Node struct {
 	cfg      NodeConfig
 	logger   *slog.Logger
@@ -88,6 +93,7 @@ type Node struct {
 	ownStore *memstore.Session // the embedded default, closed by Stop
 	reg      *coord.Registry
 	sched    *scheduler
+	reports  *stats.Group // ticks every job's count reporter
 	tracer   trace.Tracer // nil: no tracing
 
 	ctx    context.Context // the Node's lifetime; cancelled at the end of Stop
@@ -100,6 +106,10 @@ type Node struct {
 	startOnce sync.Once
 	stopOnce  sync.Once
 	stopErr   error
+	// detaching counts the goroutines detaching a job an operator shut
+	// down or removed; Stop waits for them. Added to under mu only while
+	// not stopping.
+	detaching sync.WaitGroup
 
 	mu       sync.Mutex
 	jobs     map[string]*hostedJob
@@ -116,8 +126,6 @@ type hostedJob struct {
 	counter  *stats.Counter
 	reporter *stats.Reporter
 
-	quit       chan struct{} // closed to end watch
-	watchDone  chan struct{} // closed when watch returns
 	detachOnce sync.Once
 	detachErr  error
 	// halt is cancelled when the job starts being detached: no new run,
@@ -147,6 +155,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	n.reg = reg
 	n.sched = newScheduler(cfg.Logger)
+	n.reports = stats.NewGroup(reportWriters)
 	n.tracer = tracerOf(cfg.TracerProvider)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.halt, n.haltCancel = context.WithCancel(context.Background())
@@ -185,6 +194,9 @@ func (n *Node) Start(ctx context.Context) error {
 		return nil
 	}
 	n.running = true
+	if err := n.reports.Start(n.ctx); err != nil {
+		n.logger.Warn("dataflow: starting count reports", "err", err)
+	}
 	for _, h := range n.jobs {
 		n.startReporterLocked(h)
 	}
@@ -247,10 +259,12 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 		}
 		n.mu.Unlock()
 		for _, h := range hs {
-			if derr := n.detach(tctx, h, false); derr != nil && err == nil {
+			if derr := n.detach(tctx, h); derr != nil && err == nil {
 				n.logger.Warn("dataflow: leaving job at stop", "job", h.name, "err", derr)
 			}
 		}
+		n.detaching.Wait()
+		n.reports.Stop()
 		if cerr := n.reg.Close(tctx); cerr != nil {
 			n.logger.Warn("dataflow: closing registry", "err", cerr)
 		}
@@ -299,8 +313,7 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("dataflow: AddJob %q: %w", cfg.JobName, err)
 	}
-	h := &hostedJob{name: cfg.JobName, pipeline: pipeline, counter: new(stats.Counter),
-		quit: make(chan struct{}), watchDone: make(chan struct{})}
+	h := &hostedJob{name: cfg.JobName, pipeline: pipeline, counter: new(stats.Counter)}
 	h.halt, h.haltCancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(&h.opts)
@@ -351,7 +364,7 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	if n.running {
 		n.startReporterLocked(h)
 	}
-	go n.watch(h)
+	cj.OnSignal(func(sig coord.Signal) { n.onSignal(h, sig) })
 	return nil
 }
 
@@ -359,7 +372,7 @@ func (n *Node) startReporterLocked(h *hostedJob) {
 	if h == nil {
 		return // still joining; add starts it
 	}
-	if err := h.reporter.Start(n.ctx); err != nil && !errors.Is(err, stats.ErrReporterStarted) {
+	if err := h.reporter.StartIn(n.reports); err != nil && !errors.Is(err, stats.ErrReporterStarted) {
 		n.logger.Warn("dataflow: starting count reporter", "job", h.name, "err", err)
 	}
 }
@@ -375,14 +388,12 @@ func (n *Node) RemoveJob(ctx context.Context, name string) error {
 	if h == nil {
 		return fmt.Errorf("%w: %q", ErrNoJob, name)
 	}
-	return n.detach(ctx, h, false)
+	return n.detach(ctx, h)
 }
 
 // detach removes h from the Node; the first call does the work and later
-// ones return its result. fromWatch is true when h's watch goroutine calls
-// it (an operator's shutdown or remove), which then must not wait for
-// itself.
-func (n *Node) detach(ctx context.Context, h *hostedJob, fromWatch bool) error {
+// ones wait for it and return its result.
+func (n *Node) detach(ctx context.Context, h *hostedJob) error {
 	h.detachOnce.Do(func() {
 		h.haltCancel()
 		var errs []error
@@ -409,12 +420,8 @@ func (n *Node) detach(ctx context.Context, h *hostedJob, fromWatch bool) error {
 			delete(n.jobs, h.name)
 		}
 		n.mu.Unlock()
-		close(h.quit)
 		h.detachErr = errors.Join(errs...)
 	})
-	if !fromWatch {
-		<-h.watchDone
-	}
 	if h.detachErr != nil {
 		return fmt.Errorf("dataflow: remove job %q: %w", h.name, h.detachErr)
 	}
@@ -473,45 +480,43 @@ func (n *Node) NextFireTime(name string) time.Time {
 	return n.sched.nextFire(name, time.Now())
 }
 
-// watch reacts to the coord job's signals until the job is detached. One
-// goroutine per job, owned by the Node: detach closes quit and waits.
-func (n *Node) watch(h *hostedJob) {
-	defer close(h.watchDone)
-	sigs := h.cj.Signals()
-	for {
-		select {
-		case <-h.quit:
-			return
-		case sig, ok := <-sigs:
-			if !ok {
-				sigs = nil // closed after Leave; wait for quit
-				continue
-			}
-			switch sig {
-			case coord.SignalConfigChanged:
-				cfg := h.cj.Config()
-				if err := n.sched.reschedule(h.name, cfg.CronSpec(), cfg.MisfireEnabled()); err != nil {
-					n.reportError(h.name, fmt.Errorf("dataflow: apply stored config: %w", err))
-				}
-				h.reporter.SetInterval(cfg.ProcessCountInterval())
-			case coord.SignalTrigger:
-				if err := n.sched.trigger(h.name, ReasonTrigger); err != nil && !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
-					n.reportError(h.name, err)
-				}
-			case coord.SignalFailover:
-				// Claimed at once when idle, else right after the run.
-				n.sched.failover(h.name)
-			case coord.SignalShutdown, coord.SignalRemoved:
-				n.logger.Info("dataflow: job stopped by an operator", "job", h.name, "signal", int(sig))
-				ctx, cancel := context.WithTimeout(n.ctx, detachTimeout)
-				err := n.detach(ctx, h, true)
-				cancel()
-				if err != nil {
-					n.logger.Warn("dataflow: stopping job", "job", h.name, "err", err)
-				}
-				return
-			}
+// onSignal reacts to a signal of h's coord job. It is called from the
+// job's coord watcher goroutine (coord.Job.OnSignal), so it does not block:
+// leaving the job, which waits for that goroutine, runs in a goroutine of
+// its own that Stop waits for.
+func (n *Node) onSignal(h *hostedJob, sig coord.Signal) {
+	switch sig {
+	case coord.SignalConfigChanged:
+		cfg := h.cj.Config()
+		if err := n.sched.reschedule(h.name, cfg.CronSpec(), cfg.MisfireEnabled()); err != nil && !errors.Is(err, ErrNoJob) {
+			n.reportError(h.name, fmt.Errorf("dataflow: apply stored config: %w", err))
 		}
+		h.reporter.SetInterval(cfg.ProcessCountInterval())
+	case coord.SignalTrigger:
+		if err := n.sched.trigger(h.name, ReasonTrigger); err != nil && !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
+			n.reportError(h.name, err)
+		}
+	case coord.SignalFailover:
+		// Claimed at once when idle, else right after the run.
+		n.sched.failover(h.name)
+	case coord.SignalShutdown, coord.SignalRemoved:
+		n.mu.Lock()
+		if n.stopping {
+			// Stop detaches every job; it would wait for this one.
+			n.mu.Unlock()
+			return
+		}
+		n.detaching.Add(1)
+		n.mu.Unlock()
+		n.logger.Info("dataflow: job stopped by an operator", "job", h.name, "signal", int(sig))
+		go func() {
+			defer n.detaching.Done()
+			ctx, cancel := context.WithTimeout(n.ctx, detachTimeout)
+			defer cancel()
+			if err := n.detach(ctx, h); err != nil {
+				n.logger.Warn("dataflow: stopping job", "job", h.name, "err", err)
+			}
+		}()
 	}
 }
 

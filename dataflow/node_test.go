@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -637,34 +636,6 @@ func (g *gateJob) Process(ctx context.Context, _ Shard, _ int) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-}
-
-// TestNodeIdleJobGoroutines measures what an idle job costs: the scheduler
-// adds none, the Node one signal watcher and one count reporter, coord its
-// per-job watcher. The bound is a constant per job, whatever the number
-// of jobs.
-func TestNodeIdleJobGoroutines(t *testing.T) {
-	n, err := NewNode(NodeConfig{ServerID: "idle"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stopNode(t, n)
-	if err := n.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	const jobs = 50
-	before := runtime.NumGoroutine()
-	for i := range jobs {
-		cfg := JobConfig{JobName: fmt.Sprintf("idle-%d", i), ShardingTotalCount: 2, Cron: "0 0 0 1 1 ?"}
-		if err := AddJob(n, cfg, Job[int](&itemJob{})); err != nil {
-			t.Fatal(err)
-		}
-	}
-	perJob := float64(runtime.NumGoroutine()-before) / jobs
-	t.Logf("idle goroutines per job: %.2f", perJob)
-	if perJob > 3 {
-		t.Fatalf("%.2f goroutines per idle job, want at most 3 (node watcher, reporter, coord watcher)", perJob)
 	}
 }
 

@@ -32,21 +32,33 @@ type Sink interface {
 // failed write are given back to the Counter for the next one, and Stop
 // writes a last report.
 //
-// Lifecycle: NewReporter, Start once, Stop. Stop is safe before Start and
-// more than once. All methods are safe for concurrent use.
+// A Reporter runs on a Group: one goroutine ticking many Reporters (StartIn,
+// what a Node with many jobs uses), or a Group of its own (Start).
+//
+// Lifecycle: NewReporter, Start or StartIn once, Stop. Stop is safe before
+// Start and more than once. All methods are safe for concurrent use.
 type Reporter struct {
 	counter *Counter
 	sink    Sink
 	logger  *slog.Logger
 
+	// writing is a lock held (a value sent) for every write, so writes
+	// never overlap and Stop waits for an interval write in flight. A
+	// channel rather than a mutex: waiting on it counts as blocked for
+	// testing/synctest.
+	writing chan struct{}
+
 	mu       sync.Mutex
 	interval time.Duration
 	started  bool
 	stopped  bool
-	stopCh   chan struct{} // closed by Stop to end the loop
-	done     chan struct{} // closed by the loop when it has returned
-	cancel   context.CancelFunc
-	wake     chan struct{} // interval changed; capacity 1, coalesced
+	group    *Group
+	ownGroup bool               // Start made group; Stop stops it
+	inflight context.CancelFunc // cancels the interval write in flight
+
+	// Guarded by group.mu.
+	due time.Time
+	idx int // index in group.heap; -1 when not in it
 }
 
 // NewReporter returns a Reporter of counter's counts to sink every
@@ -59,39 +71,47 @@ func NewReporter(counter *Counter, sink Sink, interval time.Duration, logger *sl
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Reporter{
-		counter:  counter,
-		sink:     sink,
-		logger:   logger,
-		interval: interval,
-		stopCh:   make(chan struct{}),
-		done:     make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-	}
+	return &Reporter{counter: counter, sink: sink, logger: logger, interval: interval, idx: -1, writing: make(chan struct{}, 1)}
 }
 
-// Start starts the reporting goroutine and returns at once. The goroutine
-// runs until Stop is called or ctx ends; writes use a context derived from
-// ctx. A second Start, or a Start after Stop, returns ErrReporterStarted.
+// Start starts reporting on a Group of the Reporter's own (one goroutine)
+// and returns at once. Reporting ends when Stop is called or ctx ends;
+// writes use a context derived from ctx. A second Start, or a Start after
+// Stop, returns ErrReporterStarted.
 func (r *Reporter) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started || r.stopped {
-		return ErrReporterStarted
+	g := NewGroup(1)
+	if err := r.startIn(g, true); err != nil {
+		return err
 	}
-	r.started = true
-	runCtx, cancel := context.WithCancel(ctx)
-	r.cancel = cancel
-	go r.loop(runCtx)
+	_ = g.Start(ctx)
 	return nil
 }
 
-// Stop ends the reporting goroutine, waits for it, and then writes one last
-// report of the counts not yet reported, bounded by ctx. If ctx ends while
-// an interval write is in flight, that write's context is cancelled and
-// Stop still waits for the goroutine to return. Stop before Start marks the
-// Reporter stopped and writes nothing; a second Stop returns nil at once.
-// It returns the last write's error, or ctx's.
+// StartIn starts reporting on g, which ticks many Reporters from one
+// goroutine: the first report comes one interval from now (counted from
+// g's Start if g is not started yet). It returns at once; Stop ends it.
+// A second start, or one after Stop, returns ErrReporterStarted.
+func (r *Reporter) StartIn(g *Group) error { return r.startIn(g, false) }
+
+func (r *Reporter) startIn(g *Group, own bool) error {
+	r.mu.Lock()
+	if r.started || r.stopped {
+		r.mu.Unlock()
+		return ErrReporterStarted
+	}
+	r.started, r.group, r.ownGroup = true, g, own
+	iv := r.interval
+	r.mu.Unlock()
+	g.schedule(r, iv)
+	return nil
+}
+
+// Stop ends the reporting, waits for an interval write in flight, and then
+// writes one last report of the counts not yet reported, bounded by ctx. If
+// ctx ends while an interval write is in flight, that write's context is
+// cancelled and Stop still waits for it to return. Stop before Start marks
+// the Reporter stopped and writes nothing; a second Stop returns nil at
+// once. It returns the last write's error, or ctx's.
 func (r *Reporter) Stop(ctx context.Context) error {
 	r.mu.Lock()
 	if r.stopped {
@@ -99,19 +119,28 @@ func (r *Reporter) Stop(ctx context.Context) error {
 		return nil
 	}
 	r.stopped = true
-	started := r.started
+	started, g, own := r.started, r.group, r.ownGroup
 	r.mu.Unlock()
 	if !started {
 		return nil
 	}
-	close(r.stopCh)
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		r.cancel()
-		<-r.done
+	g.unschedule(r)
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		if r.inflight != nil {
+			r.inflight()
+		}
+		r.mu.Unlock()
+	})
+	r.writing <- struct{}{} // the interval write in flight ends
+	stop()
+	<-r.writing
+	if own {
+		// Its writers waiting for the lock see stopped and return.
+		g.Stop()
 	}
-	r.cancel()
+	r.writing <- struct{}{}
+	defer func() { <-r.writing }()
 	return r.flush(ctx)
 }
 
@@ -124,10 +153,11 @@ func (r *Reporter) SetInterval(d time.Duration) {
 	}
 	r.mu.Lock()
 	r.interval = d
+	g := r.group
+	running := r.started && !r.stopped
 	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	if running {
+		g.schedule(r, d)
 	}
 }
 
@@ -138,28 +168,28 @@ func (r *Reporter) Interval() time.Duration {
 	return r.interval
 }
 
-func (r *Reporter) loop(ctx context.Context) {
-	defer close(r.done)
-	timer := time.NewTimer(r.Interval())
-	defer timer.Stop()
-	for {
-		select {
-		case <-r.stopCh:
-			return
-		case <-ctx.Done():
-			return
-		case <-r.wake:
-			timer.Reset(r.Interval())
-		case <-timer.C:
-			_ = r.flush(ctx)
-			timer.Reset(r.Interval())
-		}
+// intervalFlush is the Group's interval write; ctx is the Group's.
+func (r *Reporter) intervalFlush(ctx context.Context) {
+	r.writing <- struct{}{}
+	defer func() { <-r.writing }()
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return // Stop writes the last report
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	r.inflight = cancel
+	r.mu.Unlock()
+	_ = r.flush(ctx)
+	r.mu.Lock()
+	r.inflight = nil
+	r.mu.Unlock()
 }
 
 // flush writes the counts drained from the counter; on failure it gives
 // them back. Every interval is written, zero counts included, since the
-// store's nodes hold the last interval's counts.
+// store's nodes hold the last interval's counts. The caller holds writing.
 func (r *Reporter) flush(ctx context.Context) error {
 	s, f := r.counter.Drain()
 	if err := r.sink.ReportCounts(ctx, s, f); err != nil {
