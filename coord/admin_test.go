@@ -16,7 +16,7 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/integration"
-	"github.com/shardflow/shardflow/internal/testwait"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 // adminTests run on memstore and on real ZooKeeper.
@@ -235,11 +235,15 @@ func testAdminShrinkTotalWhileRunning(t *testing.T, h *coordtest.Harness) {
 	coordtest.AssertPartition(t, 8, runs...)
 	coordtest.CompleteAll(t, runs...)
 	// The reshard may be the leader watcher's (prompt, asynchronous), so
-	// wait for the pruned tree rather than assume it is done.
-	want := []string{"0", "1", "2", "3", "4", "5", "6", "7"}
-	testwait.For(t, 20*time.Second, "items 8..11 pruned after the reshard", func() bool {
-		return slices.Equal(executionItems(t, reader, h, "j"), want)
+	// wait for its signal (sent after the prune) rather than assume it is
+	// done.
+	h.Signals.Resharded.Wait(t, 20*time.Second, "the reshard over the lowered total", func(r testsignal.Resharded) bool {
+		return r.Job == "j" && r.Total == 8
 	})
+	want := []string{"0", "1", "2", "3", "4", "5", "6", "7"}
+	if got := executionItems(t, reader, h, "j"); !slices.Equal(got, want) {
+		t.Fatalf("execution items after the reshard over total 8: %v, want %v (8..11 pruned)", got, want)
+	}
 	if got := itemNumbers(mustStatus(t, h, "j")); len(got) != 8 {
 		t.Fatalf("status items after the reshard: %v, want 0..7", got)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 // TestClaimWaitsForAnotherClaimantsLatch: a claim that finds another
@@ -29,9 +30,10 @@ func TestClaimWaitsForAnotherClaimantsLatch(t *testing.T) {
 		runs := coordtest.BeginAll(t, l, a, v)
 		coordtest.CompleteAll(t, runs[0], runs[1]) // v crashes mid-run
 		h.B.Kill(t, v.St)
-		coordtest.Eventually(t, "v's two items queued for failover", func() bool {
-			st, err := h.Admin.Status(ctx, "job")
-			return err == nil && len(st.FailoverQueue) == 2
+		queued := 0
+		h.Signals.FailoverQueued.Wait(t, 10*time.Second, "v's two items queued for failover", func(q testsignal.Queued) bool {
+			queued += len(q.Items)
+			return queued == 2
 		})
 		coordtest.WaitSignal(t, a.Job, coord.SignalFailover)
 

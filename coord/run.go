@@ -501,10 +501,10 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
 		j.mu.Unlock()
 		j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
-		if s := j.reg.cfg.TestSignals; s != nil {
+		j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
+		if s := j.reg.cfg.TestSignals; s != nil { // after the prune: the reshard is over
 			s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: cfg.ShardingTotalCount})
 		}
-		j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
 		return nil
 	}
 }
