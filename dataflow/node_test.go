@@ -513,24 +513,8 @@ func TestNodeOnceListenersRunOncePerRun(t *testing.T) {
 		defer stopNode(t, n)
 	}
 	// The claim is exactly once per run, not behaviour during membership
-	// churn: let the joins' resharding settle before the first round. Every
-	// join has raised the flag by now (AddJob returned); a reshard over
-	// the three servers that leaves no flag up is the settled state.
-	adminSession := srv.Connect()
-	defer adminSession.Close()
-	admin := coord.NewAdmin(adminSession, "once")
-	for {
-		sig.Resharded.Wait(t, 30*time.Second, "a reshard over the three servers", func(r testsignal.Resharded) bool {
-			return r.Job == "oncejob" && len(r.Servers) == 3
-		})
-		st, err := admin.Status(t.Context(), "oncejob")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !st.ReshardingPending {
-			break
-		}
-	}
+	// churn: let the joins' resharding settle before the first round.
+	waitSettled(t, srv, sig, "once", "oncejob", 3)
 	for round := 1; round <= 2; round++ {
 		for _, n := range nodes {
 			if err := n.Trigger("oncejob"); err != nil {

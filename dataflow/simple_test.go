@@ -3,6 +3,7 @@ package dataflow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -12,7 +13,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
-	"github.com/shardflow/shardflow/internal/testwait"
+	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 // TestRunSimpleJobOncePerItem: one call per shard, success and failure
@@ -135,7 +136,8 @@ func TestItemTimeoutNotHit(t *testing.T) {
 // from one TriggerAll (a one-off job).
 func TestNodeSimpleJob(t *testing.T) {
 	srv := memstore.NewServer()
-	nodes, _ := cluster(t, srv, "simple", 2)
+	sig := testsignal.NewCoord()
+	nodes, _ := clusterWith(t, srv, "simple", 2, sig)
 	var mu sync.Mutex
 	seen := map[int]int{}
 	params := map[int]string{}
@@ -171,7 +173,7 @@ func TestNodeSimpleJob(t *testing.T) {
 	if _, ok := nodes[0].JobConfig("nope"); ok {
 		t.Fatal("JobConfig of an unknown job reported ok")
 	}
-	waitSettled(t, srv, "simple", "once", 2)
+	waitSettled(t, srv, sig, "simple", "once", 2)
 	if err := nodes[0].TriggerAll(t.Context(), "once"); err != nil {
 		t.Fatal(err)
 	}
@@ -218,24 +220,26 @@ func TestAddSimpleJobRefuses(t *testing.T) {
 	}
 }
 
-// waitSettled waits until the job's sharding covers servers live servers,
-// each with items, and no reshard is pending: a run during the joins'
-// churn could legitimately see an older sharding.
-func waitSettled(t *testing.T, srv *memstore.Server, ns, job string, servers int) {
+// waitSettled waits until the leader has resharded job over servers live
+// servers and left no flag up (sig: the nodes' TestSignals): a run during
+// the joins' churn could legitimately see an older sharding. Every join
+// has raised the flag by the time AddJob returns, so the reshard that
+// clears the last one sends a Resharded event.
+func waitSettled(t *testing.T, srv *memstore.Server, sig *testsignal.Coord, ns, job string, servers int) {
 	t.Helper()
 	sess := srv.Connect()
 	defer sess.Close()
 	admin := coord.NewAdmin(sess, ns)
-	testwait.For(t, 30*time.Second, "sharding settled", func() bool {
+	for {
+		sig.Resharded.Wait(t, 30*time.Second, fmt.Sprintf("a reshard of %s over %d servers", job, servers), func(r testsignal.Resharded) bool {
+			return r.Job == job && len(r.Servers) == servers
+		})
 		st, err := admin.Status(t.Context(), job)
-		if err != nil || st.ReshardingPending || len(st.Servers) != servers {
-			return false
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, s := range st.Servers {
-			if len(s.Sharding) == 0 {
-				return false
-			}
+		if !st.ReshardingPending {
+			return
 		}
-		return true
-	})
+	}
 }
