@@ -137,46 +137,10 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 // its holder is stuck or gone, and the ephemeral goes with its session.
 const latchWait = time.Second
 
-// takeLatch creates the failover latch. When another server holds it, it
-// waits (up to latchWait) for its release and tries once more: that
-// server claims ONE item, and the rest of the queue would otherwise wait
-// for that server's next claim (after its failover run) or for this
-// server's next trigger, since the queue signal already came. It returns
-// false when the latch is still taken.
-func (j *job) takeLatch(ctx context.Context, latch string) (bool, error) {
-	for attempt := 0; ; attempt++ {
-		_, err := j.st.Create(ctx, latch, []byte(j.id), store.Ephemeral)
-		if err == nil {
-			return true, nil
-		}
-		if !errors.Is(err, store.ErrNodeExists) {
-			return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch, err)
-		}
-		if attempt > 0 {
-			return false, nil // another claim again: its end signals the queue anew
-		}
-		held, _, ch, err := j.st.ExistsW(ctx, latch)
-		if err != nil {
-			return false, fmt.Errorf("coord: job %q: watch %s: %w", j.jname, latch, err)
-		}
-		if !held {
-			continue
-		}
-		t := time.NewTimer(latchWait)
-		select {
-		case <-ch: // released (or the watch ended): try once more
-			t.Stop()
-		case <-t.C:
-			return false, nil
-		case <-ctx.Done():
-			t.Stop()
-			return false, ctx.Err()
-		}
-	}
-}
-
-// claimFailover takes leader/failover/latch (ephemeral, create-or-fail,
-// waiting once for another claimant's release: takeLatch),
+// claimFailover takes leader/failover/latch (a tryLatch, waiting once for
+// another claimant's release: the claimant takes ONE item, and the rest of
+// the queue would otherwise wait for its next claim or for this server's
+// next trigger, since the queue signal already came),
 // claims the first queued item (execution/{item}/failover = me, queue entry
 // deleted, ONE Multi) and releases the latch.
 func (j *job) claimFailover(ctx context.Context) (bool, error) {
@@ -186,12 +150,14 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 	if !j.config().Failover || len(j.cache.children(relFailoverQ)) == 0 {
 		return false, nil
 	}
-	latch := j.p.abs(relFailoverLock)
-	if ok, err := j.takeLatch(ctx, latch); !ok || err != nil {
-		return false, err
+	latch := tryLatch{st: j.st, path: j.p.abs(relFailoverLock), owner: []byte(j.id)}
+	if held, err := latch.acquireWithin(ctx, latchWait); err != nil {
+		return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch.path, err)
+	} else if !held {
+		return false, nil // another claim again: its end signals the queue anew
 	}
 	defer func() {
-		if err := j.st.Delete(context.WithoutCancel(ctx), latch, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+		if err := latch.release(ctx); err != nil {
 			j.log.Warn("cannot release the failover latch", "err", err)
 		}
 	}()

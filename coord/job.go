@@ -79,7 +79,7 @@ type job struct {
 	totalsLoaded   bool
 
 	// Watcher-goroutine state.
-	candidate        string // absolute path of this server's election candidate
+	elec             election // leader election (its candidate is the watcher's)
 	predAfterSession <-chan store.Event
 	reelected        bool // onSession ran the election; predAfterSession is its watch
 	resynced         bool // onSession rebuilt the tree cache
@@ -120,6 +120,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		wake:        make(chan struct{}, 1),
 		sigOut:      make(chan Signal),
 	}
+	j.elec = election{st: j.st, latch: j.p.abs(relLatch), host: j.p.abs(relHost), id: j.id}
 	j.cache = newTreeCache(j.st, j.p.root)
 	j.cache.kick = j.kick
 	j.cache.ownRel = relServer(j.id, nSharding)
@@ -391,103 +392,14 @@ func (j *job) setNecessary(ctx context.Context) error {
 	return createFlag(ctx, j.st, j.p.abs(relNecessary))
 }
 
-// elect makes sure this server has a candidate under leader/election/latch
-// and either becomes leader (lowest sequence) or returns a watch on its
-// predecessor. Only the watcher goroutine (and startJob) calls it.
+// elect runs one step of the election (election.proceed): when this
+// server becomes leader it takes up the leader's duties and returns nil;
+// otherwise it returns the watch to elect again on. Only the watcher
+// goroutine (and startJob) calls it.
 func (j *job) elect(ctx context.Context) (<-chan store.Event, error) {
-	latch := j.p.abs(relLatch)
-	for range 16 {
-		if j.candidate == "" {
-			// Adopt a candidate this session already has (an election that
-			// ran just before a re-registration): a second one would stand
-			// behind the first, which never goes, and never lead.
-			own, err := j.ownCandidate(ctx, latch)
-			if err != nil {
-				return nil, err
-			}
-			j.candidate = own
-		}
-		if j.candidate == "" {
-			p, err := j.st.Create(ctx, store.Join(latch, candidatePrefix), []byte(j.id), store.EphemeralSequential)
-			if err != nil {
-				return nil, err
-			}
-			j.candidate = p
-		}
-		kids, _, err := j.st.Children(ctx, latch)
-		if err != nil {
-			return nil, err
-		}
-		slices.SortFunc(kids, func(a, b string) int { return strings.Compare(seqOf(a), seqOf(b)) })
-		idx := slices.Index(kids, store.Base(j.candidate))
-		if idx < 0 {
-			j.candidate = ""
-			continue
-		}
-		if idx == 0 {
-			return j.becomeLeader(ctx)
-		}
-		ok, _, ch, err := j.st.ExistsW(ctx, store.Join(latch, kids[idx-1]))
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return ch, nil
-		}
-	}
-	return nil, errors.New("coord: leader election did not settle after 16 rounds")
-}
-
-// ownCandidate returns the path of a candidate under latch that belongs to
-// this server on the current session, or "".
-func (j *job) ownCandidate(ctx context.Context, latch string) (string, error) {
-	sess, _ := j.st.Session()
-	kids, _, err := j.st.Children(ctx, latch)
-	if err != nil {
-		return "", err
-	}
-	for _, k := range kids {
-		data, st, err := j.st.Get(ctx, store.Join(latch, k))
-		if errors.Is(err, store.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return "", err
-		}
-		if string(data) == j.id && st.EphemeralOwner == sess.ID {
-			return store.Join(latch, k), nil
-		}
-	}
-	return "", nil
-}
-
-// seqOf returns the sequence suffix of a candidate name (the last 10 bytes).
-func seqOf(name string) string {
-	if len(name) >= 10 {
-		return name[len(name)-10:]
-	}
-	return name
-}
-
-// becomeLeader writes leader/election/host. If a previous leader's host
-// node still exists, it returns a watch on it and tries again when it goes.
-func (j *job) becomeLeader(ctx context.Context) (<-chan store.Event, error) {
-	host := j.p.abs(relHost)
-	_, err := j.st.Create(ctx, host, []byte(j.id), store.Ephemeral)
-	if errors.Is(err, store.ErrNodeExists) {
-		sess, _ := j.st.Session()
-		ok, stat, ch, xerr := j.st.ExistsW(ctx, host)
-		if xerr != nil {
-			return nil, xerr
-		}
-		if ok && stat.EphemeralOwner != sess.ID {
-			return ch, nil
-		}
-		if !ok {
-			return j.becomeLeader(ctx)
-		}
-	} else if err != nil {
-		return nil, err
+	elected, wait, err := j.elec.proceed(ctx)
+	if err != nil || !elected {
+		return wait, err
 	}
 	j.mu.Lock()
 	was := j.leader
@@ -592,7 +504,7 @@ func (j *job) loseRegistration(why string) {
 		close(j.lostCh)
 	}
 	j.leader = false
-	j.candidate = ""
+	j.elec.forget()
 	j.claims = make(map[int]int64)
 	j.claimsTaken = nil
 }
@@ -627,16 +539,8 @@ func (j *job) leave(ctx context.Context) error {
 // leading) and raises the resharding flag so the others take over its items.
 func (j *job) goOffline(ctx context.Context) error {
 	var errs []error
-	if j.isLeader() {
-		if err := j.st.Delete(ctx, j.p.abs(relHost), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			errs = append(errs, err)
-		}
-	}
-	if j.candidate != "" {
-		if err := j.st.Delete(ctx, j.candidate, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			errs = append(errs, err)
-		}
-		j.candidate = ""
+	if err := j.elec.Resign(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	j.mu.Lock()
 	j.leader = false
