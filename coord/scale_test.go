@@ -15,6 +15,7 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
@@ -108,18 +109,23 @@ func TestScaleZooKeeper(t *testing.T) {
 
 	// s2 is SIGKILLed mid-run: its connection drops, and ZooKeeper expires
 	// its session after the timeout.
+	watch := b.Connect(t)
 	runs, wr = beginWith(t, w, srv...)
 	victim := wr.items
 	start := time.Now()
 	if err := w.p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	completeAll(t, runs...)
+	// The queue is watched with one listing per poll (a status read of
+	// this job takes longer than the queueing), before the survivors
+	// complete their runs, which the queueing does not wait for.
+	queue := store.Join(h.NS, "scale", "leader", "failover", "items")
 	testwait.For(t, 2*time.Minute, "the killed server's items queued for failover", func() bool {
-		st, err := h.Admin.Status(ctx, "scale")
-		return err == nil && len(st.FailoverQueue) == victim
+		q, _, err := watch.Children(ctx, queue)
+		return err == nil && len(q) == victim
 	})
 	t.Logf("SCALE items=%d SIGKILL -> %d items queued for failover: %.3f s", n, victim, time.Since(start).Seconds())
+	completeAll(t, runs...)
 	step("one failover claim and run on a survivor", func() {
 		// The survivor's cache sees the queue a moment after the status did.
 		testwait.ForNoError(t, time.Minute, "a failover claim on a survivor", func() error {
