@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
-	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
-	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
 type run struct {
@@ -374,160 +371,6 @@ func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (waited b
 	}
 }
 
-// reshard is the leader's resharding: wait until no item runs, then in ONE
-// Multi create processing, write every server's sharding node, drop the
-// failover queue entries of items beyond the total, and delete necessary
-// and processing. Queue entries of other items stay: a crashed server's
-// unfinished items run again at once on whichever server claims them, not
-// at their new owner's next trigger (the leader reshards promptly after a
-// crash, usually before anyone claimed them).
-//
-// The wait ends early when the flag goes: the leader's watcher may reshard
-// promptly (reshardWhenIdle) while a Begin of the leader waits here, and the
-// runs that start on the new assignment must not keep this Begin waiting.
-// It reads the items directly: the cache watches only this server's items.
-// Resharding is rare, so O(items) reads are fine here.
-func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
-	if !cfg.MonitorsExecution() {
-		return j.reshardNow(ctx, cfg)
-	}
-	nec := j.p.abs(relNecessary)
-	for {
-		ok, _, necW, err := j.st.ExistsW(ctx, nec)
-		if err != nil {
-			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, nec, err)
-		}
-		if !ok {
-			return nil // resharded meanwhile
-		}
-		running, watch, err := j.firstRunning(ctx)
-		if err != nil {
-			return err
-		}
-		if watch == nil {
-			return j.reshardNow(ctx, cfg)
-		}
-		select {
-		case <-watch:
-		case <-necW:
-		case <-ctx.Done():
-			return fmt.Errorf("coord: job %q: waiting for running item %s to finish before resharding: %w", j.jname, running, ctx.Err())
-		}
-	}
-}
-
-// reshardWhenIdle is the leader watcher's prompt resharding: when the flag
-// is set and no item runs, it reshards at once, so that servers waiting in
-// Begin do not depend on the leader's next trigger (a trigger-only job may
-// have none for a long time). While an item runs it never reshards: it
-// returns a watch on that item's running node, and the watcher calls it
-// again when the watch fires. It never blocks on a run.
-func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
-	if !j.isLeader() || !j.cache.has(relNecessary) || j.cache.has(relProcessing) {
-		return nil, nil
-	}
-	if _, _, err := j.ready(); err != nil {
-		return nil, nil // not registered or refusing runs: Begin reshards later
-	}
-	// The cache may still show a flag a reshard just cleared.
-	if nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary)); err != nil || !nec {
-		return nil, err
-	}
-	cfg := j.config()
-	if cfg.MonitorsExecution() {
-		_, watch, err := j.firstRunning(ctx)
-		if err != nil || watch != nil {
-			return watch, err
-		}
-	}
-	return nil, j.reshardNow(ctx, cfg)
-}
-
-// reshardNow writes the new assignment in one Multi; see reshard. The
-// Multi checks the membership version (touchMembership) it planned on:
-// when a server joined, left, or was disabled, enabled or shut down
-// meanwhile, the Multi fails and the assignment is planned again on the
-// new membership, so the flag is never cleared by a plan that missed one.
-func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
-	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.config("jobShardingStrategy"), err)
-	}
-	j.reshardMu.Lock()
-	defer j.reshardMu.Unlock()
-	for attempt := 1; ; attempt++ {
-		_, members, err := j.st.Get(ctx, j.p.abs(nServers))
-		if err != nil {
-			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
-		}
-		servers, live, err := j.readServers(ctx)
-		if err != nil {
-			return err
-		}
-		assign := strategy.Shard(live, j.jname, cfg.ShardingTotalCount)
-		ins := []intent{
-			{kind: opCheck, rel: nServers, version: members.Version},
-			{kind: opCreate, rel: relProcessing, mode: store.Ephemeral},
-		}
-		for s, hasSharding := range servers {
-			k := opCreate
-			if hasSharding {
-				k = opSet
-			}
-			ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
-		}
-		for _, q := range j.cache.children(relFailoverQ) {
-			if it, ok := parseItemName(q); !ok || it >= cfg.ShardingTotalCount {
-				ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
-			}
-		}
-		ins = append(ins,
-			intent{kind: opDelete, rel: relNecessary},
-			intent{kind: opDelete, rel: relProcessing})
-		err = j.commit(ctx, ins)
-		if errors.Is(err, store.ErrBadVersion) && attempt < writeAttempts {
-			j.log.Debug("membership changed while resharding; planning again")
-			continue
-		}
-		if err != nil {
-			if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNodeExists) {
-				// Another leader incarnation resharded, or a server node
-				// vanished: re-read through the cache and go again.
-				return nil
-			}
-			return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
-		}
-		j.mu.Lock()
-		j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
-		j.mu.Unlock()
-		j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
-		j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
-		if s := j.reg.cfg.TestSignals; s != nil { // after the prune: the reshard is over
-			s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: cfg.ShardingTotalCount})
-		}
-		return nil
-	}
-}
-
-// pruneItemsBeyond removes the execution nodes of items beyond a lowered
-// total that Admin.SetConfig left because they were running then. The
-// leader calls it after resharding, when none of them runs any more.
-// Failures are logged: the nodes are only clutter, never read by runs.
-func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
-	names, _, err := j.st.Children(ctx, j.p.abs(nExecution))
-	if err != nil {
-		j.warn(ctx, "cannot list items to prune beyond the total", "total", total, "err", err)
-		return
-	}
-	for _, n := range names {
-		if it, ok := parseItemName(n); ok && it >= total {
-			if err := store.DeleteAll(ctx, j.st, j.p.item(it)); err != nil {
-				j.warn(ctx, "cannot prune item beyond the total", "item", it, "total", total, "err", err)
-			}
-		}
-	}
-}
-
 // failoverAssignments returns the failover items this server claimed and
 // no run of it has taken, with the failover nodes' Czxid as epochs; it
 // takes them (releaseClaims gives them back if the Begin fails).
@@ -572,34 +415,6 @@ func (j *job) takeClaims(items []Assignment, taken bool) {
 		}
 		j.claimsTaken[a.Item] = true
 	}
-}
-
-// firstRunning returns the first item found running and a watch on its
-// running node, or a nil watch when no item runs. It reads directly.
-func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, error) {
-	items, _, err := j.st.Children(ctx, j.p.abs(nExecution))
-	if err != nil {
-		return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
-	}
-	for _, it := range items {
-		p := store.Join(j.p.abs(nExecution), it, nRunning)
-		ok, _, err := j.st.Exists(ctx, p)
-		if err != nil {
-			return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-		}
-		if !ok {
-			continue
-		}
-		// Watch only the running node found; re-scan when it goes.
-		ok, _, ch, err := j.st.ExistsW(ctx, p)
-		if err != nil {
-			return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-		}
-		if ok {
-			return it, ch, nil
-		}
-	}
-	return "", nil, nil
 }
 
 // itemHas reports whether an execution node exists: from the cache when

@@ -1,0 +1,360 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/sharding"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
+)
+
+// The leader's duties, in one place: resharding (on a Begin, or promptly
+// from the watcher when no item runs), the membership check that raises
+// the resharding flag, and the periodic reconcile. The election that makes
+// a server leader is election.go; the failover scan the leader runs on
+// departures is failover.go.
+
+// reshard is the leader's resharding: wait until no item runs, then in ONE
+// Multi create processing, write every server's sharding node, drop the
+// failover queue entries of items beyond the total, and delete necessary
+// and processing. Queue entries of other items stay: a crashed server's
+// unfinished items run again at once on whichever server claims them, not
+// at their new owner's next trigger (the leader reshards promptly after a
+// crash, usually before anyone claimed them).
+//
+// The wait ends early when the flag goes: the leader's watcher may reshard
+// promptly (reshardWhenIdle) while a Begin of the leader waits here, and the
+// runs that start on the new assignment must not keep this Begin waiting.
+// It reads the items directly: the cache watches only this server's items.
+// Resharding is rare, so O(items) reads are fine here.
+func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
+	if !cfg.MonitorsExecution() {
+		return j.reshardNow(ctx, cfg)
+	}
+	nec := j.p.abs(relNecessary)
+	for {
+		ok, _, necW, err := j.st.ExistsW(ctx, nec)
+		if err != nil {
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, nec, err)
+		}
+		if !ok {
+			return nil // resharded meanwhile
+		}
+		running, watch, err := j.firstRunning(ctx)
+		if err != nil {
+			return err
+		}
+		if watch == nil {
+			return j.reshardNow(ctx, cfg)
+		}
+		select {
+		case <-watch:
+		case <-necW:
+		case <-ctx.Done():
+			return fmt.Errorf("coord: job %q: waiting for running item %s to finish before resharding: %w", j.jname, running, ctx.Err())
+		}
+	}
+}
+
+// reshardWhenIdle is the leader watcher's prompt resharding: when the flag
+// is set and no item runs, it reshards at once, so that servers waiting in
+// Begin do not depend on the leader's next trigger (a trigger-only job may
+// have none for a long time). While an item runs it never reshards: it
+// returns a watch on that item's running node, and the watcher calls it
+// again when the watch fires. It never blocks on a run.
+func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
+	if !j.isLeader() || !j.cache.has(relNecessary) || j.cache.has(relProcessing) {
+		return nil, nil
+	}
+	if _, _, err := j.ready(); err != nil {
+		return nil, nil // not registered or refusing runs: Begin reshards later
+	}
+	// The cache may still show a flag a reshard just cleared.
+	if nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary)); err != nil || !nec {
+		return nil, err
+	}
+	cfg := j.config()
+	if cfg.MonitorsExecution() {
+		_, watch, err := j.firstRunning(ctx)
+		if err != nil || watch != nil {
+			return watch, err
+		}
+	}
+	return nil, j.reshardNow(ctx, cfg)
+}
+
+// reshardNow writes the new assignment in one Multi; see reshard. The
+// Multi checks the membership version (touchMembership) it planned on:
+// when a server joined, left, or was disabled, enabled or shut down
+// meanwhile, the Multi fails and the assignment is planned again on the
+// new membership, so the flag is never cleared by a plan that missed one.
+func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
+	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.config("jobShardingStrategy"), err)
+	}
+	j.reshardMu.Lock()
+	defer j.reshardMu.Unlock()
+	for attempt := 1; ; attempt++ {
+		_, members, err := j.st.Get(ctx, j.p.abs(nServers))
+		if err != nil {
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
+		}
+		servers, live, err := j.readServers(ctx)
+		if err != nil {
+			return err
+		}
+		assign := strategy.Shard(live, j.jname, cfg.ShardingTotalCount)
+		ins := []intent{
+			{kind: opCheck, rel: nServers, version: members.Version},
+			{kind: opCreate, rel: relProcessing, mode: store.Ephemeral},
+		}
+		for s, hasSharding := range servers {
+			k := opCreate
+			if hasSharding {
+				k = opSet
+			}
+			ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
+		}
+		for _, q := range j.cache.children(relFailoverQ) {
+			if it, ok := parseItemName(q); !ok || it >= cfg.ShardingTotalCount {
+				ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
+			}
+		}
+		ins = append(ins,
+			intent{kind: opDelete, rel: relNecessary},
+			intent{kind: opDelete, rel: relProcessing})
+		err = j.commit(ctx, ins)
+		if errors.Is(err, store.ErrBadVersion) && attempt < writeAttempts {
+			j.log.Debug("membership changed while resharding; planning again")
+			continue
+		}
+		if err != nil {
+			if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNodeExists) {
+				// Another leader incarnation resharded, or a server node
+				// vanished: re-read through the cache and go again.
+				return nil
+			}
+			return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
+		}
+		j.mu.Lock()
+		j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
+		j.mu.Unlock()
+		j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
+		j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
+		if s := j.reg.cfg.TestSignals; s != nil { // after the prune: the reshard is over
+			s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: cfg.ShardingTotalCount})
+		}
+		return nil
+	}
+}
+
+// pruneItemsBeyond removes the execution nodes of items beyond a lowered
+// total that Admin.SetConfig left because they were running then. The
+// leader calls it after resharding, when none of them runs any more.
+// Failures are logged: the nodes are only clutter, never read by runs.
+func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
+	names, _, err := j.st.Children(ctx, j.p.abs(nExecution))
+	if err != nil {
+		j.warn(ctx, "cannot list items to prune beyond the total", "total", total, "err", err)
+		return
+	}
+	for _, n := range names {
+		if it, ok := parseItemName(n); ok && it >= total {
+			if err := store.DeleteAll(ctx, j.st, j.p.item(it)); err != nil {
+				j.warn(ctx, "cannot prune item beyond the total", "item", it, "total", total, "err", err)
+			}
+		}
+	}
+}
+
+// firstRunning returns the first item found running and a watch on its
+// running node, or a nil watch when no item runs. It reads directly.
+func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, error) {
+	items, _, err := j.st.Children(ctx, j.p.abs(nExecution))
+	if err != nil {
+		return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
+	}
+	for _, it := range items {
+		p := store.Join(j.p.abs(nExecution), it, nRunning)
+		ok, _, err := j.st.Exists(ctx, p)
+		if err != nil {
+			return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+		}
+		if !ok {
+			continue
+		}
+		// Watch only the running node found; re-scan when it goes.
+		ok, _, ch, err := j.st.ExistsW(ctx, p)
+		if err != nil {
+			return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+		}
+		if ok {
+			return it, ch, nil
+		}
+	}
+	return "", nil, nil
+}
+
+// leaderDuties raises the resharding flag when the set of live servers
+// (joined, departed, disabled or shut down) or the total differs from what
+// the last reshard used, and requeues a dead server's unfinished items for
+// failover.
+//
+// The failover scan runs on every departure the cache shows (a server
+// without a status node that was not so at the last check), not only when
+// the flag goes up: a server can join, be sharded by the leader's Begin
+// (which reads the servers directly), run and die before this watcher
+// first sees it, so the cache's live set never changes; and a reshard that
+// read the servers after a crash leaves nothing to raise. The scan reads
+// the store directly and queues each item once, so running it more often
+// costs reads, never a duplicate.
+func (j *job) leaderDuties(ctx context.Context, force bool) {
+	live := j.liveServers()
+	departed := j.newlyDeparted()
+	total := j.config().ShardingTotalCount
+	j.reshardMu.Lock()
+	raised := j.raiseIfMembershipChanged(ctx, live, total, force)
+	j.reshardMu.Unlock()
+	if raised || departed {
+		j.enqueueOrphans(ctx)
+	}
+}
+
+// newlyDeparted records the servers the cache shows without a status node
+// and reports whether one of them was not so at the previous call.
+func (j *job) newlyDeparted() bool {
+	var gone []string
+	for _, s := range j.cache.children(nServers) {
+		if !cachedServerState(j.cache, s).online {
+			gone = append(gone, s)
+		}
+	}
+	news := false
+	for _, s := range gone {
+		if !slices.Contains(j.departed, s) {
+			news = true
+			break
+		}
+	}
+	j.departed = gone
+	return news
+}
+
+// raiseIfMembershipChanged raises the resharding flag when live or total
+// differ from what the watcher saw last and from what the last reshard
+// used. The caller holds reshardMu.
+//
+// Arrivals count as well as departures: a joining server raises the flag
+// itself, but when the flag is already up (say, from its own departure
+// after a lost session) its join changes nothing in the store, and a
+// reshard that read the servers just before the join would clear the flag
+// without it. Holding reshardMu, this check runs after such a reshard and
+// sees that it used a membership without the newcomer.
+func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total int, force bool) bool {
+	cur := strings.Join(live, ",")
+	j.mu.Lock()
+	last, lastTotal, sharded := j.lastLive, j.lastTotal, j.shardedLive
+	j.lastLive, j.lastTotal = cur, total
+	j.mu.Unlock()
+	if !force && sharded == cur+"/"+strconv.Itoa(total) {
+		// The last reshard (which reads the servers directly) already
+		// used exactly this membership: a change seen late here.
+		return false
+	}
+	// A cache view that differs from the last reshard's counts as a change
+	// even when the cache itself saw none: a server the reshard used may
+	// have died before the cache ever saw it live.
+	changed := last != "" && (last != cur || total != lastTotal) ||
+		sharded != "" && sharded != cur+"/"+strconv.Itoa(total)
+	if !force && !changed {
+		return false
+	}
+	if !force {
+		// The cache told of a change; the decision rests on a direct read,
+		// as the reshard's own: a cache that has not yet seen a join the
+		// last reshard used would otherwise raise a spurious flag, which
+		// holds every Begin until the runs begun meanwhile complete.
+		_, direct, err := j.readServers(ctx)
+		if err != nil {
+			j.warn(ctx, "cannot read the servers to confirm a membership change; raising the resharding flag", "err", err)
+		} else if sharded == strings.Join(direct, ",")+"/"+strconv.Itoa(total) {
+			return false
+		}
+	}
+	if err := j.setNecessary(ctx); err != nil {
+		j.warn(ctx, "cannot raise the resharding flag", "err", err)
+	}
+	return true
+}
+
+// owners maps each item to the server whose sharding node lists it.
+func (j *job) owners() map[int]string {
+	own := make(map[int]string)
+	for _, s := range j.cache.children(nServers) {
+		d, _, ok := j.cache.get(relServer(s, nSharding))
+		if !ok {
+			continue
+		}
+		items, err := parseItems(d)
+		if err != nil {
+			continue
+		}
+		for _, it := range items {
+			own[it] = s
+		}
+	}
+	return own
+}
+
+// reconcile is the leader's periodic check: an item owned by an offline or
+// disabled server, or by no one, raises the resharding flag; offline server
+// nodes older than the grace are pruned (operator-disabled ones are kept).
+func (j *job) reconcile(ctx context.Context) {
+	cfg := j.config()
+	live := j.liveServers()
+	if len(live) > 0 {
+		own := j.owners()
+		for it := range cfg.ShardingTotalCount {
+			s, ok := own[it]
+			if !ok || !slices.Contains(live, s) {
+				j.log.Info("reconcile: item has no live owner; resharding", "item", it, "owner", s)
+				if err := j.setNecessary(ctx); err != nil {
+					j.warn(ctx, "cannot raise the resharding flag", "err", err)
+				}
+				break
+			}
+		}
+	}
+	now := j.reg.cfg.Now()
+	for _, s := range j.cache.children(nServers) {
+		if cachedServerState(j.cache, s).online {
+			delete(j.offlineSeen, s)
+			continue
+		}
+		since, ok := j.offlineSeen[s]
+		if !ok {
+			j.offlineSeen[s] = now
+			continue
+		}
+		if now.Sub(since) < j.reg.cfg.OfflineServerGrace {
+			continue
+		}
+		if d, _, ok := j.cache.get(relServer(s, nDisabled)); ok && flagTrue(d) {
+			continue
+		}
+		j.log.Info("pruning offline server", "offline-server", s, "since", since)
+		if err := store.DeleteAll(ctx, j.st, j.p.server(s)); err != nil {
+			j.warn(ctx, "cannot prune offline server", "offline-server", s, "err", err)
+			continue
+		}
+		delete(j.offlineSeen, s)
+	}
+	j.enqueueOrphans(ctx)
+}
