@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -70,6 +72,27 @@ func SharedPostgres(t testing.TB) *Postgres {
 		t.Fatal(shared.pgErr)
 	}
 	return &Postgres{dsn: shared.pg.DSN(), restartable: restartable{running: true}}
+}
+
+// DefaultParallel sets this test binary's -parallel to n, unless its command
+// line set -parallel itself. go test's default is GOMAXPROCS, right for
+// tests that compute; fault tests spend their time waiting for session
+// timeouts, restarts and cron ticks of processes and containers of their
+// own, so more of them can wait at once than there are CPUs. Call it in
+// TestMain before [Main]:
+//
+//	func TestMain(m *testing.M) { integration.DefaultParallel(4); integration.Main(m) }
+func DefaultParallel(n int) {
+	if !flag.Parsed() {
+		flag.Parse()
+	}
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(n)); err != nil {
+			panic(fmt.Sprintf("integration.DefaultParallel(%d): %v", n, err))
+		}
+	}
 }
 
 // Main runs the package's tests for TestMain, then removes the shared

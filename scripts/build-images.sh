@@ -18,10 +18,14 @@
 #   SHARDFLOW_IMAGE_WORKDIR  scratch directory (default /var/tmp/shardflow-images);
 #                            removed after a successful build.
 #   SHARDFLOW_DEBIAN_MIRROR  override the mirror read from the apt sources.
+#   SHARDFLOW_BUILD_ZK_TAG, SHARDFLOW_BUILD_PG_TAG
+#                            the tags to build (defaults above): with another
+#                            workdir, a build can be timed beside the images
+#                            in use without removing them.
 set -euo pipefail
 
-ZK_TAG=shardflow-local/zookeeper:3.8
-PG_TAG=shardflow-local/postgres:15
+ZK_TAG=${SHARDFLOW_BUILD_ZK_TAG:-shardflow-local/zookeeper:3.8}
+PG_TAG=${SHARDFLOW_BUILD_PG_TAG:-shardflow-local/postgres:15}
 SUITE=bookworm
 WORKDIR=${SHARDFLOW_IMAGE_WORKDIR:-/var/tmp/shardflow-images}
 ROOTFS=$WORKDIR/rootfs
@@ -98,12 +102,22 @@ if [[ -f $ROOTFS/.shardflow-rootfs-complete ]]; then
 else
 $SUDO rm -rf "$ROOTFS"
 log "debootstrap $SUITE with $PACKAGES (the longest step, about a minute and a half)"
-if ! $SUDO debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR" >"$WORKDIR/debootstrap.log" 2>&1; then
+# Its log gets the seconds since this script started on each line: where the
+# time goes (downloading, unpacking, configuring) is then in the log.
+stamp() { while IFS= read -r line; do printf '%4ss %s\n' "$(($(date +%s) - START))" "$line"; done; }
+if ! $SUDO debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOTFS" "$MIRROR" 2>&1 | stamp >"$WORKDIR/debootstrap.log"; then
   tail -n 30 "$WORKDIR/debootstrap.log" >&2
   [[ -f $ROOTFS/debootstrap/debootstrap.log ]] && tail -n 30 "$ROOTFS/debootstrap/debootstrap.log" >&2
   die "debootstrap failed (log above and in $WORKDIR/debootstrap.log)"
 fi
-log "debootstrap done, $($SUDO du -sh "$ROOTFS" | cut -f1)"
+# Seconds of each phase, from the stamped log: resolving dependencies (CPU),
+# downloading (network), unpacking and configuring (dpkg: CPU and disk).
+phases=$(awk '
+  /I: Checking component/ && !c { c = $1 + 0 }
+  /I: Extracting/ && !x { x = $1 + 0 }
+  END { if (c && x) printf "resolving %ds, downloading %ds, unpacking and configuring %ds", c, x - c, '"$(($(date +%s) - START))"' - x }
+' "$WORKDIR/debootstrap.log")
+log "debootstrap done, $($SUDO du -sh "$ROOTFS" | cut -f1)${phases:+ ($phases)}"
 
 # Slim the rootfs: package caches, docs, the cluster Debian's postinst created.
 $SUDO rm -rf "$ROOTFS"/var/cache/apt/archives/*.deb "$ROOTFS"/var/lib/apt/lists/* \

@@ -20,7 +20,14 @@ import (
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
-func TestMain(m *testing.M) { integration.Main(m) }
+// TestMain runs the three tests at once (integration.DefaultParallel): each
+// has its own database and namespace (and the restart test its own
+// Postgres), and most of their time is the workers' and Postgres', not this
+// process's.
+func TestMain(m *testing.M) {
+	integration.DefaultParallel(3)
+	integration.Main(m)
+}
 
 const sessionTimeout = 4 * time.Second
 
@@ -95,6 +102,7 @@ func checkExactlyOnce(t *testing.T, r Report, rows int) {
 }
 
 func TestFaultKillPauseExactlyOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault suite")
 	}
@@ -139,6 +147,7 @@ func TestFaultKillPauseExactlyOnce(t *testing.T) {
 }
 
 func TestFaultPostgresRestartLosesNothing(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault suite")
 	}

@@ -15,6 +15,7 @@ import (
 // A pgbatch run records its history in its own database by default: the
 // successes recorded per item run add up to the rows it processed.
 func TestWorkRecordsHistoryTotals(t *testing.T) {
+	t.Parallel()
 	const rows = 5000
 	pg, zk := integration.SharedPostgres(t), integration.SharedZooKeeper(t)
 	bin := integration.BuildBinary(t, "github.com/shardflow/shardflow/examples/pgbatch")

@@ -44,6 +44,7 @@ func beganSince(evs []Event, server string, since time.Time) []Event {
 // resume, disable --server and config set ... cron take effect on the
 // workers, as seen in their events and in status.
 func TestCLI(t *testing.T) {
+	t.Parallel()
 	zk := integration.StartZooKeeper(t)
 	cliBin := integration.BuildBinary(t, "github.com/shardflow/shardflow/cmd/shardflow")
 	// No cron: the workers run only when triggered, so every run below is

@@ -72,6 +72,7 @@ func failoverKills(t *testing.T) int {
 // latency is measured over SHARDFLOW_FAILOVER_KILLS kills (default 10),
 // rotating the victim among the three servers and restarting it each time.
 func TestFailoverAfterKill(t *testing.T) {
+	t.Parallel()
 	zk := integration.StartZooKeeper(t)
 	c := newCluster(t, zk.Servers(), 6, "--failover", "--streaming", "--run", "1500ms", "--process-delay", "50ms")
 	ids := []string{"w1", "w2", "w3"}
@@ -89,6 +90,7 @@ func TestFailoverAfterKill(t *testing.T) {
 // idle when the victim's session expires and claims at once. The victim,
 // always the same server id, is restarted after each kill.
 func TestFailoverAfterKillIdleSurvivors(t *testing.T) {
+	t.Parallel()
 	zk := integration.StartZooKeeper(t)
 	c := newCluster(t, zk.Servers(), 6, "--failover", "--streaming", "--process-delay", "50ms")
 	ids := []string{"s1", "s2", "v"}

@@ -20,6 +20,7 @@ const settle = 20 * time.Second
 // stopped and started again with its data -> the workers reconnect and go on
 // (new begins after the restart, no worker exited).
 func TestMembership(t *testing.T) {
+	t.Parallel()
 	zk := integration.StartZooKeeper(t)
 	zk.RequireControl(t)
 	c := newCluster(t, zk.Servers(), 8)

@@ -29,6 +29,7 @@ import (
 // job from both; a worker SIGKILLed mid-script has its item failed over to
 // the other.
 func TestServeScriptJobs(t *testing.T) {
+	t.Parallel()
 	zk := integration.SharedZooKeeper(t)
 	bin := integration.BuildBinary(t, "github.com/shardflow/shardflow/cmd/shardflow")
 	ns := fmt.Sprintf("serve%d", time.Now().UnixNano())

@@ -17,6 +17,7 @@ import (
 // fencing check of it passes after the new owner began) — and the worker
 // re-registers and works again (it never shuts down for good).
 func TestPausePastSessionTimeout(t *testing.T) {
+	t.Parallel()
 	zk := integration.StartZooKeeper(t)
 	// Long streaming runs, so the paused worker is mid-run, holding items
 	// with uncommitted work, when it is frozen and when it is thawed.
@@ -139,6 +140,7 @@ func TestZooKeeperDown(t *testing.T) {
 // a TCP proxy behaves as a session expiry: its items go to the others after
 // the timeout; after Restore it re-registers with a new session and rejoins.
 func TestConnectionCut(t *testing.T) {
+	t.Parallel()
 	zk := integration.StartZooKeeper(t)
 	proxy := integration.NewProxy(t, zk.Servers()[0])
 	c := newCluster(t, zk.Servers(), 6, "--failover", "--streaming", "--run", "1s")
