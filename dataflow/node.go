@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
@@ -22,6 +23,9 @@ import (
 // reportWriters bounds the jobs' interval count writes in flight at once
 // (stats.Group): many jobs due together are written a few at a time.
 const reportWriters = 8
+
+// stopLeavers bounds the jobs leaving the cluster at once in Stop.
+const stopLeavers = 32
 
 // Timeouts of coordination calls the Node makes without a caller's ctx.
 const (
@@ -258,11 +262,19 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 			}
 		}
 		n.mu.Unlock()
+		// Leaving is a few store round trips per job: many jobs leave
+		// side by side, or Stop would take jobs x round trips.
+		var leaving errgroup.Group
+		leaving.SetLimit(stopLeavers)
 		for _, h := range hs {
-			if derr := n.detach(tctx, h); derr != nil && err == nil {
-				n.logger.Warn("dataflow: leaving job at stop", "job", h.name, "err", derr)
-			}
+			leaving.Go(func() error {
+				if derr := n.detach(tctx, h); derr != nil && err == nil {
+					n.logger.Warn("dataflow: leaving job at stop", "job", h.name, "err", derr)
+				}
+				return nil
+			})
 		}
+		_ = leaving.Wait()
 		n.detaching.Wait()
 		n.reports.Stop()
 		if cerr := n.reg.Close(tctx); cerr != nil {

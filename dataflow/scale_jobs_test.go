@@ -50,7 +50,10 @@ func TestScaleJobs(t *testing.T) {
 	if n <= 0 {
 		t.Skip("set SHARDFLOW_SCALE_JOBS (make bench-jobs) to run the many-jobs measurement")
 	}
-	const adders = 32
+	adders := 32
+	if a, _ := strconv.Atoi(os.Getenv("SHARDFLOW_SCALE_ADDERS")); a > 0 {
+		adders = a
+	}
 	ns := fmt.Sprintf("scalejobs%d", time.Now().UnixNano())
 	var connect func() (store.Store, func())
 	if os.Getenv("SHARDFLOW_SCALE_STORE") == "mem" {
