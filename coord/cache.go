@@ -22,12 +22,15 @@ import (
 // watches. Readers and the write-through notes may run on any goroutine;
 // everything is guarded by mu.
 //
-// Existence of a node is read from its parent's children list (every parent
-// of a node whose existence matters is children-watched); data and Stat are
-// kept for the nodes whose policy asks for it.
+// What it keeps, and with which watches, is its watch policy (watchPolicy,
+// passed in by its owner: the job's is jobWatchPolicy). Existence of a node
+// is read from its parent's children list (every parent of a node whose
+// existence matters is children-watched); data and Stat are kept for the
+// nodes whose policy asks for it.
 type treeCache struct {
 	st   store.Store
 	root string
+	pol  watchPolicy
 
 	mu      sync.RWMutex
 	nodes   map[string]*cnode
@@ -37,15 +40,9 @@ type treeCache struct {
 	// unwatched read that overlapped one may hold what it undid, so it reads
 	// again (loadItem).
 	writes uint64
-	// kick wakes the watcher (to load stubs); set before the watcher starts.
+	// kick wakes the watcher (to load stubs).
 	kick func()
-	// Only the execution/{item} nodes of items this server owns (per its
-	// sharding node, ownRel) or claimed (claimed; must not call back into
-	// the cache) are watched, so a trigger on S servers costs each server
-	// re-arms for its own items, not for all of them. "" ownRel: all items.
-	ownRel  string
-	claimed func(item int) bool
-	// ownData and ownItems memoize the parse of ownRel's data (mu held for
+	// ownData and ownItems memoize the parse of pol.ownRel's data (mu held for
 	// writing): wantedLocked is asked once per item, and parsing a sharding
 	// node of thousands of items each time made a trigger O(items^2).
 	ownData  []byte
@@ -78,45 +75,17 @@ type watchRef struct {
 	ch   <-chan store.Event
 }
 
-func newTreeCache(st store.Store, root string) *treeCache {
-	return &treeCache{st: st, root: root, nodes: make(map[string]*cnode), stubs: make(map[string]bool), changed: make(chan struct{}), kick: func() {}, claimed: func(int) bool { return false }}
-}
-
-// policy says which watches a node (path relative to the job root) gets.
-func policy(rel string) (data, children bool) {
-	parts := strings.Split(rel, "/")
-	switch {
-	case rel == "":
-		return true, false
-	case len(parts) == 1:
-		switch rel {
-		case nConfig, nServers, nExecution:
-			return false, true
-		}
-	case parts[0] == nConfig && len(parts) == 2:
-		return true, false
-	case parts[0] == nServers && len(parts) == 2:
-		return false, true
-	case parts[0] == nServers && len(parts) == 3:
-		switch parts[2] {
-		case nSharding, nDisabled, nPaused, nShutdown:
-			return true, false
-		}
-	case parts[0] == nExecution && len(parts) == 2:
-		// An item container: its children are read once, without a watch
-		// (they change at every trigger, written by this server itself),
-		// and kept current by write-through; see load.
-		return false, true
-	case parts[0] == nExecution && len(parts) == 3:
-		// The item flags others may write get existence watches, which
-		// fire only when they change.
-		return parts[2] == nFailover || parts[2] == nDisabled, false
-	case rel == relElection, rel == relShardingDir, rel == relFailoverQ:
-		return false, true
-	case rel == relHost:
-		return true, false
+// newTreeCache returns an empty cache of the subtree at root, keeping what
+// pol says; kick (nil: none) wakes its owner's watcher goroutine to load
+// nodes known only from write-throughs (loadStubs).
+func newTreeCache(st store.Store, root string, pol watchPolicy, kick func()) *treeCache {
+	if kick == nil {
+		kick = func() {}
 	}
-	return false, false
+	if pol.claimed == nil {
+		pol.claimed = func(int) bool { return false }
+	}
+	return &treeCache{st: st, root: root, pol: pol, kick: kick, nodes: make(map[string]*cnode), stubs: make(map[string]bool), changed: make(chan struct{})}
 }
 
 func (c *treeCache) abs(rel string) string { return store.Join(c.root, rel) }
@@ -142,7 +111,7 @@ func (c *treeCache) resync(ctx context.Context) error {
 	c.nodes = make(map[string]*cnode)
 	clear(c.stubs)
 	c.mu.Unlock()
-	for _, rel := range []string{"", nConfig, nServers, nExecution, relElection, relShardingDir, relFailoverQ} {
+	for _, rel := range c.pol.roots {
 		if err := c.load(ctx, rel); err != nil {
 			return err
 		}
@@ -151,13 +120,13 @@ func (c *treeCache) resync(ctx context.Context) error {
 	return nil
 }
 
-// isItemContainer reports execution/{item}; isItemFlag its watched flags.
-func isItemContainer(rel string) bool {
-	return strings.HasPrefix(rel, nExecution+"/") && strings.Count(rel, "/") == 1
+// isItemContainer reports {items}/{item}; isItemFlag its watched flags.
+func (c *treeCache) isItemContainer(rel string) bool {
+	return strings.HasPrefix(rel, c.pol.items+"/") && strings.Count(rel, "/") == 1
 }
 
-func isItemFlag(rel string) bool {
-	return strings.HasPrefix(rel, nExecution+"/") && strings.Count(rel, "/") == 2
+func (c *treeCache) isItemFlag(rel string) bool {
+	return strings.HasPrefix(rel, c.pol.items+"/") && strings.Count(rel, "/") == 2
 }
 
 // loadItem reads an item container's children once (no watch) and arms
@@ -199,7 +168,7 @@ func (c *treeCache) loadItem(ctx context.Context, rel string) error {
 	slices.Sort(names)
 	n.children, n.childW, n.stub = names, nil, false
 	c.mu.Unlock()
-	for _, flag := range []string{nFailover, nDisabled} {
+	for _, flag := range c.pol.itemFlags {
 		if err := c.reloadData(ctx, joinRel(rel, flag)); err != nil {
 			return err
 		}
@@ -209,10 +178,10 @@ func (c *treeCache) loadItem(ctx context.Context, rel string) error {
 
 // load reads rel per its policy, arms its watches, and loads its children.
 func (c *treeCache) load(ctx context.Context, rel string) error {
-	if isItemContainer(rel) {
+	if c.isItemContainer(rel) {
 		return c.loadItem(ctx, rel)
 	}
-	data, children := policy(rel)
+	data, children := c.pol.node(rel)
 	if data {
 		if err := c.reloadData(ctx, rel); err != nil {
 			return err
@@ -241,7 +210,7 @@ func (c *treeCache) reloadData(ctx context.Context, rel string) error {
 		exists = true
 		err    error
 	)
-	if rel == "" || isItemFlag(rel) {
+	if rel == "" || c.isItemFlag(rel) {
 		exists, stat, ch, err = c.st.ExistsW(ctx, c.abs(rel))
 	} else {
 		data, stat, ch, err = c.st.GetW(ctx, c.abs(rel))
@@ -254,7 +223,7 @@ func (c *treeCache) reloadData(ctx context.Context, rel string) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if isItemFlag(rel) {
+	if c.isItemFlag(rel) {
 		// The node stays (it holds the watch); its existence is mirrored
 		// into the container's children list.
 		n := c.node(rel)
@@ -303,8 +272,8 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 	}
 	for _, name := range names {
 		crel := joinRel(rel, name)
-		d, k := policy(crel)
-		if rel == nExecution && !c.wantedLocked(name) {
+		d, k := c.pol.node(crel)
+		if rel == c.pol.items && !c.wantedLocked(name) {
 			continue
 		}
 		if cn := c.nodes[crel]; (d || k) && (cn == nil || cn.stub) {
@@ -326,10 +295,10 @@ func (c *treeCache) wantedLocked(name string) bool {
 	if !ok {
 		return false
 	}
-	if c.ownRel == "" || c.claimed(it) {
+	if c.pol.ownRel == "" || c.pol.claimed(it) {
 		return true
 	}
-	n := c.nodes[c.ownRel]
+	n := c.nodes[c.pol.ownRel]
 	if n == nil || !n.hasData {
 		return false
 	}
@@ -352,9 +321,9 @@ func (c *treeCache) wantedLocked(name string) bool {
 func (c *treeCache) refreshItems(ctx context.Context) error {
 	c.mu.Lock()
 	var toLoad []string
-	if n := c.nodes[nExecution]; n != nil {
+	if n := c.nodes[c.pol.items]; n != nil {
 		for _, name := range n.children {
-			rel := joinRel(nExecution, name)
+			rel := joinRel(c.pol.items, name)
 			cn := c.nodes[rel]
 			switch want := c.wantedLocked(name); {
 			case want && (cn == nil || cn.stub):
@@ -385,7 +354,7 @@ func (c *treeCache) loadAll(ctx context.Context, rels []string) error {
 // known reports whether the cache can answer has(rel) for an execution
 // node: its item is loaded. Elsewhere it is always true.
 func (c *treeCache) known(rel string) bool {
-	if !strings.HasPrefix(rel, nExecution+"/") || strings.Count(rel, "/") < 2 {
+	if !strings.HasPrefix(rel, c.pol.items+"/") || strings.Count(rel, "/") < 2 {
 		return true
 	}
 	c.mu.RLock()
@@ -525,7 +494,7 @@ func (c *treeCache) noteCreated(rels ...string) {
 		p := c.nodes[parentRel(rel)]
 		if p == nil {
 			// The parent was created in the same transaction.
-			if _, children := policy(parentRel(rel)); !children || c.nodes[parentRel(parentRel(rel))] == nil {
+			if _, children := c.pol.node(parentRel(rel)); !children || c.nodes[parentRel(parentRel(rel))] == nil {
 				continue
 			}
 			p = &cnode{stub: true}
@@ -575,7 +544,7 @@ func (c *treeCache) noteDeleted(rels ...string) {
 		if i, ok := slices.BinarySearch(p.children, name); ok {
 			p.children = slices.Delete(slices.Clone(p.children), i, i+1)
 		}
-		if !isItemFlag(rel) {
+		if !c.isItemFlag(rel) {
 			c.dropLocked(rel)
 		}
 	}

@@ -121,10 +121,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		sigOut:      make(chan Signal),
 	}
 	j.elec = election{st: j.st, latch: j.p.abs(relLatch), host: j.p.abs(relHost), id: j.id}
-	j.cache = newTreeCache(j.st, j.p.root)
-	j.cache.kick = j.kick
-	j.cache.ownRel = relServer(j.id, nSharding)
-	j.cache.claimed = j.claimed
+	j.cache = newTreeCache(j.st, j.p.root, jobWatchPolicy(relServer(j.id, nSharding), j.claimed), j.kick)
 	// The watcher follows session changes from this snapshot on, so a
 	// change during Join is never missed.
 	sess, sessCh := j.st.Session()

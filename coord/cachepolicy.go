@@ -1,0 +1,83 @@
+package coord
+
+import "strings"
+
+// watchPolicy is what a treeCache keeps of its subtree, and with which
+// watches: its owner decides it, the cache only follows it.
+type watchPolicy struct {
+	// roots are the nodes a resync loads (with what node keeps below them).
+	roots []string
+	// node says which watches the node at rel (relative to the cache's
+	// root) gets: a data watch (its data and Stat are kept) and a children
+	// watch (its children list is kept, so their existence is known).
+	node func(rel string) (data, children bool)
+	// items is the directory of per-item containers (items/{item}): a
+	// container's children are read once without a watch and kept current
+	// by write-through (the owner writes them at every run); the flags
+	// under it in itemFlags get existence watches (node must ask for
+	// them too).
+	items     string
+	itemFlags []string
+	// ownRel is the node whose data lists the items the owner runs: only
+	// those, and the ones claimed reports, are loaded and watched under
+	// items, so a trigger on S servers costs each server re-arms for its
+	// own items. "": every item.
+	ownRel string
+	// claimed reports an item the owner runs beyond ownRel's list (a
+	// failover claim). It is called with the cache's lock held and must not
+	// call back into the cache. nil: none.
+	claimed func(item int) bool
+}
+
+// jobWatchPolicy is the job's: config, servers and their sharding and
+// operator flags, the leader's election, flags and failover queue, and this
+// server's own items (ownRel, its sharding node; claimed, its failover
+// claims) with the item flags others may write.
+func jobWatchPolicy(ownRel string, claimed func(int) bool) watchPolicy {
+	return watchPolicy{
+		roots:     []string{"", nConfig, nServers, nExecution, relElection, relShardingDir, relFailoverQ},
+		node:      jobNodeWatches,
+		items:     nExecution,
+		itemFlags: []string{nFailover, nDisabled},
+		ownRel:    ownRel,
+		claimed:   claimed,
+	}
+}
+
+// jobNodeWatches says which watches a node of a job (path relative to the
+// job root) gets.
+func jobNodeWatches(rel string) (data, children bool) {
+	parts := strings.Split(rel, "/")
+	switch {
+	case rel == "":
+		return true, false
+	case len(parts) == 1:
+		switch rel {
+		case nConfig, nServers, nExecution:
+			return false, true
+		}
+	case parts[0] == nConfig && len(parts) == 2:
+		return true, false
+	case parts[0] == nServers && len(parts) == 2:
+		return false, true
+	case parts[0] == nServers && len(parts) == 3:
+		switch parts[2] {
+		case nSharding, nDisabled, nPaused, nShutdown:
+			return true, false
+		}
+	case parts[0] == nExecution && len(parts) == 2:
+		// An item container: its children are read once, without a watch
+		// (they change at every trigger, written by this server itself),
+		// and kept current by write-through; see load.
+		return false, true
+	case parts[0] == nExecution && len(parts) == 3:
+		// The item flags others may write get existence watches, which
+		// fire only when they change.
+		return parts[2] == nFailover || parts[2] == nDisabled, false
+	case rel == relElection, rel == relShardingDir, rel == relFailoverQ:
+		return false, true
+	case rel == relHost:
+		return true, false
+	}
+	return false, false
+}
