@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
@@ -133,12 +135,16 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 			return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, j.p.abs(rel), err)
 		}
 	}
-	if err := j.applyOverwriteRule(ctx, local); err != nil {
+	storedWins, err := j.applyOverwriteRule(ctx, local)
+	if err != nil {
 		return nil, err
 	}
 	fields, err := j.readConfigFields(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if storedWins {
+		j.warnStoredWins(configFields(local), fields)
 	}
 	cfg, err := j.decodeConfig(fields)
 	if err != nil {
@@ -179,10 +185,10 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 // Overwrite is set; a stored config of another job type is a conflict.
 // Joiners racing on a new job all plan a create: one wins, and the others
 // re-plan on the stored config (multiRetry), keeping it unless Overwrite.
-func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) error {
+// storedWins is true when a stored config was kept.
+func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) (storedWins bool, _ error) {
 	fields := configFields(local)
 	keys := slices.Sorted(maps.Keys(fields))
-	storedWins := false
 	err := multiRetry(ctx, j.st, func(ctx context.Context, _ int) ([]store.Op, error) {
 		names, _, err := j.st.Children(ctx, j.p.abs(nConfig))
 		if err != nil {
@@ -213,24 +219,17 @@ func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) er
 	})
 	if err != nil {
 		if errors.Is(err, ErrBadConfig) {
-			return err
+			return false, err
 		}
-		return fmt.Errorf("coord: join job %q: write config: %w", j.jname, err)
+		return false, fmt.Errorf("coord: join job %q: write config: %w", j.jname, err)
 	}
-	if storedWins {
-		j.warnStoredWins(ctx, fields)
-	}
-	return nil
+	return storedWins, nil
 }
 
 // warnStoredWins logs at Warn which fields of the local config lose to
 // the stored one (docs/configuration.md promises it): a changed local
 // config without Overwrite is otherwise ignored silently.
-func (j *job) warnStoredWins(ctx context.Context, local map[string]string) {
-	stored, err := j.readConfigFields(ctx)
-	if err != nil {
-		return // Join reads them again and reports the error
-	}
+func (j *job) warnStoredWins(local, stored map[string]string) {
 	storedCfg, err := jobconfig.FromFields(j.jname, stored)
 	if err != nil {
 		return // the decode error is Join's to report
@@ -256,19 +255,42 @@ func (j *job) readConfigFields(ctx context.Context) (map[string]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
 	}
+	// The fields are read side by side: the store pipelines them on its
+	// session, so a join waits about one round trip for them, not one per
+	// field.
+	data := make([][]byte, len(names))
+	var g errgroup.Group
+	g.SetLimit(configReaders)
+	for i, n := range names {
+		g.Go(func() error {
+			d, _, err := j.st.Get(ctx, j.p.config(n))
+			if errors.Is(err, store.ErrNoNode) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.config(n), err)
+			}
+			data[i] = d
+			if d == nil {
+				data[i] = []byte{}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
 	fields := make(map[string]string, len(names))
-	for _, n := range names {
-		data, _, err := j.st.Get(ctx, j.p.config(n))
-		if errors.Is(err, store.ErrNoNode) {
-			continue
+	for i, n := range names {
+		if data[i] != nil {
+			fields[n] = string(data[i])
 		}
-		if err != nil {
-			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.config(n), err)
-		}
-		fields[n] = string(data)
 	}
 	return fields, nil
 }
+
+// configReaders bounds the config field reads of one join in flight.
+const configReaders = 8
 
 // decodeConfig decodes stored fields; errors wrap ErrBadConfig and name the node.
 func (j *job) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
