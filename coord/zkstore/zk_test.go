@@ -213,6 +213,64 @@ func TestShortDisconnectResumesTheSameSession(t *testing.T) {
 	}
 }
 
+// A change made while the connection is cut fires, once the same session
+// resumes, the watches armed before the cut: the client re-registers them
+// with the last zxid it saw, and the server reports what changed since.
+// (A cache that missed this would stay blind after every blip; the
+// ensemble fault test's workers are the users who would see it.)
+func TestChangeDuringDisconnectFiresWatchesAfterResume(t *testing.T) {
+	servers := zkServers(t)
+	admin := open(t, zkstore.Config{})
+	base := freshBase(t, admin)
+	ctx := testCtx(t)
+	p := integration.NewProxy(t, servers[0])
+	s := open(t, zkstore.Config{Servers: []string{p.Addr()}})
+
+	node := base + "/n"
+	if _, err := admin.Create(ctx, node, nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	_, _, dataW, err := s.GetW(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, childW, err := s.ChildrenW(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Session()
+
+	p.Cut()
+	awaitState(t, s, before.Timeout, "suspended", func(c store.Session) bool { return c.State == store.StateSuspended })
+	if _, err := admin.Set(ctx, node, []byte("during the cut"), store.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Create(ctx, base+"/new", nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-dataW:
+		t.Fatalf("watch fired while the connection was cut: %+v", ev)
+	default:
+	}
+	p.Restore()
+	after := awaitState(t, s, before.Timeout, "reconnected", func(c store.Session) bool { return c.State == store.StateConnected })
+	if after.ID != before.ID {
+		t.Fatalf("reconnected with session 0x%x, want the same 0x%x", after.ID, before.ID)
+	}
+	for _, w := range []struct {
+		name string
+		ch   <-chan store.Event
+		typ  store.EventType
+		path string
+	}{{"data", dataW, store.EventNodeDataChanged, node}, {"children", childW, store.EventNodeChildrenChanged, base}} {
+		ev := testwait.Recv(t, 10*time.Second, "the "+w.name+" watch armed before the cut, for the change made during it", w.ch)
+		if ev.Type != w.typ || ev.Path != w.path {
+			t.Fatalf("%s watch after the resume: %v %q, want %v %q", w.name, ev.Type, ev.Path, w.typ, w.path)
+		}
+	}
+}
+
 func TestRootIsANamespace(t *testing.T) {
 	admin := open(t, zkstore.Config{})
 	base := freshBase(t, admin)
