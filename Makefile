@@ -83,6 +83,13 @@ sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STOR
 		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper)?$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
 	grep -E 'sim_test.go|^(FAIL|panic)' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
 
+.PHONY: join-zk
+join-zk: zk-overlay ## K processes (2..10) joining one job at once on real ZooKeeper, 100 rounds (JOIN_ROUNDS to change)
+	@out=$$(mktemp); \
+	SHARDFLOW_ZK_JOIN_ROUNDS=$(or $(JOIN_ROUNDS),100) $(TEST_ENV) $(ZK_WORK) \
+		$(GO) test -race -count=1 -timeout 0 -run '^TestProtocolZooKeeper$$/^ConcurrentJoin$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
+	grep -E '^\s*(---|ok|FAIL|panic)|join.go' $$out; rm -f $$out; exit $$rc
+
 .PHONY: zk-overlay
 zk-overlay: ## generate .build/zk-overlay/go.work: go-zookeeper with its lastZxid race fixed, for test builds
 	@$(GO) run ./internal/zkoverlay -out $(ZK_OVERLAY_DIR) >/dev/null

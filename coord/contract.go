@@ -104,24 +104,14 @@ type RegistryConfig struct {
 	TestSignals *testsignal.Coord
 }
 
-// Registry is one process's membership in a namespace. All its jobs share
-// one store session. Safe for concurrent use.
-type Registry struct {
-	impl *registry
-}
-
 // NewRegistry returns a Registry over st. It does not own st: closing the
 // Registry leaves st open.
 func NewRegistry(st store.Store, cfg RegistryConfig) (*Registry, error) {
-	r, err := newRegistry(st, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &Registry{impl: r}, nil
+	return newRegistry(st, cfg)
 }
 
 // ServerID returns the effective server id.
-func (r *Registry) ServerID() string { return r.impl.serverID() }
+func (r *Registry) ServerID() string { return r.serverID() }
 
 // Join registers this server for the job: applies the overwrite rule to the
 // config, registers servers/{id}, joins leader election, and sets the
@@ -134,12 +124,12 @@ func (r *Registry) ServerID() string { return r.impl.serverID() }
 // for it to go, up to the store's session timeout, and then fails with
 // ErrServerIDInUse. It also fails with ErrBadConfig, or a store error.
 func (r *Registry) Join(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
-	return r.impl.join(ctx, cfg)
+	return r.join(ctx, cfg)
 }
 
 // Close leaves every joined job and stops the Registry's goroutines. It
 // waits for them; ctx bounds the wait. Safe to call twice.
-func (r *Registry) Close(ctx context.Context) error { return r.impl.close(ctx) }
+func (r *Registry) Close(ctx context.Context) error { return r.close(ctx) }
 
 // Signal is a coalesced notification from a Job to the Node hosting it.
 type Signal int
@@ -158,22 +148,15 @@ const (
 	SignalRemoved
 )
 
-// Job is this server's handle on one job's protocol. Begin, Complete,
-// TakeMisfire and ClaimFailover are called from one goroutine at a time (the
-// Node runs one run per job at a time); the others are safe for concurrent use.
-type Job struct {
-	impl *job
-}
-
 // Name returns the job name.
-func (j *Job) Name() string { return j.impl.name() }
+func (j *Job) Name() string { return j.name() }
 
 // Config returns the effective config as currently stored.
-func (j *Job) Config() jobconfig.Config { return j.impl.config() }
+func (j *Job) Config() jobconfig.Config { return j.config() }
 
 // Signals returns the job's notification channel. Each kind of signal is
 // coalesced (at most one pending); it is closed after Leave.
-func (j *Job) Signals() <-chan Signal { return j.impl.signals() }
+func (j *Job) Signals() <-chan Signal { return j.signals() }
 
 // OnSignal delivers the job's signals by calling f instead of through
 // Signals, so a host of many jobs needs no goroutine per job to receive
@@ -182,7 +165,7 @@ func (j *Job) Signals() <-chan Signal { return j.impl.signals() }
 // not block, nor call Leave or wait for anything that does (start a
 // goroutine for that). Call it once, right after Join; Signals then
 // delivers nothing.
-func (j *Job) OnSignal(f func(Signal)) { j.impl.onSignal(f) }
+func (j *Job) OnSignal(f func(Signal)) { j.onSignal(f) }
 
 // Begin starts a run at local time now: checks the clock, reshards first if
 // this server leads and the flag is set (otherwise waits for the leader),
@@ -193,33 +176,29 @@ func (j *Job) OnSignal(f func(Signal)) { j.impl.onSignal(f) }
 // Errors: ErrItemsRunning (misfire recorded), ErrPaused, ErrShutdown,
 // ErrClockSkew, ErrSessionLost, ErrBadConfig, ctx.Err().
 func (j *Job) Begin(ctx context.Context, now time.Time) (*Run, error) {
-	r, err := j.impl.begin(ctx, now)
-	if err != nil {
-		return nil, err
-	}
-	return &Run{impl: r}, nil
+	return j.begin(ctx, now)
 }
 
 // TakeMisfire reports whether a catch-up run is due: misfire is on, no
 // resharding is pending, and one of this server's items is flagged misfire.
 // The flags are cleared. Called after Complete.
-func (j *Job) TakeMisfire(ctx context.Context) (bool, error) { return j.impl.takeMisfire(ctx) }
+func (j *Job) TakeMisfire(ctx context.Context) (bool, error) { return j.takeMisfire(ctx) }
 
 // ClaimFailover claims one waiting failover item if failover is on and the
 // queue is not empty (under the failover latch; when another server holds
 // it, it waits up to a second for its release). True means an item is now
 // assigned to this server and the Node should run at once.
-func (j *Job) ClaimFailover(ctx context.Context) (bool, error) { return j.impl.claimFailover(ctx) }
+func (j *Job) ClaimFailover(ctx context.Context) (bool, error) { return j.claimFailover(ctx) }
 
 // RecordNextFireTime writes execution/{item}/nextFireTime for this server's items.
 func (j *Job) RecordNextFireTime(ctx context.Context, next time.Time) error {
-	return j.impl.recordNextFireTime(ctx, next)
+	return j.recordNextFireTime(ctx, next)
 }
 
 // ReportCounts writes the last interval's counts to
 // servers/{id}/processSuccessCount and processFailureCount (one transaction).
 func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
-	return j.impl.reportCounts(ctx, success, failure)
+	return j.reportCounts(ctx, success, failure)
 }
 
 // Once runs fn exactly once across all servers of the job for the current
@@ -230,17 +209,17 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 // passes (timeout <= 0: wait forever), then get ErrGuaranteeTimeout.
 // phase is "started" or "completed".
 func (j *Job) Once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
-	return j.impl.once(ctx, phase, items, timeout, fn)
+	return j.once(ctx, phase, items, timeout, fn)
 }
 
 // Lost returns a channel closed when this job's current registration is lost
 // (session lost); Job re-registers by itself on the next session, after
 // which Lost returns a new channel.
-func (j *Job) Lost() <-chan struct{} { return j.impl.lost() }
+func (j *Job) Lost() <-chan struct{} { return j.lost() }
 
 // Leave unregisters this server from the job (its server node goes offline,
 // resharding is flagged) and closes Signals.
-func (j *Job) Leave(ctx context.Context) error { return j.impl.leave(ctx) }
+func (j *Job) Leave(ctx context.Context) error { return j.leave(ctx) }
 
 // Assignment is one shard item of a run.
 type Assignment struct {
@@ -253,44 +232,39 @@ type Assignment struct {
 	Failover bool
 }
 
-// Run is one run of a job on this server.
-type Run struct {
-	impl *run
-}
-
 // Shards returns the run's items, failover items first.
-func (r *Run) Shards() []Assignment { return r.impl.shards() }
+func (r *Run) Shards() []Assignment { return r.shards() }
 
 // Config returns the config snapshot the run began on: Begin took it once,
 // computed the run's items with its ShardingTotalCount, and the run's
 // pipeline uses it whole. A config edit during the run applies to the next
 // run (Job.Config returns it already).
-func (r *Run) Config() jobconfig.Config { return r.impl.cfg }
+func (r *Run) Config() jobconfig.Config { return r.cfg }
 
 // ItemParameter returns item's parameter from the run's config snapshot
 // (shardingItemParameters, parsed once when the config was decoded); ""
 // when it has none.
-func (r *Run) ItemParameter(item int) string { return r.impl.params[item] }
+func (r *Run) ItemParameter(item int) string { return r.params[item] }
 
 // Context is cancelled when the run loses ownership: session lost, job
 // shut down or removed, or the ctx given to Begin ends.
-func (r *Run) Context() context.Context { return r.impl.context() }
+func (r *Run) Context() context.Context { return r.context() }
 
 // KeepGoing is the check between streaming batches: false when paused,
 // resharding is pending, the job is stopping, or ownership is lost.
-func (r *Run) KeepGoing() bool { return r.impl.keepGoing() }
+func (r *Run) KeepGoing() bool { return r.keepGoing() }
 
 // CheckOwnership is the fencing check for commits: it syncs with the store
 // and returns nil only if this run still owns item with the same epoch on a
 // live session. Otherwise ErrNotOwner (or ErrSessionLost).
 func (r *Run) CheckOwnership(ctx context.Context, item int) error {
-	return r.impl.checkOwnership(ctx, item)
+	return r.checkOwnership(ctx, item)
 }
 
 // ReportError records msg as this server's lastError in the job's status
 // (empty msg clears it), for an error the run goes on from (a source
 // backing off a failing statement). The next Begin clears it.
-func (r *Run) ReportError(ctx context.Context, msg string) { r.impl.j.recordLastError(ctx, msg) }
+func (r *Run) ReportError(ctx context.Context, msg string) { r.j.recordLastError(ctx, msg) }
 
 // Complete ends the run in one transaction: running nodes removed, completed
 // and lastCompleteTime written, failover nodes of its items removed, and
@@ -301,7 +275,7 @@ func (r *Run) ReportError(ctx context.Context, msg string) { r.impl.j.recordLast
 // lost session's nodes are gone with it (ErrSessionLost). Items pruned
 // beyond a lowered total meanwhile are skipped.
 func (r *Run) Complete(ctx context.Context, next time.Time) error {
-	return r.impl.complete(ctx, next)
+	return r.complete(ctx, next)
 }
 
 // Admin is the operator API over a namespace: status, trigger, pause, resume,
@@ -318,6 +292,8 @@ func (r *Run) Complete(ctx context.Context, next time.Time) error {
 // Each action that succeeds is recorded in the job's bounded audit log
 // (JobStatus.Actions) under the Admin's actor (As); refused ones are not.
 type Admin struct {
+	// impl is shared by the Admins As returns: one store and namespace,
+	// each with its own actor.
 	impl  *admin
 	actor string
 }

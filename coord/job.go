@@ -19,10 +19,15 @@ import (
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
-// job is one joined job. Its watcher goroutine (started by startJob, stopped
+// Job is this server's handle on one job's protocol. Begin, Complete,
+// TakeMisfire and ClaimFailover are called from one goroutine at a time (the
+// Node runs one run per job at a time); the others are safe for concurrent
+// use. Its methods are in contract.go, the package's public API.
+//
+// A joined job's watcher goroutine (started by startJob, stopped
 // and awaited by leave) owns the tree cache's watches, the election, session
 // handling, the operator-flag reactions, reconcile and the Signals channel.
-type job struct {
+type Job struct {
 	reg   *registry
 	st    store.Store
 	p     jobPaths
@@ -104,6 +109,9 @@ type job struct {
 	stopW   context.CancelFunc
 	watchDn chan struct{}
 }
+
+// job is Job's name in the implementation files.
+type job = Job
 
 func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, error) {
 	local, err := configPrepare(local)

@@ -20,7 +20,13 @@ const DefaultNamespace = "shardflow"
 // DefaultOfflineServerGrace is RegistryConfig.OfflineServerGrace's default.
 const DefaultOfflineServerGrace = 10 * time.Minute
 
-type registry struct {
+// registry is Registry's name in the implementation files.
+type registry = Registry
+
+// Registry is one process's membership in a namespace. All its jobs share
+// one store session. Safe for concurrent use. Its methods are in
+// contract.go, the package's public API.
+type Registry struct {
 	st  store.Store
 	cfg RegistryConfig
 
@@ -111,7 +117,7 @@ func (r *registry) join(ctx context.Context, cfg jobconfig.Config) (*Job, error)
 		return nil, err
 	}
 	r.jobs[cfg.JobName] = j
-	return &Job{impl: j}, nil
+	return j, nil
 }
 
 // forget is called by a job's Leave.

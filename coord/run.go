@@ -12,7 +12,9 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-type run struct {
+// Run is one run of a job on this server. Its methods are in contract.go,
+// the package's public API.
+type Run struct {
 	j       *job
 	session int64
 	items   []Assignment
@@ -27,6 +29,9 @@ type run struct {
 	// released: complete has dropped the run's items from job.inRun.
 	released bool
 }
+
+// run is Run's name in the implementation files.
+type run = Run
 
 // ready checks the preconditions every Begin shares: a live registration on
 // a connected session, not shut down, removed, paused, and a valid config.

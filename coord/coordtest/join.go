@@ -3,6 +3,8 @@ package coordtest
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,17 +19,28 @@ import (
 // to 10) and the four job/Overwrite cases comes up within 36 rounds: 100
 // rounds on memstore, where a round costs tens of milliseconds. On real
 // ZooKeeper a round costs K concurrent joins (about a second under -race on
-// two cores), a reshard and K leaves: 6 rounds, the largest and smallest K
-// among them and all four cases, keep it to about ten seconds.
+// two cores), a reshard and K leaves: 6 rounds by default, the largest and
+// smallest K among them and all four cases, keep it to about ten seconds;
+// SHARDFLOW_ZK_JOIN_ROUNDS=N runs N rounds of the memstore pattern (`make
+// join-zk` runs 100).
 func concurrentJoinRounds(b Backend) []int {
-	if _, mem := b.(*memBackend); mem {
-		ks := make([]int, 100)
-		for r := range ks {
-			ks[r] = 2 + r%9
+	rounds := 100
+	if _, mem := b.(*memBackend); !mem {
+		v := os.Getenv("SHARDFLOW_ZK_JOIN_ROUNDS")
+		if v == "" {
+			return []int{10, 2, 6, 9, 3, 8}
 		}
-		return ks
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			panic(fmt.Sprintf("coordtest: SHARDFLOW_ZK_JOIN_ROUNDS=%q: want a positive number of rounds, e.g. 100", v))
+		}
+		rounds = n
 	}
-	return []int{10, 2, 6, 9, 3, 8}
+	ks := make([]int, rounds)
+	for r := range ks {
+		ks[r] = 2 + r%9
+	}
+	return ks
 }
 
 // testConcurrentJoin: K processes (K from 2 to 10) join one job at the same
