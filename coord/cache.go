@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -340,10 +342,27 @@ func (c *treeCache) refreshItems(ctx context.Context) error {
 // loadAll loads each node of rels and notifies the watcher once if any was
 // loaded. The caller must not hold c.mu.
 func (c *treeCache) loadAll(ctx context.Context, rels []string) error {
+	// Item containers are independent of each other: they are read
+	// pipelined (itemReaders requests in flight), since a server taking
+	// over thousands of items (a crashed server's, after the reshard) would
+	// otherwise read them one after the other, three round trips each.
+	var items []string
 	for _, rel := range rels {
+		if c.isItemContainer(rel) {
+			items = append(items, rel)
+			continue
+		}
 		if err := c.load(ctx, rel); err != nil {
 			return err
 		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(itemReaders / 3)
+	for _, rel := range items {
+		g.Go(func() error { return c.load(gctx, rel) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	if len(rels) > 0 {
 		c.notify()

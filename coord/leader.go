@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
@@ -174,6 +176,9 @@ func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
 	}
 }
 
+// errFoundRunning ends firstRunning's scan at the first running item.
+var errFoundRunning = errors.New("coord: an item is running")
+
 // firstRunning returns the first item found running and a watch on its
 // running node, or a nil watch when no item runs. It reads directly.
 func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, error) {
@@ -181,25 +186,59 @@ func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, err
 	if err != nil {
 		return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
 	}
-	for _, it := range items {
-		p := store.Join(j.p.abs(nExecution), it, nRunning)
-		ok, _, err := j.st.Exists(ctx, p)
-		if err != nil {
-			return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+	for {
+		found, err := j.scanRunning(ctx, items)
+		if err != nil || found == nil {
+			return "", nil, err
 		}
-		if !ok {
-			continue
+		for _, it := range found {
+			// Watch only the running node found; re-scan when it goes.
+			p := store.Join(j.p.abs(nExecution), it, nRunning)
+			ok, _, ch, err := j.st.ExistsW(ctx, p)
+			if err != nil {
+				return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+			}
+			if ok {
+				return it, ch, nil
+			}
 		}
-		// Watch only the running node found; re-scan when it goes.
-		ok, _, ch, err := j.st.ExistsW(ctx, p)
-		if err != nil {
-			return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-		}
-		if ok {
-			return it, ch, nil
+		// What was found completed meanwhile; the scan stopped early, so
+		// scan again.
+	}
+}
+
+// scanRunning reads the running nodes of items pipelined (itemReaders in
+// flight) and stops at the first found: a job of thousands of items, none
+// running, would otherwise cost as many sequential round trips before
+// every reshard. It returns the items found running (nil: none).
+func (j *job) scanRunning(ctx context.Context, items []string) ([]string, error) {
+	running := make([]bool, len(items))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(itemReaders)
+	for i, it := range items {
+		g.Go(func() error {
+			p := store.Join(j.p.abs(nExecution), it, nRunning)
+			ok, _, err := j.st.Exists(gctx, p)
+			if err != nil {
+				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+			}
+			if ok {
+				running[i] = true
+				return errFoundRunning // ends the scan
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil && !errors.Is(err, errFoundRunning) {
+		return nil, err
+	}
+	var found []string
+	for i, it := range items {
+		if running[i] {
+			found = append(found, it)
 		}
 	}
-	return "", nil, nil
+	return found, nil
 }
 
 // leaderDuties raises the resharding flag when the set of live servers
