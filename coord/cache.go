@@ -49,6 +49,10 @@ type treeCache struct {
 	// node of thousands of items each time made a trigger O(items^2).
 	ownData  []byte
 	ownItems map[int]bool
+	// partial: a resync cleared the nodes and has not loaded them all
+	// again (it failed midway, say on a connection lost again): absent
+	// nodes then prove nothing.
+	partial bool
 }
 
 type cnode struct {
@@ -112,14 +116,25 @@ func (c *treeCache) resync(ctx context.Context) error {
 	c.mu.Lock()
 	c.nodes = make(map[string]*cnode)
 	clear(c.stubs)
+	c.partial = true
 	c.mu.Unlock()
 	for _, rel := range c.pol.roots {
 		if err := c.load(ctx, rel); err != nil {
 			return err
 		}
 	}
+	c.mu.Lock()
+	c.partial = false
+	c.mu.Unlock()
 	c.notify()
 	return nil
+}
+
+// incomplete reports whether a resync is unfinished (see partial).
+func (c *treeCache) incomplete() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.partial
 }
 
 // isItemContainer reports {items}/{item}; isItemFlag its watched flags.

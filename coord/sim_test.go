@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,30 +12,23 @@ import (
 	"github.com/shardflow/shardflow/integration"
 )
 
-// The seeded simulation (coordtest.Simulate). `make sim SEED=N SCHEDULES=K
-// [STORE=zk]` sets SIM_SEED, SIM_SCHEDULES and SIM_STORE to run, replay or
-// extend a campaign: schedule i runs seed N+i (N from the clock when
-// unset), simDefaultMem schedules on memstore or simDefaultZK on ZooKeeper
-// when SCHEDULES is unset. The last line printed is
-// "schedules=K violations=V seed=N".
-//
-// The simulation still finds violations (see docs/development.md), so
-// until they are fixed it runs only when asked (SIM_SCHEDULES or
-// SIM_STORE set): make test must stay green.
+// The seeded simulation (coordtest.Simulate). go test runs simDefaultMem
+// schedules on memstore (each in a synctest bubble: milliseconds) and
+// simDefaultZK on ZooKeeper from seed simDefaultSeed. `make sim SEED=N
+// SCHEDULES=K [STORE=zk]` sets SIM_SEED, SIM_SCHEDULES and SIM_STORE to run,
+// replay or extend a campaign: schedule i runs seed N+i (N from the clock
+// when unset). The last line printed is "schedules=K violations=V seed=N".
 const (
 	simDefaultMem = 300
 	simDefaultZK  = 20
+	// simDefaultSeed is the first seed of the default run (go test, make
+	// test): fixed, so that it passes or fails by the code, not the clock.
+	simDefaultSeed = 1
+	// simZKWorkers: ZooKeeper schedules run this many at once.
+	simZKWorkers = 10
 )
 
-// simRequested skips t unless a simulation run was asked for.
-func simRequested(t *testing.T) {
-	if os.Getenv("SIM_SCHEDULES") == "" && os.Getenv("SIM_STORE") == "" && os.Getenv("SIM_SEED") == "" {
-		t.Skip("the simulation runs with make sim (SIM_SCHEDULES, SIM_SEED or SIM_STORE set)")
-	}
-}
-
 func TestSimulation(t *testing.T) {
-	simRequested(t)
 	if os.Getenv("SIM_STORE") == "zk" {
 		t.Skip("SIM_STORE=zk: TestSimulationZooKeeper runs the schedules")
 	}
@@ -42,16 +36,30 @@ func TestSimulation(t *testing.T) {
 }
 
 func TestSimulationZooKeeper(t *testing.T) {
-	simRequested(t)
 	if s := os.Getenv("SIM_STORE"); s != "" && s != "zk" {
 		t.Skip("SIM_STORE=" + s + ": TestSimulation runs the schedules")
 	}
+	if os.Getenv("SIM_STORE") != "zk" {
+		// Not yet in the default run: see docs/development.md.
+		t.Skip("the ZooKeeper simulation runs with make sim STORE=zk")
+	}
 	zk := integration.SharedZooKeeper(t)
-	runSim(t, coordtest.ZooKeeper(t, coordtest.ZooKeeperConfig{Server: zk.Servers()[0]}), simDefaultZK)
+	runSim(t, coordtest.ZooKeeper(t, coordtest.ZooKeeperConfig{Server: zk.Servers()[0]}), simDefaultZK, simZKRegressions...)
 }
 
-func runSim(t *testing.T, b coordtest.Backend, schedules int) {
-	seed := time.Now().UnixNano() % 1e9
+// simZKRegressions are seeds whose schedules found bugs on ZooKeeper only;
+// the default run replays them beside its campaign. A ZooKeeper replay
+// repeats the schedule, not its timing: they check, they cannot pin.
+var simZKRegressions = []int64{
+	5004, // an expiry during a resync left the tree cache empty: the job took itself for removed, for good
+}
+
+func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int64) {
+	var seed int64 = simDefaultSeed
+	if os.Getenv("SIM_SCHEDULES") != "" || os.Getenv("SIM_STORE") != "" {
+		// make sim without SEED explores: a seed from the clock.
+		seed = time.Now().UnixNano() % 1e9
+	}
 	if v := os.Getenv("SIM_SEED"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -66,23 +74,51 @@ func runSim(t *testing.T, b coordtest.Backend, schedules int) {
 		}
 		schedules = n
 	}
+	// On ZooKeeper a schedule mostly waits (session expiries take the
+	// session timeout): simZKWorkers schedules run at once, each in its own
+	// namespace. On memstore each runs alone in its synctest bubble.
+	workers := 1
+	if b != nil {
+		workers = min(simZKWorkers, schedules)
+	}
+	var mu sync.Mutex
 	violations := 0
-	for i := range schedules {
-		s := seed + int64(i)
-		var vs []string
-		if b == nil {
-			vs = coordtest.SimulateMem(t, s)
-		} else {
-			vs = coordtest.Simulate(t, b, s)
-		}
-		if len(vs) > 0 {
-			violations++
-			for _, v := range vs {
-				t.Errorf("seed %d: %s", s, v)
+	seeds := make(chan int64)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := range seeds {
+				var vs []string
+				if b == nil {
+					vs = coordtest.SimulateMem(t, s)
+				} else {
+					t.Run(strconv.FormatInt(s, 10), func(t *testing.T) { vs = coordtest.Simulate(t, b, s) })
+				}
+				if len(vs) == 0 {
+					continue
+				}
+				mu.Lock()
+				violations++
+				mu.Unlock()
+				for _, v := range vs {
+					t.Errorf("seed %d: %s", s, v)
+				}
+				t.Logf("replay: make sim SEED=%d SCHEDULES=1", s)
 			}
-			t.Logf("replay: make sim SEED=%d SCHEDULES=1", s)
+		}()
+	}
+	if os.Getenv("SIM_SEED") == "" {
+		for _, s := range regressions {
+			seeds <- s
 		}
 	}
+	for i := range schedules {
+		seeds <- seed + int64(i)
+	}
+	close(seeds)
+	wg.Wait()
 	// The summary line make sim prints last.
 	fmt.Printf("schedules=%d violations=%d seed=%d\n", schedules, violations, seed)
 }

@@ -287,6 +287,12 @@ func (j *job) reconcileInterval() time.Duration {
 // trigger, shutdown, config edits, the failover signal, and the leader's
 // resharding flag on membership changes.
 func (j *job) react(ctx context.Context) {
+	if j.cache.incomplete() {
+		// A resync failed midway: the missing nodes are not gone (the
+		// job root least of all: the job would think itself removed for
+		// good). React once the retried resync has loaded them.
+		return
+	}
 	if !j.cache.has("") {
 		j.mu.Lock()
 		was := j.removed

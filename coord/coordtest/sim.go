@@ -214,12 +214,14 @@ func (s *sim) randomStep() {
 		}
 	case op == 7 && sv != nil:
 		s.step("leave %s", sv.id)
+		s.connected(sv)
 		s.stop(sv, false)
 	case op == 8 && sv != nil:
 		s.step("crash %s", sv.id)
 		s.stop(sv, true)
 	case op == 9 && sv != nil:
 		s.step("expire %s", sv.id)
+		s.connected(sv)
 		s.h.B.Expire(s.t, sv.st)
 	case op == 10 && sv != nil:
 		if sv.disconnected {
@@ -227,6 +229,7 @@ func (s *sim) randomStep() {
 			s.h.B.Reconnect(s.t, sv.st)
 		} else {
 			s.step("disconnect %s", sv.id)
+			s.connected(sv)
 			s.h.B.Disconnect(s.t, sv.st)
 		}
 		sv.disconnected = !sv.disconnected
@@ -269,6 +272,20 @@ func (s *sim) randomStep() {
 			s.h.B.SkewServerClock(s.t, d)
 		}
 		s.skewed = !s.skewed
+	}
+}
+
+// connected waits until sv's store has a connected session: on ZooKeeper a
+// session expired by an earlier step is replaced asynchronously, and a cut
+// or a graceful leave acts on the replacement.
+func (s *sim) connected(sv *simServer) {
+	if sv.disconnected {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx(), 15*time.Second)
+	defer cancel()
+	if _, err := store.AwaitSession(ctx, sv.st, func(cur store.Session) bool { return cur.State == store.StateConnected }); err != nil {
+		s.violate("%s: no connected session after 15s", sv.id)
 	}
 }
 
@@ -433,7 +450,11 @@ func (s *sim) finish(res beginResult) {
 		s.owners[key] = sv.id
 		s.accepted[a.Item] = fence{epoch: a.Epoch, server: sv.id}
 	}
-	if err := r.Complete(s.ctx(), time.Time{}); err != nil && !errors.Is(err, coord.ErrSessionLost) && !errors.Is(err, coord.ErrNotOwner) {
+	// A Complete on a cut connection waits for it within its ctx, then
+	// leaves the completion to the job (written when the session resumes).
+	cctx, cancel := context.WithTimeout(s.ctx(), 2*time.Second)
+	defer cancel()
+	if err := r.Complete(cctx, time.Time{}); err != nil && !errors.Is(err, coord.ErrSessionLost) && !errors.Is(err, coord.ErrNotOwner) {
 		s.violate("Complete %s: %v", sv.id, err)
 	}
 }
@@ -491,6 +512,7 @@ func (s *sim) quiet() {
 		}
 	}
 	s.commitOpen(true)
+	s.awaitHealed()
 	var last string
 	for range simQuietTriggers {
 		s.trigger(s.up())
@@ -500,6 +522,63 @@ func (s *sim) quiet() {
 		}
 	}
 	s.violate("not settled after %d quiet triggers: %s", simQuietTriggers, last)
+}
+
+// simHealTimeout bounds the wait for a healed schedule's sessions to settle
+// (real time on ZooKeeper: a session expiry, a re-registration).
+const simHealTimeout = 30 * time.Second
+
+// awaitHealed waits until the healed faults have run their course: every
+// up server connected and registered on its session, and every stopped
+// server offline: a crashed one's session expired, and a graceful leave's
+// too when its close did not reach the service (a cut connection). On memstore
+// this holds at once; on ZooKeeper expiries and re-registrations take real
+// time, and triggers before them would count against the quiet bound.
+func (s *sim) awaitHealed() {
+	deadline := time.Now().Add(simHealTimeout)
+	for {
+		why := s.unhealed()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.violate("not healed after %v: %s", simHealTimeout, why)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *sim) unhealed() string {
+	for _, sv := range s.up() {
+		if sess, _ := sv.st.Session(); sess.State != store.StateConnected {
+			return sv.id + " not connected"
+		}
+		select {
+		case <-sv.job.Lost():
+			return sv.id + " not registered on its session yet"
+		default:
+		}
+	}
+	down := map[string]bool{}
+	for _, sv := range s.servers {
+		if sv.job == nil {
+			down[sv.id] = true
+		}
+	}
+	if len(down) == 0 {
+		return ""
+	}
+	st, err := s.h.Admin.Status(s.ctx(), simJob)
+	if err != nil {
+		return fmt.Sprintf("status: %v", err)
+	}
+	for _, ss := range st.Servers {
+		if down[ss.ID] && ss.Status != "OFFLINE" {
+			return "stopped " + ss.ID + " still " + ss.Status
+		}
+	}
+	return ""
 }
 
 // settled checks the quiet-state invariants on the stored state; "" when

@@ -2,6 +2,7 @@ package zkstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -299,6 +300,10 @@ func (s *Store) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, e
 		return err
 	}, nil)
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			// Abandoned: the call's goroutine may still be writing res.
+			return nil, s.mapErr(c, "multi", opPath(ops[0]), err)
+		}
 		if i := firstFailure(res); i >= 0 && len(res) == len(ops) {
 			return nil, &store.MultiError{Index: i, Op: ops[i], Err: s.mapErr(c, opName(ops[i]), opPath(ops[i]), res[i].Error)}
 		}
