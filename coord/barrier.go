@@ -136,13 +136,27 @@ func (b onceBarrier) wait(ctx context.Context, items []int, timeout time.Duratio
 
 // once is Job.Once: this run's phase barrier over the job's current total.
 func (j *job) once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
+	return j.onceOver(ctx, j.config().ShardingTotalCount, phase, items, timeout, fn)
+}
+
+// once is Run.Once: the phase barrier over the run's items and its config
+// snapshot's total.
+func (r *run) once(ctx context.Context, phase string, timeout time.Duration, fn func(context.Context) error) error {
+	items := make([]int, len(r.items))
+	for i, a := range r.items {
+		items[i] = a.Item
+	}
+	return r.j.onceOver(ctx, r.cfg.ShardingTotalCount, phase, items, timeout, fn)
+}
+
+// onceOver runs the phase barrier for items out of 0..total-1.
+func (j *job) onceOver(ctx context.Context, total int, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
 	if phase != "started" && phase != "completed" {
 		return fmt.Errorf("coord: Once phase %q must be \"started\" or \"completed\"", phase)
 	}
 	if len(items) == 0 {
 		return nil
 	}
-	total := j.config().ShardingTotalCount
 	b := onceBarrier{
 		st: j.st, base: j.p.abs(nGuarantee + "/" + phase), id: j.id, job: j.jname, log: j.log, total: total,
 		expected: func(ctx context.Context) (int, error) { return j.runnableItems(ctx, total) },

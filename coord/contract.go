@@ -207,7 +207,8 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 // item not disabled by an operator, Admin.DisableItem) runs fn
 // and then clears the node; the others wait until it is cleared or timeout
 // passes (timeout <= 0: wait forever), then get ErrGuaranteeTimeout.
-// phase is "started" or "completed".
+// phase is "started" or "completed". The set is counted on the job's
+// current config; Run.Once counts it on the run's snapshot.
 func (j *Job) Once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
 	return j.once(ctx, phase, items, timeout, fn)
 }
@@ -240,6 +241,13 @@ func (r *Run) Shards() []Assignment { return r.shards() }
 // pipeline uses it whole. A config edit during the run applies to the next
 // run (Job.Config returns it already).
 func (r *Run) Config() jobconfig.Config { return r.cfg }
+
+// Once is Job.Once for this run: its items, and the set counted on the
+// run's config snapshot, so a config edit during the run cannot change the
+// set the servers' runs complete.
+func (r *Run) Once(ctx context.Context, phase string, timeout time.Duration, fn func(context.Context) error) error {
+	return r.once(ctx, phase, timeout, fn)
+}
 
 // ItemParameter returns item's parameter from the run's config snapshot
 // (shardingItemParameters, parsed once when the config was decoded); ""

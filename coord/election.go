@@ -9,7 +9,7 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// ErrNoLeader: no server leads the job right now (election.Leader).
+// errNoLeader: no server leads the job right now (election.Leader).
 var errNoLeader = errors.New("coord: election: no leader")
 
 // election is leader election among a job's servers, the LeaderLatch

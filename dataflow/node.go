@@ -641,7 +641,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	}
 	for _, ol := range h.opts.once {
 		if ol.BeforeAll != nil {
-			if err := h.cj.Once(rctx, "started", info.Items, ol.StartedTimeout, ol.BeforeAll); err != nil {
+			if err := run.Once(rctx, "started", ol.StartedTimeout, ol.BeforeAll); err != nil {
 				n.reportError(h.name, fmt.Errorf("dataflow: distribute-once BeforeAll: %w", err))
 			}
 		}
@@ -667,7 +667,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 
 	for _, ol := range h.opts.once {
 		if ol.AfterAll != nil {
-			if err := h.cj.Once(rctx, "completed", info.Items, ol.CompletedTimeout, ol.AfterAll); err != nil {
+			if err := run.Once(rctx, "completed", ol.CompletedTimeout, ol.AfterAll); err != nil {
 				n.reportError(h.name, fmt.Errorf("dataflow: distribute-once AfterAll: %w", err))
 			}
 		}

@@ -74,6 +74,13 @@ func testConfigSnapshot(t *testing.T, h *Harness) {
 		t.Fatal(err)
 	}
 	checkSnapshot(t, "run begun before the edit applied", run, 4, map[int]string{0: "a", 1: "b", 2: "c", 3: "d"})
+	// The run's distribute-once barrier counts the set on the same
+	// snapshot: its four items complete it (on the edited total of six it
+	// would wait for two items no run has).
+	ran := false
+	if err := run.Once(testCtx(t), "started", 10*time.Second, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("Run.Once over the run's snapshot: ran %v, err %v", ran, err)
+	}
 	if err := run.Complete(testCtx(t), time.Time{}); err != nil {
 		t.Fatal(err)
 	}
