@@ -54,17 +54,26 @@ SLOW_PKGS := ./integration/faults ./examples/pgbatch
 # When the images must be built (a fresh machine), make test compiles every
 # test binary meanwhile (-exec true runs none): both take minutes, one on the
 # CPU, the other mostly on the network and disk. With the images present it
-# does not: go test relinks every binary anyway, links are not cached.
+# does not: go test relinks every binary anyway, links are not cached. It
+# prints how long set-up (and the compile beside it) and the tests took
+# (docs/development.md: how make test is staged, and why).
 .PHONY: test
 test: zk-overlay ## run every test, with race detector, on real ZooKeeper and Postgres containers
-	@if docker image inspect $(SHARDFLOW_ZK_IMAGE) $(SHARDFLOW_PG_IMAGE) >/dev/null 2>&1; then \
-		scripts/setup.sh; \
+	@t0=$$(date +%s); \
+	if docker image inspect $(SHARDFLOW_ZK_IMAGE) $(SHARDFLOW_PG_IMAGE) >/dev/null 2>&1; then \
+		scripts/setup.sh || exit 1; \
+		echo "[make test] set-up $$(( $$(date +%s) - t0 ))s (images present)"; \
 	else \
 		$(ZK_WORK) $(GO) test -race -exec true $(PKGS) >$(CURDIR)/.build/precompile.log 2>&1 & pre=$$!; \
 		if ! scripts/setup.sh; then kill $$pre 2>/dev/null; wait $$pre; exit 1; fi; \
+		echo "[make test] set-up $$(( $$(date +%s) - t0 ))s (packages and images)"; \
 		wait $$pre || true; \
-	fi
-	$(TEST_ENV) $(ZK_WORK) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(if $(filter ./...,$(PKGS)),$(SLOW_PKGS)) $(PKGS)
+		echo "[make test] test binaries compiled beside it in $$(( $$(stat -c %Y $(CURDIR)/.build/precompile.log) - t0 ))s"; \
+	fi; \
+	t1=$$(date +%s); \
+	$(TEST_ENV) $(ZK_WORK) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(if $(filter ./...,$(PKGS)),$(SLOW_PKGS)) $(PKGS); rc=$$?; \
+	echo "[make test] tests $$(( $$(date +%s) - t1 ))s, in all $$(( $$(date +%s) - t0 ))s"; \
+	exit $$rc
 
 .PHONY: test-integration
 test-integration: setup zk-overlay ## run only the integration harness's own tests
