@@ -584,7 +584,10 @@ func (j *job) registrationGone() bool {
 func (r *run) fenceErr(what string, err error) error {
 	j := r.j
 	sess, _ := j.st.Session()
-	if errors.Is(err, store.ErrSessionExpired) || sess.State != store.StateConnected || sess.ID != r.session {
+	// A connection lost mid-call counts too: the client may not have
+	// reported the suspension yet (seen on ZooKeeper, simulation seed
+	// 200093), and ownership cannot be confirmed either way.
+	if lostConnection(j.st, err) || sess.State != store.StateConnected || sess.ID != r.session {
 		return fmt.Errorf("coord: job %q: %s: %w: %w", j.jname, what, ErrSessionLost, err)
 	}
 	return fmt.Errorf("coord: job %q: %s: %w", j.jname, what, err)
