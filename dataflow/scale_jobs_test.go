@@ -110,7 +110,7 @@ func TestScaleJobs(t *testing.T) {
 		added := time.Since(start)
 		close(errs)
 		for err := range errs {
-			t.Fatal(err)
+			t.Fatalf("%s: after %.1f s with %d jobs on the Node: %v", what, added.Seconds(), len(node.Jobs()), err)
 		}
 		if got := len(node.Jobs()); got != n {
 			t.Fatalf("%s: %d jobs on the Node, want %d", what, got, n)
