@@ -18,8 +18,10 @@ const onceRunner = "runner"
 // onceBarrier is the distribute-once barrier of one phase ("started" or
 // "completed") of a run: every server registers its items under base
 // (guarantee/{phase}); the server whose registration completes the set
-// takes the runner latch (a tryLatch), runs the callback and clears the
-// set; the others wait until their registration is cleared.
+// takes the runner latch (a tryLatch), checks its registration is still
+// there (another server may have completed, run and cleared the same set
+// first), runs the callback and clears the set; the others wait until their
+// registration is cleared.
 //
 // Blocking and cancellation: run blocks until the callback has run here,
 // or, on a server that did not complete the set, until the runner cleared
@@ -72,6 +74,22 @@ func (b onceBarrier) run(ctx context.Context, items []int, timeout time.Duration
 			return fmt.Errorf("coord: job %q: create %s: %w", b.job, runner.path, err)
 		}
 		if held {
+			// The set read above may have been run and cleared meanwhile by
+			// another server that completed it too (and released the
+			// latch): then this server's registration is gone, and running
+			// fn again would be a second callback for one barrier. While
+			// the latch is held nobody clears, so the check is final.
+			mine := store.Join(b.base, strconv.Itoa(items[0]))
+			ok, _, err := b.st.Exists(ctx, mine)
+			if err != nil || !ok {
+				if rerr := runner.release(context.WithoutCancel(ctx)); rerr != nil {
+					b.log.Warn("cannot clear guarantee runner", "err", rerr)
+				}
+				if err != nil {
+					return fmt.Errorf("coord: job %q: read %s: %w", b.job, mine, err)
+				}
+				return nil // run and cleared by the other server
+			}
 			ferr := fn(ctx)
 			b.clear(ctx, runner)
 			return ferr
