@@ -24,7 +24,9 @@ const (
 	// simDefaultSeed is the first seed of the default run (go test, make
 	// test): fixed, so that it passes or fails by the code, not the clock.
 	simDefaultSeed = 1
-	// simZKWorkers: ZooKeeper schedules run this many at once.
+	// simZKWorkers: ZooKeeper schedules run this many at once
+	// (SIM_ZK_WORKERS overrides: fewer on a loaded machine, where a 2 s
+	// session timeout expires sessions of a starved ZooKeeper).
 	simZKWorkers = 10
 )
 
@@ -79,7 +81,15 @@ func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int
 	// namespace. On memstore each runs alone in its synctest bubble.
 	workers := 1
 	if b != nil {
-		workers = min(simZKWorkers, schedules)
+		workers = simZKWorkers
+		if v := os.Getenv("SIM_ZK_WORKERS"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				t.Fatalf("SIM_ZK_WORKERS=%q: want a positive integer", v)
+			}
+			workers = n
+		}
+		workers = min(workers, schedules)
 	}
 	var mu sync.Mutex
 	violations := 0
