@@ -112,10 +112,21 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		if err != nil {
 			return err
 		}
-		assign := strategy.Shard(live, j.jname, cfg.ShardingTotalCount)
+		// The total is read directly too, and checked in the Multi: cfg may
+		// be a Begin's snapshot from before an edit of the total whose
+		// resharding flag this reshard clears (it left the old items
+		// assigned for good: simulation seed 109573).
+		total, totalCheck, err := j.readTotal(ctx, cfg.ShardingTotalCount)
+		if err != nil {
+			return err
+		}
+		assign := strategy.Shard(live, j.jname, total)
 		ins := []intent{
 			{kind: opCheck, rel: nServers, version: members.Version},
 			{kind: opCreate, rel: relProcessing, mode: store.Ephemeral},
+		}
+		if totalCheck != nil {
+			ins = append(ins, *totalCheck)
 		}
 		for s, hasSharding := range servers {
 			k := opCreate
@@ -125,7 +136,7 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 			ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
 		}
 		for _, q := range j.cache.children(relFailoverQ) {
-			if it, ok := parseItemName(q); !ok || it >= cfg.ShardingTotalCount {
+			if it, ok := parseItemName(q); !ok || it >= total {
 				ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
 			}
 		}
@@ -146,15 +157,34 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 			return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
 		}
 		j.mu.Lock()
-		j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(cfg.ShardingTotalCount)
+		j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(total)
 		j.mu.Unlock()
-		j.log.Info("resharded", "servers", live, "total", cfg.ShardingTotalCount)
-		j.pruneItemsBeyond(ctx, cfg.ShardingTotalCount)
+		j.log.Info("resharded", "servers", live, "total", total)
+		j.pruneItemsBeyond(ctx, total)
 		if s := j.reg.cfg.TestSignals; s != nil { // after the prune: the reshard is over
-			s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: cfg.ShardingTotalCount})
+			s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: total})
 		}
 		return nil
 	}
+}
+
+// readTotal reads the stored shardingTotalCount directly, with a check op on
+// its version for the reshard's Multi; def (and no check) when the node is
+// absent or unparsable (the config decoder reports those).
+func (j *job) readTotal(ctx context.Context, def int) (int, *intent, error) {
+	rel := nConfig + "/" + jobconfig.FieldShardingTotalCount
+	data, st, err := j.st.Get(ctx, j.p.abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		return def, nil, nil
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(rel), err)
+	}
+	n, perr := strconv.Atoi(strings.TrimSpace(string(data)))
+	if perr != nil || n < 1 {
+		return def, nil, nil
+	}
+	return n, &intent{kind: opCheck, rel: rel, version: st.Version}, nil
 }
 
 // pruneItemsBeyond removes the execution nodes of items beyond a lowered

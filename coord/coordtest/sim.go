@@ -465,9 +465,15 @@ func (s *sim) finish(res beginResult) {
 		s.accepted[a.Item] = fence{epoch: a.Epoch, server: sv.id, failover: a.Failover}
 	}
 	// A Complete on a cut connection waits for it within its ctx, then
-	// leaves the completion to the job (written when the session resumes).
-	cctx, cancel := context.WithTimeout(s.ctx(), 2*time.Second)
-	defer cancel()
+	// leaves the completion to the job (written when the session resumes):
+	// a short ctx there. A connected one gets the usual bound (a loaded
+	// ZooKeeper may take seconds).
+	cctx := s.ctx()
+	if sv.disconnected {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(cctx, 2*time.Second)
+		defer cancel()
+	}
 	if err := r.Complete(cctx, time.Time{}); err != nil && !errors.Is(err, coord.ErrSessionLost) && !errors.Is(err, coord.ErrNotOwner) {
 		s.violate("Complete %s: %v", sv.id, err)
 	}
