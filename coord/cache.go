@@ -153,13 +153,16 @@ func (c *treeCache) loadItem(ctx context.Context, rel string) error {
 	// read before one of our own Begins or Completes committed and stored
 	// after its write-through (a "running" left in the cache for good): a
 	// read that overlapped a write-through is read again.
-	var names []string
+	var (
+		names []string
+		cst   store.Stat
+	)
 	for {
 		c.mu.RLock()
 		seq := c.writes
 		c.mu.RUnlock()
 		var err error
-		names, _, err = c.st.Children(ctx, c.abs(rel))
+		names, cst, err = c.st.Children(ctx, c.abs(rel))
 		if errors.Is(err, store.ErrNoNode) {
 			c.mu.Lock()
 			c.dropLocked(rel)
@@ -184,6 +187,12 @@ func (c *treeCache) loadItem(ctx context.Context, rel string) error {
 	}
 	slices.Sort(names)
 	n.children, n.childW, n.stub = names, nil, false
+	// The container's Stat goes with its children: the item's epoch
+	// derives from it (itemStat), and never from an older read than its
+	// flags.
+	if cst.Mzxid >= n.stat.Mzxid {
+		n.stat = cst
+	}
 	c.mu.Unlock()
 	for _, flag := range c.pol.itemFlags {
 		if err := c.reloadData(ctx, joinRel(rel, flag)); err != nil {
@@ -440,6 +449,16 @@ func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) er
 		return errResyncNeeded
 	}
 	var err error
+	if ref.kind == watchData && c.isItemFlag(ref.rel) {
+		// A flag others write changed (a failover claim, or a failover
+		// run's Complete): the container's Stat is read first, so a reader
+		// that sees the flag's new state sees the container's Stat of that
+		// transaction or later (the epoch after a failover run derives
+		// from it; see itemStat).
+		if err := c.reloadItemStat(ctx, parentRel(ref.rel)); err != nil {
+			return err
+		}
+	}
 	if ref.kind == watchData {
 		err = c.reloadData(ctx, ref.rel)
 	} else {
@@ -486,6 +505,39 @@ func (c *treeCache) hasLocked(rel string) bool {
 	}
 	_, ok := slices.BinarySearch(p.children, rel[strings.LastIndexByte(rel, '/')+1:])
 	return ok
+}
+
+// reloadItemStat reads an item container's Stat (no watch) into the
+// cache, if the container is loaded.
+func (c *treeCache) reloadItemStat(ctx context.Context, rel string) error {
+	ok, st, err := c.st.Exists(ctx, c.abs(rel))
+	if err != nil || !ok {
+		return err
+	}
+	c.noteItemStat(rel, st)
+	return nil
+}
+
+// noteItemStat records st as the Stat of the item container rel when it is
+// loaded and st is not older than what the cache holds.
+func (c *treeCache) noteItemStat(rel string, st store.Stat) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[rel]; n != nil && !n.stub && st.Mzxid >= n.stat.Mzxid {
+		n.stat = st
+	}
+}
+
+// itemStat returns the cached Stat of the item container rel; false when
+// the container is not loaded (read it directly then).
+func (c *treeCache) itemStat(rel string) (store.Stat, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[rel]
+	if n == nil || n.stub {
+		return store.Stat{}, false
+	}
+	return n.stat, true
 }
 
 // get returns rel's cached data and stat.

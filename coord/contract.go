@@ -227,7 +227,9 @@ type Assignment struct {
 	// Item is the shard item, 0..total-1.
 	Item int
 	// Epoch is the fencing epoch: it changes whenever ownership of the item
-	// changes (a resharding or a failover claim). It grows monotonically.
+	// changes (a resharding, a failover claim, or the item's return to its
+	// owner after a failover run). It grows monotonically. Items of one run
+	// may carry different epochs.
 	Epoch int64
 	// Failover is true when the item was taken over from a crashed server.
 	Failover bool

@@ -92,7 +92,10 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 	}
 	var items []Assignment
 	for attempt := 0; ; attempt++ {
-		var shardVersion int32
+		var (
+			shardVersion int32
+			marks        map[int]int32
+		)
 		items, shardVersion = j.failoverAssignments()
 		if len(items) == 0 {
 			// Failover items run first and need no resharding; otherwise
@@ -110,16 +113,19 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
 				return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 			}
-			if items, shardVersion, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil); err != nil {
+			// A retry reads the items' failover marks directly: a Multi
+			// refused on one (a failover run completed meanwhile) must not
+			// be planned again on the same lagging cache.
+			if items, shardVersion, marks, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil, attempt > 0); err != nil {
 				return nil, err
 			}
 		}
-		err := j.markRunning(ctx, cfg, now, items, shardVersion)
+		err := j.markRunning(ctx, cfg, now, items, shardVersion, marks)
 		if err != nil {
 			j.takeClaims(items, false)
 		}
 		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, errBeginAgain)) && attempt < 3 {
-			continue // resharded between our read and the Multi, or leftovers removed
+			continue // resharded or failover-marked between our read and the Multi, or leftovers removed
 		}
 		if err != nil {
 			return nil, err
@@ -138,8 +144,10 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 var errBeginAgain = errors.New("coord: items not running after all; begin again")
 
 // markRunning checks for items still running (misfire) and marks items
-// running in ONE Multi, fenced by the sharding node's version.
-func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion int32) error {
+// running in ONE Multi, fenced by the sharding node's version and by the
+// versions of the item containers the epochs were taken from (marks: item
+// to its container's version; absent: the container was not there).
+func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion int32, marks map[int]int32) error {
 	monitor := cfg.MonitorsExecution()
 	if monitor {
 		var suspects []int
@@ -162,6 +170,9 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 	groups := make([][]intent, len(items))
 	for i, a := range items {
 		g := []intent{{kind: opCreateIfAbsent, rel: relItem(a.Item)}}
+		if v, ok := marks[a.Item]; ok {
+			g = append(g, intent{kind: opCheck, rel: relItem(a.Item), version: v})
+		}
 		if monitor {
 			g = append(g,
 				intent{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
@@ -463,27 +474,30 @@ func (j *job) claimed(item int) bool {
 }
 
 // assignments computes this server's sharding items minus items failed
-// over to others and disabled items, with the sharding node's version.
-func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool) ([]Assignment, int32, error) {
+// over to others and disabled items, with the sharding node's version and
+// the versions of the item containers whose failover marks the epochs took
+// (failoverMark; fresh: read directly, not from the cache).
+func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok, fresh bool) ([]Assignment, int32, map[int]int32, error) {
 	var out []Assignment
 	if !ok {
-		return nil, -1, nil
+		return nil, -1, nil, nil
 	}
 	if j.cache.flag(relServer(j.id, nDisabled)) {
-		return nil, st.Version, nil
+		return nil, st.Version, nil, nil
 	}
 	items, err := parseItems(data)
 	if err != nil {
 		j.log.Error("malformed sharding node; running nothing until the next reshard", "node", j.p.server(j.id, nSharding), "err", err)
-		return nil, st.Version, nil
+		return nil, st.Version, nil, nil
 	}
+	marks := make(map[int]int32)
 	for _, it := range items {
 		if it >= total {
 			continue
 		}
 		disabled, err := j.itemHas(ctx, relItem(it, nDisabled))
 		if err != nil {
-			return nil, -1, err
+			return nil, -1, nil, err
 		}
 		if disabled {
 			continue
@@ -494,15 +508,56 @@ func (j *job) assignments(ctx context.Context, total int, data []byte, st store.
 		if !j.claimed(it) {
 			other, err := j.itemHas(ctx, relItem(it, nFailover))
 			if err != nil {
-				return nil, -1, err
+				return nil, -1, nil, err
 			}
 			if other {
 				continue // failed over to another server
 			}
 		}
-		out = append(out, Assignment{Item: it, Epoch: st.Mzxid})
+		mark, ver, exists, err := j.failoverMark(ctx, it, fresh)
+		if err != nil {
+			return nil, -1, nil, err
+		}
+		if exists {
+			marks[it] = ver
+		}
+		out = append(out, Assignment{Item: it, Epoch: max(st.Mzxid, mark)})
 	}
-	return out, st.Version, nil
+	return out, st.Version, marks, nil
+}
+
+// failoverMark returns the zxid the last completed failover run of item
+// left on its container execution/{item} (see failoverDone; 0 when none)
+// and the container's version, from the cache when the item is loaded
+// there and not fresh, else by a direct read. Begin's Multi checks the
+// version, so an epoch taken from a lagging cache never starts a run.
+func (j *job) failoverMark(ctx context.Context, item int, fresh bool) (mark int64, version int32, exists bool, err error) {
+	if st, ok := j.cache.itemStat(relItem(item)); ok && !fresh && j.cache.has(relItem(item)) {
+		return failoverDone(st), st.Version, true, nil
+	}
+	ok, st, err := j.st.Exists(ctx, j.p.item(item))
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(item), err)
+	}
+	if !ok {
+		return 0, 0, false, nil
+	}
+	j.cache.noteItemStat(relItem(item), st)
+	return failoverDone(st), st.Version, true, nil
+}
+
+// failoverDone reads the mark of a completed failover run off the Stat of
+// an item container: a failover run's Complete sets the container's data
+// (nothing else does), so once its Version is above 0 its Mzxid is the
+// zxid of the last such Complete. A normal run's epoch is the larger of its
+// sharding node's Mzxid and this mark: a failover claim made after the
+// reshard has a Czxid above the sharding node's Mzxid, and the item's
+// return to its owner must still raise the epoch.
+func failoverDone(st store.Stat) int64 {
+	if st.Version > 0 {
+		return st.Mzxid
+	}
+	return 0
 }
 
 func (r *run) shards() []Assignment { return slices.Clone(r.items) }
@@ -560,9 +615,20 @@ func (r *run) checkOwnership(ctx context.Context, item int) error {
 	if err != nil {
 		return r.fenceErr("fencing read", err)
 	}
+	// The epoch is also the item's failover mark when that is larger (see
+	// failoverDone): a failover run that completed since this run began
+	// changes it.
+	ok, ist, err := j.st.Exists(ctx, j.p.item(item))
+	if err != nil {
+		return r.fenceErr("fencing read", err)
+	}
+	epoch := st.Mzxid
+	if ok {
+		epoch = max(epoch, failoverDone(ist))
+	}
 	items, perr := parseItems(data)
-	if perr != nil || st.Mzxid != a.Epoch || !slices.Contains(items, item) {
-		return fmt.Errorf("coord: job %q: item %d (epoch %d, now %d): %w", j.jname, item, a.Epoch, st.Mzxid, ErrNotOwner)
+	if perr != nil || epoch != a.Epoch || !slices.Contains(items, item) {
+		return fmt.Errorf("coord: job %q: item %d (epoch %d, now %d): %w", j.jname, item, a.Epoch, epoch, ErrNotOwner)
 	}
 	return nil
 }
@@ -698,7 +764,10 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 			g = append(g, intent{kind: opPut, rel: relItem(a.Item, nNextFireTime), data: formatTime(next)})
 		}
 		if a.Failover {
-			g = append(g, intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)})
+			// The mark the item's next normal run takes its epoch from
+			// (failoverDone): its zxid is above this run's epoch.
+			g = append(g, intent{kind: opSet, rel: relItem(a.Item)},
+				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)})
 		}
 		groups = append(groups, g)
 	}
@@ -729,6 +798,22 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 		}
 		if len(kept) < len(groups) {
 			_, err = j.commitSplit(ctx, nil, kept, tail)
+		}
+	}
+	if err == nil {
+		// The mark just written goes into the cache before the claims are
+		// dropped (until then this server's Begins skip the items): a
+		// Begin of this server must not take an item's epoch from before
+		// its failover run. The watch on the failover node would bring it
+		// too, later. If the read fails, a Begin before that watch fires
+		// takes the older epoch and its CheckOwnership refuses it.
+		for _, a := range r.items {
+			if !a.Failover {
+				continue
+			}
+			if ok, st, xerr := j.st.Exists(ctx, j.p.item(a.Item)); xerr == nil && ok {
+				j.cache.noteItemStat(relItem(a.Item), st)
+			}
 		}
 	}
 	j.mu.Lock()
@@ -816,7 +901,7 @@ func (j *job) takeMisfire(ctx context.Context) (bool, error) {
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 	}
-	mine, _, err := j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil)
+	mine, _, _, err := j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil, false)
 	if err != nil {
 		return false, err
 	}

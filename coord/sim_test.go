@@ -154,6 +154,8 @@ func TestSimulationRegressions(t *testing.T) {
 		{1900, "the same (monitorExecution edited mid-run), another schedule"},
 		{2017, "Complete failed with a raw ErrNoParent when the leader had pruned an item beyond a lowered total meanwhile"},
 		{2899, "the same (an item pruned under a run), four servers at once"},
+		{1105, "a normal run after a failover run of the item (claimed after the reshard) carried a lower epoch: its owner was fenced out until the next reshard"},
+		{1154, "the same (epoch after a failover run), another schedule"},
 		{109573, "the leader resharded on a Begin's config snapshot from before an edit of the total and cleared the flag the edit raised: items beyond the new total stayed assigned (seen once in the 20,000-schedule campaign; an intra-step race, so this replay need not hit it)"},
 	} {
 		t.Run(strconv.FormatInt(c.seed, 10), func(t *testing.T) {

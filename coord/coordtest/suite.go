@@ -35,6 +35,8 @@ func Run(t *testing.T, b Backend) {
 		{"ConfigSnapshot", testConfigSnapshot},
 		{"Misfire", testMisfire},
 		{"Failover", testFailover},
+		{"EpochAfterFailover", func(t *testing.T, h *Harness) { testEpochAfterFailover(t, h, false) }},
+		{"EpochAfterOthersFailover", func(t *testing.T, h *Harness) { testEpochAfterFailover(t, h, true) }},
 		{"Fencing", testFencing},
 		{"SessionExpiry", testSessionExpiry},
 		{"ClockSkew", testClockSkew},
