@@ -608,20 +608,32 @@ func (r *run) checkOwnership(ctx context.Context, item int) error {
 		}
 		return nil
 	}
+	// The epoch is also the item's failover mark when that is larger (see
+	// failoverDone): a failover run that completed since this run began
+	// changes it. The container is read beside the sharding node (one
+	// round trip for both on ZooKeeper, whose client pipelines).
+	type stat struct {
+		ok  bool
+		st  store.Stat
+		err error
+	}
+	cont := make(chan stat, 1)
+	go func() {
+		ok, st, err := j.st.Exists(ctx, j.p.item(item))
+		cont <- stat{ok, st, err}
+	}()
 	data, st, err := j.st.Get(ctx, j.p.server(j.id, nSharding))
+	c := <-cont
 	if errors.Is(err, store.ErrNoNode) {
 		return fmt.Errorf("coord: job %q: item %d: %s is gone: %w", j.jname, item, j.p.server(j.id, nSharding), ErrNotOwner)
 	}
+	if err == nil {
+		err = c.err
+	}
 	if err != nil {
 		return r.fenceErr("fencing read", err)
 	}
-	// The epoch is also the item's failover mark when that is larger (see
-	// failoverDone): a failover run that completed since this run began
-	// changes it.
-	ok, ist, err := j.st.Exists(ctx, j.p.item(item))
-	if err != nil {
-		return r.fenceErr("fencing read", err)
-	}
+	ok, ist := c.ok, c.st
 	epoch := st.Mzxid
 	if ok {
 		epoch = max(epoch, failoverDone(ist))
