@@ -83,11 +83,11 @@ func testEpochAfterFailover(t *testing.T, h *Harness, other bool) {
 			return true
 		}
 		CompleteAll(t, r)
-		return other
+		if !other {
+			t.Fatalf("owner %s's run %+v lacks item %d right after its own failover run of it", owner.ID, r.Shards(), item)
+		}
+		return false
 	})
-	if !other && nrun == nil {
-		t.Fatalf("owner %s's run lacks item %d right after its own failover run of it", owner.ID, item)
-	}
 	defer CompleteAll(t, nrun)
 	var got *coord.Assignment
 	for _, s := range nrun.Shards() {
