@@ -108,7 +108,7 @@ func (r *registry) join(ctx context.Context, cfg jobconfig.Config) (*Job, error)
 	r.jobs[cfg.JobName] = nil
 	r.mu.Unlock()
 
-	j, err := startJob(ctx, r, cfg)
+	j, err := r.startJobAcrossBlips(ctx, cfg)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -118,6 +118,33 @@ func (r *registry) join(ctx context.Context, cfg jobconfig.Config) (*Job, error)
 	}
 	r.jobs[cfg.JobName] = j
 	return j, nil
+}
+
+// joinAttempts bounds startJob's attempts across connection losses.
+const joinAttempts = 5
+
+// startJobAcrossBlips is startJob, tried again from the start when an
+// attempt failed because the connection dropped (replicas starting at once
+// on a loaded ZooKeeper, a member restarting): it waits, within ctx, until
+// the session is connected again. Every step of startJob may be repeated:
+// the writes are create-or-set, and the registration is made on the session
+// current then.
+func (r *registry) startJobAcrossBlips(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
+	for attempt := 1; ; attempt++ {
+		j, err := startJob(ctx, r, cfg)
+		if err == nil || attempt == joinAttempts || ctx.Err() != nil ||
+			!errors.Is(err, ErrSessionLost) && !lostConnection(r.st, err) {
+			return j, err
+		}
+		r.cfg.Logger.Info("coord: join interrupted by a lost connection; joining again once the session is connected",
+			"job", cfg.JobName, "attempt", attempt, "err", err)
+		sess, werr := store.AwaitSession(ctx, r.st, func(s store.Session) bool {
+			return s.State == store.StateConnected || s.State == store.StateClosed
+		})
+		if werr != nil || sess.State == store.StateClosed {
+			return nil, err
+		}
+	}
 }
 
 // forget is called by a job's Leave.
