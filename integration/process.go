@@ -37,7 +37,8 @@ type Process struct {
 // StartProcess starts bin with args; env entries ("K=V") are added to the
 // test's environment. The process is killed (SIGKILL to its group) and waited
 // for in t.Cleanup; if the test failed, the last 100 lines of its output are
-// logged there.
+// logged there, and a process still running is first sent SIGQUIT so that its
+// goroutine dump (up to 3000 lines) shows where it was.
 func StartProcess(t testing.TB, bin string, args []string, env []string) *Process {
 	t.Helper()
 	outPath := filepath.Join(t.TempDir(), filepath.Base(bin)+".out")
@@ -66,11 +67,15 @@ func StartProcess(t testing.TB, bin string, args []string, env []string) *Proces
 		close(p.done)
 	}()
 	t.Cleanup(func() {
+		limit := 100
+		if t.Failed() && p.dumpStacks() {
+			limit = 3000 // the goroutine dump is what explains a hang
+		}
 		_ = p.Kill()
 		if t.Failed() {
 			lines := p.Lines()
-			if len(lines) > 100 {
-				lines = lines[len(lines)-100:]
+			if len(lines) > limit {
+				lines = lines[len(lines)-limit:]
 			}
 			t.Logf("output of %s %s (last %d lines, all in %s):\n%s", filepath.Base(bin), strings.Join(args, " "), len(lines), outPath, strings.Join(lines, "\n"))
 		}
@@ -180,6 +185,29 @@ func (p *Process) RequireLine(t testing.TB, pattern string, timeout time.Duratio
 	}
 	return line
 }
+
+// dumpStacks asks a process still running when its test failed (it may be
+// the one that hung) for every goroutine's stack: Go programs print them
+// on SIGQUIT and exit. It waits for the exit, at most quitWait, and reports
+// whether the process was running.
+func (p *Process) dumpStacks() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+	}
+	if err := syscall.Kill(p.cmd.Process.Pid, syscall.SIGQUIT); err != nil {
+		return false
+	}
+	select {
+	case <-p.done:
+	case <-time.After(quitWait):
+	}
+	return true
+}
+
+// quitWait bounds the wait for a goroutine dump after SIGQUIT.
+const quitWait = 10 * time.Second
 
 func (p *Process) signal(sig syscall.Signal) error {
 	select {
