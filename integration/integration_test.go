@@ -1,11 +1,8 @@
 package integration_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -213,85 +210,6 @@ func TestPostgresRestartKeepsPortAndData(t *testing.T) {
 	}
 }
 
-// echoServer accepts connections and echoes lines until the test ends.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	conns := make(chan net.Conn, 64)
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns <- c
-			go func() { _, _ = io.Copy(c, c) }() // ends when the conn is closed below
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		close(conns)
-		for c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
-func roundTrip(conn net.Conn, msg string, timeout time.Duration) (string, error) {
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := io.WriteString(conn, msg+"\n"); err != nil {
-		return "", err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	return strings.TrimSpace(line), err
-}
-
-func TestProxyCutAndRestore(t *testing.T) {
-	p := integration.NewProxy(t, echoServer(t))
-	live, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Close()
-	if got, err := roundTrip(live, "hello", 5*time.Second); err != nil || got != "hello" {
-		t.Fatalf("through proxy: %q, %v", got, err)
-	}
-
-	p.Cut()
-	if _, err := roundTrip(live, "again", 5*time.Second); err == nil {
-		t.Fatal("live connection still works after Cut")
-	}
-	held, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatalf("dial during cut: %v (want accepted, then silence)", err)
-	}
-	defer held.Close()
-	var ne net.Error
-	if _, err := roundTrip(held, "lost", 300*time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
-		t.Fatalf("connection made during cut: %v; want a timeout (a partition hangs)", err)
-	}
-
-	p.Restore()
-	fresh, err := net.Dial("tcp", p.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
-	if got, err := roundTrip(fresh, "back", 5*time.Second); err != nil || got != "back" {
-		t.Fatalf("after Restore: %q, %v", got, err)
-	}
-}
-
-// A ZooKeeper client behind a cut proxy loses its connection; after Restore it
-// reconnects to the same session when the cut was shorter than the session
-// timeout.
 func TestProxyPartitionsZooKeeperClient(t *testing.T) {
 	z := integration.SharedZooKeeper(t)
 	p := integration.NewProxy(t, z.Servers()[0])

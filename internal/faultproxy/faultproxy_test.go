@@ -5,14 +5,16 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// echoServer answers every line with the same line until the client goes.
+// echoServer accepts connections and echoes lines until the test ends.
 func echoServer(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -20,6 +22,7 @@ func echoServer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
+	conns := make(chan net.Conn, 64)
 	go func() {
 		defer close(done)
 		for {
@@ -27,53 +30,69 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
+			conns <- c
+			go func() { _, _ = io.Copy(c, c) }() // ends when the conn is closed below
 		}
 	}()
-	t.Cleanup(func() { _ = ln.Close(); <-done })
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		close(conns)
+		for c := range conns {
+			_ = c.Close()
+		}
+	})
 	return ln.Addr().String()
 }
 
-func roundTrip(c net.Conn, r *bufio.Reader, line string) (string, error) {
-	if _, err := io.WriteString(c, line+"\n"); err != nil {
+func roundTrip(conn net.Conn, msg string, timeout time.Duration) (string, error) {
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(conn, msg+"\n"); err != nil {
 		return "", err
 	}
-	got, err := r.ReadString('\n')
-	return got[:max(len(got)-1, 0)], err
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	return strings.TrimSpace(line), err
 }
 
-// Forwarding, a cut that drops the live connection, and a restore after
-// which a new connection goes through again.
+// Forwarding; a cut that drops the live connection and leaves a new one
+// hanging (a partition, not a refusal); a restore after which a new
+// connection goes through again.
 func TestProxyCutAndRestore(t *testing.T) {
 	p := New(t, echoServer(t))
-	c, err := net.Dial("tcp", p.Addr())
+	live, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	r := bufio.NewReader(c)
-	if got, err := roundTrip(c, r, "hello"); err != nil || got != "hello" {
-		t.Fatalf("through the proxy: %q, %v", got, err)
+	defer live.Close()
+	if got, err := roundTrip(live, "hello", 5*time.Second); err != nil || got != "hello" {
+		t.Fatalf("through proxy: %q, %v", got, err)
 	}
+
 	p.Cut()
-	if _, err := r.ReadString('\n'); err == nil || !(errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || isReset(err)) {
-		t.Fatalf("read after Cut: err = %v, want the connection dropped", err)
+	if _, err := roundTrip(live, "again", 5*time.Second); err == nil {
+		t.Fatal("live connection still works after Cut")
 	}
+	held, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatalf("dial during cut: %v (want accepted, then silence)", err)
+	}
+	defer held.Close()
+	var ne net.Error
+	if _, err := roundTrip(held, "lost", 300*time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("connection made during cut: %v; want a timeout (a partition hangs)", err)
+	}
+
 	p.Restore()
-	c2, err := net.Dial("tcp", p.Addr())
+	fresh, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c2.Close()
-	if got, err := roundTrip(c2, bufio.NewReader(c2), "again"); err != nil || got != "again" {
+	defer fresh.Close()
+	if got, err := roundTrip(fresh, "back", 5*time.Second); err != nil || got != "back" {
 		t.Fatalf("after Restore: %q, %v", got, err)
 	}
 }
 
-func isReset(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op)
-}
+// A ZooKeeper client behind a cut proxy loses its connection; after Restore it
+// reconnects to the same session when the cut was shorter than the session
+// timeout.
