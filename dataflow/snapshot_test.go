@@ -9,32 +9,11 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
-
-// beginHookStore runs onGet (once armed) before a Get of path: Begin's read
-// of this server's assignment, a point inside a trigger.
-type beginHookStore struct {
-	store.Store
-	path  string
-	mu    sync.Mutex
-	onGet func()
-}
-
-func (s *beginHookStore) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
-	if path == s.path {
-		s.mu.Lock()
-		f := s.onGet
-		s.onGet = nil
-		s.mu.Unlock()
-		if f != nil {
-			f()
-		}
-	}
-	return s.Store.Get(ctx, path)
-}
 
 // shardLog records every Shard a run fetched for.
 type shardLog struct {
@@ -72,7 +51,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 	srv := memstore.NewServer()
 	sess := srv.Connect(memstore.WithSessionTimeout(2 * time.Second))
 	t.Cleanup(func() { _ = sess.Close() })
-	hs := &beginHookStore{Store: sess, path: store.Join(ns, job, "servers", "s0", "sharding")}
+	hs := &coordtest.GetHookStore{Store: sess, Path: store.Join(ns, job, "servers", "s0", "sharding")}
 	n, err := NewNode(NodeConfig{Store: hs, Namespace: ns, ServerID: "s0"})
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +71,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 	admin := coord.NewAdmin(adminSess, ns)
 	newParams := "0=A,1=B,2=C,3=D,4=E,5=F"
 	hookErr := make(chan error, 1)
-	hs.mu.Lock()
-	hs.onGet = func() {
+	hs.OnNextGet(func() {
 		// On the Node's runner goroutine, inside Begin: edit, then wait
 		// until the job has applied the edit and the leader (this server's
 		// watcher) has resharded on the new total, so the assignment Begin
@@ -107,7 +85,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 		if err == nil {
 			err = testwait.Poll(ctx, func(ctx context.Context) error {
 				c, _ := n.JobConfig(job)
-				d, _, err := hs.Store.Get(ctx, hs.path)
+				d, _, err := hs.Store.Get(ctx, hs.Path)
 				if err != nil || c.ShardingTotalCount != 6 || c.ShardingItemParameters != newParams || string(d) != "0,1,2,3,4,5" {
 					return fmt.Errorf("config %d %q, assignment %q (%v)", c.ShardingTotalCount, c.ShardingItemParameters, d, err)
 				}
@@ -115,8 +93,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 			})
 		}
 		hookErr <- err
-	}
-	hs.mu.Unlock()
+	})
 
 	if err := n.Trigger(job); err != nil {
 		t.Fatal(err)

@@ -11,17 +11,27 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// getHookStore calls onGet before every Get of path: a point inside Begin
-// (its read of this server's sharding node) where a test acts.
-type getHookStore struct {
+// GetHookStore wraps a store and runs the hook armed by OnNextGet once,
+// before the next Get of Path: a point inside Begin (its read of a server's
+// sharding node) where a test acts.
+type GetHookStore struct {
 	store.Store
-	path  string
+	Path  string
 	mu    sync.Mutex
 	onGet func()
 }
 
-func (s *getHookStore) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
-	if path == s.path {
+// OnNextGet arms f for the next Get of Path (on the caller's goroutine of
+// that Get).
+func (s *GetHookStore) OnNextGet(f func()) {
+	s.mu.Lock()
+	s.onGet = f
+	s.mu.Unlock()
+}
+
+// Get runs the armed hook first when path is Path.
+func (s *GetHookStore) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
+	if path == s.Path {
 		s.mu.Lock()
 		f := s.onGet
 		s.onGet = nil
@@ -40,7 +50,7 @@ func (s *getHookStore) Get(ctx context.Context, path string) ([]byte, store.Stat
 // edit whole.
 func testConfigSnapshot(t *testing.T, h *Harness) {
 	oldParams, newParams := "0=a,1=b,2=c,3=d", "0=A,1=B,2=C,3=D,4=E,5=F"
-	hs := &getHookStore{Store: h.B.Connect(t), path: store.Join(h.NS, "job", "servers", "a", "sharding")}
+	hs := &GetHookStore{Store: h.B.Connect(t), Path: store.Join(h.NS, "job", "servers", "a", "sharding")}
 	a, err := h.TryStart("a", Config("job", 4, func(c *jobconfig.Config) { c.ShardingItemParameters = oldParams }), hs)
 	if err != nil {
 		t.Fatal(err)
@@ -48,8 +58,7 @@ func testConfigSnapshot(t *testing.T, h *Harness) {
 	// The first Begin reshards (the join raised the flag); the edit goes
 	// in at its read of the assignment, and the job must have applied it
 	// before Begin goes on.
-	hs.mu.Lock()
-	hs.onGet = func() {
+	hs.OnNextGet(func() {
 		if err := h.Admin.SetConfig(testCtx(t), "job", "shardingTotalCount", "6"); err != nil {
 			t.Errorf("set total: %v", err)
 		}
@@ -64,11 +73,10 @@ func testConfigSnapshot(t *testing.T, h *Harness) {
 		// runs yet), so the assignment Begin reads next lists items 4
 		// and 5: Begin must drop them by its snapshot's total.
 		Eventually(t, "the prompt reshard on the new total", func() bool {
-			d, _, err := hs.Store.Get(testCtx(t), hs.path)
+			d, _, err := hs.Store.Get(testCtx(t), hs.Path)
 			return err == nil && string(d) == "0,1,2,3,4,5"
 		})
-	}
-	hs.mu.Unlock()
+	})
 	run, err := a.Job.Begin(testCtx(t), time.Now())
 	if err != nil {
 		t.Fatal(err)
