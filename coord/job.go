@@ -93,6 +93,9 @@ type Job struct {
 	// idleW watches the running node that keeps the leader from resharding
 	// promptly (reshardWhenIdle); nil when none.
 	idleW <-chan store.Event
+	// reactFailed: react's prompt resharding failed on a connected
+	// session; the watcher retries it after retryDelay.
+	reactFailed bool
 	// Leader bookkeeping, guarded by mu: the live set and total last seen
 	// by the watcher, and "live/total" as the last reshard used them.
 	lastLive    string

@@ -84,7 +84,16 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 				}
 				j.takeElection(&predW)
 			}
-			continue
+			if sess.State != store.StateConnected || retry != nil {
+				continue
+			}
+			// Connected again (the same session resumed, or a new one
+			// registered): react on the cache as it stands. What the
+			// leader's duties tried on the connection that dropped (its
+			// prompt resharding) failed with it, and a resumed session
+			// brings no watch event to redo it: the others' Begins waited
+			// for the leader's next trigger (ZooKeeper simulation seed
+			// 800010).
 		case caseSignal:
 			s, _ := j.nextSignal()
 			j.pending[s] = false
@@ -168,6 +177,13 @@ func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan st
 			}
 		}
 		j.react(ctx)
+		if j.reactFailed && retry == nil {
+			// A leader duty failed on a connected session: go again soon
+			// (caseRetry reacts), not at the next event, which may never
+			// come on a trigger-only job.
+			retry = time.After(retryDelay)
+		}
+		j.reactFailed = false
 	}
 }
 
@@ -343,7 +359,13 @@ func (j *job) react(ctx context.Context) {
 		if j.idleW == nil {
 			w, err := j.reshardWhenIdle(ctx)
 			if err != nil {
-				j.warn(ctx, "prompt resharding failed; the next Begin reshards", "err", err)
+				j.warn(ctx, "prompt resharding failed; retrying", "err", err)
+				// Retried by the watcher while connected; after a drop,
+				// when the session is back (either way before any Begin
+				// needs to wait for it).
+				if sess, _ := j.st.Session(); sess.State == store.StateConnected {
+					j.reactFailed = true
+				}
 			}
 			j.idleW = w
 		}
