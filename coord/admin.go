@@ -289,8 +289,17 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	if _, err := configFromFields(job, mergeRepaired(fields, newFields, field)); err != nil {
 		return fmt.Errorf("coord: set %s: the resulting config is invalid: %w", p.config(field), err)
 	}
-	if err := put(ctx, a.st, p.config(field), []byte(newFields[field])); err != nil {
-		return err
+	// The field and the config node's data version together: servers
+	// watch only the config node (docs/zookeeper-layout.md).
+	err = multiRetry(ctx, a.st, func(ctx context.Context, _ int) ([]store.Op, error) {
+		ops, err := putOps(ctx, a.st, []string{p.config(field)}, [][]byte{[]byte(newFields[field])})
+		if err != nil {
+			return nil, err
+		}
+		return append(ops, bumpConfig(p)), nil
+	})
+	if err != nil {
+		return fmt.Errorf("coord: write %s: %w", p.config(field), err)
 	}
 	old := fields[field]
 	switch field {

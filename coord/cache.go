@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -53,6 +54,18 @@ type treeCache struct {
 	// again (it failed midway, say on a connection lost again): absent
 	// nodes then prove nothing.
 	partial bool
+	// seed is what the owner has just written under pol.versioned (Join's
+	// transaction): the next load of that node takes the children from it
+	// instead of reading them when the node's Mzxid is still the seed's
+	// (no writer since). Used once.
+	seed *versionSeed
+}
+
+// versionSeed is the children (name to data) of pol.versioned as the
+// transaction with Mzxid mzxid left them.
+type versionSeed struct {
+	mzxid    int64
+	children map[string][]byte
 }
 
 type cnode struct {
@@ -113,21 +126,63 @@ func joinRel(parent, name string) string {
 
 // resync drops everything and loads the tree again (after a session change).
 func (c *treeCache) resync(ctx context.Context) error {
+	c.beginLoad()
+	if err := c.loadRoots(ctx, c.pol.roots); err != nil {
+		return err
+	}
+	return c.endLoad(ctx)
+}
+
+// beginLoad drops everything: a full load (loadRoots, then endLoad)
+// follows. Join splits one so it reads the config before it registers.
+func (c *treeCache) beginLoad() {
 	c.mu.Lock()
 	c.nodes = make(map[string]*cnode)
 	clear(c.stubs)
 	c.partial = true
 	c.mu.Unlock()
-	for _, rel := range c.pol.roots {
-		if err := c.load(ctx, rel); err != nil {
-			return err
-		}
+}
+
+// loadRoots loads the roots rels side by side (and their children, see
+// reloadChildren): the store pipelines the reads on its session, so a load
+// takes a round trip per level of the tree, not one per node.
+func (c *treeCache) loadRoots(ctx context.Context, rels []string) error {
+	if len(rels) == 1 {
+		return c.load(ctx, rels[0])
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, rel := range rels {
+		g.Go(func() error { return c.load(gctx, rel) })
+	}
+	return g.Wait()
+}
+
+// endLoad completes a full load: the items this server owns are known
+// once pol.ownRel is loaded, which may have come after the items
+// directory's list; then the watcher is notified.
+func (c *treeCache) endLoad(ctx context.Context) error {
+	if err := c.refreshItemsQuiet(ctx); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	c.partial = false
 	c.mu.Unlock()
 	c.notify()
 	return nil
+}
+
+// missingRoots lists the roots (other than the job's own node) a full
+// load found absent.
+func (c *treeCache) missingRoots() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []string
+	for _, rel := range c.pol.roots {
+		if rel != "" && c.nodes[rel] == nil {
+			out = append(out, rel)
+		}
+	}
+	return out
 }
 
 // incomplete reports whether a resync is unfinished (see partial).
@@ -207,6 +262,9 @@ func (c *treeCache) load(ctx context.Context, rel string) error {
 	if c.isItemContainer(rel) {
 		return c.loadItem(ctx, rel)
 	}
+	if rel == c.pol.versioned && rel != "" {
+		return c.loadVersioned(ctx, rel)
+	}
 	data, children := c.pol.node(rel)
 	if data {
 		if err := c.reloadData(ctx, rel); err != nil {
@@ -229,6 +287,9 @@ func (c *treeCache) node(rel string) *cnode {
 }
 
 func (c *treeCache) reloadData(ctx context.Context, rel string) error {
+	if rel == c.pol.versioned && rel != "" {
+		return c.loadVersioned(ctx, rel)
+	}
 	var (
 		data   []byte
 		stat   store.Stat
@@ -307,12 +368,113 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 		}
 	}
 	c.mu.Unlock()
+	// Side by side, as resync's roots.
+	if len(toLoad) == 1 {
+		return c.load(ctx, toLoad[0])
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(childReaders)
 	for _, crel := range toLoad {
-		if err := c.load(ctx, crel); err != nil {
+		g.Go(func() error { return c.load(gctx, crel) })
+	}
+	return g.Wait()
+}
+
+// childReaders bounds the children of one node loaded at once.
+const childReaders = 32
+
+// loadVersioned loads pol.versioned (rel): a data watch on the node
+// itself, armed first, then its children and their data read without
+// watches, side by side. Every writer of a child bumps rel's data version
+// in the same transaction, so the watch fires after any change of a child
+// and the reads that follow see it (docs/zookeeper-layout.md, "config").
+// A seed (Join's own transaction) stands for the reads when rel has not
+// changed since it.
+func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
+	data, stat, ch, err := c.st.GetW(ctx, c.abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		c.mu.Lock()
+		c.dropLocked(rel)
+		c.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	seed := c.seed
+	c.seed = nil
+	c.mu.Unlock()
+	var (
+		names []string
+		kids  [][]byte
+	)
+	if seed != nil && seed.mzxid == stat.Mzxid {
+		names = slices.Sorted(maps.Keys(seed.children))
+		for _, n := range names {
+			kids = append(kids, seed.children[n])
+		}
+	} else {
+		names, _, err = c.st.Children(ctx, c.abs(rel))
+		if errors.Is(err, store.ErrNoNode) {
+			c.mu.Lock()
+			c.dropLocked(rel)
+			c.mu.Unlock()
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		kids = make([][]byte, len(names))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(childReaders)
+		for i, n := range names {
+			g.Go(func() error {
+				d, _, err := c.st.Get(gctx, c.abs(joinRel(rel, n)))
+				if errors.Is(err, store.ErrNoNode) {
+					return nil // deleted meanwhile: the watch fired
+				}
+				if err != nil {
+					return err
+				}
+				if d == nil {
+					d = []byte{}
+				}
+				kids[i] = d
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
 			return err
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(rel)
+	n.data, n.stat, n.hasData, n.dataW, n.stub = data, stat, true, ch, false
+	n.children = n.children[:0:0]
+	prefix := rel + "/"
+	for k := range c.nodes {
+		if strings.HasPrefix(k, prefix) {
+			delete(c.nodes, k)
+		}
+	}
+	for i, name := range names {
+		if kids[i] == nil {
+			continue
+		}
+		n.children = append(n.children, name)
+		c.nodes[joinRel(rel, name)] = &cnode{data: kids[i], hasData: true}
+	}
 	return nil
+}
+
+// seedVersioned records what the owner has just written under
+// pol.versioned in a transaction whose Stat of that node is st (see seed).
+func (c *treeCache) seedVersioned(st store.Stat, children map[string][]byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seed = &versionSeed{mzxid: st.Mzxid, children: children}
 }
 
 // wantedLocked reports whether execution/{name} is watched; mu held.
@@ -345,6 +507,19 @@ func (c *treeCache) wantedLocked(name string) bool {
 // refreshItems loads the execution/{item} nodes that became wanted and
 // forgets those no longer wanted; watcher only.
 func (c *treeCache) refreshItems(ctx context.Context) error {
+	rels := c.itemsToRefresh()
+	return c.loadAll(ctx, rels)
+}
+
+// refreshItemsQuiet is refreshItems without the notification (resync
+// notifies once at its end).
+func (c *treeCache) refreshItemsQuiet(ctx context.Context) error {
+	return c.loadAllQuiet(ctx, c.itemsToRefresh())
+}
+
+// itemsToRefresh drops the item containers no longer wanted and returns
+// those wanted but not loaded.
+func (c *treeCache) itemsToRefresh() []string {
 	c.mu.Lock()
 	var toLoad []string
 	if n := c.nodes[c.pol.items]; n != nil {
@@ -360,12 +535,23 @@ func (c *treeCache) refreshItems(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
-	return c.loadAll(ctx, toLoad)
+	return toLoad
 }
 
 // loadAll loads each node of rels and notifies the watcher once if any was
 // loaded. The caller must not hold c.mu.
 func (c *treeCache) loadAll(ctx context.Context, rels []string) error {
+	if err := c.loadAllQuiet(ctx, rels); err != nil {
+		return err
+	}
+	if len(rels) > 0 {
+		c.notify()
+	}
+	return nil
+}
+
+// loadAllQuiet is loadAll without the notification.
+func (c *treeCache) loadAllQuiet(ctx context.Context, rels []string) error {
 	// Item containers are independent of each other: they are read
 	// pipelined (itemReaders requests in flight), since a server taking
 	// over thousands of items (a crashed server's, after the reshard) would
@@ -385,13 +571,7 @@ func (c *treeCache) loadAll(ctx context.Context, rels []string) error {
 	for _, rel := range items {
 		g.Go(func() error { return c.load(gctx, rel) })
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	if len(rels) > 0 {
-		c.notify()
-	}
-	return nil
+	return g.Wait()
 }
 
 // known reports whether the cache can answer has(rel) for an execution

@@ -23,13 +23,19 @@ type watchPolicy struct {
 	// items, so a trigger on S servers costs each server re-arms for its
 	// own items. "": every item.
 	ownRel string
+	// versioned is a node whose children (and their data) are kept without
+	// watches of their own: every writer of a child bumps the node's data
+	// version in the same transaction, so the node's one data watch stands
+	// for all of them (treeCache.loadVersioned). "": none.
+	versioned string
 	// claimed reports an item the owner runs beyond ownRel's list (a
 	// failover claim). It is called with the cache's lock held and must not
 	// call back into the cache. nil: none.
 	claimed func(item int) bool
 }
 
-// jobWatchPolicy is the job's: config, servers and their sharding and
+// jobWatchPolicy is the job's: config (one watch on the config node,
+// whose data version every config writer bumps), servers and their sharding and
 // operator flags, the leader's election, flags and failover queue, and this
 // server's own items (ownRel, its sharding node; claimed, its failover
 // claims) with the item flags others may write.
@@ -39,6 +45,7 @@ func jobWatchPolicy(ownRel string, claimed func(int) bool) watchPolicy {
 		node:      jobNodeWatches,
 		items:     nExecution,
 		itemFlags: []string{nFailover, nDisabled},
+		versioned: nConfig,
 		ownRel:    ownRel,
 		claimed:   claimed,
 	}
@@ -53,11 +60,12 @@ func jobNodeWatches(rel string) (data, children bool) {
 		return true, false
 	case len(parts) == 1:
 		switch rel {
-		case nConfig, nServers, nExecution:
+		case nConfig:
+			// Its fields are kept through its data watch (versioned).
+			return true, false
+		case nServers, nExecution:
 			return false, true
 		}
-	case parts[0] == nConfig && len(parts) == 2:
-		return true, false
 	case parts[0] == nServers && len(parts) == 2:
 		return false, true
 	case parts[0] == nServers && len(parts) == 3:

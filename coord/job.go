@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -141,38 +142,73 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	if sess.State != store.StateConnected {
 		return nil, fmt.Errorf("coord: join job %q: store session is %s: %w", j.jname, sess.State, ErrSessionLost)
 	}
-	for _, rel := range skeleton {
-		if err := store.CreateAll(ctx, j.st, j.p.abs(rel)); err != nil {
-			return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, j.p.abs(rel), err)
-		}
+	if err := r.ensureNamespace(ctx); err != nil {
+		return nil, fmt.Errorf("coord: join job %q: %w", j.jname, err)
 	}
-	storedWins, err := j.applyOverwriteRule(ctx, local)
+	// The skeleton, the config when this join writes it, and for a new job
+	// this server's registration: one transaction (joinTransaction).
+	jt, err := j.joinTransaction(ctx, local, sess.ID)
 	if err != nil {
 		return nil, err
 	}
-	fields, err := j.readConfigFields(ctx)
-	if err != nil {
-		return nil, err
+	// The config is read once, by the tree cache's watched load (seeded
+	// with what jt wrote, when nothing changed it since), before this
+	// server registers on a stored config: a config that does not decode
+	// refuses the join without a trace in the store.
+	j.cache.beginLoad()
+	if err := j.cache.loadRoots(ctx, []string{nConfig}); err != nil {
+		return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err))
 	}
-	if storedWins {
+	fields := j.cachedConfigFields()
+	if t, ok := fields[jobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
+		return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), strings.TrimSpace(t), local.Type()))
+	}
+	if jt.storedWins {
 		j.warnStoredWins(configFields(local), fields)
 	}
 	cfg, err := j.decodeConfig(fields)
 	if err != nil {
-		return nil, err
+		return nil, j.abandonJoin(ctx, jt.registered, err)
 	}
 	j.cfg, j.itemParams, j.cfgFields, j.lastTotal = cfg, itemParameters(cfg), fields, cfg.ShardingTotalCount
 	j.localDisabled = local.Disabled
-	if err := j.registerServer(ctx, sess.ID, true); err != nil {
-		return nil, err
+	if !jt.registered {
+		if err := j.registerServer(ctx, sess.ID, true); err != nil {
+			return nil, err
+		}
 	}
-	if err := j.cache.resync(ctx); err != nil {
+	rest := slices.DeleteFunc(slices.Clone(j.cache.pol.roots), func(rel string) bool { return rel == nConfig })
+	if err := j.cache.loadRoots(ctx, rest); err != nil {
+		_ = j.goOffline(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
+	}
+	if missing := j.cache.missingRoots(); len(missing) > 0 {
+		// A skeleton left partial below an existing top-level node (the
+		// transaction took it as whole): create it node by node and load
+		// again.
+		j.log.Info("job skeleton incomplete; creating the missing nodes", "missing", missing)
+		for _, rel := range skeletonNodes {
+			if err := store.CreateAll(ctx, j.st, j.p.abs(rel)); err != nil {
+				_ = j.goOffline(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, j.p.abs(rel), err)
+			}
+		}
+		j.cache.beginLoad()
+		if err := j.cache.loadRoots(ctx, j.cache.pol.roots); err != nil {
+			_ = j.goOffline(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
+		}
+	}
+	if err := j.cache.endLoad(ctx); err != nil {
+		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 	}
 	j.regSession = sess.ID
 	j.regCtx, j.regCancel = context.WithCancel(context.Background())
 	j.lostCh = make(chan struct{})
-	if err := j.setNecessary(ctx); err != nil {
+	if jt.registered {
+		// The transaction raised the flag already.
+	} else if err := j.setNecessary(ctx); err != nil {
 		j.regCancel()
 		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
@@ -192,18 +228,111 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	return j, nil
 }
 
-// applyOverwriteRule writes the local config when nothing is stored or
-// Overwrite is set; a stored config of another job type is a conflict.
-// Joiners racing on a new job all plan a create: one wins, and the others
-// re-plan on the stored config (multiRetry), keeping it unless Overwrite.
-// storedWins is true when a stored config was kept.
-func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) (storedWins bool, _ error) {
+// joinResult is what joinTransaction did.
+type joinResult struct {
+	// storedWins: a stored config was kept (not overwritten).
+	storedWins bool
+	// registered: the transaction registered this server too (a new job):
+	// registerServer and setNecessary are done.
+	registered bool
+}
+
+// joinTransaction makes sure the job's skeleton exists and writes the local
+// config when nothing is stored or Overwrite is set, in one transaction;
+// for a job that does not exist yet, the same transaction registers this
+// server (registerServer's nodes) and raises the resharding flag. A stored
+// config of another job type is a conflict (checked here only when this
+// join would overwrite it; otherwise on the cache's read, before
+// registering).
+//
+// Joiners racing on a new job all plan the same creation: one wins, and
+// the others re-plan on what is stored (multiRetry), keeping the stored
+// config unless Overwrite. The first attempt takes the skeleton below an
+// existing top-level node (leader, guarantee) as present; a transaction
+// that fails on a missing parent re-plans from reads of every skeleton
+// node.
+//
+// Every config write bumps the config node's data version in the same
+// transaction (servers watch that node only; docs/zookeeper-layout.md), and
+// the cache is seeded with what was written.
+func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid int64) (joinResult, error) {
 	fields := configFields(local)
 	keys := slices.Sorted(maps.Keys(fields))
-	err := multiRetry(ctx, j.st, func(ctx context.Context, _ int) ([]store.Op, error) {
-		names, _, err := j.st.Children(ctx, j.p.abs(nConfig))
+	var (
+		res    joinResult
+		wrote  map[string][]byte // the config fields written, when they are all there is
+		bumpAt int               // index of the config bump in the ops; -1: none
+	)
+	results, err := multiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+		res, wrote, bumpAt = joinResult{}, nil, -1
+		top, _, err := j.st.Children(ctx, j.p.root)
+		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
+			// Maybe the namespace went (ErrNoParent).
+			if err := store.CreateAll(ctx, j.st, store.Parent(j.p.root)); err != nil {
+				return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, store.Parent(j.p.root), err)
+			}
+		}
+		if errors.Is(err, store.ErrNoNode) {
+			// A new job: everything in one transaction.
+			ops := []store.Op{&store.CreateOp{Path: j.p.root}}
+			for _, rel := range skeletonNodes {
+				ops = append(ops, &store.CreateOp{Path: j.p.abs(rel)})
+			}
+			wrote = make(map[string][]byte, len(keys))
+			for _, k := range keys {
+				ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
+				wrote[k] = []byte(fields[k])
+			}
+			bumpAt = len(ops)
+			ops = append(ops, bumpConfig(j.p),
+				&store.CreateOp{Path: j.p.server(j.id)},
+				&store.CreateOp{Path: j.p.server(j.id, nHostName), Data: []byte(j.reg.cfg.HostName)},
+				&store.CreateOp{Path: j.p.server(j.id, nDisabled), Data: flagData(local.Disabled)},
+				&store.CreateOp{Path: j.p.server(j.id, nStatus), Data: []byte(statusReady), Mode: store.Ephemeral},
+				touchMembership(j.p),
+				&store.CreateOp{Path: j.p.abs(relNecessary)},
+			)
+			res.registered = true
+			return ops, nil
+		}
 		if err != nil {
-			return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
+			return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.root, err)
+		}
+		var ops []store.Op
+		missing := func(rel string) bool {
+			for p := rel; p != "."; p = path.Dir(p) {
+				if !strings.Contains(p, "/") && !slices.Contains(top, p) {
+					return true // its top-level node is missing
+				}
+			}
+			return false
+		}
+		for _, rel := range skeletonNodes {
+			switch {
+			case missing(rel):
+				ops = append(ops, &store.CreateOp{Path: j.p.abs(rel)})
+			case attempt > 0 && strings.Contains(rel, "/"):
+				// A transaction failed: maybe on a missing parent below
+				// an existing top-level node.
+				ok, _, err := j.st.Exists(ctx, j.p.abs(rel))
+				if err != nil {
+					return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.abs(rel), err)
+				}
+				if !ok {
+					ops = append(ops, &store.CreateOp{Path: j.p.abs(rel)})
+				}
+			}
+		}
+		var names []string
+		if slices.Contains(top, nConfig) {
+			names, _, err = j.st.Children(ctx, j.p.abs(nConfig))
+			if err != nil && !errors.Is(err, store.ErrNoNode) {
+				return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
+			}
+		}
+		if len(names) > 0 && !local.Overwrite {
+			res.storedWins = true
+			return ops, nil
 		}
 		if slices.Contains(names, jobTypeField) {
 			data, _, err := j.st.Get(ctx, j.p.config(jobTypeField))
@@ -214,27 +343,61 @@ func (j *job) applyOverwriteRule(ctx context.Context, local jobconfig.Config) (s
 				return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, local.Type())
 			}
 		}
-		if len(names) > 0 && !local.Overwrite {
-			storedWins = true
-			return nil, nil
-		}
-		ops := make([]store.Op, 0, len(keys))
+		wrote = make(map[string][]byte, len(keys))
 		for _, k := range keys {
 			if slices.Contains(names, k) {
 				ops = append(ops, &store.SetOp{Path: j.p.config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
 			} else {
 				ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
 			}
+			wrote[k] = []byte(fields[k])
 		}
-		return ops, nil
+		for _, n := range names {
+			if _, ok := wrote[n]; !ok {
+				wrote = nil // stored fields beyond ours: the cache reads them all
+				break
+			}
+		}
+		bumpAt = len(ops)
+		return append(ops, bumpConfig(j.p)), nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrBadConfig) {
-			return false, err
+			return joinResult{}, err
 		}
-		return false, fmt.Errorf("coord: join job %q: write config: %w", j.jname, err)
+		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
 	}
-	return storedWins, nil
+	if wrote != nil && bumpAt >= 0 && bumpAt < len(results) {
+		j.cache.seedVersioned(results[bumpAt].Stat, wrote)
+	}
+	return res, nil
+}
+
+// bumpConfig is the operation every transaction writing config fields
+// includes: it bumps the data version of the config node, the one node of
+// the config that servers watch (docs/zookeeper-layout.md).
+func bumpConfig(p jobPaths) store.Op {
+	return &store.SetOp{Path: p.abs(nConfig), Version: store.AnyVersion}
+}
+
+// abandonJoin undoes a registration the join transaction made (a new job
+// whose config, read back, is refused) and returns err.
+func (j *job) abandonJoin(ctx context.Context, registered bool, err error) error {
+	if registered {
+		_ = j.goOffline(context.WithoutCancel(ctx))
+	}
+	return err
+}
+
+// cachedConfigFields returns the config fields the tree cache holds.
+func (j *job) cachedConfigFields() map[string]string {
+	fields := make(map[string]string)
+	for _, n := range j.cache.children(nConfig) {
+		if d, _, ok := j.cache.get(nConfig + "/" + n); ok {
+			fields[n] = string(d)
+		}
+	}
+	return fields
 }
 
 // warnStoredWins logs at Warn which fields of the local config lose to
@@ -327,13 +490,28 @@ func decodeStoredConfig(p jobPaths, name string, fields map[string]string) (jobc
 // writing this server's flags at the same time makes it re-plan.
 func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 	statusPath := j.p.server(j.id, nStatus)
-	if err := store.CreateAll(ctx, j.st, j.p.server(j.id)); err != nil {
-		return fmt.Errorf("coord: job %q: create %s: %w", j.jname, j.p.server(j.id), err)
-	}
 	err := multiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+		// The two reads side by side (one round trip).
+		var (
+			kids      []string
+			kerr      error
+			noDir     bool
+			readsDone = make(chan struct{})
+		)
+		go func() {
+			defer close(readsDone)
+			kids, _, kerr = j.st.Children(ctx, j.p.server(j.id))
+		}()
 		ok, stat, err := j.st.Exists(ctx, statusPath)
+		<-readsDone
 		if err != nil {
 			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
+		}
+		if errors.Is(kerr, store.ErrNoNode) {
+			noDir, kerr = true, nil
+		}
+		if kerr != nil {
+			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id), kerr)
 		}
 		if ok && stat.EphemeralOwner != sid && first && attempt == 0 {
 			ok, stat, err = j.awaitStatusGone(ctx, statusPath, sid)
@@ -344,11 +522,10 @@ func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 		if ok && stat.EphemeralOwner != sid {
 			return nil, fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, statusPath, stat.EphemeralOwner, j.reg.serverIDSetting())
 		}
-		kids, _, err := j.st.Children(ctx, j.p.server(j.id))
-		if err != nil {
-			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id), err)
-		}
 		var ops []store.Op
+		if noDir {
+			ops = append(ops, &store.CreateOp{Path: j.p.server(j.id)})
+		}
 		put := func(name string, data []byte) {
 			if slices.Contains(kids, name) {
 				ops = append(ops, &store.SetOp{Path: j.p.server(j.id, name), Data: data, Version: store.AnyVersion})

@@ -78,10 +78,12 @@ func (p jobPaths) queued(item int) string {
 	return store.Join(p.root, relFailoverQ, strconv.Itoa(item))
 }
 
-// skeleton lists the persistent nodes Join makes sure exist.
-var skeleton = []string{
-	nConfig, nServers, nExecution, relLatch, relShardingDir, relFailoverQ,
-	"guarantee/started", "guarantee/completed", nSystemTime,
+// skeletonNodes lists the persistent nodes Join makes sure exist, each
+// after its parent (one transaction creates those missing).
+var skeletonNodes = []string{
+	nConfig, nServers, nExecution,
+	nLeader, relElection, relLatch, relShardingDir, relFailoverDir, relFailoverQ,
+	nGuarantee, "guarantee/started", "guarantee/completed", nSystemTime,
 }
 
 // relServer and relItem build cache keys.

@@ -28,28 +28,36 @@ const writeAttempts = 8
 // race but the plan's own precondition (say, a create of a node that must
 // not exist).
 func multiRetry(ctx context.Context, st store.Store, plan func(ctx context.Context, attempt int) ([]store.Op, error)) error {
+	_, err := multiRetryResults(ctx, st, plan)
+	return err
+}
+
+// multiRetryResults is multiRetry returning the results of the Multi that
+// succeeded (nil when the last plan had no operations).
+func multiRetryResults(ctx context.Context, st store.Store, plan func(ctx context.Context, attempt int) ([]store.Op, error)) ([]store.OpResult, error) {
 	var prev []store.Op
 	var err error
 	for attempt := range writeAttempts {
 		ops, perr := plan(ctx, attempt)
 		if perr != nil {
-			return perr
+			return nil, perr
 		}
 		if len(ops) == 0 {
-			return nil
+			return nil, nil
 		}
 		if attempt > 0 && reflect.DeepEqual(ops, prev) {
-			return err
+			return nil, err
 		}
-		if _, err = st.Multi(ctx, ops...); err == nil {
-			return nil
+		var res []store.OpResult
+		if res, err = st.Multi(ctx, ops...); err == nil {
+			return res, nil
 		}
 		if !raced(err) {
-			return err
+			return nil, err
 		}
 		prev = ops
 	}
-	return fmt.Errorf("coord: %d attempts lost to concurrent writers: %w", writeAttempts, err)
+	return nil, fmt.Errorf("coord: %d attempts lost to concurrent writers: %w", writeAttempts, err)
 }
 
 // raced reports whether a Multi failed because the nodes it planned on

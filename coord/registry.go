@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
@@ -33,6 +34,8 @@ type Registry struct {
 	mu     sync.Mutex
 	jobs   map[string]*job
 	closed bool
+	// nsReady: the namespace node is known to exist (ensureNamespace).
+	nsReady atomic.Bool
 }
 
 func newRegistry(st store.Store, cfg RegistryConfig) (*registry, error) {
@@ -145,6 +148,19 @@ func (r *registry) startJobAcrossBlips(ctx context.Context, cfg jobconfig.Config
 			return nil, err
 		}
 	}
+}
+
+// ensureNamespace creates the namespace node unless a join of this
+// Registry made sure of it already (it is never deleted by coord).
+func (r *registry) ensureNamespace(ctx context.Context) error {
+	if r.nsReady.Load() {
+		return nil
+	}
+	if err := store.CreateAll(ctx, r.st, store.Join(r.cfg.Namespace)); err != nil {
+		return fmt.Errorf("create %s: %w", store.Join(r.cfg.Namespace), err)
+	}
+	r.nsReady.Store(true)
+	return nil
 }
 
 // forget is called by a job's Leave.

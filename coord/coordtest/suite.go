@@ -41,6 +41,7 @@ func Run(t *testing.T, b Backend) {
 		{"SessionExpiry", testSessionExpiry},
 		{"ClockSkew", testClockSkew},
 		{"CorruptedConfig", testCorruptedConfig},
+		{"ConfigEdits", testConfigEdits},
 		{"Once", testOnce},
 		{"OnceTimeout", testOnceTimeout},
 		{"OnceDisabledItem", testOnceDisabledItem},
@@ -754,6 +755,9 @@ func testCorruptedConfig(t *testing.T, h *Harness) {
 		if _, err := adminSt.Set(ctx, path, []byte(tc.value), store.AnyVersion); err != nil {
 			t.Fatal(err)
 		}
+		// A hand edit is followed by a bump of the config node, which is
+		// what servers watch (docs/zookeeper-layout.md).
+		bumpConfig(t, h, adminSt, "job")
 		// The edit reaches the job through its watch.
 		h.Signals.ConfigApplied.Wait(t, signalWait, "the job refusing the corrupted config", func(e testsignal.ConfigApplied) bool {
 			return e.Server == "a" && e.Job == "job" && errors.Is(e.Err, coord.ErrBadConfig)
@@ -779,6 +783,7 @@ func testCorruptedConfig(t *testing.T, h *Harness) {
 		if _, err := adminSt.Set(ctx, path, old, store.AnyVersion); err != nil {
 			t.Fatal(err)
 		}
+		bumpConfig(t, h, adminSt, "job")
 		h.Signals.ConfigApplied.Wait(t, signalWait, "the repaired config applied", func(e testsignal.ConfigApplied) bool {
 			return e.Server == "a" && e.Job == "job" && e.Err == nil
 		})
@@ -789,6 +794,84 @@ func testCorruptedConfig(t *testing.T, h *Harness) {
 		if err := r.Complete(ctx, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// testConfigEdits: servers watch the config node only (its data version
+// bumped by every config writer), not each field: an edit through the
+// Admin, a hand edit followed by a bump, and an edit made while a server's
+// session is suspended all reach every joined server.
+func testConfigEdits(t *testing.T, h *Harness) {
+	a := h.Start("a", Config("job", 2))
+	b := h.Start("b", Config("job", 2))
+	ctx := testCtx(t)
+	adminSt := h.B.Connect(t)
+	configNode := store.Join(h.NS, "job", "config")
+	version := func() int32 {
+		_, st, err := adminSt.Get(ctx, configNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Version
+	}
+	// applied waits until each of servers has applied jobParameter=param
+	// (the signals of several servers come in any order).
+	applied := func(what, param string, servers ...*Server) {
+		t.Helper()
+		left := map[string]*Server{}
+		for _, s := range servers {
+			left[s.ID] = s
+		}
+		for len(left) > 0 {
+			h.Signals.ConfigApplied.Wait(t, signalWait, what, func(e testsignal.ConfigApplied) bool {
+				s := left[e.Server]
+				if e.Job != "job" || s == nil || e.Err != nil || s.Job.Config().JobParameter != param {
+					return false
+				}
+				delete(left, e.Server)
+				return true
+			})
+		}
+	}
+	// Through the Admin: the field and the config node's version together.
+	v0 := version()
+	if err := h.Admin.SetConfig(ctx, "job", "jobParameter", "p1"); err != nil {
+		t.Fatal(err)
+	}
+	if v := version(); v != v0+1 {
+		t.Fatalf("config node version after SetConfig = %d, want %d (bumped once)", v, v0+1)
+	}
+	applied("the Admin's edit", "p1", a, b)
+	// By hand: the field node, then the bump.
+	if _, err := adminSt.Set(ctx, store.Join(configNode, "jobParameter"), []byte("p2"), store.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	bumpConfig(t, h, adminSt, "job")
+	applied("the hand edit", "p2", a, b)
+	// While b's session is suspended: b applies it once reconnected.
+	h.B.Disconnect(t, b.St)
+	if err := h.Admin.SetConfig(ctx, "job", "jobParameter", "p3"); err != nil {
+		t.Fatal(err)
+	}
+	applied("the edit made while b was suspended", "p3", a)
+	h.B.Reconnect(t, b.St)
+	applied("the edit made while b was suspended", "p3", b)
+	runs := BeginAll(t, a, b)
+	AssertPartition(t, 2, runs...)
+	for _, r := range runs {
+		if p := r.Config().JobParameter; p != "p3" {
+			t.Fatalf("run's jobParameter = %q, want p3", p)
+		}
+	}
+	CompleteAll(t, runs...)
+}
+
+// bumpConfig bumps the data version of job's config node, as an operator
+// does after editing a field node by hand.
+func bumpConfig(t *testing.T, h *Harness, st store.Store, job string) {
+	t.Helper()
+	if _, err := st.Set(testCtx(t), store.Join(h.NS, job, "config"), nil, store.AnyVersion); err != nil {
+		t.Fatalf("bump %s's config node: %v", job, err)
 	}
 }
 
