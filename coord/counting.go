@@ -85,6 +85,30 @@ func (s *CountingStore) ChildrenW(ctx context.Context, path string) ([]string, s
 	return s.Store.ChildrenW(ctx, path)
 }
 
+// GetWFunc counts a read; it forwards store.FuncWatcher (see
+// ForwardsFuncWatches).
+func (s *CountingStore) GetWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
+	s.reads.Add(1)
+	return s.Store.(store.FuncWatcher).GetWFunc(ctx, path, fn)
+}
+
+// ExistsWFunc counts a read; it forwards store.FuncWatcher.
+func (s *CountingStore) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
+	s.reads.Add(1)
+	return s.Store.(store.FuncWatcher).ExistsWFunc(ctx, path, fn)
+}
+
+// ChildrenWFunc counts a read; it forwards store.FuncWatcher.
+func (s *CountingStore) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
+	s.reads.Add(1)
+	return s.Store.(store.FuncWatcher).ChildrenWFunc(ctx, path, fn)
+}
+
+// ForwardsFuncWatches reports whether the wrapped store implements
+// store.FuncWatcher, which the ...WFunc methods forward
+// (store.FuncWatchForwarder).
+func (s *CountingStore) ForwardsFuncWatches() bool { return store.FuncWatcherOf(s.Store) != nil }
+
 // Set counts a write.
 func (s *CountingStore) Set(ctx context.Context, path string, data []byte, version int32) (store.Stat, error) {
 	s.writes.Add(1)

@@ -220,7 +220,7 @@ func (sess *Session) Reconnect() {
 	sess.disconnected = false
 	if sess.live {
 		for _, q := range sess.queued {
-			q.w.ch <- q.ev
+			q.w.fire(q.ev)
 		}
 		sess.queued = nil
 	} else {
@@ -294,103 +294,132 @@ func (sess *Session) Create(ctx context.Context, p string, data []byte, mode sto
 
 // Get returns a node's data (a copy) and stat; see store.Store.
 func (sess *Session) Get(ctx context.Context, p string) ([]byte, store.Stat, error) {
-	data, st, _, err := sess.get(ctx, p, false)
-	return data, st, err
+	return sess.get(ctx, p, nil)
 }
 
 // GetW is Get plus a one-shot watch for data change or deletion.
 func (sess *Session) GetW(ctx context.Context, p string) ([]byte, store.Stat, <-chan store.Event, error) {
-	return sess.get(ctx, p, true)
+	ch, fire := chanWatch()
+	data, st, err := sess.get(ctx, p, fire)
+	if err != nil {
+		return nil, store.Stat{}, nil, err
+	}
+	return data, st, ch, nil
 }
 
-func (sess *Session) get(ctx context.Context, p string, watch bool) ([]byte, store.Stat, <-chan store.Event, error) {
+// GetWFunc is GetW with the event delivered to fn; see store.FuncWatcher.
+func (sess *Session) GetWFunc(ctx context.Context, p string, fn store.WatchFunc) ([]byte, store.Stat, error) {
+	return sess.get(ctx, p, fn)
+}
+
+// get reads p and, with a non-nil fire, arms a data watch.
+func (sess *Session) get(ctx context.Context, p string, fire store.WatchFunc) ([]byte, store.Stat, error) {
 	if err := sess.enter(ctx, "get", p); err != nil {
-		return nil, store.Stat{}, nil, err
+		return nil, store.Stat{}, err
 	}
 	s := sess.srv
 	defer s.mu.Unlock()
 	s.stats.Reads++
 	if err := validate("get", p, false); err != nil {
-		return nil, store.Stat{}, nil, err
+		return nil, store.Stat{}, err
 	}
 	n := s.nodes[p]
 	if n == nil {
-		return nil, store.Stat{}, nil, fmt.Errorf("memstore: get %q: %w", p, store.ErrNoNode)
+		return nil, store.Stat{}, fmt.Errorf("memstore: get %q: %w", p, store.ErrNoNode)
 	}
-	var ch <-chan store.Event
-	if watch {
-		ch = s.addWatchLocked(sess, p, dataWatch)
+	if fire != nil {
+		s.addWatchLocked(sess, p, dataWatch, fire)
 	}
-	return cloneBytes(n.data), n.stat, ch, nil
+	return cloneBytes(n.data), n.stat, nil
 }
 
 // Exists reports whether a node exists; see store.Store.
 func (sess *Session) Exists(ctx context.Context, p string) (bool, store.Stat, error) {
-	ok, st, _, err := sess.exists(ctx, p, false)
-	return ok, st, err
+	return sess.exists(ctx, p, nil)
 }
 
 // ExistsW is Exists plus a one-shot watch; on a missing node it fires on creation.
 func (sess *Session) ExistsW(ctx context.Context, p string) (bool, store.Stat, <-chan store.Event, error) {
-	return sess.exists(ctx, p, true)
+	ch, fire := chanWatch()
+	ok, st, err := sess.exists(ctx, p, fire)
+	if err != nil {
+		return false, store.Stat{}, nil, err
+	}
+	return ok, st, ch, nil
 }
 
-func (sess *Session) exists(ctx context.Context, p string, watch bool) (bool, store.Stat, <-chan store.Event, error) {
+// ExistsWFunc is ExistsW with the event delivered to fn; see
+// store.FuncWatcher.
+func (sess *Session) ExistsWFunc(ctx context.Context, p string, fn store.WatchFunc) (bool, store.Stat, error) {
+	return sess.exists(ctx, p, fn)
+}
+
+// exists reads p's existence and, with a non-nil fire, arms a data watch.
+func (sess *Session) exists(ctx context.Context, p string, fire store.WatchFunc) (bool, store.Stat, error) {
 	if err := sess.enter(ctx, "exists", p); err != nil {
-		return false, store.Stat{}, nil, err
+		return false, store.Stat{}, err
 	}
 	s := sess.srv
 	defer s.mu.Unlock()
 	s.stats.Reads++
 	if err := validate("exists", p, false); err != nil {
-		return false, store.Stat{}, nil, err
+		return false, store.Stat{}, err
 	}
-	var ch <-chan store.Event
-	if watch {
-		ch = s.addWatchLocked(sess, p, dataWatch)
+	if fire != nil {
+		s.addWatchLocked(sess, p, dataWatch, fire)
 	}
 	n := s.nodes[p]
 	if n == nil {
-		return false, store.Stat{}, ch, nil
+		return false, store.Stat{}, nil
 	}
-	return true, n.stat, ch, nil
+	return true, n.stat, nil
 }
 
 // Children lists a node's children, sorted; see store.Store.
 func (sess *Session) Children(ctx context.Context, p string) ([]string, store.Stat, error) {
-	names, st, _, err := sess.children(ctx, p, false)
-	return names, st, err
+	return sess.children(ctx, p, nil)
 }
 
 // ChildrenW is Children plus a one-shot watch for child changes or deletion.
 func (sess *Session) ChildrenW(ctx context.Context, p string) ([]string, store.Stat, <-chan store.Event, error) {
-	return sess.children(ctx, p, true)
+	ch, fire := chanWatch()
+	names, st, err := sess.children(ctx, p, fire)
+	if err != nil {
+		return nil, store.Stat{}, nil, err
+	}
+	return names, st, ch, nil
 }
 
-func (sess *Session) children(ctx context.Context, p string, watch bool) ([]string, store.Stat, <-chan store.Event, error) {
+// ChildrenWFunc is ChildrenW with the event delivered to fn; see
+// store.FuncWatcher.
+func (sess *Session) ChildrenWFunc(ctx context.Context, p string, fn store.WatchFunc) ([]string, store.Stat, error) {
+	return sess.children(ctx, p, fn)
+}
+
+// children lists p's children and, with a non-nil fire, arms a child watch.
+func (sess *Session) children(ctx context.Context, p string, fire store.WatchFunc) ([]string, store.Stat, error) {
 	if err := sess.enter(ctx, "children", p); err != nil {
-		return nil, store.Stat{}, nil, err
+		return nil, store.Stat{}, err
 	}
 	s := sess.srv
 	defer s.mu.Unlock()
 	s.stats.Reads++
 	if err := validate("children", p, false); err != nil {
-		return nil, store.Stat{}, nil, err
+		return nil, store.Stat{}, err
 	}
 	n := s.nodes[p]
 	if n == nil {
-		return nil, store.Stat{}, nil, fmt.Errorf("memstore: children %q: %w", p, store.ErrNoNode)
+		return nil, store.Stat{}, fmt.Errorf("memstore: children %q: %w", p, store.ErrNoNode)
 	}
 	names := make([]string, 0, len(n.children))
 	for c := range n.children {
 		names = append(names, c)
 	}
 	sort.Strings(names)
-	var ch <-chan store.Event
-	if watch {
-		ch = s.addWatchLocked(sess, p, childWatch)
+	if fire != nil {
+		s.addWatchLocked(sess, p, childWatch, fire)
 	}
-	return names, n.stat, ch, nil
+	return names, n.stat, nil
 }
 
 // Set replaces a node's data if its version matches; see store.Store.

@@ -13,13 +13,15 @@ const (
 	childWatch
 )
 
-// watch is one one-shot watch. Its channel has capacity 1 and receives
-// exactly one event, so sending never blocks, even with the lock held.
+// watch is one one-shot watch. fire is called exactly once, with the
+// server's lock held: it sends on a channel of capacity 1 (GetW and the
+// like) or calls a store.WatchFunc (GetWFunc and the like), neither of
+// which blocks.
 type watch struct {
 	owner *Session
 	path  string
 	kind  watchKind
-	ch    chan store.Event
+	fire  store.WatchFunc
 }
 
 func (s *Server) table(k watchKind) map[string]map[*watch]struct{} {
@@ -29,9 +31,16 @@ func (s *Server) table(k watchKind) map[string]map[*watch]struct{} {
 	return s.childWatches
 }
 
+// chanWatch returns a channel of capacity 1 and the function that sends
+// the watch's one event on it.
+func chanWatch() (<-chan store.Event, store.WatchFunc) {
+	ch := make(chan store.Event, 1)
+	return ch, func(ev store.Event) { ch <- ev }
+}
+
 // addWatchLocked registers a watch for the session's current session.
-func (s *Server) addWatchLocked(owner *Session, p string, k watchKind) <-chan store.Event {
-	w := &watch{owner: owner, path: p, kind: k, ch: make(chan store.Event, 1)}
+func (s *Server) addWatchLocked(owner *Session, p string, k watchKind, fire store.WatchFunc) {
+	w := &watch{owner: owner, path: p, kind: k, fire: fire}
 	t := s.table(k)
 	ws := t[p]
 	if ws == nil {
@@ -40,7 +49,6 @@ func (s *Server) addWatchLocked(owner *Session, p string, k watchKind) <-chan st
 	}
 	ws[w] = struct{}{}
 	owner.watches[w] = struct{}{}
-	return w.ch
 }
 
 // unregisterLocked removes a watch from the server's table and its owner.
@@ -71,7 +79,7 @@ func (s *Server) fireLocked(p string, k watchKind, typ store.EventType) {
 			w.owner.queued = append(w.owner.queued, queuedEvent{w, ev})
 			continue
 		}
-		w.ch <- ev
+		w.fire(ev)
 	}
 }
 
@@ -85,10 +93,10 @@ type queuedEvent struct {
 func (s *Server) dropWatchesLocked(sess *Session, cause error) {
 	for w := range sess.watches {
 		s.unregisterLocked(w)
-		w.ch <- store.Event{Type: store.EventNotWatching, Path: w.path, Err: cause}
+		w.fire(store.Event{Type: store.EventNotWatching, Path: w.path, Err: cause})
 	}
 	for _, q := range sess.queued {
-		q.w.ch <- store.Event{Type: store.EventNotWatching, Path: q.w.path, Err: cause}
+		q.w.fire(store.Event{Type: store.EventNotWatching, Path: q.w.path, Err: cause})
 	}
 	sess.queued = nil
 }

@@ -55,6 +55,7 @@ func Run(t *testing.T, h Harness) {
 	parallel(t, "Sequential", s.sequential)
 	parallel(t, "Stat", s.stat)
 	parallel(t, "Watches", s.watches)
+	parallel(t, "WatchFuncs", s.watchFuncs)
 	parallel(t, "Multi", s.multi)
 	parallel(t, "Ephemeral", s.ephemeral)
 	parallel(t, "Session", s.session)

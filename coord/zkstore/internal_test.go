@@ -32,11 +32,23 @@ func TestWatchKindsFireOnTheEventsZooKeeperSends(t *testing.T) {
 	}
 }
 
+// chanW is a watch armed with a channel, as GetW and the like arm it.
+type chanW struct {
+	*watch
+	ch <-chan store.Event
+}
+
+// chanWatchAdd arms a channel watch on r.
+func chanWatchAdd(r *watchRegistry, full, p string, k watchKind, gen uint64) chanW {
+	ch, fire := chanWatch()
+	return chanW{r.add(full, p, k, gen, fire), ch}
+}
+
 func TestRegistryFiresEachWatchOnceAndOnlyForItsGeneration(t *testing.T) {
 	r := newWatchRegistry()
-	data := r.add("/ns/a", "/a", watchData, 1)
-	child := r.add("/ns/a", "/a", watchChild, 1)
-	newer := r.add("/ns/a", "/a", watchData, 2)
+	data := chanWatchAdd(r, "/ns/a", "/a", watchData, 1)
+	child := chanWatchAdd(r, "/ns/a", "/a", watchChild, 1)
+	newer := chanWatchAdd(r, "/ns/a", "/a", watchData, 2)
 
 	r.dispatch(1, "/ns/a", zk.EventNodeDataChanged, store.EventNodeDataChanged)
 	if ev := <-data.ch; ev.Type != store.EventNodeDataChanged || ev.Path != "/a" {
@@ -49,7 +61,7 @@ func TestRegistryFiresEachWatchOnceAndOnlyForItsGeneration(t *testing.T) {
 	if len(data.ch) != 0 {
 		t.Fatal("a one-shot watch fired twice")
 	}
-	if r.remove("/ns/a", data) {
+	if r.remove("/ns/a", data.watch) {
 		t.Fatal("remove of a fired watch reported it armed")
 	}
 
@@ -65,7 +77,7 @@ func TestRegistryFiresEachWatchOnceAndOnlyForItsGeneration(t *testing.T) {
 	if ev := <-newer.ch; ev.Type != store.EventNotWatching || !errors.Is(ev.Err, store.ErrClosed) {
 		t.Fatalf("closed watch got %+v", ev)
 	}
-	late := r.add("/ns/b", "/b", watchExist, 2)
+	late := chanWatchAdd(r, "/ns/b", "/b", watchExist, 2)
 	if ev := <-late.ch; !errors.Is(ev.Err, store.ErrClosed) {
 		t.Fatalf("watch armed after close got %+v, want not-watching ErrClosed at once", ev)
 	}

@@ -112,15 +112,29 @@ func (s *Store) Get(ctx context.Context, path string) ([]byte, store.Stat, error
 // change or deletion, or with EventNotWatching when the session expires or
 // the store closes. On error no watch is armed.
 func (s *Store) GetW(ctx context.Context, path string) ([]byte, store.Stat, <-chan store.Event, error) {
-	if err := store.ValidatePath(path); err != nil {
+	ch, fire := chanWatch()
+	data, st, err := s.getW(ctx, path, fire)
+	if err != nil {
 		return nil, store.Stat{}, nil, err
+	}
+	return data, st, ch, nil
+}
+
+// GetWFunc is GetW with the event delivered to fn; see store.FuncWatcher.
+func (s *Store) GetWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
+	return s.getW(ctx, path, onceFunc(fn))
+}
+
+func (s *Store) getW(ctx context.Context, path string, fire store.WatchFunc) ([]byte, store.Stat, error) {
+	if err := store.ValidatePath(path); err != nil {
+		return nil, store.Stat{}, err
 	}
 	full := s.full(path)
 	var data []byte
 	var st *zk.Stat
 	var w *watch
 	c, err := s.call(ctx, func(c *client) error {
-		w = s.watches.add(full, path, watchData, c.gen)
+		w = s.watches.add(full, path, watchData, c.gen, fire)
 		var err error
 		data, st, _, err = c.conn.GetW(full)
 		if err != nil {
@@ -129,9 +143,9 @@ func (s *Store) GetW(ctx context.Context, path string) ([]byte, store.Stat, <-ch
 		return err
 	}, func() { s.watches.remove(full, w) })
 	if err != nil {
-		return nil, store.Stat{}, nil, s.mapErr(c, "get", path, err)
+		return nil, store.Stat{}, s.mapErr(c, "get", path, err)
 	}
-	return data, toStat(st), w.ch, nil
+	return data, toStat(st), nil
 }
 
 // Exists reports whether a node exists; a missing node is not an error.
@@ -159,15 +173,30 @@ func (s *Store) Exists(ctx context.Context, path string) (bool, store.Stat, erro
 // data change or deletion, on a missing node on creation; EventNotWatching
 // when the session expires or the store closes.
 func (s *Store) ExistsW(ctx context.Context, path string) (bool, store.Stat, <-chan store.Event, error) {
-	if err := store.ValidatePath(path); err != nil {
+	ch, fire := chanWatch()
+	ok, st, err := s.existsW(ctx, path, fire)
+	if err != nil {
 		return false, store.Stat{}, nil, err
+	}
+	return ok, st, ch, nil
+}
+
+// ExistsWFunc is ExistsW with the event delivered to fn; see
+// store.FuncWatcher.
+func (s *Store) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
+	return s.existsW(ctx, path, onceFunc(fn))
+}
+
+func (s *Store) existsW(ctx context.Context, path string, fire store.WatchFunc) (bool, store.Stat, error) {
+	if err := store.ValidatePath(path); err != nil {
+		return false, store.Stat{}, err
 	}
 	full := s.full(path)
 	var ok bool
 	var st *zk.Stat
 	var w *watch
 	c, err := s.call(ctx, func(c *client) error {
-		w = s.watches.add(full, path, watchExist, c.gen)
+		w = s.watches.add(full, path, watchExist, c.gen, fire)
 		var err error
 		ok, st, _, err = c.conn.ExistsW(full)
 		if err != nil {
@@ -176,12 +205,12 @@ func (s *Store) ExistsW(ctx context.Context, path string) (bool, store.Stat, <-c
 		return err
 	}, func() { s.watches.remove(full, w) })
 	if err != nil {
-		return false, store.Stat{}, nil, s.mapErr(c, "exists", path, err)
+		return false, store.Stat{}, s.mapErr(c, "exists", path, err)
 	}
 	if !ok {
-		return false, store.Stat{}, w.ch, nil
+		return false, store.Stat{}, nil
 	}
-	return true, toStat(st), w.ch, nil
+	return true, toStat(st), nil
 }
 
 // Children lists a node's direct children's names, sorted.
@@ -207,15 +236,30 @@ func (s *Store) Children(ctx context.Context, path string) ([]string, store.Stat
 // creation or deletion, or the node's deletion; EventNotWatching when the
 // session expires or the store closes.
 func (s *Store) ChildrenW(ctx context.Context, path string) ([]string, store.Stat, <-chan store.Event, error) {
-	if err := store.ValidatePath(path); err != nil {
+	ch, fire := chanWatch()
+	names, st, err := s.childrenW(ctx, path, fire)
+	if err != nil {
 		return nil, store.Stat{}, nil, err
+	}
+	return names, st, ch, nil
+}
+
+// ChildrenWFunc is ChildrenW with the event delivered to fn; see
+// store.FuncWatcher.
+func (s *Store) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
+	return s.childrenW(ctx, path, onceFunc(fn))
+}
+
+func (s *Store) childrenW(ctx context.Context, path string, fire store.WatchFunc) ([]string, store.Stat, error) {
+	if err := store.ValidatePath(path); err != nil {
+		return nil, store.Stat{}, err
 	}
 	full := s.full(path)
 	var names []string
 	var st *zk.Stat
 	var w *watch
 	c, err := s.call(ctx, func(c *client) error {
-		w = s.watches.add(full, path, watchChild, c.gen)
+		w = s.watches.add(full, path, watchChild, c.gen, fire)
 		var err error
 		names, st, _, err = c.conn.ChildrenW(full)
 		if err != nil {
@@ -224,10 +268,10 @@ func (s *Store) ChildrenW(ctx context.Context, path string) ([]string, store.Sta
 		return err
 	}, func() { s.watches.remove(full, w) })
 	if err != nil {
-		return nil, store.Stat{}, nil, s.mapErr(c, "children", path, err)
+		return nil, store.Stat{}, s.mapErr(c, "children", path, err)
 	}
 	slices.Sort(names)
-	return names, toStat(st), w.ch, nil
+	return names, toStat(st), nil
 }
 
 // Set replaces a node's data if its version matches (store.AnyVersion

@@ -2,6 +2,7 @@ package zkstore
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-zookeeper/zk"
 
@@ -34,20 +35,42 @@ func (k watchKind) fires(t zk.EventType) bool {
 	return false
 }
 
-// watch is one armed store watch: a channel with capacity 1 that receives
-// exactly one event, sent by whoever removes the watch from the registry.
+// watch is one armed store watch: fire is called with its one event by
+// whoever removes the watch from the registry, with the registry's lock
+// held. It never blocks: it sends on a channel of capacity 1 (GetW and the
+// like) or calls a store.WatchFunc, which must not block (GetWFunc and the
+// like).
 type watch struct {
 	kind watchKind
 	gen  uint64 // client generation the watch was armed on
 	path string // store path (without Root), reported in the event
-	ch   chan store.Event
+	fire store.WatchFunc
 }
 
-// watchRegistry dispatches ZooKeeper node events to store watch channels
-// without a goroutine per watch. Events arrive through the client's event
-// callback; every send is to a fresh capacity-1 channel that is removed from
-// the registry under the lock before the send, so no send ever blocks and
-// the callback never stalls the client.
+// onceFunc returns fn guarded to run at most once: a call may arm its watch
+// again on a new client after an attempt that failed, and the failed
+// attempt's watch may have fired already.
+func onceFunc(fn store.WatchFunc) store.WatchFunc {
+	var done atomic.Bool
+	return func(ev store.Event) {
+		if done.CompareAndSwap(false, true) {
+			fn(ev)
+		}
+	}
+}
+
+// chanWatch returns a channel of capacity 1 and the function, called at
+// most once, that sends the watch's event on it.
+func chanWatch() (<-chan store.Event, store.WatchFunc) {
+	ch := make(chan store.Event, 1)
+	return ch, onceFunc(func(ev store.Event) { ch <- ev })
+}
+
+// watchRegistry dispatches ZooKeeper node events to store watches (channels
+// or store.WatchFuncs) without a goroutine per watch. Events arrive through
+// the client's event callback; every watch is removed from the registry
+// under the lock before it fires, and firing never blocks, so the callback
+// never stalls the client.
 //
 // Watches are registered BEFORE the request is sent, because the client
 // processes a watch event that follows the response on its receive goroutine
@@ -65,13 +88,13 @@ func newWatchRegistry() *watchRegistry {
 	return &watchRegistry{byPath: make(map[string][]*watch)}
 }
 
-// add arms a watch on fullPath for generation gen.
-func (r *watchRegistry) add(fullPath, storePath string, kind watchKind, gen uint64) *watch {
-	w := &watch{kind: kind, gen: gen, path: storePath, ch: make(chan store.Event, 1)}
+// add arms a watch on fullPath for generation gen that calls fire.
+func (r *watchRegistry) add(fullPath, storePath string, kind watchKind, gen uint64, fire store.WatchFunc) *watch {
+	w := &watch{kind: kind, gen: gen, path: storePath, fire: fire}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.stopped != nil {
-		w.ch <- store.Event{Type: store.EventNotWatching, Path: storePath, Err: r.stopped}
+		w.fire(store.Event{Type: store.EventNotWatching, Path: storePath, Err: r.stopped})
 		return w
 	}
 	r.byPath[fullPath] = append(r.byPath[fullPath], w)
@@ -110,7 +133,7 @@ func (r *watchRegistry) dispatch(gen uint64, fullPath string, t zk.EventType, ty
 	kept := ws[:0]
 	for _, w := range ws {
 		if w.gen == gen && w.kind.fires(t) {
-			w.ch <- store.Event{Type: typ, Path: w.path}
+			w.fire(store.Event{Type: typ, Path: w.path})
 			continue
 		}
 		kept = append(kept, w)
@@ -135,7 +158,7 @@ func (r *watchRegistry) invalidate(gen uint64, err error) {
 		kept := ws[:0]
 		for _, w := range ws {
 			if w.gen <= gen {
-				w.ch <- store.Event{Type: store.EventNotWatching, Path: w.path, Err: err}
+				w.fire(store.Event{Type: store.EventNotWatching, Path: w.path, Err: err})
 				continue
 			}
 			kept = append(kept, w)
@@ -156,7 +179,7 @@ func (r *watchRegistry) closeAll(err error) {
 	r.stopped = err
 	for p, ws := range r.byPath {
 		for _, w := range ws {
-			w.ch <- store.Event{Type: store.EventNotWatching, Path: w.path, Err: err}
+			w.fire(store.Event{Type: store.EventNotWatching, Path: w.path, Err: err})
 		}
 		delete(r.byPath, p)
 	}
