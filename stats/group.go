@@ -40,7 +40,7 @@ func NewGroup(limit int) *Group {
 // Stop is called or ctx ends; writes use a context derived from ctx. A
 // second Start, or one after Stop, returns ErrGroupStarted.
 func (g *Group) Start(ctx context.Context) error {
-	ctx, ok, stopped := g.StartInit(ctx)
+	ctx, ok, started, stopped := g.StartInit(ctx)
 	if !ok {
 		return ErrGroupStarted
 	}
@@ -48,6 +48,7 @@ func (g *Group) Start(ctx context.Context) error {
 		defer stopped()
 		g.loop(ctx)
 	}()
+	started()
 	return nil
 }
 
