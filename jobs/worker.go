@@ -13,6 +13,7 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/internal/startstop"
 )
 
 // retryDelay is the wait before watching the namespace again after a
@@ -48,7 +49,8 @@ type WorkerConfig struct {
 // `shardflow job remove` relies on that.
 //
 // Lifecycle: NewWorker, Start, Stop. One goroutine while started; Stop
-// waits for it. Stop does not remove the jobs from the Node: Node.Stop
+// waits for it. A Worker runs once: a second Start, or a Start after Stop,
+// starts nothing. Stop does not remove the jobs from the Node: Node.Stop
 // does (stop the Worker first).
 type Worker struct {
 	n      *dataflow.Node
@@ -56,11 +58,9 @@ type Worker struct {
 	logger *slog.Logger
 	admin  *coord.Admin
 	run    *runner
+	life   startstop.BaseStartStop
 
 	mu      sync.Mutex
-	started bool
-	cancel  context.CancelFunc
-	done    chan struct{}
 	known   map[string]int64 // job name -> Czxid of its node when last considered
 	hosted  map[string]bool  // jobs this worker added to the Node
 	changed chan struct{}    // closed and replaced after every pass over the namespace
@@ -84,38 +84,31 @@ func NewWorker(n *dataflow.Node, cfg WorkerConfig) (*Worker, error) {
 	}, nil
 }
 
-// Start starts watching the namespace and returns at once. A second
-// Start is a no-op.
+// Start starts watching the namespace and returns at once; ctx is not
+// retained (Stop ends the watch). A second Start, or a Start after Stop,
+// is a no-op: a Worker runs once.
 func (w *Worker) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
+	lctx, ok, started, stopped := w.life.StartInit(context.Background())
+	if !ok {
 		return nil
 	}
-	w.started = true
-	lctx, cancel := context.WithCancel(context.Background())
-	w.cancel, w.done = cancel, make(chan struct{})
-	go w.loop(lctx)
+	go func() {
+		defer stopped()
+		w.loop(lctx)
+	}()
+	started()
 	return nil
 }
 
 // Stop stops watching and waits for the watch goroutine (a job join in
-// progress finishes first), bounded by ctx. Safe before Start and twice.
+// progress finishes first), bounded by ctx. Safe before Start (a later
+// Start then starts nothing) and twice.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.mu.Lock()
-	cancel, done := w.cancel, w.done
-	w.mu.Unlock()
-	if cancel == nil {
-		return nil
-	}
-	cancel()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := w.life.StopContext(ctx); err != nil {
+		return err
 	}
 	w.run.transport.CloseIdleConnections()
 	return nil
@@ -145,7 +138,6 @@ func (w *Worker) Changed() <-chan struct{} {
 }
 
 func (w *Worker) loop(ctx context.Context) {
-	defer close(w.done)
 	for ctx.Err() == nil {
 		ch, err := w.pass(ctx)
 		w.mu.Lock()

@@ -276,3 +276,57 @@ func TestWorkerRunsStoredHTTPJob(t *testing.T) {
 		t.Fatalf("the refused URL was requested: %v", items)
 	}
 }
+
+// The Worker's lifecycle: Stop before Start leaves a Worker that starts
+// nothing; Start runs once; Stop waits for the watch goroutine and may be
+// called again; a Start after Stop starts nothing.
+func TestWorkerLifecycle(t *testing.T) {
+	n, err := dataflow.NewNode(dataflow.NodeConfig{Namespace: "lifecycle", ServerID: "w0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+
+	early, err := NewWorker(n, WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := early.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop before Start = %v", err)
+	}
+	if err := early.Start(t.Context()); err != nil || early.life.Running() {
+		t.Fatalf("Start after Stop = %v, running %v; want nil, not running", err, early.life.Running())
+	}
+
+	w, err := NewWorker(n, WorkerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := w.Start(ended); err == nil || w.life.Running() {
+		t.Fatalf("Start with an ended ctx = %v, running %v; want the ctx's error", err, w.life.Running())
+	}
+	passed := w.Changed()
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(t.Context()); err != nil {
+		t.Fatalf("second Start = %v", err)
+	}
+	testwait.Recv(t, wait, "the worker's first pass", passed)
+	if err := w.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.life.Done():
+	default:
+		t.Fatal("Stop returned before the watch goroutine")
+	}
+	if err := w.Stop(t.Context()); err != nil {
+		t.Fatalf("second Stop = %v", err)
+	}
+	if err := w.Start(t.Context()); err != nil || w.life.Running() {
+		t.Fatalf("Start after Stop = %v, running %v; want nil, not running", err, w.life.Running())
+	}
+}
