@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/shardflow/shardflow/internal/startstop"
 )
 
 // BufferConfig configures a Buffer. Zero fields take the stated defaults.
@@ -63,8 +65,9 @@ func (c BufferConfig) WithDefaults() BufferConfig {
 // ErrNoWriter is returned by NewBuffer without a Writer.
 var ErrNoWriter = errors.New("history: BufferConfig.Writer is nil; pass a Writer such as pghistory.Store")
 
-// ErrBufferStarted is returned by a second Start.
-var ErrBufferStarted = errors.New("history: buffer already started")
+// ErrBufferStarted is returned by a second Start, or a Start after Stop: a
+// Buffer runs once.
+var ErrBufferStarted = errors.New("history: buffer already started or stopped; make a new Buffer with NewBuffer")
 
 // Buffer is the Recorder to hand the Node: Record appends to a bounded
 // queue and returns at once; one goroutine (from Start to Stop) writes the
@@ -80,14 +83,11 @@ type Buffer struct {
 	stopped bool
 
 	kick chan struct{} // a batch is full
-	quit chan struct{} // closed by Stop
-	done chan struct{} // closed when the loop returns
-	// cancelWrites ends the loop's writes; Stop calls it when its ctx ends.
-	cancelWrites context.CancelFunc
-	startMu      sync.Mutex
-	started      bool
-	stopOne      sync.Once
-	stopErr      error
+	quit chan struct{} // closed by Stop: drain and return
+	// life is the loop's; its context, cancelled when Stop's ctx ends,
+	// ends the loop's writes.
+	life    startstop.BaseStartStop
+	stopErr error // the first Stop's; read after life.StopFunc returns
 
 	written, dropped, writeErrors atomic.Uint64
 }
@@ -98,7 +98,7 @@ func NewBuffer(cfg BufferConfig) (*Buffer, error) {
 		return nil, ErrNoWriter
 	}
 	cfg = cfg.WithDefaults()
-	return &Buffer{cfg: cfg, kick: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}, nil
+	return &Buffer{cfg: cfg, kick: make(chan struct{}, 1), quit: make(chan struct{})}, nil
 }
 
 // Record queues recs; what does not fit is dropped and counted. It never
@@ -126,21 +126,21 @@ func (b *Buffer) Record(recs ...Record) {
 	}
 }
 
-// Start starts the writing goroutine. ctx is not retained. A second Start
-// returns ErrBufferStarted.
+// Start starts the writing goroutine. ctx is not retained. A second Start,
+// or one after Stop, returns ErrBufferStarted.
 func (b *Buffer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b.startMu.Lock()
-	defer b.startMu.Unlock()
-	if b.started {
+	lctx, ok, started, stopped := b.life.StartInit(context.Background())
+	if !ok {
 		return ErrBufferStarted
 	}
-	b.started = true
-	lctx, cancel := context.WithCancel(context.Background())
-	b.cancelWrites = cancel
-	go b.loop(lctx)
+	go func() {
+		defer stopped()
+		b.loop(lctx)
+	}()
+	started()
 	return nil
 }
 
@@ -150,31 +150,25 @@ func (b *Buffer) Start(ctx context.Context) error {
 // retried. Safe before Start and more than once (later calls return the
 // first one's result).
 func (b *Buffer) Stop(ctx context.Context) error {
-	b.stopOne.Do(func() {
+	b.life.StopFunc(func(started bool) {
 		b.mu.Lock()
 		b.stopped = true
-		b.mu.Unlock()
-		b.startMu.Lock()
-		started := b.started
-		b.started = true // a Start after Stop must not start the loop
-		b.startMu.Unlock()
+		left := 0
 		if !started {
-			b.mu.Lock()
-			n := len(b.queue)
+			left = len(b.queue)
 			b.queue = nil
-			b.mu.Unlock()
-			b.dropped.Add(uint64(n))
-			close(b.done)
+		}
+		b.mu.Unlock()
+		if !started {
+			b.dropped.Add(uint64(left))
 			return
 		}
-		stopCancel := context.AfterFunc(ctx, b.cancelWrites)
+		stopCancel := context.AfterFunc(ctx, b.life.Cancel)
 		close(b.quit)
-		<-b.done
+		<-b.life.Done()
 		stopCancel()
-		b.cancelWrites()
 		b.stopErr = ctx.Err()
 	})
-	<-b.done
 	return b.stopErr
 }
 
@@ -197,7 +191,6 @@ func (b *Buffer) Stats() BufferStats {
 
 // loop writes batches until Stop. It owns the timer.
 func (b *Buffer) loop(ctx context.Context) {
-	defer close(b.done)
 	// Separate limits: a write error line must not hide the drops.
 	errLog, lg := &logLimiter{every: b.cfg.LogInterval}, &logLimiter{every: b.cfg.LogInterval}
 	wait := b.cfg.FlushInterval

@@ -245,7 +245,43 @@ func TestBufferStopBeforeStart(t *testing.T) {
 	if s := b.Stats(); s.Dropped != 3 {
 		t.Fatalf("stats %v; want 3 dropped", s)
 	}
+	if err := b.Start(context.Background()); !errors.Is(err, ErrBufferStarted) {
+		t.Fatalf("Start after Stop = %v, want ErrBufferStarted", err)
+	}
+	if err := b.Stop(context.Background()); err != nil {
+		t.Fatalf("second Stop = %v", err)
+	}
 	if _, err := NewBuffer(BufferConfig{}); !errors.Is(err, ErrNoWriter) {
 		t.Fatalf("NewBuffer without writer = %v", err)
 	}
+}
+
+// A Buffer runs once: a second Start and a Start after Stop return
+// ErrBufferStarted; Stop writes what is queued and waits for the loop.
+func TestBufferStartsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &fakeWriter{}
+		b := newTestBuffer(t, w, &syncBuf{}, 100, 50)
+		if err := b.Start(context.Background()); !errors.Is(err, ErrBufferStarted) {
+			t.Fatalf("second Start = %v, want ErrBufferStarted", err)
+		}
+		b.Record(recs(0, 3)...)
+		if err := b.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-b.life.Done():
+		default:
+			t.Fatal("Stop returned before the loop")
+		}
+		if items, _ := w.items(); len(items) != 3 {
+			t.Fatalf("%d written at Stop, want 3", len(items))
+		}
+		if err := b.Start(context.Background()); !errors.Is(err, ErrBufferStarted) {
+			t.Fatalf("Start after Stop = %v, want ErrBufferStarted", err)
+		}
+		if err := b.Stop(context.Background()); err != nil {
+			t.Fatalf("second Stop = %v", err)
+		}
+	})
 }
