@@ -16,6 +16,7 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/history"
+	"github.com/shardflow/shardflow/internal/startstop"
 	"github.com/shardflow/shardflow/internal/testsignal"
 	"github.com/shardflow/shardflow/stats"
 )
@@ -106,10 +107,10 @@ type Node struct {
 	halt       context.Context
 	haltCancel context.CancelFunc
 
-	started   chan struct{}
-	startOnce sync.Once
-	stopOnce  sync.Once
-	stopErr   error
+	// life is Start once and Stop once (StopFunc; the Node has no
+	// goroutine of its own: the scheduler and the jobs own theirs).
+	life    startstop.BaseStartStop
+	stopErr error // the first Stop's; read after life.StopFunc returns
 	// detaching counts the goroutines detaching a job an operator shut
 	// down or removed; Stop waits for them. Added to under mu only while
 	// not stopping.
@@ -117,7 +118,6 @@ type Node struct {
 
 	mu       sync.Mutex
 	jobs     map[string]*hostedJob
-	running  bool // Start was called
 	stopping bool
 }
 
@@ -145,7 +145,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	n := &Node{cfg: cfg, logger: cfg.Logger, st: cfg.Store, started: make(chan struct{}), jobs: map[string]*hostedJob{}}
+	n := &Node{cfg: cfg, logger: cfg.Logger, st: cfg.Store, jobs: map[string]*hostedJob{}}
 	if n.st == nil {
 		n.ownStore = memstore.NewServer().Connect()
 		n.st = n.ownStore
@@ -191,13 +191,13 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.stopping {
+	_, ok, started, _ := n.life.StartInit(context.Background())
+	if !ok {
+		if n.life.Running() {
+			return nil
+		}
 		return ErrNodeStopped
 	}
-	if n.running {
-		return nil
-	}
-	n.running = true
 	if err := n.reports.Start(n.ctx); err != nil {
 		n.logger.Warn("dataflow: starting count reports", "err", err)
 	}
@@ -205,12 +205,12 @@ func (n *Node) Start(ctx context.Context) error {
 		n.startReporterLocked(h)
 	}
 	n.sched.start()
-	n.startOnce.Do(func() { close(n.started) })
+	started()
 	return nil
 }
 
 // Started returns a channel closed once Start has succeeded.
-func (n *Node) Started() <-chan struct{} { return n.started }
+func (n *Node) Started() <-chan struct{} { return n.life.Started() }
 
 // Stop stops the Node gracefully: no new runs start (cron fires, triggers
 // and pending catch-ups are dropped; streaming loops end after their
@@ -232,9 +232,7 @@ func (n *Node) StopAndCancel(ctx context.Context) error {
 }
 
 func (n *Node) shutdown(ctx context.Context, hard bool) error {
-	first := false
-	n.stopOnce.Do(func() {
-		first = true
+	first := n.life.StopFunc(func(bool) {
 		n.mu.Lock()
 		n.stopping = true
 		n.mu.Unlock()
@@ -373,8 +371,10 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	if n.cfg.Metrics != nil {
 		n.cfg.Metrics.Track(h.name, h.counter)
 	}
-	if n.running {
+	select {
+	case <-n.life.Started(): // set under mu by Start
 		n.startReporterLocked(h)
+	default:
 	}
 	cj.OnSignal(func(sig coord.Signal) { n.onSignal(h, sig) })
 	return nil

@@ -195,6 +195,38 @@ func TestNodeStopBeforeStartAndTwice(t *testing.T) {
 	}
 }
 
+// Start runs once (a second Start is a no-op, Started is closed), and after
+// StopAndCancel a Stop or a second StopAndCancel returns nil and Start
+// returns ErrNodeStopped.
+func TestNodeStartTwiceAndStopAndCancelTwice(t *testing.T) {
+	n, err := NewNode(NodeConfig{ServerID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := n.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-n.Started():
+	default:
+		t.Fatal("Started not closed after Start")
+	}
+	if err := n.StopAndCancel(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Stop(t.Context()); err != nil {
+		t.Fatalf("Stop after StopAndCancel: %v", err)
+	}
+	if err := n.StopAndCancel(t.Context()); err != nil {
+		t.Fatalf("second StopAndCancel: %v", err)
+	}
+	if err := n.Start(t.Context()); !errors.Is(err, ErrNodeStopped) {
+		t.Fatalf("Start after StopAndCancel: %v", err)
+	}
+}
+
 func TestNodeErrorPolicyReturnReachesHook(t *testing.T) {
 	errc := make(chan error, 4)
 	n, err := NewNode(NodeConfig{ServerID: "e", OnError: func(_ string, err error) { errc <- err }})
