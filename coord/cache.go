@@ -76,8 +76,11 @@ type cnode struct {
 	// and not watched; the next children reload of its parent loads it.
 	stub     bool
 	children []string
-	dataW    <-chan store.Event
-	childW   <-chan store.Event
+	// kidData is, for pol.versioned only, the data of each of children
+	// (same order): its children have no nodes of their own.
+	kidData []string
+	dataW   <-chan store.Event
+	childW  <-chan store.Event
 }
 
 type watchKind int
@@ -281,7 +284,8 @@ func (c *treeCache) node(rel string) *cnode {
 	n := c.nodes[rel]
 	if n == nil {
 		n = &cnode{}
-		c.nodes[rel] = n
+		// The same relative paths recur in every job of a process.
+		c.nodes[intern(rel)] = n
 	}
 	return n
 }
@@ -452,21 +456,77 @@ func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 	defer c.mu.Unlock()
 	n := c.node(rel)
 	n.data, n.stat, n.hasData, n.dataW, n.stub = data, stat, true, ch, false
-	n.children = n.children[:0:0]
-	prefix := rel + "/"
-	for k := range c.nodes {
-		if strings.HasPrefix(k, prefix) {
-			delete(c.nodes, k)
-		}
-	}
+	// The children are kept compactly on n (kidData), their names and
+	// common values shared between jobs (intern): thousands of jobs hold
+	// the same two dozen field names and mostly the same values.
+	n.children, n.kidData = make([]string, 0, len(names)), make([]string, 0, len(names))
 	for i, name := range names {
 		if kids[i] == nil {
 			continue
 		}
-		n.children = append(n.children, name)
-		c.nodes[joinRel(rel, name)] = &cnode{data: kids[i], hasData: true}
+		n.children = append(n.children, intern(name))
+		n.kidData = append(n.kidData, internBytes(kids[i]))
 	}
 	return nil
+}
+
+// versionedFields returns the children of pol.versioned rel and their data
+// (nil when rel is not loaded).
+func (c *treeCache) versionedFields(rel string) map[string]string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[rel]
+	if n == nil || rel != c.pol.versioned {
+		return nil
+	}
+	out := make(map[string]string, len(n.children))
+	for i, name := range n.children {
+		out[name] = n.kidData[i]
+	}
+	return out
+}
+
+// internMax bounds the strings intern keeps (and their length).
+const (
+	internMax    = 4096
+	internMaxLen = 64
+)
+
+var (
+	internMu    sync.Mutex
+	internTable = make(map[string]string)
+)
+
+// intern returns a shared copy of s when it is short and the table has
+// room: config field names and common values, repeated in every job.
+func intern(s string) string {
+	if len(s) > internMaxLen {
+		return s
+	}
+	internMu.Lock()
+	defer internMu.Unlock()
+	if t, ok := internTable[s]; ok {
+		return t
+	}
+	if len(internTable) < internMax {
+		internTable[s] = s
+	}
+	return s
+}
+
+// internBytes is intern of string(b), without the copy when b's text is
+// in the table already.
+func internBytes(b []byte) string {
+	if len(b) > internMaxLen {
+		return string(b)
+	}
+	internMu.Lock()
+	if t, ok := internTable[string(b)]; ok {
+		internMu.Unlock()
+		return t
+	}
+	internMu.Unlock()
+	return intern(string(b))
 }
 
 // seedVersioned records what the owner has just written under
@@ -724,6 +784,15 @@ func (c *treeCache) itemStat(rel string) (store.Stat, bool) {
 func (c *treeCache) get(rel string) ([]byte, store.Stat, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	if p := parentRel(rel); p == c.pol.versioned && p != "" {
+		// A child of pol.versioned: kept on its parent (no Stat).
+		if pn := c.nodes[p]; pn != nil {
+			if i, ok := slices.BinarySearch(pn.children, rel[len(p)+1:]); ok {
+				return []byte(pn.kidData[i]), store.Stat{}, true
+			}
+		}
+		return nil, store.Stat{}, false
+	}
 	n := c.nodes[rel]
 	if n == nil || !n.hasData || !c.hasLocked(rel) {
 		return nil, store.Stat{}, false
@@ -757,6 +826,9 @@ func (c *treeCache) noteCreated(rels ...string) {
 	// thousands of siblings would copy the list thousands of times.
 	copied := map[*cnode]bool{}
 	for _, rel := range rels {
+		if c.pol.versioned != "" && parentRel(rel) == c.pol.versioned {
+			continue // followed by its parent's watch only
+		}
 		p := c.nodes[parentRel(rel)]
 		if p == nil {
 			// The parent was created in the same transaction.
@@ -803,7 +875,7 @@ func (c *treeCache) noteDeleted(rels ...string) {
 	c.writes++
 	for _, rel := range rels {
 		p := c.nodes[parentRel(rel)]
-		if p == nil {
+		if p == nil || c.pol.versioned != "" && parentRel(rel) == c.pol.versioned {
 			continue
 		}
 		name := rel[strings.LastIndexByte(rel, '/')+1:]

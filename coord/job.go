@@ -391,11 +391,9 @@ func (j *job) abandonJoin(ctx context.Context, registered bool, err error) error
 
 // cachedConfigFields returns the config fields the tree cache holds.
 func (j *job) cachedConfigFields() map[string]string {
-	fields := make(map[string]string)
-	for _, n := range j.cache.children(nConfig) {
-		if d, _, ok := j.cache.get(nConfig + "/" + n); ok {
-			fields[n] = string(d)
-		}
+	fields := j.cache.versionedFields(nConfig)
+	if fields == nil {
+		fields = map[string]string{}
 	}
 	return fields
 }
