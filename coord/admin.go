@@ -265,6 +265,12 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	if err != nil {
 		return err
 	}
+	// The config node's version before the fields: the transaction checks
+	// it, so the copy it writes never drops a concurrent writer's edit.
+	_, cst, err := a.st.Get(ctx, p.abs(nConfig))
+	if err != nil {
+		return fmt.Errorf("coord: read %s: %w", p.abs(nConfig), err)
+	}
 	fields, err := a.readFields(ctx, p)
 	if err != nil {
 		return err
@@ -289,14 +295,26 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	if _, err := configFromFields(job, mergeRepaired(fields, newFields, field)); err != nil {
 		return fmt.Errorf("coord: set %s: the resulting config is invalid: %w", p.config(field), err)
 	}
-	// The field and the config node's data version together: servers
-	// watch only the config node (docs/zookeeper-layout.md).
-	err = multiRetry(ctx, a.st, func(ctx context.Context, _ int) ([]store.Op, error) {
+	// The field and the config node (its version bumped, its data a copy
+	// of every field) together: servers watch only the config node
+	// (docs/zookeeper-layout.md).
+	err = multiRetry(ctx, a.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+		stored := fields
+		if attempt > 0 {
+			// A concurrent writer: its fields, then this one on top.
+			var err error
+			if _, cst, err = a.st.Get(ctx, p.abs(nConfig)); err != nil {
+				return nil, fmt.Errorf("coord: read %s: %w", p.abs(nConfig), err)
+			}
+			if stored, err = a.readFields(ctx, p); err != nil {
+				return nil, err
+			}
+		}
 		ops, err := putOps(ctx, a.st, []string{p.config(field)}, [][]byte{[]byte(newFields[field])})
 		if err != nil {
 			return nil, err
 		}
-		return append(ops, bumpConfig(p)), nil
+		return append(ops, writeConfigNode(p, mergeRepaired(stored, newFields, field), cst.Version)), nil
 	})
 	if err != nil {
 		return fmt.Errorf("coord: write %s: %w", p.config(field), err)

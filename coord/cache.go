@@ -54,18 +54,6 @@ type treeCache struct {
 	// again (it failed midway, say on a connection lost again): absent
 	// nodes then prove nothing.
 	partial bool
-	// seed is what the owner has just written under pol.versioned (Join's
-	// transaction): the next load of that node takes the children from it
-	// instead of reading them when the node's Mzxid is still the seed's
-	// (no writer since). Used once.
-	seed *versionSeed
-}
-
-// versionSeed is the children (name to data) of pol.versioned as the
-// transaction with Mzxid mzxid left them.
-type versionSeed struct {
-	mzxid    int64
-	children map[string][]byte
 }
 
 type cnode struct {
@@ -106,6 +94,9 @@ func newTreeCache(st store.Store, root string, pol watchPolicy, kick func()) *tr
 	}
 	if pol.claimed == nil {
 		pol.claimed = func(int) bool { return false }
+	}
+	if pol.versionedCopy == nil {
+		pol.versionedCopy = func([]byte) (map[string]string, bool) { return nil, false }
 	}
 	return &treeCache{st: st, root: root, pol: pol, kick: kick, nodes: make(map[string]*cnode), stubs: make(map[string]bool), changed: make(chan struct{})}
 }
@@ -392,8 +383,8 @@ const childReaders = 32
 // watches, side by side. Every writer of a child bumps rel's data version
 // in the same transaction, so the watch fires after any change of a child
 // and the reads that follow see it (docs/zookeeper-layout.md, "config").
-// A seed (Join's own transaction) stands for the reads when rel has not
-// changed since it.
+// When the node's data is a copy of its children (pol.versionedCopy: every
+// shardflow writer writes one), the copy stands for the reads.
 func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 	data, stat, ch, err := c.st.GetW(ctx, c.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
@@ -405,18 +396,14 @@ func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	seed := c.seed
-	c.seed = nil
-	c.mu.Unlock()
 	var (
 		names []string
 		kids  [][]byte
 	)
-	if seed != nil && seed.mzxid == stat.Mzxid {
-		names = slices.Sorted(maps.Keys(seed.children))
+	if copied, ok := c.pol.versionedCopy(data); ok {
+		names = slices.Sorted(maps.Keys(copied))
 		for _, n := range names {
-			kids = append(kids, seed.children[n])
+			kids = append(kids, []byte(copied[n]))
 		}
 	} else {
 		names, _, err = c.st.Children(ctx, c.abs(rel))
@@ -527,14 +514,6 @@ func internBytes(b []byte) string {
 	}
 	internMu.Unlock()
 	return intern(string(b))
-}
-
-// seedVersioned records what the owner has just written under
-// pol.versioned in a transaction whose Stat of that node is st (see seed).
-func (c *treeCache) seedVersioned(st store.Stat, children map[string][]byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seed = &versionSeed{mzxid: st.Mzxid, children: children}
 }
 
 // wantedLocked reports whether execution/{name} is watched; mu held.

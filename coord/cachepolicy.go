@@ -28,6 +28,10 @@ type watchPolicy struct {
 	// version in the same transaction, so the node's one data watch stands
 	// for all of them (treeCache.loadVersioned). "": none.
 	versioned string
+	// versionedCopy decodes versioned's data when it is a copy of its
+	// children (name to data) written with them; false: read the children.
+	// nil: never.
+	versionedCopy func(data []byte) (map[string]string, bool)
 	// claimed reports an item the owner runs beyond ownRel's list (a
 	// failover claim). It is called with the cache's lock held and must not
 	// call back into the cache. nil: none.
@@ -41,13 +45,14 @@ type watchPolicy struct {
 // claims) with the item flags others may write.
 func jobWatchPolicy(ownRel string, claimed func(int) bool) watchPolicy {
 	return watchPolicy{
-		roots:     []string{"", nConfig, nServers, nExecution, relElection, relShardingDir, relFailoverQ},
-		node:      jobNodeWatches,
-		items:     nExecution,
-		itemFlags: []string{nFailover, nDisabled},
-		versioned: nConfig,
-		ownRel:    ownRel,
-		claimed:   claimed,
+		roots:         []string{"", nConfig, nServers, nExecution, relElection, relShardingDir, relFailoverQ},
+		node:          jobNodeWatches,
+		items:         nExecution,
+		itemFlags:     []string{nFailover, nDisabled},
+		versioned:     nConfig,
+		versionedCopy: parseConfigCopy,
+		ownRel:        ownRel,
+		claimed:       claimed,
 	}
 }
 

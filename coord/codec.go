@@ -1,6 +1,7 @@
 package coord
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -109,4 +110,33 @@ func sessionProblem(sess store.Session, reg int64) string {
 	default:
 		return fmt.Sprintf("registration on session 0x%x was cancelled; waiting for re-registration", reg)
 	}
+}
+
+// configCopyKey marks the config node's data as a copy of the fields
+// (formatConfigCopy).
+const configCopyKey = "shardflowConfigFields"
+
+// formatConfigCopy encodes the config fields as the config node's data: a
+// copy written in the same transaction as the fields, so a server reads
+// the whole config in one request (docs/zookeeper-layout.md, "config").
+func formatConfigCopy(fields map[string]string) []byte {
+	data, err := json.Marshal(map[string]map[string]string{configCopyKey: fields})
+	if err != nil {
+		return nil // a map of strings always encodes
+	}
+	return data
+}
+
+// parseConfigCopy decodes formatConfigCopy's data; false for anything
+// else (empty data: no copy, read the field nodes).
+func parseConfigCopy(data []byte) (map[string]string, bool) {
+	if len(data) == 0 || data[0] != '{' {
+		return nil, false
+	}
+	var v map[string]map[string]string
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, false
+	}
+	fields, ok := v[configCopyKey]
+	return fields, ok && fields != nil
 }

@@ -151,8 +151,8 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	if err != nil {
 		return nil, err
 	}
-	// The config is read once, by the tree cache's watched load (seeded
-	// with what jt wrote, when nothing changed it since), before this
+	// The config is read once, by the tree cache's watched load (one read
+	// when the config node holds a copy of the fields), before this
 	// server registers on a stored config: a config that does not decode
 	// refuses the join without a trace in the store.
 	j.cache.beginLoad()
@@ -258,13 +258,9 @@ type joinResult struct {
 func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid int64) (joinResult, error) {
 	fields := configFields(local)
 	keys := slices.Sorted(maps.Keys(fields))
-	var (
-		res    joinResult
-		wrote  map[string][]byte // the config fields written, when they are all there is
-		bumpAt int               // index of the config bump in the ops; -1: none
-	)
-	results, err := multiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
-		res, wrote, bumpAt = joinResult{}, nil, -1
+	var res joinResult
+	err := multiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+		res = joinResult{}
 		top, _, err := j.st.Children(ctx, j.p.root)
 		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
 			// Maybe the namespace went (ErrNoParent).
@@ -278,13 +274,10 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 			for _, rel := range skeletonNodes {
 				ops = append(ops, &store.CreateOp{Path: j.p.abs(rel)})
 			}
-			wrote = make(map[string][]byte, len(keys))
 			for _, k := range keys {
 				ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
-				wrote[k] = []byte(fields[k])
 			}
-			bumpAt = len(ops)
-			ops = append(ops, bumpConfig(j.p),
+			ops = append(ops, writeConfigNode(j.p, fields, store.AnyVersion),
 				&store.CreateOp{Path: j.p.server(j.id)},
 				&store.CreateOp{Path: j.p.server(j.id, nHostName), Data: []byte(j.reg.cfg.HostName)},
 				&store.CreateOp{Path: j.p.server(j.id, nDisabled), Data: flagData(local.Disabled)},
@@ -323,9 +316,12 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				}
 			}
 		}
-		var names []string
+		var (
+			names []string
+			cst   = store.Stat{Version: store.AnyVersion}
+		)
 		if slices.Contains(top, nConfig) {
-			names, _, err = j.st.Children(ctx, j.p.abs(nConfig))
+			names, cst, err = j.st.Children(ctx, j.p.abs(nConfig))
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
 				return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
 			}
@@ -343,23 +339,24 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, local.Type())
 			}
 		}
-		wrote = make(map[string][]byte, len(keys))
 		for _, k := range keys {
 			if slices.Contains(names, k) {
 				ops = append(ops, &store.SetOp{Path: j.p.config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
 			} else {
 				ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
 			}
-			wrote[k] = []byte(fields[k])
 		}
+		copied := fields
 		for _, n := range names {
-			if _, ok := wrote[n]; !ok {
-				wrote = nil // stored fields beyond ours: the cache reads them all
+			if _, ok := fields[n]; !ok {
+				copied = nil // stored fields beyond ours: no copy, servers read the fields
 				break
 			}
 		}
-		bumpAt = len(ops)
-		return append(ops, bumpConfig(j.p)), nil
+		if !slices.Contains(top, nConfig) {
+			cst.Version = store.AnyVersion // created by these ops
+		}
+		return append(ops, writeConfigNode(j.p, copied, cst.Version)), nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrBadConfig) {
@@ -367,17 +364,22 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		}
 		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
 	}
-	if wrote != nil && bumpAt >= 0 && bumpAt < len(results) {
-		j.cache.seedVersioned(results[bumpAt].Stat, wrote)
-	}
 	return res, nil
 }
 
-// bumpConfig is the operation every transaction writing config fields
-// includes: it bumps the data version of the config node, the one node of
-// the config that servers watch (docs/zookeeper-layout.md).
-func bumpConfig(p jobPaths) store.Op {
-	return &store.SetOp{Path: p.abs(nConfig), Version: store.AnyVersion}
+// writeConfigNode is the operation every transaction writing config fields
+// includes: it sets the config node, the one node of the config that
+// servers watch (docs/zookeeper-layout.md), bumping its data version, to a
+// copy of all the fields the transaction leaves (nil: none, empty data;
+// servers then read the field nodes). version is the config node's version
+// when the fields were read (AnyVersion: created in the same transaction),
+// so a copy never overwrites a concurrent writer's.
+func writeConfigNode(p jobPaths, fields map[string]string, version int32) store.Op {
+	var data []byte
+	if fields != nil {
+		data = formatConfigCopy(fields)
+	}
+	return &store.SetOp{Path: p.abs(nConfig), Data: data, Version: version}
 }
 
 // abandonJoin undoes a registration the join transaction made (a new job

@@ -49,7 +49,8 @@ func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
 	}
 	fields := configFields(cfg)
 	// servers and execution too, so status reads a job nobody joined yet.
-	ops := []store.Op{&store.CreateOp{Path: p.root}, &store.CreateOp{Path: p.abs(nConfig)},
+	// The config node holds a copy of the fields (writeConfigNode).
+	ops := []store.Op{&store.CreateOp{Path: p.root}, &store.CreateOp{Path: p.abs(nConfig), Data: formatConfigCopy(fields)},
 		&store.CreateOp{Path: p.abs(nServers)}, &store.CreateOp{Path: p.abs(nExecution)}}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
 		ops = append(ops, &store.CreateOp{Path: p.config(k), Data: []byte(fields[k])})

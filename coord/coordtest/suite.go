@@ -2,6 +2,7 @@ package coordtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -313,6 +314,7 @@ func testOverwriteRule(t *testing.T, h *Harness) {
 	if _, err := st.Set(testCtx(t), store.Join(h.NS, "job", "config", "jobType"), []byte("SIMPLE"), store.AnyVersion); err != nil {
 		t.Fatal(err)
 	}
+	bumpConfig(t, h, st, "job") // a hand edit, as docs/zookeeper-layout.md says
 	_, err := h.TryStart("d", Config("job", 8), nil)
 	if !errors.Is(err, coord.ErrBadConfig) {
 		t.Fatalf("jobType SIMPLE: err = %v, want ErrBadConfig", err)
@@ -841,8 +843,33 @@ func testConfigEdits(t *testing.T, h *Harness) {
 	if v := version(); v != v0+1 {
 		t.Fatalf("config node version after SetConfig = %d, want %d (bumped once)", v, v0+1)
 	}
+	// Its data is a copy of every field node.
+	data, _, err := adminSt.Get(ctx, configNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copied map[string]map[string]string
+	if err := json.Unmarshal(data, &copied); err != nil {
+		t.Fatalf("config node data %q: %v", data, err)
+	}
+	names, _, err := adminSt.Children(ctx, configNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		d, _, err := adminSt.Get(ctx, store.Join(configNode, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := copied["shardflowConfigFields"][n]; !ok || got != string(d) {
+			t.Fatalf("config node's copy of %s = %q (present %v), the field node holds %q", n, got, ok, d)
+		}
+	}
+	if len(copied["shardflowConfigFields"]) != len(names) {
+		t.Fatalf("config node's copy has %d fields, the node %d", len(copied["shardflowConfigFields"]), len(names))
+	}
 	applied("the Admin's edit", "p1", a, b)
-	// By hand: the field node, then the bump.
+	// By hand: the field node, then the copy cleared (the version bumped).
 	if _, err := adminSt.Set(ctx, store.Join(configNode, "jobParameter"), []byte("p2"), store.AnyVersion); err != nil {
 		t.Fatal(err)
 	}
