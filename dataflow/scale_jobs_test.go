@@ -40,7 +40,8 @@ func scaleJobConfig(i int) JobConfig {
 // SHARDFLOW_SCALE_JOBS idle jobs (4 items, a daily cron) on one Node, on
 // real ZooKeeper (SHARDFLOW_SCALE_STORE=mem: the embedded memstore). It
 // logs the time to add them from 32 goroutines, the goroutines, RSS and
-// heap per job at rest, the goroutines by creator, the store requests per
+// heap per job at rest, the watches the server holds per job, the
+// goroutines by creator, the store requests per
 // AddJob, the time of Stop, and the time to add them again on a restarted
 // Node (the jobs already stored). It asserts only outcomes (every job
 // added, nothing left after Stop). Skipped unless SHARDFLOW_SCALE_JOBS is
@@ -56,14 +57,33 @@ func TestScaleJobs(t *testing.T) {
 	}
 	ns := fmt.Sprintf("scalejobs%d", time.Now().UnixNano())
 	var connect func() (store.Store, func())
+	// watches returns the watches the server holds (-1: unknown).
+	var watches func() int
 	if os.Getenv("SHARDFLOW_SCALE_STORE") == "mem" {
 		srv := memstore.NewServer()
 		connect = func() (store.Store, func()) {
 			s := srv.Connect()
 			return s, func() { _ = s.Close() }
 		}
+		watches = func() int { return srv.Stats().Watches }
 	} else {
 		zk := integration.SharedZooKeeper(t)
+		watches = func() int {
+			// mntr's zk_watch_count: data and child watches (wchs counts
+			// only data watches).
+			out, err := zk.FourLetterWord(context.Background(), "mntr")
+			if err != nil {
+				return -1
+			}
+			for l := range strings.SplitSeq(out, "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "zk_watch_count" {
+					if w, err := strconv.Atoi(f[1]); err == nil {
+						return w
+					}
+				}
+			}
+			return -1
+		}
 		connect = func() (store.Store, func()) {
 			s, err := zkstore.Open(context.Background(), zkstore.Config{Servers: zk.Servers(), Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
@@ -80,6 +100,7 @@ func TestScaleJobs(t *testing.T) {
 		runtime.GC()
 		debug.FreeOSMemory()
 		g0, rss0, heap0 := runtime.NumGoroutine(), rssBytes(t), heapInuse()
+		w0 := watches()
 
 		raw, closeStore := connect()
 		cs := coord.NewCountingStore(raw)
@@ -128,6 +149,9 @@ func TestScaleJobs(t *testing.T) {
 				what, g1-g0, float64(g1-g0)/float64(n),
 				float64(rss1)/1e6, float64(rss1-rss0)/1024/float64(n),
 				float64(heap1)/1e6, float64(heap1-heap0)/1024/float64(n))
+			if w1 := watches(); w0 >= 0 && w1 >= 0 {
+				logf("%s at rest: %d watches on the server (%.1f per job)", what, w1-w0, float64(w1-w0)/float64(n))
+			}
 			for _, l := range goroutineCreators(5) {
 				logf("%s goroutines: %s", what, l)
 			}
