@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -75,6 +76,34 @@ func (c *connFlags) open(ctx context.Context) (store.Store, *coord.Admin, error)
 		return nil, nil, err
 	}
 	return st, coord.NewAdmin(st, c.namespace), nil
+}
+
+// withAdmin connects to ZooKeeper, calls fn with an Admin over the
+// session, and closes the session when fn returns.
+func (c *connFlags) withAdmin(ctx context.Context, fn func(*coord.Admin) error) error {
+	st, admin, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return fn(admin)
+}
+
+// newFlagSet is the flag set of a command: usage and errors go to stderr,
+// and Parse returns a bad flag's error instead of exiting.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// zkFlagSet is the flag set of a command that talks to ZooKeeper: a
+// newFlagSet with the connection flags registered.
+func zkFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *connFlags) {
+	fs := newFlagSet(name, stderr)
+	cf := new(connFlags)
+	cf.register(fs)
+	return fs, cf
 }
 
 // dialStore opens the store session of a command: ZooKeeper. Tests replace

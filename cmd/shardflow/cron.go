@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -19,8 +18,7 @@ func runCron(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "next" {
 		return usagef("usage: shardflow cron next [--tz ZONE] [--from RFC3339] [-n N] EXPR")
 	}
-	fs := flag.NewFlagSet("cron next", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("cron next", stderr)
 	tz := fs.String("tz", "", `time zone, as a job's timeZone: "Asia/Shanghai", "UTC", "GMT+08:00" (default: the local zone)`)
 	from := fs.String("from", "", "start after this instant, RFC 3339 (default: now)")
 	n := fs.Int("n", 5, "how many fire times, > 0")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,8 +47,7 @@ type demoOptions struct {
 // process then works its own generated copy of the data for the items it owns.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o demoOptions
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", stderr)
 	o.conn.register(fs)
 	fs.Lookup("zk").Usage = "ZooKeeper servers host:port,... (default: the embedded in-process store)"
 	o.conn.zk = "" // the demo is embedded unless --zk is given; $SHARDFLOW_ZK does not apply

@@ -85,8 +85,7 @@ func runFailed(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("want `failed list`, `failed requeue` or `failed upgrade-v1` (then --pg DSN --table TABLE ...; -h for the flags)")
 	}
 	requeue, upgrade := args[0] == "requeue", args[0] == "upgrade-v1"
-	fs := flag.NewFlagSet("failed "+args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("failed "+args[0], stderr)
 	var ff failedFlags
 	ff.register(fs, requeue)
 	if err := fs.Parse(args[1:]); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,8 +26,7 @@ type historyFlags struct {
 }
 
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("history", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("history", stderr)
 	var hf historyFlags
 	fs.StringVar(&hf.dsn, "pg", os.Getenv("SHARDFLOW_PG"), "Postgres DSN of the history database (default $SHARDFLOW_PG)")
 	fs.StringVar(&hf.table, "table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -39,10 +38,7 @@ func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("job add", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf connFlags
-	cf.register(fs)
+	fs, cf := zkFlagSet("job add", stderr)
 	var cfg jobconfig.Config
 	var headers stringList
 	fs.StringVar(&cfg.JobName, "job", "", "job name (required)")
@@ -82,21 +78,18 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err.Error()}
 	}
-	st, admin, err := cf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if err := admin.CreateJob(ctx, cfg); err != nil {
-		return err
-	}
-	when := "on cron " + cfg.Cron
-	if cfg.Cron == "" {
-		when = "when triggered (`shardflow trigger --job " + cfg.JobName + "`)"
-	}
-	fmt.Fprintf(stdout, "job add: %s job %s stored in namespace %s; `shardflow serve` workers allowed to run it will, %s\n",
-		cfg.JobType, cfg.JobName, cf.namespace, when)
-	return nil
+	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+		if err := admin.CreateJob(ctx, cfg); err != nil {
+			return err
+		}
+		when := "on cron " + cfg.Cron
+		if cfg.Cron == "" {
+			when = "when triggered (`shardflow trigger --job " + cfg.JobName + "`)"
+		}
+		fmt.Fprintf(stdout, "job add: %s job %s stored in namespace %s; `shardflow serve` workers allowed to run it will, %s\n",
+			cfg.JobType, cfg.JobName, cf.namespace, when)
+		return nil
+	})
 }
 
 // jobRow is one line of `shardflow job list`.
@@ -113,81 +106,72 @@ type jobRow struct {
 }
 
 func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("job list", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf connFlags
-	cf.register(fs)
+	fs, cf := zkFlagSet("job list", stderr)
 	asJSON := fs.Bool("json", false, "print a JSON array")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	st, admin, err := cf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	names, err := admin.Jobs(ctx)
-	if err != nil {
-		return err
-	}
-	rows := []jobRow{}
-	for _, name := range names {
-		s, err := admin.Status(ctx, name)
-		if errors.Is(err, coord.ErrNoJob) {
-			continue // removed meanwhile
-		}
+	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+		names, err := admin.Jobs(ctx)
 		if err != nil {
 			return err
 		}
-		row := jobRow{Job: name, Type: s.Config[jobconfig.FieldJobType], Cron: s.Config[jobconfig.FieldCron], Error: s.ConfigError}
-		if row.Type == "" {
-			row.Type = string(jobconfig.JobTypeDataflow)
-		}
-		fmt.Sscan(s.Config[jobconfig.FieldShardingTotalCount], &row.Total)
-		switch jobconfig.JobType(row.Type) {
-		case jobconfig.JobTypeScript:
-			row.Target = s.Config[jobconfig.FieldScriptCommandLine]
-		case jobconfig.JobTypeHTTP:
-			row.Target = strings.TrimSpace(s.Config[jobconfig.FieldHTTPMethod] + " " + s.Config[jobconfig.FieldHTTPURL])
-		}
-		if t := s.Config[jobconfig.FieldItemTimeout]; t != "" && t != "0s" {
-			row.Timeout = t
-		}
-		for _, srv := range s.Servers {
-			if srv.Status != "OFFLINE" {
-				row.Servers++
+		rows := []jobRow{}
+		for _, name := range names {
+			s, err := admin.Status(ctx, name)
+			if errors.Is(err, coord.ErrNoJob) {
+				continue // removed meanwhile
 			}
+			if err != nil {
+				return err
+			}
+			row := jobRow{Job: name, Type: s.Config[jobconfig.FieldJobType], Cron: s.Config[jobconfig.FieldCron], Error: s.ConfigError}
+			if row.Type == "" {
+				row.Type = string(jobconfig.JobTypeDataflow)
+			}
+			fmt.Sscan(s.Config[jobconfig.FieldShardingTotalCount], &row.Total)
+			switch jobconfig.JobType(row.Type) {
+			case jobconfig.JobTypeScript:
+				row.Target = s.Config[jobconfig.FieldScriptCommandLine]
+			case jobconfig.JobTypeHTTP:
+				row.Target = strings.TrimSpace(s.Config[jobconfig.FieldHTTPMethod] + " " + s.Config[jobconfig.FieldHTTPURL])
+			}
+			if t := s.Config[jobconfig.FieldItemTimeout]; t != "" && t != "0s" {
+				row.Timeout = t
+			}
+			for _, srv := range s.Servers {
+				if srv.Status != "OFFLINE" {
+					row.Servers++
+				}
+			}
+			for _, r := range s.Refused {
+				row.Refused = append(row.Refused, r.ID)
+			}
+			rows = append(rows, row)
 		}
-		for _, r := range s.Refused {
-			row.Refused = append(row.Refused, r.ID)
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(rows)
 		}
-		rows = append(rows, row)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tTYPE\tCRON\tTOTAL\tTIMEOUT\tLIVE\tREFUSED BY\tCOMMAND / URL")
-	for _, r := range rows {
-		target := r.Target
-		if r.Error != "" {
-			target = "config error: " + r.Error
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "JOB\tTYPE\tCRON\tTOTAL\tTIMEOUT\tLIVE\tREFUSED BY\tCOMMAND / URL")
+		for _, r := range rows {
+			target := r.Target
+			if r.Error != "" {
+				target = "config error: " + r.Error
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", r.Job, r.Type, orDash(r.Cron), r.Total, orDash(r.Timeout),
+				r.Servers, orDash(strings.Join(r.Refused, ",")), orDash(target))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", r.Job, r.Type, orDash(r.Cron), r.Total, orDash(r.Timeout),
-			r.Servers, orDash(strings.Join(r.Refused, ",")), orDash(target))
-	}
-	return tw.Flush()
+		return tw.Flush()
+	})
 }
 
 // runJobRemove shuts the job down on every server, waits for them to
 // leave, then deletes it: the workers drop it at once.
 func runJobRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("job remove", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf connFlags
-	cf.register(fs)
+	fs, cf := zkFlagSet("job remove", stderr)
 	job := fs.String("job", "", "job name (required)")
 	wait := fs.Duration("wait", 30*time.Second, "how long to wait for the servers to stop the job (runs in progress finish first)")
 	if err := fs.Parse(args); err != nil {
@@ -196,36 +180,33 @@ func runJobRemove(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *job == "" {
 		return usagef("--job is required: name the job to remove, see `shardflow job list`")
 	}
-	st, admin, err := cf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	wctx, cancel := context.WithTimeout(ctx, *wait)
-	defer cancel()
-	for {
-		live, err := liveServers(wctx, admin, *job)
-		if err != nil {
-			return err
-		}
-		if len(live) == 0 {
-			if err := admin.Remove(wctx, *job, ""); err == nil {
-				fmt.Fprintf(stdout, "job remove: job %s removed\n", *job)
-				return nil
-			} else if !strings.Contains(err.Error(), "are live") {
+	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+		wctx, cancel := context.WithTimeout(ctx, *wait)
+		defer cancel()
+		for {
+			live, err := liveServers(wctx, admin, *job)
+			if err != nil {
 				return err
 			}
-			continue // a server joined meanwhile: shut it down too
+			if len(live) == 0 {
+				if err := admin.Remove(wctx, *job, ""); err == nil {
+					fmt.Fprintf(stdout, "job remove: job %s removed\n", *job)
+					return nil
+				} else if !strings.Contains(err.Error(), "are live") {
+					return err
+				}
+				continue // a server joined meanwhile: shut it down too
+			}
+			if err := admin.Shutdown(wctx, *job, ""); err != nil && !errors.Is(err, coord.ErrNoServer) {
+				return err
+			}
+			select {
+			case <-wctx.Done():
+				return fmt.Errorf("job remove: servers %v still run job %s after %s; wait for their runs or raise --wait", live, *job, *wait)
+			case <-time.After(100 * time.Millisecond): // the servers' own leaving; no node to watch for all of them
+			}
 		}
-		if err := admin.Shutdown(wctx, *job, ""); err != nil && !errors.Is(err, coord.ErrNoServer) {
-			return err
-		}
-		select {
-		case <-wctx.Done():
-			return fmt.Errorf("job remove: servers %v still run job %s after %s; wait for their runs or raise --wait", live, *job, *wait)
-		case <-time.After(100 * time.Millisecond): // the servers' own leaving; no node to watch for all of them
-		}
-	}
+	})
 }
 
 func liveServers(ctx context.Context, admin *coord.Admin, job string) ([]string, error) {

@@ -14,10 +14,7 @@ import (
 // opCommand builds one operator action command.
 func opCommand(action string) func(context.Context, []string, io.Writer, io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		fs := flag.NewFlagSet(action, flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		var cf connFlags
-		cf.register(fs)
+		fs, cf := zkFlagSet(action, stderr)
 		job := fs.String("job", "", "job name (required)")
 		server := fs.String("server", "", "server id (default: every server of the job)")
 		item := fs.Int("item", 0, "shard item 0..shardingTotalCount-1 (disable/enable only): act on one item instead of a server")
@@ -40,26 +37,23 @@ func opCommand(action string) func(context.Context, []string, io.Writer, io.Writ
 		if itemSet && *server != "" {
 			return usagef("--item and --server exclude each other: disable an item everywhere, or a server")
 		}
-		st, admin, err := cf.open(ctx)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		if err := doAction(ctx, admin, action, *job, *server, *item); err != nil {
-			return err
-		}
-		target := "every server"
-		switch {
-		case itemSet:
-			target = fmt.Sprintf("item %d", *item)
-		case *server != "":
-			target = "server " + *server
-		}
-		if action == "remove" && *server == "" {
-			target = "the whole job"
-		}
-		fmt.Fprintf(stdout, "%s: job %s, %s: done\n", action, *job, target)
-		return nil
+		return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+			if err := doAction(ctx, admin, action, *job, *server, *item); err != nil {
+				return err
+			}
+			target := "every server"
+			switch {
+			case itemSet:
+				target = fmt.Sprintf("item %d", *item)
+			case *server != "":
+				target = "server " + *server
+			}
+			if action == "remove" && *server == "" {
+				target = "the whole job"
+			}
+			fmt.Fprintf(stdout, "%s: job %s, %s: done\n", action, *job, target)
+			return nil
+		})
 	}
 }
 
@@ -99,10 +93,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("usage: shardflow config get --zk HOSTS --job NAME | shardflow config set --zk HOSTS --job NAME FIELD VALUE")
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("config "+verb, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf connFlags
-	cf.register(fs)
+	fs, cf := zkFlagSet("config "+verb, stderr)
 	job := fs.String("job", "", "job name (required)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return usageError{err.Error()}
@@ -116,24 +107,21 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if verb == "get" && fs.NArg() != 0 {
 		return usagef("config get takes no arguments")
 	}
-	st, admin, err := cf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if verb == "set" {
-		if err := admin.SetConfig(ctx, *job, fs.Arg(0), fs.Arg(1)); err != nil {
+	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+		if verb == "set" {
+			if err := admin.SetConfig(ctx, *job, fs.Arg(0), fs.Arg(1)); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "config set: job %s: %s = %q\n", *job, fs.Arg(0), fs.Arg(1))
+			return nil
+		}
+		s, err := admin.Status(ctx, *job)
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "config set: job %s: %s = %q\n", *job, fs.Arg(0), fs.Arg(1))
+		printConfig(stdout, s)
 		return nil
-	}
-	s, err := admin.Status(ctx, *job)
-	if err != nil {
-		return err
-	}
-	printConfig(stdout, s)
-	return nil
+	})
 }
 
 func printConfig(w io.Writer, s coord.JobStatus) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,10 +20,7 @@ const serveStopTimeout = 30 * time.Second
 // SCRIPT and HTTP job of the namespace its allow-lists permit, picking up
 // added jobs and dropping removed ones without a restart.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf connFlags
-	cf.register(fs)
+	fs, cf := zkFlagSet("serve", stderr)
 	var allowCmd, allowURL stringList
 	serverID := fs.String("server-id", "", "this worker's id among a job's servers (default: the first non-loopback IPv4 address; set one per process when several share a host)")
 	fs.Var(&allowCmd, "allow-command", `a command prefix this worker may run, e.g. "/opt/jobs/" (repeatable; see docs/operations.md)`)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -14,8 +13,7 @@ import (
 
 // runShard previews an assignment without touching any store.
 func runShard(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("shard", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("shard", stderr)
 	strategy := fs.String("strategy", "average", "sharding strategy: average, odd-even, round-robin")
 	servers := fs.String("servers", "", "comma-separated server ids, e.g. a,b,c (required)")
 	total := fs.Int("total", 0, "shardingTotalCount, > 0 (required)")

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -22,31 +21,25 @@ type statusDocument struct {
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cf connFlags
-	cf.register(fs)
+	fs, cf := zkFlagSet("status", stderr)
 	job := fs.String("job", "", "only this job (default: every job in the namespace)")
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
-	st, admin, err := cf.open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	doc, err := collectStatus(ctx, admin, cf.namespace, *job)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
-	}
-	printStatus(stdout, doc)
-	return nil
+	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+		doc, err := collectStatus(ctx, admin, cf.namespace, *job)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(doc)
+		}
+		printStatus(stdout, doc)
+		return nil
+	})
 }
 
 func collectStatus(ctx context.Context, admin *coord.Admin, namespace, job string) (statusDocument, error) {
