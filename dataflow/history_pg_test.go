@@ -32,36 +32,15 @@ func TestNodeHistoryOnPostgres(t *testing.T) {
 	}
 	defer func() { _ = buf.Stop(context.Background()) }()
 
-	n, err := NewNode(NodeConfig{ServerID: "server-0", History: buf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, l := startNodeWithJob(t, NodeConfig{ServerID: "server-0", History: buf}, JobConfig{JobName: "fo", ShardingTotalCount: 2}, &itemJob{})
 	defer stopNode(t, n)
-	l := newAfterListener()
-	if err := AddJob(n, JobConfig{JobName: "fo", ShardingTotalCount: 2}, Job[int](&itemJob{}), WithListeners(l)); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	// Manual.
 	if err := n.Trigger("fo"); err != nil {
 		t.Fatal(err)
 	}
 	l.next(t)
 	// Normal and misfire: a cron fire, and one during its run.
-	gate := &gateJob{started: make(chan struct{}, 4), release: make(chan struct{})}
-	gl := newAfterListener()
-	if err := AddJob(n, JobConfig{JobName: "slow", ShardingTotalCount: 1}, Job[int](gate), WithListeners(gl)); err != nil {
-		t.Fatal(err)
-	}
-	n.sched.mu.Lock()
-	sj := n.sched.jobs["slow"]
-	n.sched.mu.Unlock()
-	n.sched.fire(sj)
-	<-gate.started
-	n.sched.fire(sj)
-	close(gate.release)
+	gl := fireDuringRun(t, n, 1)
 	gl.next(t)
 	gl.next(t)
 	// Failover: the Node records an item it took over (Shard.Failover) as

@@ -17,19 +17,9 @@ import (
 func TestNodeRecordsHistoryPerItem(t *testing.T) {
 	mem := history.NewMemory(0)
 	metrics := stats.NewCollector("h-0")
-	n, err := NewNode(NodeConfig{ServerID: "h-0", History: mem, Metrics: metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, l := startNodeWithJob(t, NodeConfig{ServerID: "h-0", History: mem, Metrics: metrics},
+		JobConfig{JobName: "h", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}, failSome{})
 	defer stopNode(t, n)
-	l := newAfterListener()
-	cfg := JobConfig{JobName: "h", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}
-	if err := AddJob(n, cfg, Job[int](failSome{}), WithListeners(l)); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	if err := n.Trigger("h"); err != nil {
 		t.Fatal(err)
 	}
@@ -56,18 +46,7 @@ func TestNodeRecordsHistoryPerItem(t *testing.T) {
 	}
 
 	// A cron fire during a run: the run is normal, the catch-up misfire.
-	gate := &gateJob{started: make(chan struct{}, 4), release: make(chan struct{})}
-	gl := newAfterListener()
-	if err := AddJob(n, JobConfig{JobName: "slow", ShardingTotalCount: 1}, Job[int](gate), WithListeners(gl)); err != nil {
-		t.Fatal(err)
-	}
-	n.sched.mu.Lock()
-	sj := n.sched.jobs["slow"]
-	n.sched.mu.Unlock()
-	n.sched.fire(sj)
-	<-gate.started
-	n.sched.fire(sj)
-	close(gate.release)
+	gl := fireDuringRun(t, n, 1)
 	gl.next(t)
 	gl.next(t)
 	slow, err := mem.Runs(t.Context(), history.Filter{Job: "slow"})

@@ -98,6 +98,26 @@ func stopNode(t *testing.T, n *Node) {
 	}
 }
 
+// startNodeWithJob returns a started Node of cfg hosting job as jcfg, with
+// an afterListener on the job. The caller stops the Node (stopNode).
+func startNodeWithJob(t *testing.T, cfg NodeConfig, jcfg JobConfig, job Job[int]) (*Node, *afterListener) {
+	t.Helper()
+	n, err := NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newAfterListener()
+	err = AddJob(n, jcfg, job, WithListeners(l))
+	if err == nil {
+		err = n.Start(t.Context())
+	}
+	if err != nil {
+		stopNode(t, n)
+		t.Fatal(err)
+	}
+	return n, l
+}
+
 func TestNodeEmbeddedRunAndListeners(t *testing.T) {
 	var mu sync.Mutex
 	var hookErrs []error
@@ -400,21 +420,7 @@ func TestNodeLostSessionCancelsRun(t *testing.T) {
 	nodes, sessions := cluster(t, srv, "lost", 1)
 	n := nodes[0]
 	defer stopNode(t, n)
-	j := &itemJob{block: true, blocked: make(chan struct{}, 4), unblock: make(chan error, 4)}
-	if err := AddJob(n, JobConfig{JobName: "blocking", ShardingTotalCount: 1}, Job[int](j)); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Trigger("blocking"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-j.blocked:
-	case <-time.After(20 * time.Second):
-		t.Fatal("run did not start")
-	}
+	j := startBlockingRun(t, n)
 	sessions[0].Expire()
 	select {
 	case err := <-j.unblock:
@@ -426,6 +432,24 @@ func TestNodeLostSessionCancelsRun(t *testing.T) {
 	}
 }
 
+// startBlockingRun adds the one-item job "blocking" to n, starts n,
+// triggers the job and returns once its item blocks (itemJob.block).
+func startBlockingRun(t *testing.T, n *Node) *itemJob {
+	t.Helper()
+	j := &itemJob{block: true, blocked: make(chan struct{}, 4), unblock: make(chan error, 4)}
+	if err := AddJob(n, JobConfig{JobName: "blocking", ShardingTotalCount: 1}, Job[int](j)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Trigger("blocking"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Recv(t, 20*time.Second, "the blocking run to start", j.blocked)
+	return j
+}
+
 func TestNodeGracefulStopTimeoutAndHardStop(t *testing.T) {
 	for _, hard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hard=%v", hard), func(t *testing.T) {
@@ -433,17 +457,7 @@ func TestNodeGracefulStopTimeoutAndHardStop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			j := &itemJob{block: true, blocked: make(chan struct{}, 4), unblock: make(chan error, 4)}
-			if err := AddJob(n, JobConfig{JobName: "blocking", ShardingTotalCount: 1}, Job[int](j)); err != nil {
-				t.Fatal(err)
-			}
-			if err := n.Start(t.Context()); err != nil {
-				t.Fatal(err)
-			}
-			if err := n.Trigger("blocking"); err != nil {
-				t.Fatal(err)
-			}
-			<-j.blocked
+			j := startBlockingRun(t, n)
 			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 			defer cancel()
 			if hard {
@@ -610,20 +624,7 @@ func TestNodeBatchJobAndLocalMisfire(t *testing.T) {
 	}
 
 	// Cron fires while a run is in progress: one catch-up run after it.
-	gate := &gateJob{started: make(chan struct{}, 4), release: make(chan struct{})}
-	gl := newAfterListener()
-	if err := AddJob(n, JobConfig{JobName: "slow", ShardingTotalCount: 1}, Job[int](gate), WithListeners(gl)); err != nil {
-		t.Fatal(err)
-	}
-	n.sched.mu.Lock()
-	sj := n.sched.jobs["slow"]
-	n.sched.mu.Unlock()
-	n.sched.fire(sj) // the cron callback
-	<-gate.started
-	for range 3 {
-		n.sched.fire(sj)
-	}
-	close(gate.release)
+	gl := fireDuringRun(t, n, 3)
 	if ev := gl.next(t); ev.info.Reason != ReasonCron {
 		t.Fatalf("first run reason %v", ev.info.Reason)
 	}
@@ -635,6 +636,28 @@ func TestNodeBatchJobAndLocalMisfire(t *testing.T) {
 		t.Fatalf("a third run %+v: missed fires must collapse into one", ev)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// fireDuringRun adds the one-item job "slow" to n, fires its cron, and
+// fires it extra more times during that run: the catch-up after the run
+// is a misfire run. It returns the job's listener, both runs to come.
+func fireDuringRun(t *testing.T, n *Node, extra int) *afterListener {
+	t.Helper()
+	gate := &gateJob{started: make(chan struct{}, 4), release: make(chan struct{})}
+	gl := newAfterListener()
+	if err := AddJob(n, JobConfig{JobName: "slow", ShardingTotalCount: 1}, Job[int](gate), WithListeners(gl)); err != nil {
+		t.Fatal(err)
+	}
+	n.sched.mu.Lock()
+	sj := n.sched.jobs["slow"]
+	n.sched.mu.Unlock()
+	n.sched.fire(sj) // the cron callback
+	<-gate.started
+	for range extra {
+		n.sched.fire(sj)
+	}
+	close(gate.release)
+	return gl
 }
 
 // gateJob's Process blocks until release is closed.
@@ -839,19 +862,9 @@ func TestNodeStatsAndMetrics(t *testing.T) {
 	sess := srv.Connect()
 	defer sess.Close()
 	metrics := stats.NewCollector("server-0")
-	n, err := NewNode(NodeConfig{Store: sess, Namespace: "stats", ServerID: "server-0", Metrics: metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, l := startNodeWithJob(t, NodeConfig{Store: sess, Namespace: "stats", ServerID: "server-0", Metrics: metrics},
+		JobConfig{JobName: "m", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}, failSome{})
 	defer stopNode(t, n)
-	l := newAfterListener()
-	cfg := JobConfig{JobName: "m", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}
-	if err := AddJob(n, cfg, Job[int](failSome{}), WithListeners(l)); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	if err := n.Trigger("m"); err != nil {
 		t.Fatal(err)
 	}

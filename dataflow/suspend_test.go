@@ -23,19 +23,10 @@ func TestNodeRunsAgainAfterSuspension(t *testing.T) {
 		srv := memstore.NewServer()
 		sess := srv.Connect(memstore.WithSessionTimeout(time.Hour)) // never expires here
 		defer sess.Close()
-		n, err := NewNode(NodeConfig{Store: sess, Namespace: "susp", ServerID: "server-0"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer stopNode(t, n)
 		job := &busyJob{block: true, started: make(chan int, 4), release: make(chan struct{})}
-		l := newAfterListener()
-		if err := AddJob(n, JobConfig{JobName: "susp", ShardingTotalCount: 1}, Job[int](job), WithListeners(l)); err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		n, l := startNodeWithJob(t, NodeConfig{Store: sess, Namespace: "susp", ServerID: "server-0"},
+			JobConfig{JobName: "susp", ShardingTotalCount: 1}, job)
+		defer stopNode(t, n)
 		if err := n.Trigger("susp"); err != nil {
 			t.Fatal(err)
 		}
