@@ -7,13 +7,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/internal/proctest"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
 
@@ -61,36 +60,6 @@ func TestRunScriptFailureCarriesTail(t *testing.T) {
 	}
 }
 
-// gone reports whether pid no longer runs (absent, or a zombie nobody has
-// reaped yet: in a container the reaper may be slow or absent).
-func gone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	// pid (comm) STATE ...: the state follows the last ')'.
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
-}
-
-func readPid(t *testing.T, path string) int {
-	t.Helper()
-	var pid int
-	testwait.ForNoError(t, 20*time.Second, "the script wrote its grandchild's pid", func() error {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err
-	})
-	return pid
-}
-
 // TestRunScriptCancelKillsGroup: the end of the item's context (here the
 // item timeout's cause) kills the script's whole process group: the
 // grandchild it started in the background is gone too.
@@ -103,8 +72,8 @@ func TestRunScriptCancelKillsGroup(t *testing.T) {
 		// The child shell starts a grandchild and waits for it.
 		errc <- RunScript(ctx, []string{"/bin/sh", "-c", fmt.Sprintf(`sleep 300 & echo $! > %s.tmp; mv %s.tmp %s; wait`, pidFile, pidFile, pidFile), "sh"}, testShard, nil)
 	}()
-	pid := readPid(t, pidFile)
-	if gone(pid) {
+	pid := proctest.ReadPid(t, 20*time.Second, pidFile)
+	if proctest.Gone(pid) {
 		t.Fatalf("grandchild %d gone before the cancel", pid)
 	}
 	cancel(&dataflow.TimeoutError{After: time.Second})
@@ -112,7 +81,7 @@ func TestRunScriptCancelKillsGroup(t *testing.T) {
 	if !errors.Is(err, dataflow.ErrTimeout) || !strings.Contains(err.Error(), "timed out after 1s") || !strings.Contains(err.Error(), "killed by signal 9") {
 		t.Errorf("err = %v, want the timeout cause and the kill", err)
 	}
-	testwait.For(t, 20*time.Second, fmt.Sprintf("grandchild %d killed with its group", pid), func() bool { return gone(pid) })
+	testwait.For(t, 20*time.Second, fmt.Sprintf("grandchild %d killed with its group", pid), func() bool { return proctest.Gone(pid) })
 }
 
 // TestRunScriptKillsLeftovers: a command that exits leaving a background
@@ -124,6 +93,6 @@ func TestRunScriptKillsLeftovers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunScript: %v", err)
 	}
-	pid := readPid(t, pidFile)
-	testwait.For(t, 20*time.Second, fmt.Sprintf("leftover %d killed", pid), func() bool { return gone(pid) })
+	pid := proctest.ReadPid(t, 20*time.Second, pidFile)
+	testwait.For(t, 20*time.Second, fmt.Sprintf("leftover %d killed", pid), func() bool { return proctest.Gone(pid) })
 }

@@ -9,15 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/proctest"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
 
@@ -137,8 +136,8 @@ func TestServeScriptJobs(t *testing.T) {
 	settled("slow", "s1", "s2")
 	cli("trigger", "--job", "slow")
 	for item := range 2 {
-		pid := readPidFile(t, filepath.Join(dir, fmt.Sprintf("slow.%d", item)))
-		testwait.For(t, 30*time.Second, fmt.Sprintf("grandchild %d of item %d killed by the timeout", pid, item), func() bool { return processGone(pid) })
+		pid := proctest.ReadPid(t, 30*time.Second, filepath.Join(dir, fmt.Sprintf("slow.%d", item)))
+		testwait.For(t, 30*time.Second, fmt.Sprintf("grandchild %d of item %d killed by the timeout", pid, item), func() bool { return proctest.Gone(pid) })
 	}
 	s1.RequireLine(t, `timed out after 2s`, 30*time.Second)
 	s2.RequireLine(t, `timed out after 2s`, 30*time.Second)
@@ -167,7 +166,7 @@ func TestServeScriptJobs(t *testing.T) {
 		}
 	}
 	cli("trigger", "--job", "fo")
-	pid := readPidFile(t, filepath.Join(dir, "fo.pid"))
+	pid := proctest.ReadPid(t, 30*time.Second, filepath.Join(dir, "fo.pid"))
 	if err := s1.Kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -176,33 +175,5 @@ func TestServeScriptJobs(t *testing.T) {
 	if got := lines(path); !slices.Equal(got, []string{"s1", "s2"}) {
 		t.Fatalf("item %d runs %v, want s1 (killed) then s2", s1Item, got)
 	}
-	testwait.For(t, 30*time.Second, fmt.Sprintf("the killed worker's script %d gone", pid), func() bool { return processGone(pid) })
-}
-
-func readPidFile(t *testing.T, path string) int {
-	t.Helper()
-	var pid int
-	testwait.ForNoError(t, 30*time.Second, "pid in "+filepath.Base(path), func() error {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err
-	})
-	return pid
-}
-
-// processGone: no such process, or a zombie nobody reaped yet.
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+	testwait.For(t, 30*time.Second, fmt.Sprintf("the killed worker's script %d gone", pid), func() bool { return proctest.Gone(pid) })
 }
