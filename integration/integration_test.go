@@ -210,6 +210,46 @@ func TestPostgresRestartKeepsPortAndData(t *testing.T) {
 	}
 }
 
+// NewSchema's DSN puts a session in the fresh schema, which a second
+// schema does not see; the schema is dropped at cleanup.
+func TestPostgresNewSchema(t *testing.T) {
+	p := integration.SharedPostgres(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var first string
+	t.Run("first", func(t *testing.T) {
+		conn, err := pgx.Connect(ctx, p.NewSchema(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if err := conn.QueryRow(ctx, "SELECT current_schema()").Scan(&first); err != nil || !strings.HasPrefix(first, "t_") {
+			t.Fatalf("current_schema() = %q, %v; want the test's fresh schema", first, err)
+		}
+		if _, err := conn.Exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)"); err != nil {
+			t.Fatal(err)
+		}
+		other, err := pgx.Connect(ctx, p.NewSchema(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close(ctx)
+		var exists bool
+		if err := other.QueryRow(ctx, "SELECT to_regclass('items') IS NOT NULL").Scan(&exists); err != nil || exists {
+			t.Fatalf("a second schema sees table items: %v, %v", exists, err)
+		}
+	})
+	conn, err := pgx.Connect(ctx, p.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var left bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", first).Scan(&left); err != nil || left {
+		t.Fatalf("schema %s still there after its test: %v, %v", first, left, err)
+	}
+}
+
 func TestProxyPartitionsZooKeeperClient(t *testing.T) {
 	z := integration.SharedZooKeeper(t)
 	p := integration.NewProxy(t, z.Servers()[0])

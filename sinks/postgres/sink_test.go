@@ -3,8 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -23,33 +21,13 @@ func TestMain(m *testing.M) { integration.Main(m) }
 // dropped at cleanup.
 func newDB(t *testing.T) (*pgxpool.Pool, context.Context) {
 	t.Helper()
-	dsn := integration.SharedPostgres(t).DSN()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	schema := fmt.Sprintf("sfsink_%d_%s", os.Getpid(), strings.ToLower(strings.NewReplacer("/", "_").Replace(t.Name())))
-	cfg, err := pgxpool.ParseConfig(dsn)
+	pool, err := pgxpool.New(ctx, integration.SharedPostgres(t).NewSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := pgxpool.NewWithConfig(ctx, cfg.Copy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		pool.Close()
-		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Error(err)
-		}
-		admin.Close()
-	})
+	t.Cleanup(pool.Close)
 	if _, err := pool.Exec(ctx, `CREATE TABLE totals (id bigint PRIMARY KEY, amount bigint NOT NULL, note text)`); err != nil {
 		t.Fatal(err)
 	}

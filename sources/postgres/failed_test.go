@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/shardflow/shardflow/sources/postgres"
@@ -46,27 +45,8 @@ func TestListAndRequeueFailedRowsWhileAWorkerRuns(t *testing.T) {
 		}
 		return nil
 	})
-	st := memstore.NewServer().Connect()
-	defer st.Close()
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, ServerID: "w1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := dataflow.JobConfig{JobName: "job", Cron: "* * * * * ?", ShardingTotalCount: 4, FetchDataCount: 50,
-		ConcurrentDataProcessThreadCount: 2, StreamingProcess: true}
-	if err := dataflow.AddBatchJob[postgres.Row[Order]](node, cfg, job); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := node.Stop(sctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	startNode(t, dataflow.NodeConfig{ServerID: "w1"}, dataflow.JobConfig{JobName: "job", Cron: "* * * * * ?",
+		ShardingTotalCount: 4, FetchDataCount: 50, ConcurrentDataProcessThreadCount: 2, StreamingProcess: true}, job)
 	var gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }
 	defer openGate() // before Stop, should the test fail while the worker is held

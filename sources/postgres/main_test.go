@@ -2,10 +2,7 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,41 +15,21 @@ import (
 
 func TestMain(m *testing.M) { integration.Main(m) }
 
-var schemaSeq atomic.Int64
-
 // newDB returns a pool whose search_path is a fresh schema, dropped at the
 // end of the test, on the package's shared Postgres (SHARDFLOW_PG, or a
 // container started by the integration harness).
 func newDB(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	dsn := integration.SharedPostgres(t).DSN()
-	ctx := context.Background()
-	admin, err := postgres.Connect(ctx, dsn, 2)
+	cfg, err := pgxpool.ParseConfig(integration.SharedPostgres(t).NewSchema(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	schema := fmt.Sprintf("sft_%d_%d", os.Getpid(), schemaSeq.Add(1))
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		admin.Close()
-		t.Fatal(err)
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.MaxConns = 8
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		pool.Close()
-		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("dropping schema %s: %v", schema, err)
-		}
-		admin.Close()
-	})
+	t.Cleanup(pool.Close)
 	return pool
 }
 
@@ -101,6 +78,31 @@ func newSource(t testing.TB, pool *pgxpool.Pool, cfg postgres.Config) *postgres.
 		t.Fatal(err)
 	}
 	return src
+}
+
+// startNode starts a Node of cfg running job as jcfg and stops it (30 s
+// at most) at the end of the test. A store in cfg must be closed by a
+// cleanup registered before this call (t.Cleanup runs last first).
+func startNode(t *testing.T, cfg dataflow.NodeConfig, jcfg dataflow.JobConfig, job dataflow.BatchJob[postgres.Row[Order]]) *dataflow.Node {
+	t.Helper()
+	node, err := dataflow.NewNode(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := node.Stop(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := dataflow.AddBatchJob(node, jcfg, job); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return node
 }
 
 type dataflowShard = dataflow.Shard

@@ -75,27 +75,11 @@ func TestMistypedSinkBurnsNoRow(t *testing.T) {
 
 	srv := memstore.NewServer()
 	st := srv.Connect()
-	defer st.Close()
+	t.Cleanup(func() { _ = st.Close() }) // after the Node's Stop
 	metrics := stats.NewCollector("w1")
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, ServerID: "w1", Logger: logger, Metrics: metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := dataflow.JobConfig{JobName: "settle", ShardingTotalCount: 1, FetchDataCount: 100,
-		ConcurrentDataProcessThreadCount: 4, StreamingProcess: true}
-	if err := dataflow.AddBatchJob[postgres.Row[Order]](node, cfg, src.Transactional(settle("settlementz"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := node.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := node.Stop(sctx); err != nil {
-			t.Error(err)
-		}
-	}()
+	node := startNode(t, dataflow.NodeConfig{Store: st, ServerID: "w1", Logger: logger, Metrics: metrics},
+		dataflow.JobConfig{JobName: "settle", ShardingTotalCount: 1, FetchDataCount: 100, ConcurrentDataProcessThreadCount: 4, StreamingProcess: true},
+		src.Transactional(settle("settlementz")))
 	if err := node.Trigger("settle"); err != nil {
 		t.Fatal(err)
 	}
