@@ -29,6 +29,10 @@ type election struct {
 	id    string // this server's id
 	// candidate is this server's candidate node (absolute), "" when none.
 	candidate string
+	// hostHeld: the transaction that created the job created candidate and
+	// the host node too (the first and only candidate then): the next
+	// proceed is elected without a request.
+	hostHeld bool
 }
 
 // proceed is one step of campaigning, for a caller that must not block
@@ -38,6 +42,11 @@ type election struct {
 // again: on its predecessor candidate, or on a previous leader's host node
 // still present. It blocks only on its store calls, which ctx bounds.
 func (e *election) proceed(ctx context.Context) (elected bool, wait <-chan store.Event, err error) {
+	if e.hostHeld && e.candidate != "" {
+		e.hostHeld = false
+		return true, nil, nil
+	}
+	e.hostHeld = false
 	for range 16 {
 		if e.candidate == "" {
 			// Adopt a candidate this session already has (an election that
@@ -148,7 +157,7 @@ func (e *election) Resign(ctx context.Context) error {
 
 // forget drops the candidate without deleting it: the session that held it
 // is gone, and its nodes with it.
-func (e *election) forget() { e.candidate = "" }
+func (e *election) forget() { e.candidate, e.hostHeld = "", false }
 
 // Leader returns the leading server's id, or errNoLeader when none leads
 // now. One read; ctx bounds it.

@@ -90,7 +90,10 @@ type Job struct {
 	elec             election // leader election (its candidate is the watcher's)
 	predAfterSession <-chan store.Event
 	reelected        bool // onSession ran the election; predAfterSession is its watch
-	resynced         bool // onSession rebuilt the tree cache
+	// flagRaised: the join raised the resharding flag just before its
+	// election, which need not raise it again (startJob only).
+	flagRaised bool
+	resynced   bool // onSession rebuilt the tree cache
 	// idleW watches the running node that keeps the leader from resharding
 	// promptly (reshardWhenIdle); nil when none.
 	idleW <-chan store.Event
@@ -206,16 +209,18 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	j.regSession = sess.ID
 	j.regCtx, j.regCancel = context.WithCancel(context.Background())
 	j.lostCh = make(chan struct{})
-	if jt.registered {
-		// The transaction raised the flag already.
-	} else if err := j.setNecessary(ctx); err != nil {
-		j.regCancel()
-		_ = j.goOffline(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
+	if !jt.registered { // else the transaction raised it
+		if err := j.setNecessary(ctx); err != nil {
+			j.regCancel()
+			_ = j.goOffline(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
+		}
 	}
+	j.flagRaised = true
 	wctx, cancel := context.WithCancel(context.Background())
 	j.stopW, j.watchDn = cancel, make(chan struct{})
 	predW, err := j.elect(ctx)
+	j.flagRaised = false // a later election raises it itself
 	if err != nil {
 		cancel()
 		j.regCancel()
@@ -233,14 +238,16 @@ type joinResult struct {
 	// storedWins: a stored config was kept (not overwritten).
 	storedWins bool
 	// registered: the transaction registered this server too (a new job):
-	// registerServer and setNecessary are done.
+	// registerServer and setNecessary are done, and this server stands
+	// first in the election and holds the host node.
 	registered bool
 }
 
 // joinTransaction makes sure the job's skeleton exists and writes the local
 // config when nothing is stored or Overwrite is set, in one transaction;
 // for a job that does not exist yet, the same transaction registers this
-// server (registerServer's nodes) and raises the resharding flag. A stored
+// server (registerServer's nodes), raises the resharding flag and makes it
+// the election's first candidate and leader (the host node). A stored
 // config of another job type is a conflict (checked here only when this
 // join would overwrite it; otherwise on the cache's read, before
 // registering).
@@ -258,9 +265,12 @@ type joinResult struct {
 func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid int64) (joinResult, error) {
 	fields := configFields(local)
 	keys := slices.Sorted(maps.Keys(fields))
-	var res joinResult
-	err := multiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
-		res = joinResult{}
+	var (
+		res    joinResult
+		candAt = -1 // index of the candidate's create in the ops
+	)
+	results, err := multiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+		res, candAt = joinResult{}, -1
 		top, _, err := j.st.Children(ctx, j.p.root)
 		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
 			// Maybe the namespace went (ErrNoParent).
@@ -284,6 +294,13 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				&store.CreateOp{Path: j.p.server(j.id, nStatus), Data: []byte(statusReady), Mode: store.Ephemeral},
 				touchMembership(j.p),
 				&store.CreateOp{Path: j.p.abs(relNecessary)},
+			)
+			// The first and only candidate of a new job, and its leader
+			// (election.hostHeld).
+			candAt = len(ops)
+			ops = append(ops,
+				&store.CreateOp{Path: store.Join(j.p.abs(relLatch), candidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential},
+				&store.CreateOp{Path: j.p.abs(relHost), Data: []byte(j.id), Mode: store.Ephemeral},
 			)
 			res.registered = true
 			return ops, nil
@@ -363,6 +380,9 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 			return joinResult{}, err
 		}
 		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
+	}
+	if candAt >= 0 && candAt < len(results) {
+		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, true
 	}
 	return res, nil
 }
@@ -614,8 +634,10 @@ func (j *job) elect(ctx context.Context) (<-chan store.Event, error) {
 	j.mu.Unlock()
 	if !was {
 		j.log.Info("elected leader")
-		if err := j.setNecessary(ctx); err != nil {
-			return nil, err
+		if !j.flagRaised { // else the join raised it just before
+			if err := j.setNecessary(ctx); err != nil {
+				return nil, err
+			}
 		}
 		j.leaderDuties(ctx, true)
 		if s := j.reg.cfg.TestSignals; s != nil {
