@@ -22,10 +22,14 @@ type Run struct {
 	// were computed with cfg's total, and the pipeline gets the same.
 	cfg    jobconfig.Config
 	params map[int]string
-	ctx    context.Context
-	cancel context.CancelFunc
-	stop   func() bool
-	done   bool
+	// shardMzxid is the Mzxid of this server's sharding node that the
+	// run's normal items took their epochs from (0: failover items only).
+	// A reshard since changes it: the run is then fenced for good.
+	shardMzxid int64
+	ctx        context.Context
+	cancel     context.CancelFunc
+	stop       func() bool
+	done       bool
 	// released: complete has dropped the run's items from job.inRun.
 	released bool
 }
@@ -90,12 +94,16 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			return nil, err
 		}
 	}
-	var items []Assignment
+	var (
+		items      []Assignment
+		shardMzxid int64
+	)
 	for attempt := 0; ; attempt++ {
 		var (
 			shardVersion int32
 			marks        map[int]int32
 		)
+		shardMzxid = 0
 		items, shardVersion = j.failoverAssignments()
 		if len(items) == 0 {
 			// Failover items run first and need no resharding; otherwise
@@ -119,6 +127,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			if items, shardVersion, marks, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil, attempt > 0); err != nil {
 				return nil, err
 			}
+			shardMzxid = st.Mzxid
 		}
 		err := j.markRunning(ctx, cfg, now, items, shardVersion, marks)
 		if err != nil {
@@ -133,7 +142,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		break
 	}
 	j.recordLastError(ctx, "")
-	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params}
+	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
 	return r, nil
@@ -576,6 +585,16 @@ func (r *run) keepGoing() bool {
 	j := r.j
 	if r.ctx.Err() != nil {
 		return false
+	}
+	if r.shardMzxid != 0 {
+		// Resharded since Begin: every commit of the run is fenced now, and
+		// its running nodes hold the items' new owners off. A reshard waits
+		// for running items, but one planned just before this run's Begin
+		// committed does not see it. (A cache that has not loaded the node
+		// yet lags; it does not make the run stale.)
+		if _, st, ok := j.cache.get(relServer(j.id, nSharding)); ok && st.Mzxid > r.shardMzxid {
+			return false
+		}
 	}
 	return !j.cache.flag(relServer(j.id, nPaused)) && !j.cache.has(relNecessary) && !j.cache.flag(relServer(j.id, nShutdown))
 }
