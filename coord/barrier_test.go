@@ -9,30 +9,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/coordtest"
-	"github.com/shardflow/shardflow/coord/store"
 )
-
-// hookStore lets a test pause a server between its store calls.
-type hookStore struct {
-	store.Store
-	create   func(path string, next func() (string, error)) (string, error)
-	children func(path string)
-}
-
-func (h *hookStore) Create(ctx context.Context, path string, data []byte, mode store.Mode) (string, error) {
-	next := func() (string, error) { return h.Store.Create(ctx, path, data, mode) }
-	if h.create != nil {
-		return h.create(path, next)
-	}
-	return next()
-}
-
-func (h *hookStore) Children(ctx context.Context, path string) ([]string, store.Stat, error) {
-	if h.children != nil {
-		h.children(path)
-	}
-	return h.Store.Children(ctx, path)
-}
 
 // TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete forces: a and b both register; both read the
 // complete set; a takes the runner, runs the callback, clears the set and
@@ -44,43 +21,47 @@ func TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete(t *testing.T) {
 	const base = "/guarantee/started"
 	aRegistered, bRegistered, bAtRunner, aDone := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var onceRegA, onceReg, onceAt sync.Once
+	// registered is an After hook closing ch once the server has created its
+	// registration in the barrier's set.
+	registered := func(once *sync.Once, ch chan struct{}) func(context.Context, coordtest.Call, error) error {
+		return func(_ context.Context, c coordtest.Call, err error) error {
+			if c.Method == "Create" && strings.Contains(c.Path, base+"/") && !strings.HasSuffix(c.Path, base+"/runner") {
+				once.Do(func() { close(ch) })
+			}
+			return err
+		}
+	}
 	// The hooks are in place before the servers start (their watchers call
-	// the store too) and act only on the barrier's paths.
-	saChildren := func(p string) {
-		if strings.HasSuffix(p, base) {
-			<-bRegistered
-		}
+	// the store too) and act only on the barrier's paths. a waits for b's
+	// registration before reading the set, and creates the runner only once
+	// b is about to.
+	sa := &coordtest.HookStore{Store: b.Connect(t),
+		Before: func(_ context.Context, c coordtest.Call) error {
+			switch {
+			case c.Method == "Children" && strings.HasSuffix(c.Path, base):
+				<-bRegistered
+			case c.Method == "Create" && strings.HasSuffix(c.Path, base+"/runner"):
+				<-bAtRunner
+			}
+			return nil
+		},
+		After: registered(&onceRegA, aRegistered),
 	}
-	saCreate := func(p string, next func() (string, error)) (string, error) {
-		if strings.HasSuffix(p, base+"/runner") {
-			<-bAtRunner
-			return next()
-		}
-		r, err := next()
-		if strings.Contains(p, base+"/") {
-			onceRegA.Do(func() { close(aRegistered) })
-		}
-		return r, err
+	// b waits for a's registration before reading the set, and creates the
+	// runner only after a is done.
+	sb := &coordtest.HookStore{Store: b.Connect(t),
+		Before: func(_ context.Context, c coordtest.Call) error {
+			switch {
+			case c.Method == "Children" && strings.HasSuffix(c.Path, base):
+				<-aRegistered
+			case c.Method == "Create" && strings.HasSuffix(c.Path, base+"/runner"):
+				onceAt.Do(func() { close(bAtRunner) })
+				<-aDone
+			}
+			return nil
+		},
+		After: registered(&onceReg, bRegistered),
 	}
-	sbChildren := func(p string) {
-		if strings.HasSuffix(p, base) {
-			<-aRegistered
-		}
-	}
-	sbCreate := func(p string, next func() (string, error)) (string, error) {
-		if strings.HasSuffix(p, base+"/runner") {
-			onceAt.Do(func() { close(bAtRunner) })
-			<-aDone
-			return next()
-		}
-		r, err := next()
-		if strings.Contains(p, base+"/") {
-			onceReg.Do(func() { close(bRegistered) })
-		}
-		return r, err
-	}
-	sa := &hookStore{Store: b.Connect(t), create: saCreate, children: saChildren}
-	sb := &hookStore{Store: b.Connect(t), create: sbCreate, children: sbChildren}
 	a, err := h.TryStart("a", coordtest.Config("job", 2), sa)
 	if err != nil {
 		t.Fatal(err)
@@ -117,6 +98,13 @@ func TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete(t *testing.T) {
 		}
 	})
 	wg.Wait()
+	for _, ch := range []chan struct{}{aRegistered, bRegistered, bAtRunner} {
+		select {
+		case <-ch:
+		default:
+			t.Fatal("a hook never fired: the order of events was not forced")
+		}
+	}
 	t.Logf("callback ran %d times", calls.Load())
 	if calls.Load() != 1 {
 		t.Errorf("callback ran %d times for one barrier, want 1", calls.Load())

@@ -13,41 +13,40 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// cutReply applies the next Multi once armed; then, with hold set, it
-// waits for release before replying (a slow reply), and otherwise it
-// reports a connection loss (a reply lost when the connection dropped).
+// cutReply is a HookStore's After hook for the next Multi once armed: the
+// Multi is applied; then, with hold set, the reply waits for release (a
+// slow reply), and otherwise it is a connection loss (a reply lost when the
+// connection dropped).
 type cutReply struct {
-	store.Store
 	armed   atomic.Bool
 	hold    chan struct{} // non-nil: closed once the armed Multi is applied
 	release chan struct{}
 }
 
-func (c *cutReply) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
-	res, err := c.Store.Multi(ctx, ops...)
-	if err != nil || !c.armed.CompareAndSwap(true, false) {
-		return res, err
+func (c *cutReply) after(_ context.Context, call coordtest.Call, err error) error {
+	if call.Method != "Multi" || err != nil || !c.armed.CompareAndSwap(true, false) {
+		return err
 	}
 	if c.hold == nil {
-		return nil, fmt.Errorf("cutReply: %w", store.ErrConnectionLoss)
+		return fmt.Errorf("cutReply: %w", store.ErrConnectionLoss)
 	}
 	close(c.hold)
 	<-c.release
-	return res, err
+	return nil
 }
 
 func startCut(t *testing.T, total int) (*coordtest.Harness, *cutReply, *coordtest.Server) {
 	t.Helper()
 	h := coordtest.NewHarness(t, coordtest.Mem())
-	st := &cutReply{Store: h.B.Connect(t)}
-	s, err := h.TryStart("a", coordtest.Config("job", total), st)
+	cut := &cutReply{}
+	s, err := h.TryStart("a", coordtest.Config("job", total), &coordtest.HookStore{Store: h.B.Connect(t), After: cut.after})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Resharded: the next Begin's first transaction is the one that marks
 	// its items running.
 	coordtest.CompleteAll(t, coordtest.BeginAll(t, s)...)
-	return h, st, s
+	return h, cut, s
 }
 
 // A Begin whose transaction was applied but whose reply was lost fails;

@@ -11,15 +11,14 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/jobconfig"
-	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
-// heldRearm is a store whose ChildrenW on one path blocks, once armed,
-// until release is closed: the watcher goroutine that re-arms that watch
-// stops there, and everything it would have seen meanwhile stays unseen.
+// heldRearm is a HookStore's Before hook that blocks, once armed, a
+// ChildrenW on one path until release is closed: the watcher goroutine that
+// re-arms that watch stops there, and everything it would have seen
+// meanwhile stays unseen.
 type heldRearm struct {
-	store.Store
 	path    string
 	armed   atomic.Bool
 	once    sync.Once
@@ -27,16 +26,16 @@ type heldRearm struct {
 	release chan struct{}
 }
 
-func (h *heldRearm) ChildrenW(ctx context.Context, p string) ([]string, store.Stat, <-chan store.Event, error) {
-	if p == h.path && h.armed.Load() {
+func (h *heldRearm) before(ctx context.Context, c coordtest.Call) error {
+	if c.Method == "ChildrenW" && c.Path == h.path && h.armed.Load() {
 		h.once.Do(func() { close(h.entered) })
 		select {
 		case <-h.release:
 		case <-ctx.Done():
-			return nil, store.Stat{}, nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
-	return h.Store.ChildrenW(ctx, p)
+	return nil
 }
 
 // A server joins, is sharded, begins a run and dies, all before the
@@ -50,12 +49,11 @@ func TestDepartureUnseenByLeaderCache(t *testing.T) {
 	h := coordtest.NewHarness(t, coordtest.Mem())
 	cfg := coordtest.Config("job", 2, func(c *jobconfig.Config) { c.Failover = true })
 	held := &heldRearm{
-		Store:   h.B.Connect(t),
 		path:    "/" + h.NS + "/job/servers",
 		entered: make(chan struct{}),
 		release: make(chan struct{}),
 	}
-	leader, err := h.TryStart("server-0", cfg, held)
+	leader, err := h.TryStart("server-0", cfg, &coordtest.HookStore{Store: h.B.Connect(t), Before: held.before})
 	if err != nil {
 		t.Fatal(err)
 	}

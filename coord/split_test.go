@@ -92,11 +92,11 @@ func TestSplitTransactions(t *testing.T) {
 	}
 }
 
-// reshardingStore changes the server's sharding node (as a reshard does)
-// right before every second transaction of each Begin reaches the store:
-// a split Begin's later parts are fenced out.
-type reshardingStore struct {
-	store.Store
+// resharding is a HookStore's Before hook that changes the server's
+// sharding node (as a reshard does) right before every second transaction
+// of each Begin reaches the store: a split Begin's later parts are fenced
+// out.
+type resharding struct {
 	other   store.Store // another session, for the interfering write
 	path    string
 	multis  atomic.Int64
@@ -104,26 +104,24 @@ type reshardingStore struct {
 	enabled atomic.Bool
 }
 
-func (s *reshardingStore) MaxRequestBytes() int { return store.RequestLimit(s.Store) }
-
-func (s *reshardingStore) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+func (s *resharding) before(ctx context.Context, c coordtest.Call) error {
 	fenced := false
-	for _, op := range ops {
-		if c, ok := op.(*store.CheckOp); ok && c.Path == s.path {
+	for _, op := range c.Ops {
+		if chk, ok := op.(*store.CheckOp); ok && chk.Path == s.path {
 			fenced = true
 		}
 	}
 	if fenced && s.enabled.Load() && s.multis.Add(1)%2 == 0 {
 		data, _, err := s.other.Get(ctx, s.path)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if _, err := s.other.Set(ctx, s.path, data, store.AnyVersion); err != nil {
-			return nil, err
+			return err
 		}
 		s.bumps.Add(1)
 	}
-	return s.Store.Multi(ctx, ops...)
+	return nil
 }
 
 // TestSplitBeginFencedAndUndone: when the sharding node changes between
@@ -134,8 +132,8 @@ func (s *reshardingStore) Multi(ctx context.Context, ops ...store.Op) ([]store.O
 func TestSplitBeginFencedAndUndone(t *testing.T) {
 	b := newLimitedMem(splitLimit)
 	h := coordtest.NewHarness(t, b)
-	rs := &reshardingStore{Store: b.Connect(t), other: b.Connect(t)}
-	srv, err := h.TryStart("s0", coordtest.Config("big", splitItems), rs)
+	rs := &resharding{other: b.Connect(t)}
+	srv, err := h.TryStart("s0", coordtest.Config("big", splitItems), &coordtest.HookStore{Store: b.Connect(t), Before: rs.before})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,109 @@
+package coordtest
+
+import (
+	"context"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// Call is one store call as a HookStore's hooks see it.
+type Call struct {
+	// Method is the store method: "Create", "Get", "Children",
+	// "ChildrenW" or "Multi".
+	Method string
+	// Path is the call's path ("" for Multi).
+	Path string
+	// Ops are Multi's operations.
+	Ops []store.Op
+}
+
+// HookStore wraps a store so that a test can act around its calls, at the
+// points of the protocol where an order of events is to be forced: Before
+// runs before a call reaches the store and may hold it, or fail it without
+// making it (a connection lost on the way there); After runs once the call
+// has returned and may hold the reply, or replace its error (a reply lost
+// on the way back). The hooked calls are Create, Get, Children, ChildrenW
+// and Multi; the others go straight to the store.
+//
+// Set the hooks before the store is used (a server's goroutines call it
+// from its start); they run on the goroutine of the call, and a hook that
+// holds a call should also return when ctx ends.
+type HookStore struct {
+	store.Store
+	// Before, when set, runs before each hooked call; a non-nil error is
+	// returned without making the call.
+	Before func(ctx context.Context, c Call) error
+	// After, when set, runs after each hooked call with the call's error and
+	// returns the error the caller gets: err to keep the call's outcome.
+	// Any other error replaces it, and the call's results are dropped.
+	After func(ctx context.Context, c Call, err error) error
+}
+
+// hook makes one call through s's hooks.
+func hook[R any](s *HookStore, ctx context.Context, c Call, call func() (R, error)) (R, error) {
+	var zero R
+	if s.Before != nil {
+		if err := s.Before(ctx, c); err != nil {
+			return zero, err
+		}
+	}
+	r, err := call()
+	if s.After != nil {
+		if aerr := s.After(ctx, c, err); aerr != err {
+			return zero, aerr
+		}
+	}
+	return r, err
+}
+
+// MaxRequestBytes forwards the wrapped store's request limit
+// (store.RequestLimiter), which the embedded interface would hide.
+func (s *HookStore) MaxRequestBytes() int { return store.RequestLimit(s.Store) }
+
+// Create runs the hooks around the wrapped store's Create.
+func (s *HookStore) Create(ctx context.Context, path string, data []byte, mode store.Mode) (string, error) {
+	return hook(s, ctx, Call{Method: "Create", Path: path}, func() (string, error) {
+		return s.Store.Create(ctx, path, data, mode)
+	})
+}
+
+// nodeRead is what a Get or Children returns besides its error.
+type nodeRead[T any] struct {
+	v     T
+	stat  store.Stat
+	watch <-chan store.Event
+}
+
+// Get runs the hooks around the wrapped store's Get.
+func (s *HookStore) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
+	r, err := hook(s, ctx, Call{Method: "Get", Path: path}, func() (nodeRead[[]byte], error) {
+		data, stat, err := s.Store.Get(ctx, path)
+		return nodeRead[[]byte]{v: data, stat: stat}, err
+	})
+	return r.v, r.stat, err
+}
+
+// Children runs the hooks around the wrapped store's Children.
+func (s *HookStore) Children(ctx context.Context, path string) ([]string, store.Stat, error) {
+	r, err := hook(s, ctx, Call{Method: "Children", Path: path}, func() (nodeRead[[]string], error) {
+		names, stat, err := s.Store.Children(ctx, path)
+		return nodeRead[[]string]{v: names, stat: stat}, err
+	})
+	return r.v, r.stat, err
+}
+
+// ChildrenW runs the hooks around the wrapped store's ChildrenW.
+func (s *HookStore) ChildrenW(ctx context.Context, path string) ([]string, store.Stat, <-chan store.Event, error) {
+	r, err := hook(s, ctx, Call{Method: "ChildrenW", Path: path}, func() (nodeRead[[]string], error) {
+		names, stat, watch, err := s.Store.ChildrenW(ctx, path)
+		return nodeRead[[]string]{v: names, stat: stat, watch: watch}, err
+	})
+	return r.v, r.stat, r.watch, err
+}
+
+// Multi runs the hooks around the wrapped store's Multi.
+func (s *HookStore) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+	return hook(s, ctx, Call{Method: "Multi", Ops: ops}, func() ([]store.OpResult, error) {
+		return s.Store.Multi(ctx, ops...)
+	})
+}
