@@ -148,19 +148,22 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	if err := r.ensureNamespace(ctx); err != nil {
 		return nil, fmt.Errorf("coord: join job %q: %w", j.jname, err)
 	}
-	// The skeleton, the config when this join writes it, and for a new job
-	// this server's registration: one transaction (joinTransaction).
+	// The skeleton, the config when this join writes it, this server's
+	// registration and election candidate: one transaction
+	// (joinTransaction).
 	jt, err := j.joinTransaction(ctx, local, sess.ID)
 	if err != nil {
 		return nil, err
 	}
 	// The config is read once, by the tree cache's watched load (one read
-	// when the config node holds a copy of the fields), before this
-	// server registers on a stored config: a config that does not decode
-	// refuses the join without a trace in the store.
-	j.cache.beginLoad()
-	if err := j.cache.loadRoots(ctx, []string{nConfig}); err != nil {
-		return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err))
+	// when the config node holds a copy of the fields): for a stored
+	// config, by the transaction's plan, before this server registers on
+	// it (a config that does not decode refuses the join without a trace
+	// in the store); a config the transaction wrote, now.
+	if jt.configWritten {
+		if err := j.cache.loadRoots(ctx, []string{nConfig}); err != nil {
+			return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err))
+		}
 	}
 	fields := j.cachedConfigFields()
 	if t, ok := fields[jobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
@@ -209,7 +212,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	j.regSession = sess.ID
 	j.regCtx, j.regCancel = context.WithCancel(context.Background())
 	j.lostCh = make(chan struct{})
-	if !jt.registered { // else the transaction raised it
+	if jt.flagPending { // else the transaction raised it
 		if err := j.setNecessary(ctx); err != nil {
 			j.regCancel()
 			_ = j.goOffline(context.WithoutCancel(ctx))
@@ -237,10 +240,80 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 type joinResult struct {
 	// storedWins: a stored config was kept (not overwritten).
 	storedWins bool
-	// registered: the transaction registered this server too (a new job):
-	// registerServer and setNecessary are done, and this server stands
-	// first in the election and holds the host node.
+	// registered: the transaction registered this server too:
+	// registerServer and setNecessary are done, and this server stands in
+	// the election (first, and holding the host node, for a new job).
 	registered bool
+	// configWritten: the transaction wrote the config (the cache has not
+	// read it yet).
+	configWritten bool
+	// flagPending: the transaction did not raise the resharding flag
+	// (setNecessary is due).
+	flagPending bool
+}
+
+// joinReads is what a join of a stored job reads besides the config.
+type joinReads struct {
+	configVersion int32    // the config node's data version (the cache's read)
+	statusOwner   int64    // servers/{id}/status's session, 0: absent
+	serverKids    []string // servers/{id}'s children; nil: no such node
+	ownCandidate  string   // this session's election candidate, "" if none
+}
+
+// readForJoin loads the config into the tree cache (when the job has a
+// config node) and reads, side by side, what the registration needs.
+func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error) {
+	var rd joinReads
+	j.cache.beginLoad()
+	g, gctx := errgroup.WithContext(ctx)
+	if hasConfig {
+		g.Go(func() error { return j.cache.loadRoots(gctx, []string{nConfig}) })
+	}
+	g.Go(func() error {
+		ok, st, err := j.st.Exists(gctx, j.p.server(j.id, nStatus))
+		if ok {
+			rd.statusOwner = st.EphemeralOwner
+			if rd.statusOwner == 0 {
+				rd.statusOwner = -1 // a persistent node: never ours
+			}
+		}
+		return wrapRead(j, j.p.server(j.id, nStatus), err)
+	})
+	g.Go(func() error {
+		kids, _, err := j.st.Children(gctx, j.p.server(j.id))
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		if kids == nil {
+			kids = []string{}
+		}
+		rd.serverKids = kids
+		return wrapRead(j, j.p.server(j.id), err)
+	})
+	g.Go(func() error {
+		own, err := j.elec.ownCandidate(gctx)
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		rd.ownCandidate = own
+		return wrapRead(j, j.p.abs(relLatch), err)
+	})
+	if err := g.Wait(); err != nil {
+		return joinReads{}, err
+	}
+	rd.configVersion = store.AnyVersion
+	if st, ok := j.cache.nodeStat(nConfig); ok {
+		rd.configVersion = st.Version
+	}
+	return rd, nil
+}
+
+// wrapRead names the node of a failed read of a join.
+func wrapRead(j *job, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, path, err)
 }
 
 // joinTransaction makes sure the job's skeleton exists and writes the local
@@ -266,11 +339,13 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 	fields := configFields(local)
 	keys := slices.Sorted(maps.Keys(fields))
 	var (
-		res    joinResult
-		candAt = -1 // index of the candidate's create in the ops
+		res     joinResult
+		candAt  = -1 // index of the candidate's create in the ops
+		ownCand string
+		newJob  bool
 	)
 	results, err := multiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
-		res, candAt = joinResult{}, -1
+		res, candAt, ownCand, newJob = joinResult{}, -1, "", false
 		top, _, err := j.st.Children(ctx, j.p.root)
 		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
 			// Maybe the namespace went (ErrNoParent).
@@ -280,6 +355,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		}
 		if errors.Is(err, store.ErrNoNode) {
 			// A new job: everything in one transaction.
+			j.cache.beginLoad()
 			ops := []store.Op{&store.CreateOp{Path: j.p.root}}
 			for _, rel := range skeletonNodes {
 				ops = append(ops, &store.CreateOp{Path: j.p.abs(rel)})
@@ -302,7 +378,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				&store.CreateOp{Path: store.Join(j.p.abs(relLatch), candidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential},
 				&store.CreateOp{Path: j.p.abs(relHost), Data: []byte(j.id), Mode: store.Ephemeral},
 			)
-			res.registered = true
+			res.registered, res.configWritten, newJob = true, true, true
 			return ops, nil
 		}
 		if err != nil {
@@ -333,47 +409,91 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				}
 			}
 		}
-		var (
-			names []string
-			cst   = store.Stat{Version: store.AnyVersion}
-		)
-		if slices.Contains(top, nConfig) {
-			names, cst, err = j.st.Children(ctx, j.p.abs(nConfig))
-			if err != nil && !errors.Is(err, store.ErrNoNode) {
-				return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
-			}
+		// A stored job: the config (through the tree cache, which arms its
+		// watch) and what the registration needs, read side by side.
+		rd, err := j.readForJoin(ctx, slices.Contains(top, nConfig))
+		if err != nil {
+			return nil, err
 		}
-		if len(names) > 0 && !local.Overwrite {
+		stored := j.cachedConfigFields()
+		if t, ok := stored[jobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
+			return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), strings.TrimSpace(t), local.Type())
+		}
+		if len(stored) > 0 && !local.Overwrite {
+			// The stored config wins; it must decode before this server
+			// registers on it.
+			if _, err := j.decodeConfig(stored); err != nil {
+				return nil, err
+			}
 			res.storedWins = true
-			return ops, nil
-		}
-		if slices.Contains(names, jobTypeField) {
-			data, _, err := j.st.Get(ctx, j.p.config(jobTypeField))
-			if err != nil && !errors.Is(err, store.ErrNoNode) {
-				return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.config(jobTypeField), err)
+		} else {
+			for _, k := range keys {
+				if _, ok := stored[k]; ok {
+					ops = append(ops, &store.SetOp{Path: j.p.config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
+				} else {
+					ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
+				}
 			}
-			if t := strings.TrimSpace(string(data)); err == nil && t != string(local.Type()) {
-				return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), t, local.Type())
+			copied := fields
+			for n := range stored {
+				if _, ok := fields[n]; !ok {
+					copied = nil // stored fields beyond ours: no copy, servers read the fields
+					break
+				}
+			}
+			version := store.AnyVersion // created by these ops
+			if slices.Contains(top, nConfig) {
+				version = rd.configVersion
+			}
+			ops = append(ops, writeConfigNode(j.p, copied, version))
+			res.configWritten = true
+		}
+		// The registration (registerServer's nodes) and the election
+		// candidate, in the same transaction. (The resharding flag is
+		// raised after it, by a direct create: the flag must be up after
+		// the registration, and a reshard may clear it at any time.)
+		if rd.statusOwner != 0 && rd.statusOwner != sid && attempt == 0 {
+			ok, stat, err := j.awaitStatusGone(ctx, j.p.server(j.id, nStatus), sid)
+			if err != nil {
+				return nil, err
+			}
+			rd.statusOwner = 0
+			if ok {
+				rd.statusOwner = stat.EphemeralOwner
 			}
 		}
-		for _, k := range keys {
-			if slices.Contains(names, k) {
-				ops = append(ops, &store.SetOp{Path: j.p.config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
+		if rd.statusOwner != 0 && rd.statusOwner != sid {
+			return nil, fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, j.p.server(j.id, nStatus), rd.statusOwner, j.reg.serverIDSetting())
+		}
+		if rd.serverKids == nil {
+			ops = append(ops, &store.CreateOp{Path: j.p.server(j.id)})
+		}
+		put := func(name string, data []byte) {
+			if slices.Contains(rd.serverKids, name) {
+				ops = append(ops, &store.SetOp{Path: j.p.server(j.id, name), Data: data, Version: store.AnyVersion})
 			} else {
-				ops = append(ops, &store.CreateOp{Path: j.p.config(k), Data: []byte(fields[k])})
+				ops = append(ops, &store.CreateOp{Path: j.p.server(j.id, name), Data: data})
 			}
 		}
-		copied := fields
-		for _, n := range names {
-			if _, ok := fields[n]; !ok {
-				copied = nil // stored fields beyond ours: no copy, servers read the fields
-				break
-			}
+		put(nHostName, []byte(j.reg.cfg.HostName))
+		if !slices.Contains(rd.serverKids, nDisabled) {
+			put(nDisabled, flagData(local.Disabled))
 		}
-		if !slices.Contains(top, nConfig) {
-			cst.Version = store.AnyVersion // created by these ops
+		if slices.Contains(rd.serverKids, nShutdown) {
+			ops = append(ops, &store.DeleteOp{Path: j.p.server(j.id, nShutdown), Version: store.AnyVersion})
 		}
-		return append(ops, writeConfigNode(j.p, copied, cst.Version)), nil
+		if rd.statusOwner == 0 {
+			ops = append(ops, &store.CreateOp{Path: j.p.server(j.id, nStatus), Data: []byte(statusReady), Mode: store.Ephemeral})
+		}
+		ops = append(ops, touchMembership(j.p))
+		if rd.ownCandidate == "" {
+			candAt = len(ops)
+			ops = append(ops, &store.CreateOp{Path: store.Join(j.p.abs(relLatch), candidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential})
+		} else {
+			ownCand = rd.ownCandidate
+		}
+		res.registered, res.flagPending = true, true
+		return ops, nil
 	})
 	if err != nil {
 		if errors.Is(err, ErrBadConfig) {
@@ -381,8 +501,11 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		}
 		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
 	}
-	if candAt >= 0 && candAt < len(results) {
-		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, true
+	switch {
+	case candAt >= 0 && candAt < len(results):
+		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, newJob
+	case ownCand != "":
+		j.elec.candidate = ownCand // this session's, from an earlier attempt
 	}
 	return res, nil
 }
