@@ -132,15 +132,9 @@ func (b *Buffer) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	lctx, ok, started, stopped := b.life.StartInit(context.Background())
-	if !ok {
+	if !b.life.Go(context.Background(), b.loop) {
 		return ErrBufferStarted
 	}
-	go func() {
-		defer stopped()
-		b.loop(lctx)
-	}()
-	started()
 	return nil
 }
 

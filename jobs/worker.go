@@ -91,15 +91,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	lctx, ok, started, stopped := w.life.StartInit(context.Background())
-	if !ok {
-		return nil
-	}
-	go func() {
-		defer stopped()
-		w.loop(lctx)
-	}()
-	started()
+	w.life.Go(context.Background(), w.loop) // false (started or stopped before): a no-op
 	return nil
 }
 

@@ -40,15 +40,9 @@ func NewGroup(limit int) *Group {
 // Stop is called or ctx ends; writes use a context derived from ctx. A
 // second Start, or one after Stop, returns ErrGroupStarted.
 func (g *Group) Start(ctx context.Context) error {
-	ctx, ok, started, stopped := g.StartInit(ctx)
-	if !ok {
+	if !g.Go(ctx, g.loop) {
 		return ErrGroupStarted
 	}
-	go func() {
-		defer stopped()
-		g.loop(ctx)
-	}()
-	started()
 	return nil
 }
 

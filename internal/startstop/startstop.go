@@ -25,6 +25,8 @@ import (
 //	go func() { defer stopped(); s.loop(ctx) }()
 //	started()
 //
+// Go does exactly that for a service of one goroutine.
+//
 // A service stops with one of Stop (cancel and wait), StopContext (the same,
 // the wait bounded) or StopFunc (a stop of the service's own shape, such as
 // a drain); it uses one of them, not a mix.
@@ -74,6 +76,23 @@ func (s *BaseStartStop) StartInit(ctx context.Context) (_ context.Context, ok bo
 	return ctx, true,
 		func() { startOnce.Do(func() { close(startedCh) }) },
 		func() { stopOnce.Do(func() { close(done) }) }
+}
+
+// Go is StartInit for a service of one goroutine: it runs run on a new
+// goroutine with the service's context, marks the service started, and
+// returns true; or it returns false when the service was started or
+// stopped before.
+func (s *BaseStartStop) Go(ctx context.Context, run func(context.Context)) bool {
+	ctx, ok, started, stopped := s.StartInit(ctx)
+	if !ok {
+		return false
+	}
+	go func() {
+		defer stopped()
+		run(ctx)
+	}()
+	started()
+	return true
 }
 
 // Started returns a channel closed once the service has started (StartInit's

@@ -19,17 +19,10 @@ type svc struct {
 func newSvc() *svc { return &svc{ran: make(chan struct{})} }
 
 func (s *svc) Start(ctx context.Context) bool {
-	ctx, ok, started, stopped := s.StartInit(ctx)
-	if !ok {
-		return false
-	}
-	go func() {
-		defer stopped()
+	return s.Go(ctx, func(ctx context.Context) {
 		close(s.ran)
 		<-ctx.Done()
-	}()
-	started()
-	return true
+	})
 }
 
 func TestStartOnceStopWaits(t *testing.T) {
