@@ -168,19 +168,7 @@ var nonIdent = regexp.MustCompile(`[^a-z0-9_]+`)
 // role needs CREATEDB when the server comes from SHARDFLOW_PG.
 func (p *Postgres) NewDatabase(t testing.TB) string {
 	t.Helper()
-	name := testIdent(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("integration: create database %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			t.Errorf("integration: drop database %s: %v", name, err)
-		}
-	})
+	name := p.createForTest(t, "DATABASE", " WITH (FORCE)") // FORCE ends open sessions
 	u, err := url.Parse(p.dsn)
 	if err != nil || u.Scheme == "" {
 		// A key=value DSN: a later dbname wins.
@@ -197,19 +185,7 @@ func (p *Postgres) NewDatabase(t testing.TB) string {
 // their own schemas may run in parallel.
 func (p *Postgres) NewSchema(t testing.TB) string {
 	t.Helper()
-	name := testIdent(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := p.exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		t.Fatalf("integration: create schema %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("integration: drop schema %s: %v", name, err)
-		}
-	})
+	name := p.createForTest(t, "SCHEMA", " CASCADE")
 	u, err := url.Parse(p.dsn)
 	if err != nil || u.Scheme == "" {
 		// A key=value DSN: an unknown key is a session parameter.
@@ -219,6 +195,27 @@ func (p *Postgres) NewSchema(t testing.TB) string {
 	q.Set("search_path", name)
 	u.RawQuery = q.Encode()
 	return u.String()
+}
+
+// createForTest creates a fresh object of kind (DATABASE, SCHEMA) for t
+// and drops it, with dropOptions, in t.Cleanup. It returns its name.
+func (p *Postgres) createForTest(t testing.TB, kind, dropOptions string) string {
+	t.Helper()
+	name := testIdent(t)
+	what := strings.ToLower(kind) + " " + name
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.exec(ctx, "CREATE "+kind+" "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatalf("integration: create %s: %v", what, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.exec(ctx, "DROP "+kind+" IF EXISTS "+pgx.Identifier{name}.Sanitize()+dropOptions); err != nil {
+			t.Errorf("integration: drop %s: %v", what, err)
+		}
+	})
+	return name
 }
 
 // testIdent is a fresh lower-case SQL identifier for a database or schema
