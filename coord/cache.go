@@ -457,18 +457,6 @@ func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 	return nil
 }
 
-// nodeStat returns the Stat the cache holds for rel (loaded with a data
-// watch), whether or not its parent's children are kept.
-func (c *treeCache) nodeStat(rel string) (store.Stat, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	n := c.nodes[rel]
-	if n == nil || !n.hasData {
-		return store.Stat{}, false
-	}
-	return n.stat, true
-}
-
 // versionedFields returns the children of pol.versioned rel and their data
 // (nil when rel is not loaded).
 func (c *treeCache) versionedFields(rel string) map[string]string {

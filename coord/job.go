@@ -254,10 +254,9 @@ type joinResult struct {
 
 // joinReads is what a join of a stored job reads besides the config.
 type joinReads struct {
-	configVersion int32    // the config node's data version (the cache's read)
-	statusOwner   int64    // servers/{id}/status's session, 0: absent
-	serverKids    []string // servers/{id}'s children; nil: no such node
-	ownCandidate  string   // this session's election candidate, "" if none
+	statusOwner  int64    // servers/{id}/status's session, 0: absent
+	serverKids   []string // servers/{id}'s children; nil: no such node
+	ownCandidate string   // this session's election candidate, "" if none
 }
 
 // readForJoin loads the config into the tree cache (when the job has a
@@ -300,10 +299,6 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 	})
 	if err := g.Wait(); err != nil {
 		return joinReads{}, err
-	}
-	rd.configVersion = store.AnyVersion
-	if st, ok := j.cache.nodeStat(nConfig); ok {
-		rd.configVersion = st.Version
 	}
 	return rd, nil
 }
@@ -441,11 +436,12 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 					break
 				}
 			}
-			version := store.AnyVersion // created by these ops
-			if slices.Contains(top, nConfig) {
-				version = rd.configVersion
-			}
-			ops = append(ops, writeConfigNode(j.p, copied, version))
+			// Any version: this transaction writes every field its copy
+			// holds, so the copy matches the fields whatever committed
+			// before it (K servers joining with overwrite at once would
+			// otherwise fail each other's version checks); a concurrent
+			// SetConfig checks the version and plans again.
+			ops = append(ops, writeConfigNode(j.p, copied, store.AnyVersion))
 			res.configWritten = true
 		}
 		// The registration (registerServer's nodes) and the election
@@ -515,8 +511,9 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 // servers watch (docs/zookeeper-layout.md), bumping its data version, to a
 // copy of all the fields the transaction leaves (nil: none, empty data;
 // servers then read the field nodes). version is the config node's version
-// when the fields were read (AnyVersion: created in the same transaction),
-// so a copy never overwrites a concurrent writer's.
+// when the fields were read, so a copy never drops a concurrent writer's
+// edit; AnyVersion when the transaction writes every field of its copy (or
+// creates the node).
 func writeConfigNode(p jobPaths, fields map[string]string, version int32) store.Op {
 	var data []byte
 	if fields != nil {
