@@ -21,7 +21,8 @@ func TestPromptReshardAfterResumedSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := coordtest.NewHarness(t, coordtest.Mem())
 		cfg := coordtest.Config("job", 2)
-		hs := &coordtest.GetHookStore{Store: h.B.Connect(t), Path: "/" + h.NS + "/job/servers"}
+		hs := &coordtest.HookStore{Store: h.B.Connect(t)}
+		servers := "/" + h.NS + "/job/servers"
 		leader, err := h.TryStart("server-0", cfg, hs)
 		if err != nil {
 			t.Fatal(err)
@@ -31,7 +32,7 @@ func TestPromptReshardAfterResumedSession(t *testing.T) {
 		// The next reshard's read of the membership finds the connection
 		// gone.
 		cut := make(chan struct{})
-		hs.OnNextGet(func() {
+		hs.OnNext("Get", servers, func() {
 			h.B.Disconnect(t, hs.Store)
 			close(cut)
 		})

@@ -2,39 +2,12 @@ package coord_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/coordtest"
-	"github.com/shardflow/shardflow/coord/store"
 )
-
-// multiHookStore runs a hook armed by onNextMulti once, before the next
-// Multi (on the caller's goroutine of that Multi).
-type multiHookStore struct {
-	*coordtest.GetHookStore
-	mu      sync.Mutex
-	onMulti func()
-}
-
-func (s *multiHookStore) onNextMulti(f func()) {
-	s.mu.Lock()
-	s.onMulti = f
-	s.mu.Unlock()
-}
-
-func (s *multiHookStore) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
-	s.mu.Lock()
-	f := s.onMulti
-	s.onMulti = nil
-	s.mu.Unlock()
-	if f != nil {
-		f()
-	}
-	return s.GetHookStore.Multi(ctx, ops...)
-}
 
 // A run that began on the assignment a reshard then replaced must stop
 // streaming (KeepGoing false): its every commit is fenced, and its running
@@ -50,7 +23,8 @@ func TestRunOnReplacedAssignmentStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := coordtest.NewHarness(t, coordtest.Mem())
 		cfg := coordtest.Config("job", 2)
-		hs := &multiHookStore{GetHookStore: &coordtest.GetHookStore{Store: h.B.Connect(t), Path: "/" + h.NS + "/job/servers"}}
+		hs := &coordtest.HookStore{Store: h.B.Connect(t)}
+		servers := "/" + h.NS + "/job/servers"
 		leader, err := h.TryStart("a", cfg, hs)
 		if err != nil {
 			t.Fatal(err)
@@ -65,8 +39,8 @@ func TestRunOnReplacedAssignmentStops(t *testing.T) {
 		// about to mark them running: a server joins, and the leader's
 		// watcher, finding no item running, starts resharding; it is held
 		// at its read of the membership, after its scan for running items.
-		hs.onNextMulti(func() {
-			hs.OnNextGet(func() {
+		hs.OnNext("Multi", "", func() {
+			hs.OnNext("Get", servers, func() {
 				close(resharding)
 				<-release
 			})

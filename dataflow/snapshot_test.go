@@ -51,7 +51,8 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 	srv := memstore.NewServer()
 	sess := srv.Connect(memstore.WithSessionTimeout(2 * time.Second))
 	t.Cleanup(func() { _ = sess.Close() })
-	hs := &coordtest.GetHookStore{Store: sess, Path: store.Join(ns, job, "servers", "s0", "sharding")}
+	hs := &coordtest.HookStore{Store: sess}
+	sharding := store.Join(ns, job, "servers", "s0", "sharding")
 	n, err := NewNode(NodeConfig{Store: hs, Namespace: ns, ServerID: "s0"})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 	admin := coord.NewAdmin(adminSess, ns)
 	newParams := "0=A,1=B,2=C,3=D,4=E,5=F"
 	hookErr := make(chan error, 1)
-	hs.OnNextGet(func() {
+	hs.OnNext("Get", sharding, func() {
 		// On the Node's runner goroutine, inside Begin: edit, then wait
 		// until the job has applied the edit and the leader (this server's
 		// watcher) has resharded on the new total, so the assignment Begin
@@ -85,7 +86,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 		if err == nil {
 			err = testwait.Poll(ctx, func(ctx context.Context) error {
 				c, _ := n.JobConfig(job)
-				d, _, err := hs.Store.Get(ctx, hs.Path)
+				d, _, err := hs.Store.Get(ctx, sharding)
 				if err != nil || c.ShardingTotalCount != 6 || c.ShardingItemParameters != newParams || string(d) != "0,1,2,3,4,5" {
 					return fmt.Errorf("config %d %q, assignment %q (%v)", c.ShardingTotalCount, c.ShardingItemParameters, d, err)
 				}

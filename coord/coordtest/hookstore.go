@@ -2,6 +2,8 @@ package coordtest
 
 import (
 	"context"
+	"slices"
+	"sync"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -27,7 +29,8 @@ type Call struct {
 //
 // Set the hooks before the store is used (a server's goroutines call it
 // from its start); they run on the goroutine of the call, and a hook that
-// holds a call should also return when ctx ends.
+// holds a call should also return when ctx ends. OnNext arms a one-shot
+// hook at any time.
 type HookStore struct {
 	store.Store
 	// Before, when set, runs before each hooked call; a non-nil error is
@@ -37,11 +40,48 @@ type HookStore struct {
 	// returns the error the caller gets: err to keep the call's outcome.
 	// Any other error replaces it, and the call's results are dropped.
 	After func(ctx context.Context, c Call, err error) error
+
+	mu    sync.Mutex
+	armed []armedHook // OnNext's, in arming order
+}
+
+// armedHook is a hook OnNext armed.
+type armedHook struct {
+	method, path string
+	f            func()
+}
+
+// OnNext arms f to run once, before Before, ahead of the next call of
+// method on path (of any path when path is ""), on that call's goroutine:
+// a point inside the protocol (Begin's read of an assignment, a
+// transaction) where a test acts. It replaces a hook armed for the same
+// method and path that has not run yet.
+func (s *HookStore) OnNext(method, path string, f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = slices.DeleteFunc(s.armed, func(a armedHook) bool { return a.method == method && a.path == path })
+	s.armed = append(s.armed, armedHook{method, path, f})
+}
+
+// takeArmed removes and returns the first hook armed for c, or nil.
+func (s *HookStore) takeArmed(c Call) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, a := range s.armed {
+		if a.method == c.Method && (a.path == "" || a.path == c.Path) {
+			s.armed = slices.Delete(s.armed, i, i+1)
+			return a.f
+		}
+	}
+	return nil
 }
 
 // hook makes one call through s's hooks.
 func hook[R any](s *HookStore, ctx context.Context, c Call, call func() (R, error)) (R, error) {
 	var zero R
+	if f := s.takeArmed(c); f != nil {
+		f()
+	}
 	if s.Before != nil {
 		if err := s.Before(ctx, c); err != nil {
 			return zero, err

@@ -71,3 +71,34 @@ func TestHookStore(t *testing.T) {
 		t.Fatalf("the Multi was not made: /a = %q", data)
 	}
 }
+
+// OnNext runs once, ahead of the next call of its method on its path (any
+// path when ""); arming again for the same call replaces the hook.
+func TestHookStoreOnNext(t *testing.T) {
+	sess := memstore.NewServer().Connect()
+	defer sess.Close()
+	hs := &HookStore{Store: sess}
+	var fired []string
+	ctx := t.Context()
+	for _, p := range []string{"/a", "/b"} {
+		if _, err := sess.Create(ctx, p, nil, store.Persistent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hs.OnNext("Get", "/a", func() { fired = append(fired, "replaced") })
+	hs.OnNext("Get", "/a", func() { fired = append(fired, "get /a") })
+	hs.OnNext("Multi", "", func() { fired = append(fired, "multi") })
+	for _, p := range []string{"/b", "/a", "/a"} {
+		if _, _, err := hs.Get(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if _, err := hs.Multi(ctx, &store.CheckOp{Path: "/a", Version: store.AnyVersion}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"get /a", "multi"}; !slices.Equal(fired, want) {
+		t.Fatalf("armed hooks ran %q, want %q", fired, want)
+	}
+}

@@ -2,7 +2,6 @@ package coordtest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,38 +10,6 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// GetHookStore wraps a store and runs the hook armed by OnNextGet once,
-// before the next Get of Path: a point inside Begin (its read of a server's
-// sharding node) where a test acts.
-type GetHookStore struct {
-	store.Store
-	Path  string
-	mu    sync.Mutex
-	onGet func()
-}
-
-// OnNextGet arms f for the next Get of Path (on the caller's goroutine of
-// that Get).
-func (s *GetHookStore) OnNextGet(f func()) {
-	s.mu.Lock()
-	s.onGet = f
-	s.mu.Unlock()
-}
-
-// Get runs the armed hook first when path is Path.
-func (s *GetHookStore) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
-	if path == s.Path {
-		s.mu.Lock()
-		f := s.onGet
-		s.onGet = nil
-		s.mu.Unlock()
-		if f != nil {
-			f()
-		}
-	}
-	return s.Store.Get(ctx, path)
-}
-
 // testConfigSnapshot: a config edit that lands while Begin runs (after it
 // took its config, before it marked the items running) does not leak into
 // the run: the run's Config (Shard.Total) and item parameters come from the
@@ -50,7 +17,8 @@ func (s *GetHookStore) Get(ctx context.Context, path string) ([]byte, store.Stat
 // edit whole.
 func testConfigSnapshot(t *testing.T, h *Harness) {
 	oldParams, newParams := "0=a,1=b,2=c,3=d", "0=A,1=B,2=C,3=D,4=E,5=F"
-	hs := &GetHookStore{Store: h.B.Connect(t), Path: store.Join(h.NS, "job", "servers", "a", "sharding")}
+	hs := &HookStore{Store: h.B.Connect(t)}
+	sharding := store.Join(h.NS, "job", "servers", "a", "sharding")
 	a, err := h.TryStart("a", Config("job", 4, func(c *jobconfig.Config) { c.ShardingItemParameters = oldParams }), hs)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +26,7 @@ func testConfigSnapshot(t *testing.T, h *Harness) {
 	// The first Begin reshards (the join raised the flag); the edit goes
 	// in at its read of the assignment, and the job must have applied it
 	// before Begin goes on.
-	hs.OnNextGet(func() {
+	hs.OnNext("Get", sharding, func() {
 		if err := h.Admin.SetConfig(testCtx(t), "job", "shardingTotalCount", "6"); err != nil {
 			t.Errorf("set total: %v", err)
 		}
@@ -73,7 +41,7 @@ func testConfigSnapshot(t *testing.T, h *Harness) {
 		// runs yet), so the assignment Begin reads next lists items 4
 		// and 5: Begin must drop them by its snapshot's total.
 		Eventually(t, "the prompt reshard on the new total", func() bool {
-			d, _, err := hs.Store.Get(testCtx(t), hs.Path)
+			d, _, err := hs.Store.Get(testCtx(t), sharding)
 			return err == nil && string(d) == "0,1,2,3,4,5"
 		})
 	})
