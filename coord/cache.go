@@ -401,6 +401,7 @@ func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 		kids  [][]byte
 	)
 	if copied, ok := c.pol.versionedCopy(data); ok {
+		data = nil // kept as kidData; nobody reads the copy itself
 		names = slices.Sorted(maps.Keys(copied))
 		for _, n := range names {
 			kids = append(kids, []byte(copied[n]))
