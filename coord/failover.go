@@ -150,6 +150,11 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 	if !j.config().Failover || len(j.cache.children(relFailoverQ)) == 0 {
 		return false, nil
 	}
+	if j.cache.flag(relServer(j.id, nPaused)) {
+		// A paused server runs nothing: its claim would hold the item
+		// from every server until a resume (simulation seeds 229, 276).
+		return false, nil
+	}
 	latch := tryLatch{st: j.st, path: j.p.abs(relFailoverLock), owner: []byte(j.id)}
 	if held, err := latch.acquireWithin(ctx, latchWait); err != nil {
 		return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch.path, err)
@@ -188,9 +193,26 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 		ops := []store.Op{
 			&store.DeleteOp{Path: j.p.queued(it), Version: store.AnyVersion},
 			&store.CreateOp{Path: j.p.item(it, nFailover), Data: []byte(j.id), Mode: store.Ephemeral},
+			// Nor running nor completed, in the transaction: its new
+			// owner's Begin may have marked it running (or run and
+			// completed it) since the read above, and the item would run
+			// twice (simulation seed 135). A node created and deleted in
+			// one Multi asserts its absence.
+			&store.CreateOp{Path: j.p.item(it, nRunning), Mode: store.Ephemeral},
+			&store.DeleteOp{Path: j.p.item(it, nRunning), Version: store.AnyVersion},
+			&store.CreateOp{Path: j.p.item(it, nCompleted)},
+			&store.DeleteOp{Path: j.p.item(it, nCompleted), Version: store.AnyVersion},
 		}
 		if _, err := j.st.Multi(ctx, ops...); err != nil {
-			if errors.Is(err, store.ErrNodeExists) || errors.Is(err, store.ErrNoNode) {
+			if errors.Is(err, store.ErrNodeExists) {
+				// Claimed already, or it ran again since it was queued:
+				// either way the entry is stale.
+				if err := j.st.Delete(ctx, j.p.queued(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+					return false, fmt.Errorf("coord: job %q: drop stale failover entry %s: %w", j.jname, j.p.queued(it), err)
+				}
+				continue
+			}
+			if errors.Is(err, store.ErrNoNode) {
 				continue // claimed already, or its execution node is gone
 			}
 			return false, fmt.Errorf("coord: job %q: claim failover item %d: %w", j.jname, it, err)
@@ -209,4 +231,67 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// releaseClaims puts the failover items this server claimed and no run of
+// it has taken back in the queue (failover node deleted, queue entry
+// created, one Multi per item), for a server that cannot run them (paused).
+// Failures are logged: an item whose claim stays is released by the next
+// Begin, or freed with this server's session.
+func (j *job) releaseClaims(ctx context.Context) {
+	j.mu.Lock()
+	var items []int
+	for it := range j.claims {
+		if !j.claimsTaken[it] {
+			items = append(items, it)
+		}
+	}
+	j.mu.Unlock()
+	slices.Sort(items)
+	for _, it := range items {
+		_, err := j.st.Multi(ctx,
+			&store.DeleteOp{Path: j.p.item(it, nFailover), Version: store.AnyVersion},
+			&store.CreateOp{Path: j.p.queued(it)})
+		if errors.Is(err, store.ErrNodeExists) {
+			// Queued again already: drop the claim alone.
+			err = j.st.Delete(ctx, j.p.item(it, nFailover), store.AnyVersion)
+		}
+		if err != nil && !errors.Is(err, store.ErrNoNode) {
+			j.log.Warn("cannot give a failover claim back to the queue", "item", it, "err", err)
+			continue
+		}
+		j.mu.Lock()
+		delete(j.claims, it)
+		j.mu.Unlock()
+		if err == nil {
+			j.cache.noteDeleted(relItem(it, nFailover))
+			j.log.Info("paused: failover claim given back to the queue", "item", it)
+		}
+	}
+}
+
+// dropStaleClaims drops this server's failover claims among items whose
+// item completed since the claim: a Begin of the item's owner that read no
+// failover node just before the claim ran it (the claim asserts the item
+// neither runs nor completed when it is made, so a completed node now is
+// that run's). Running it again would be a second run for one crash.
+func (j *job) dropStaleClaims(ctx context.Context, items []Assignment) {
+	for _, a := range items {
+		if !a.Failover {
+			continue
+		}
+		done, _, err := j.st.Exists(ctx, j.p.item(a.Item, nCompleted))
+		if err != nil || !done {
+			continue
+		}
+		if err := j.st.Delete(ctx, j.p.item(a.Item, nFailover), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			j.log.Warn("cannot drop a stale failover claim", "item", a.Item, "err", err)
+			continue
+		}
+		j.mu.Lock()
+		delete(j.claims, a.Item)
+		j.mu.Unlock()
+		j.cache.noteDeleted(relItem(a.Item, nFailover))
+		j.log.Info("failover claim dropped: the item ran and completed since it was claimed", "item", a.Item)
+	}
 }

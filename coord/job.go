@@ -881,6 +881,12 @@ func (j *job) leave(ctx context.Context) error {
 	if sess.State != store.StateConnected || sess.ID != live {
 		return nil // our ephemerals are gone with the session
 	}
+	// Completions parked while the session was suspended are written
+	// before going offline: the watcher that would have written them on
+	// the resume is stopped, and the running nodes, gone with the session,
+	// would make the runs look crashed (failed over again: simulation
+	// seed 52).
+	j.completeParked(ctx, sess)
 	return j.goOffline(ctx)
 }
 

@@ -84,6 +84,10 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 				j.log.Debug("paused leader: prompt resharding failed; the next trigger retries", "err", err)
 			}
 		}
+		// Failover items claimed before the pause go back to the queue
+		// for another server: held here they would run nowhere (their
+		// owner skips an item failed over to another) until a resume.
+		j.releaseClaims(ctx)
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
 	}
 	// One config snapshot for the whole trigger: an edit that arrives
@@ -182,7 +186,15 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 		if v, ok := marks[a.Item]; ok {
 			g = append(g, intent{kind: opCheck, rel: relItem(a.Item), version: v})
 		}
-		if monitor {
+		switch {
+		case monitor && a.Failover:
+			// A claimed item must not have completed since the claim
+			// (its owner ran it: dropStaleClaims): asserted absent.
+			g = append(g,
+				intent{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
+				intent{kind: opCreate, rel: relItem(a.Item, nCompleted)},
+				intent{kind: opDelete, rel: relItem(a.Item, nCompleted)})
+		case monitor:
 			g = append(g,
 				intent{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
 				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nCompleted)})
@@ -220,6 +232,7 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 		// lost, its running nodes are leftovers the next Begin removes.
 		j.holdItems(items, -1)
 		if errors.Is(err, store.ErrNodeExists) && monitor {
+			j.dropStaleClaims(ctx, items)
 			// The cache had not seen a running node yet.
 			all := make([]int, len(items))
 			for i, a := range items {
@@ -774,12 +787,12 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
 	// The running nodes are the ones Begin created (the run's snapshot);
 	// turning monitorExecution off meanwhile removes them at once
-	// (Admin.SetConfig), so then they are removed only if still there.
+	// (Admin.SetConfig), also when it is back on by now, so they are
+	// removed only if still there: a delete of one gone failed the whole
+	// completion, and the item, left without a completed node, was failed
+	// over once its server left (simulation seed 3842).
 	monitorNow := j.config().MonitorsExecution()
-	delRunning := opDelete
-	if !monitorNow {
-		delRunning = opDeleteIfPresent
-	}
+	delRunning := opDeleteIfPresent
 	now := formatTime(j.reg.cfg.Now())
 	groups := make([][]intent, 0, len(r.items))
 	for _, a := range r.items {
@@ -787,7 +800,11 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 		if r.cfg.MonitorsExecution() {
 			g = append(g, intent{kind: delRunning, rel: relItem(a.Item, nRunning)})
 		}
-		if monitorNow {
+		if monitorNow || r.cfg.MonitorsExecution() {
+			// Also when monitorExecution went off during a run that
+			// began monitored: an item left with a lastBeginTime and
+			// no completed node looks crashed mid-run, and is failed
+			// over once the flag is back on (simulation seed 2754).
 			g = append(g, intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
 		}
 		g = append(g, intent{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now})
@@ -894,11 +911,11 @@ func (j *job) completeParked(ctx context.Context, sess store.Session) {
 	for _, p := range parked {
 		if sess.ID == p.r.session && sess.State == store.StateConnected {
 			if err := p.r.apply(ctx, p.next); err != nil && !errors.Is(err, ErrNotOwner) {
+				// Parked again, also when ctx ended: the watcher is
+				// stopping for a Leave, which writes it (job.leave).
 				j.warn(ctx, "cannot write a completion left by a suspended session; retrying when it resumes", "err", err)
-				if ctx.Err() == nil {
-					j.parkCompletion(p.r, p.next)
-					continue
-				}
+				j.parkCompletion(p.r, p.next)
+				continue
 			}
 		}
 		j.holdItems(p.r.items, -1)
