@@ -15,21 +15,35 @@ import (
 // callback; ephemeral, so a runner that dies frees it.
 const onceRunner = "runner"
 
+// withdrawWait bounds the withdrawal of a participant's registrations
+// when its wait ends without a release.
+const withdrawWait = 2 * time.Second
+
 // onceBarrier is the distribute-once barrier of one phase ("started" or
 // "completed") of a run: every server registers its items under base
 // (guarantee/{phase}); the server whose registration completes the set
-// takes the runner latch (a tryLatch), checks its registration is still
-// there (another server may have completed, run and cleared the same set
-// first), runs the callback and clears the set; the others wait until their
-// registration is cleared.
+// (every runnable item registered) takes the runner latch (a tryLatch),
+// checks that the set was not run meanwhile, runs the callback and clears
+// the set; the others wait until it is cleared.
+//
+// A run of the set is told by the phase node's data version, the set's
+// generation: the runner bumps it before it deletes the registrations. A
+// participant whose registration is gone is released only if the
+// generation moved since it registered; else the registration went with
+// another participant of the same item (its session, or its withdrawal),
+// and it registers again. Registrations are ephemeral, so a participant
+// that dies leaves none behind to complete a later set before every
+// server of that run registered; one that stops waiting (timeout, ctx)
+// withdraws them. Registrations of items that do not count (disabled, or
+// beyond the total) never complete a set.
 //
 // Blocking and cancellation: run blocks until the callback has run here,
-// or, on a server that did not complete the set, until the runner cleared
-// this server's registration, the timeout passed (ErrGuaranteeTimeout; its
-// registrations are withdrawn so the set never completes late), or ctx
-// ended (ctx.Err()). The callback gets ctx; clearing the set after it is
-// not cancelled by ctx, so a cancelled callback never leaves the barrier
-// closed for the next run.
+// or, on a server that did not complete the set, until a runner cleared
+// it, the timeout passed (ErrGuaranteeTimeout), ctx ended (ctx.Err()), or
+// the session its registrations were made on was lost (ErrSessionLost).
+// The callback gets ctx; clearing the set after it is not cancelled by
+// ctx, so a cancelled callback never leaves the barrier closed for the
+// next run.
 type onceBarrier struct {
 	st    store.Store
 	base  string // guarantee/{phase}, absolute
@@ -37,10 +51,13 @@ type onceBarrier struct {
 	job   string // for errors
 	log   *slog.Logger
 	total int // items 0..total-1 count towards the set
-	// expected returns how many items complete the set (the runnable
-	// ones); read after this server registered.
-	expected func(context.Context) (int, error)
+	// runnable returns the items that complete the set (not disabled);
+	// read after this server registered.
+	runnable func(context.Context) (map[int]bool, error)
 }
+
+// errRegisterAgain: a registration went without a release.
+var errRegisterAgain = errors.New("coord: barrier registration gone without a release")
 
 // run registers items and either runs fn (this server completed the set)
 // or waits for the runner; see onceBarrier.
@@ -48,8 +65,32 @@ func (b onceBarrier) run(ctx context.Context, items []int, timeout time.Duration
 	if err := store.CreateAll(ctx, b.st, b.base); err != nil {
 		return fmt.Errorf("coord: job %q: create %s: %w", b.job, b.base, err)
 	}
+	wctx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	for {
+		err := b.attempt(ctx, wctx, items, timeout, fn)
+		if !errors.Is(err, errRegisterAgain) {
+			return err
+		}
+	}
+}
+
+// attempt is one registration of run: the generation read first, then
+// the registrations, the completion check, the callback or the wait.
+func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout time.Duration, fn func(context.Context) error) error {
+	_, st, err := b.st.Get(ctx, b.base)
+	if err != nil {
+		return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
+	}
+	gen := st.Version
+	// The session the registrations are made on: they go with it.
+	sess, _ := b.st.Session()
 	for _, it := range items {
-		if _, err := b.st.Create(ctx, store.Join(b.base, strconv.Itoa(it)), []byte(b.id), store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
+		if _, err := b.st.Create(ctx, store.Join(b.base, strconv.Itoa(it)), []byte(b.id), store.Ephemeral); err != nil && !errors.Is(err, store.ErrNodeExists) {
 			return fmt.Errorf("coord: job %q: register item %d under %s: %w", b.job, it, b.base, err)
 		}
 	}
@@ -57,36 +98,35 @@ func (b onceBarrier) run(ctx context.Context, items []int, timeout time.Duration
 	if err != nil {
 		return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
 	}
-	expected, err := b.expected(ctx)
+	runnable, err := b.runnable(ctx)
 	if err != nil {
 		return err
 	}
 	seen := 0
 	for _, k := range kids {
-		if it, ok := parseItemName(k); ok && it < b.total {
+		if it, ok := parseItemName(k); ok && it < b.total && runnable[it] {
 			seen++
 		}
 	}
-	if seen >= expected {
+	if seen >= len(runnable) {
 		runner := tryLatch{st: b.st, path: store.Join(b.base, onceRunner), owner: []byte(b.id)}
 		held, err := runner.tryAcquire(ctx)
 		if err != nil {
 			return fmt.Errorf("coord: job %q: create %s: %w", b.job, runner.path, err)
 		}
 		if held {
-			// The set read above may have been run and cleared meanwhile by
-			// another server that completed it too (and released the
-			// latch): then this server's registration is gone, and running
-			// fn again would be a second callback for one barrier. While
-			// the latch is held nobody clears, so the check is final.
-			mine := store.Join(b.base, strconv.Itoa(items[0]))
-			ok, _, err := b.st.Exists(ctx, mine)
-			if err != nil || !ok {
+			// The set read above may have been run and cleared meanwhile
+			// by another server that completed it too (and released the
+			// latch): then the generation moved, and running fn again
+			// would be a second callback for one set. While the latch is
+			// held nobody clears, so the check is final.
+			_, now, err := b.st.Get(ctx, b.base)
+			if err != nil || now.Version != gen {
 				if rerr := runner.release(context.WithoutCancel(ctx)); rerr != nil {
 					b.log.Warn("cannot clear guarantee runner", "err", rerr)
 				}
 				if err != nil {
-					return fmt.Errorf("coord: job %q: read %s: %w", b.job, mine, err)
+					return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
 				}
 				return nil // run and cleared by the other server
 			}
@@ -95,13 +135,27 @@ func (b onceBarrier) run(ctx context.Context, items []int, timeout time.Duration
 			return ferr
 		}
 	}
-	return b.wait(ctx, items, timeout)
+	return b.wait(ctx, wctx, sess, gen, items, timeout)
 }
 
-// clear removes the set after the callback: registrations first, the
-// runner latch last, none of it cancelled by ctx.
+// sessionGone tells a registration the runner cleared from one that went
+// with its session (registrations are ephemeral): ErrSessionLost when
+// the session they were made on is no longer the store's, else nil.
+func (b onceBarrier) sessionGone(sess store.Session) error {
+	if cur, _ := b.st.Session(); cur.ID != sess.ID {
+		return fmt.Errorf("coord: job %q: %s barrier: its registration went with the session: %w", b.job, store.Base(b.base), ErrSessionLost)
+	}
+	return nil
+}
+
+// clear ends the set after the callback: the generation bumped first (a
+// waiter whose registration goes must see it moved), then the
+// registrations, the runner latch last, none of it cancelled by ctx.
 func (b onceBarrier) clear(ctx context.Context, runner tryLatch) {
 	ctx = context.WithoutCancel(ctx)
+	if _, err := b.st.Set(ctx, b.base, nil, store.AnyVersion); err != nil {
+		b.log.Warn("cannot mark the guarantee set run", "node", b.base, "err", err)
+	}
 	kids, _, _ := b.st.Children(ctx, b.base)
 	for _, k := range kids {
 		if k == onceRunner {
@@ -116,20 +170,25 @@ func (b onceBarrier) clear(ctx context.Context, runner tryLatch) {
 	}
 }
 
-// wait blocks until the runner clears this server's registration, the
-// timeout passes or ctx ends; see onceBarrier.
-func (b onceBarrier) wait(ctx context.Context, items []int, timeout time.Duration) error {
-	wctx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
+// wait blocks until a runner clears this server's registration (the
+// generation moved past gen), the timeout passes or ctx ends; see
+// onceBarrier. errRegisterAgain: the registration went without a release.
+func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int32, items []int, timeout time.Duration) error {
 	mine := store.Join(b.base, strconv.Itoa(items[0]))
 	for {
 		ok, _, ch, err := b.st.ExistsW(wctx, mine)
 		if err == nil && !ok {
-			return nil
+			if err := b.sessionGone(sess); err != nil {
+				return err
+			}
+			_, st, gerr := b.st.Get(wctx, b.base)
+			if gerr == nil && st.Version != gen {
+				return nil // released
+			}
+			if gerr == nil {
+				return errRegisterAgain
+			}
+			err = gerr
 		}
 		if err == nil {
 			select {
@@ -139,13 +198,21 @@ func (b onceBarrier) wait(ctx context.Context, items []int, timeout time.Duratio
 				err = wctx.Err()
 			}
 		}
+		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+			// Withdrawn, so that the set never completes late (nor early
+			// for a later run, with this registration in it). Bounded: on
+			// a session cut off, the registrations go with it when it is
+			// lost.
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawWait)
+			for _, it := range items {
+				_ = b.st.Delete(dctx, store.Join(b.base, strconv.Itoa(it)), store.AnyVersion)
+			}
+			cancel()
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			for _, it := range items {
-				_ = b.st.Delete(context.WithoutCancel(ctx), store.Join(b.base, strconv.Itoa(it)), store.AnyVersion)
-			}
 			return fmt.Errorf("coord: job %q: %s barrier after %v: %w", b.job, store.Base(b.base), timeout, ErrGuaranteeTimeout)
 		}
 		return fmt.Errorf("coord: job %q: wait on %s: %w", b.job, mine, err)
@@ -177,26 +244,26 @@ func (j *job) onceOver(ctx context.Context, total int, phase string, items []int
 	}
 	b := onceBarrier{
 		st: j.st, base: j.p.abs(nGuarantee + "/" + phase), id: j.id, job: j.jname, log: j.log, total: total,
-		expected: func(ctx context.Context) (int, error) { return j.runnableItems(ctx, total) },
+		runnable: func(ctx context.Context) (map[int]bool, error) { return j.runnableItems(ctx, total) },
 	}
 	return b.run(ctx, items, timeout, fn)
 }
 
-// runnableItems is the size of the set a Once barrier waits for: the items
-// that run in a run across the servers, that is 0..total-1 minus the items
-// an operator disabled (no server runs or registers those). Disabled flags
+// runnableItems is the set a Once barrier waits for: the items that run
+// in a run across the servers, that is 0..total-1 minus the items an
+// operator disabled (no server runs or registers those). Disabled flags
 // are read as Begin reads them (the tree cache where it holds the item,
 // else directly).
-func (j *job) runnableItems(ctx context.Context, total int) (int, error) {
-	n := 0
+func (j *job) runnableItems(ctx context.Context, total int) (map[int]bool, error) {
+	out := make(map[int]bool, total)
 	for it := range total {
 		disabled, err := j.itemHas(ctx, relItem(it, nDisabled))
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		if !disabled {
-			n++
+			out[it] = true
 		}
 	}
-	return n, nil
+	return out, nil
 }

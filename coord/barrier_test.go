@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/coordtest"
@@ -110,4 +111,59 @@ func TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete(t *testing.T) {
 		t.Errorf("callback ran %d times for one barrier, want 1", calls.Load())
 	}
 	coordtest.CompleteAll(t, runs...)
+}
+
+// A participant whose wait ends with its ctx (its run cancelled) or with
+// its process must not leave its registration behind: the next run's set
+// would then complete as soon as the other servers registered, the
+// callback run before this server's next registration, and that one wait
+// out its timeout for a set already cleared (simulation seeds 126, 187,
+// 296: the last trigger of a schedule timed out on a set every server
+// joined). In a synctest bubble: "waiting" is every goroutine blocked.
+func TestOnceParticipantsLeaveNoRegistration(t *testing.T) {
+	for _, how := range []string{"cancelled", "crashed"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := coordtest.NewHarness(t, coordtest.Mem())
+				cfg := coordtest.Config("job", 2)
+				a := h.Start("a", cfg)
+				b := h.Start("b", cfg)
+				coordtest.CompleteAll(t, coordtest.BeginAll(t, a, b)...)
+				var calls atomic.Int32
+				cb := func(context.Context) error { calls.Add(1); return nil }
+				// a's run registers item 0 and waits for b; then it ends.
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- a.Job.Once(ctx, "started", []int{0}, time.Minute, cb) }()
+				synctest.Wait()
+				if how == "cancelled" {
+					cancel()
+					if err := <-done; err == nil {
+						t.Fatal("a's cancelled Once returned nil")
+					}
+				} else {
+					h.B.Kill(t, a.St)
+					defer cancel()
+					a = h.Start("a2", cfg) // the set's other participant from now on
+				}
+				// The next run: b registers item 1 first. The set must not be
+				// complete yet.
+				bdone := make(chan error, 1)
+				go func() { bdone <- b.Job.Once(context.Background(), "started", []int{1}, time.Minute, cb) }()
+				synctest.Wait()
+				if n := calls.Load(); n != 0 {
+					t.Fatalf("%d callbacks with only b registered; want none until a's next run registers", n)
+				}
+				if err := a.Job.Once(context.Background(), "started", []int{0}, time.Minute, cb); err != nil {
+					t.Fatalf("a's next Once: %v", err)
+				}
+				if err := <-bdone; err != nil {
+					t.Fatalf("b's Once: %v", err)
+				}
+				if n := calls.Load(); n != 1 {
+					t.Fatalf("%d callbacks, want 1", n)
+				}
+			})
+		})
+	}
 }

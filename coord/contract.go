@@ -206,7 +206,10 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 // guarantee/{phase}; the server whose registration completes the set (every
 // item not disabled by an operator, Admin.DisableItem) runs fn
 // and then clears the node; the others wait until it is cleared or timeout
-// passes (timeout <= 0: wait forever), then get ErrGuaranteeTimeout.
+// passes (timeout <= 0: wait forever), then get ErrGuaranteeTimeout. A
+// participant whose session is lost while it waits gets ErrSessionLost
+// (its registrations, ephemeral, went with the session); one whose ctx
+// ends gets ctx.Err() and withdraws its registrations.
 // phase is "started" or "completed". The set is counted on the job's
 // current config; Run.Once counts it on the run's snapshot.
 func (j *Job) Once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
