@@ -111,9 +111,11 @@ func startZKContainer(t testing.TB, cfg zkConfig, shared bool, nw *testcontainer
 		"ZOO_TICK_TIME":              fmt.Sprint(cfg.tickTime.Milliseconds()),
 		"ZOO_4LW_COMMANDS_WHITELIST": "*",
 		"ZOO_ADMINSERVER_ENABLED":    "false",
-		"ZOO_CFG_EXTRA":              "quorumListenOnAllIPs=true",
-		"ZOO_INIT_LIMIT":             "10",
-		"ZOO_SYNC_LIMIT":             "5",
+		// maxSessionTimeout: up to 60 s sessions (default 20 ticks, 10 s),
+		// for tests whose sessions only their own faults may end.
+		"ZOO_CFG_EXTRA":  "quorumListenOnAllIPs=true maxSessionTimeout=60000",
+		"ZOO_INIT_LIMIT": "10",
+		"ZOO_SYNC_LIMIT": "5",
 	}
 	if zooServers != "" {
 		env["ZOO_SERVERS"] = zooServers

@@ -2,7 +2,11 @@ package coordtest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -38,6 +42,14 @@ type ZooKeeperConfig struct {
 	// SessionTimeout is requested for every session.
 	// Default DefaultZooKeeperSessionTimeout.
 	SessionTimeout time.Duration
+	// EndSessions makes Kill and Expire end the session on the server at
+	// once, as ZooKeeper does when a client closes it (through a second
+	// connection attached to the session with its id and password),
+	// instead of waiting for the server to expire it a session timeout
+	// later. Then a long SessionTimeout costs the faults no time, and only
+	// the faults end sessions: a loaded machine that delays a ping for a
+	// few seconds does not (the seeded simulation in go test).
+	EndSessions bool
 }
 
 // ZooKeeper returns a Backend on a real ZooKeeper server. Every session
@@ -72,6 +84,7 @@ func ZooKeeper(t testing.TB, cfg ZooKeeperConfig) Backend {
 		cfg:     cfg,
 		root:    fmt.Sprintf("/coordtest-%d-%d", time.Now().UnixNano(), nsCounter.Add(1)),
 		proxies: map[store.Store]*faultproxy.Proxy{},
+		creds:   map[*faultproxy.Proxy]*sessionCreds{},
 	}
 	// Remove the tree at the end. Registered before any session, so it runs
 	// after every session's cleanup: only a killed session's ephemerals may
@@ -107,12 +120,40 @@ type zkBackend struct {
 
 	mu      sync.Mutex
 	proxies map[store.Store]*faultproxy.Proxy
+	creds   map[*faultproxy.Proxy]*sessionCreds // EndSessions: the last handshake answer seen
 }
+
+// sessionCreds are a session's id and password, read off the server's
+// handshake answer (ConnectResponse: int32 length, int32 protocolVersion,
+// int32 timeOut, int64 sessionId, int32 passwd length, passwd).
+type sessionCreds struct {
+	id     int64
+	passwd []byte
+}
+
+// zkHandshakeTap is how many bytes of the ConnectResponse hold the session
+// id and a 16-byte password.
+const zkHandshakeTap = 4 + 4 + 4 + 8 + 4 + 16
 
 // Connect opens a session through a new proxy under the Backend's chroot.
 func (b *zkBackend) Connect(t testing.TB) store.Store {
 	t.Helper()
 	p := faultproxy.New(t, b.cfg.Server)
+	if b.cfg.EndSessions {
+		p.TapReplies(zkHandshakeTap, func(first []byte) {
+			if len(first) < zkHandshakeTap {
+				return
+			}
+			n := int(binary.BigEndian.Uint32(first[20:24]))
+			if binary.BigEndian.Uint32(first[8:12]) == 0 || n != 16 {
+				return // a refused (expired) session: no credentials
+			}
+			c := &sessionCreds{id: int64(binary.BigEndian.Uint64(first[12:20])), passwd: slices.Clone(first[24:40])}
+			b.mu.Lock()
+			b.creds[p] = c
+			b.mu.Unlock()
+		})
+	}
 	st, err := zkstore.Open(testCtx(t), zkstore.Config{
 		Servers:        []string{p.Addr()},
 		SessionTimeout: b.cfg.SessionTimeout,
@@ -156,7 +197,87 @@ func (b *zkBackend) Root() string { return b.root }
 // StateLost after its own session timeout.
 func (b *zkBackend) Kill(t testing.TB, st store.Store) {
 	t.Helper()
-	b.proxy(t, st).Cut()
+	p := b.proxy(t, st)
+	p.Cut()
+	if b.cfg.EndSessions {
+		b.endSession(t, p)
+	}
+}
+
+// endSession ends p's current session on the server (EndSessions): it
+// attaches a new connection, straight to the server, to the session with
+// its id and password and closes it there, as a client's Close does. Its
+// ephemeral nodes are gone when endSession returns. p must be cut (else
+// the client would attach the session back).
+func (b *zkBackend) endSession(t testing.TB, p *faultproxy.Proxy) {
+	t.Helper()
+	b.mu.Lock()
+	c := b.creds[p]
+	b.mu.Unlock()
+	if c == nil {
+		t.Fatalf("coordtest: no ZooKeeper session seen through proxy %s", p.Addr())
+	}
+	if err := closeZKSession(b.cfg.Server, c, b.cfg.SessionTimeout); err != nil {
+		t.Fatalf("coordtest: end ZooKeeper session 0x%x: %v", c.id, err)
+	}
+}
+
+// closeZKSession speaks just enough of ZooKeeper's protocol to attach to a
+// session (ConnectRequest with its id and password) and close it
+// (closeSession, opcode -11), and waits for the server's reply.
+func closeZKSession(server string, c *sessionCreds, timeout time.Duration) error {
+	conn, err := net.DialTimeout("tcp", server, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	// ConnectRequest: protocolVersion, lastZxidSeen, timeOut, sessionId,
+	// passwd (length-prefixed), readOnly.
+	var req []byte
+	req = binary.BigEndian.AppendUint32(req, 0)
+	req = binary.BigEndian.AppendUint64(req, 0)
+	req = binary.BigEndian.AppendUint32(req, uint32(timeout.Milliseconds()))
+	req = binary.BigEndian.AppendUint64(req, uint64(c.id))
+	req = binary.BigEndian.AppendUint32(req, uint32(len(c.passwd)))
+	req = append(req, c.passwd...)
+	req = append(req, 0)
+	if err := writeFrame(conn, req); err != nil {
+		return err
+	}
+	resp, err := readFrame(conn)
+	if err != nil {
+		return fmt.Errorf("handshake: %w", err)
+	}
+	if len(resp) >= 8 && binary.BigEndian.Uint32(resp[4:8]) == 0 {
+		return nil // expired already
+	}
+	// RequestHeader: xid, type closeSession.
+	var cl []byte
+	cl = binary.BigEndian.AppendUint32(cl, 1)
+	cl = binary.BigEndian.AppendUint32(cl, uint32(0xfffffff5)) // -11
+	if err := writeFrame(conn, cl); err != nil {
+		return err
+	}
+	if _, err := readFrame(conn); err != nil {
+		return fmt.Errorf("closeSession reply: %w", err)
+	}
+	return nil
+}
+
+func writeFrame(w io.Writer, body []byte) error {
+	_, err := w.Write(append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...))
+	return err
+}
+
+func readFrame(r io.Reader) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	body := make([]byte, binary.BigEndian.Uint32(n[:]))
+	_, err := io.ReadFull(r, body)
+	return body, err
 }
 
 // Expire cuts st's proxy until st reports the session lost (or already
@@ -166,6 +287,11 @@ func (b *zkBackend) Expire(t testing.TB, st store.Store) {
 	p := b.proxy(t, st)
 	before, _ := st.Session()
 	p.Cut()
+	if b.cfg.EndSessions {
+		// Ended on the server; the client learns it when it reconnects.
+		b.endSession(t, p)
+		p.Restore()
+	}
 	awaitSession(t, st, 4*b.cfg.SessionTimeout+5*time.Second, "session lost after a cut", func(s store.Session) bool {
 		return s.State == store.StateLost || s.ID != before.ID
 	})

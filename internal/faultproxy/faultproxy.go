@@ -26,6 +26,18 @@ type Proxy struct {
 	closed bool
 	conns  map[net.Conn]struct{} // client and target sides of live connections
 	held   map[net.Conn]struct{} // connections accepted while cut, never forwarded
+	tapN   int
+	tap    func([]byte)
+}
+
+// TapReplies calls f with the first n bytes the target sends on every
+// connection forwarded from now on (fewer if the connection ends first),
+// before the client gets them: the handshake answer of a protocol, say.
+// f runs on the connection's goroutine and must not block.
+func (p *Proxy) TapReplies(n int, f func([]byte)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tapN, p.tap = n, f
 }
 
 // New starts a proxy to target (host:port) on a free port of 127.0.0.1.
@@ -133,6 +145,7 @@ func (p *Proxy) forward(client net.Conn) {
 		return
 	}
 	p.conns[upstream] = struct{}{}
+	tapN, tap := p.tapN, p.tap
 	p.mu.Unlock()
 
 	var pair sync.WaitGroup
@@ -145,7 +158,20 @@ func (p *Proxy) forward(client net.Conn) {
 		_ = src.Close()
 	}
 	go pipe(upstream, client)
-	go pipe(client, upstream)
+	go func() {
+		if tap != nil {
+			first := make([]byte, tapN)
+			n, _ := io.ReadFull(upstream, first)
+			tap(first[:n])
+			if _, err := client.Write(first[:n]); err != nil || n < tapN {
+				pair.Done()
+				_ = client.Close()
+				_ = upstream.Close()
+				return
+			}
+		}
+		pipe(client, upstream)
+	}()
 	pair.Wait()
 	p.drop(client, upstream)
 }
