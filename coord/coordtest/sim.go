@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,8 +25,12 @@ import (
 // joins, graceful leaves, crashes (session killed), session expiries,
 // disconnects and reconnects, pauses and resumes, disabling and enabling of
 // servers and items, config edits (total, failover, misfire,
-// monitorExecution, maxTimeDiffSeconds), clock skew, and triggers whose
-// runs stay open across later steps and commit through the fencing check.
+// monitorExecution, maxTimeDiffSeconds, and cron: valid Quartz expressions,
+// which nothing in the schedule evaluates, so wall time decides nothing),
+// clock skew, and triggers whose runs stay open across later steps and
+// commit through the fencing check. In about half the schedules (the seed
+// decides) every run also goes through the distribute-once barrier
+// (Run.Once), phase "started" then "completed", right after its Begin.
 // The protocol's own goroutines are not under the seed's control, so a
 // replay repeats the schedule, not every interleaving.
 //
@@ -33,17 +38,44 @@ import (
 //   - a fenced commit (Run.CheckOwnership returned nil) of an item never
 //     carries an epoch lower than an earlier accepted commit of that item,
 //     and one (item, epoch) is accepted for one server only;
-//   - every error is one the API documents for the call.
+//   - every error is one the API documents for the call;
+//   - failover runs an item again at most once per crash: a run of an item
+//     is "cut" when its server crashes or its session expires after the
+//     run's trigger and the run did not complete (Complete returned an
+//     error). A failover run (Assignment.Failover) of an item is allowed
+//     only while the item's last run is cut, and it (like a normal run)
+//     ends that: a second failover run for one crash, or one of an item
+//     whose last run completed, is a violation. On ZooKeeper a Begin that
+//     failed on a lost connection or a cancelled ctx may have marked its
+//     items running all the same (the reply was lost), so a failover run
+//     after such a Begin is not counted against the item;
+//   - distribute-once: each callback reads the registrations it serves
+//     (guarantee/{phase}); a registration (its node, by creation zxid)
+//     served by two callbacks is a violation (two callbacks for one set),
+//     and so is a Once call that returned nil without running the callback
+//     while no callback of its phase started during the call (released
+//     without one). Once may also return ErrGuaranteeTimeout, the ctx's
+//     error, ErrSessionLost or a lost connection (a participant that never
+//     completes its set: down, paused, disconnected).
 //
 // and after it, once every fault is healed (reconnected, clock restored):
 // within simQuietTriggers triggers on every registered server, every item
 // not disabled is owned by exactly one live enabled server, every live
 // enabled server owns at least one item when they are no more than the
-// total, the resharding flag is down and no item is left running.
-// Goroutines left after the servers stop are the caller's TestMain's
-// (goleak) to find.
+// total, the resharding flag is down, no item is left running, the runs
+// carry the stored config (total, cron), and every item whose run was cut
+// while failover (and monitorExecution) was on has run again, by failover
+// or, when the reshard won the race and its new owner ran it first, by a
+// normal run. Not required (and said so): an item whose cut came while
+// failover or monitorExecution was off, or that an edit switched off
+// before it ran again, an item disabled meanwhile or beyond a lowered
+// total. On memstore, the last quiet trigger's runs, when they cover every
+// runnable item, must pass each barrier phase with exactly one callback
+// and no timeout (on ZooKeeper a timeout there is wall time, so this one
+// is memstore's only). Goroutines left after the servers stop are the
+// caller's TestMain's (goleak) to find.
 func Simulate(t *testing.T, b Backend, seed int64) []string {
-	return simulate(t, b, seed, func() {})
+	return simulate(t, b, seed, false, func() {})
 }
 
 // SimulateMem runs the schedule of seed on a fresh memstore inside a
@@ -58,14 +90,17 @@ func Simulate(t *testing.T, b Backend, seed int64) []string {
 func SimulateMem(t *testing.T, seed int64) []string {
 	var vs []string
 	synctest.Test(t, func(t *testing.T) {
-		vs = simulate(t, Mem(), seed, synctest.Wait)
+		vs = simulate(t, Mem(), seed, true, synctest.Wait)
 	})
 	return vs
 }
 
-func simulate(t *testing.T, b Backend, seed int64, settle func()) []string {
+func simulate(t *testing.T, b Backend, seed int64, mem bool, settle func()) []string {
 	s := &sim{t: t, h: NewHarness(t, b), rng: rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)), seed: seed, settle: settle,
-		claims: os.Getenv("SIM_FAILOVER_CLAIMS") != "0"}
+		claims: os.Getenv("SIM_FAILOVER_CLAIMS") != "0", mem: mem,
+		// The checks added later draw from their own stream, so that the
+		// schedules of the seeds found before them stay as they were.
+		x: rand.New(rand.NewPCG(uint64(seed)^0x5bd1e995, uint64(seed)))}
 	defer s.stopAll()
 	return s.run()
 }
@@ -86,12 +121,63 @@ type simServer struct {
 	// and delivers here; a later commit step commits the run.
 	begin       bool
 	cancelBegin context.CancelFunc
+	// gen counts the faults that ended its session (crash, expiry): a
+	// run triggered at an older gen that did not complete was cut.
+	gen int
+	// crashed: killed, being stopped. Its run's commit and Complete get
+	// a short bound: on ZooKeeper the dead session stays suspended on
+	// the client for the session timeout (the process is gone, nothing
+	// would wait for it).
+	crashed bool
 }
 
 type beginResult struct {
-	sv  *simServer
-	run *coord.Run
-	err error
+	sv    *simServer
+	run   *coord.Run
+	err   error
+	gen   int // sv.gen at the trigger
+	round int // the trigger step
+	onces []*onceCall
+	items []*itemRun // the failover ledger's entries of the run's items
+}
+
+// onceCall is one Run.Once call of a run; enter and exit are sequence
+// numbers of the schedule's barrier log (onceLog).
+type onceCall struct {
+	phase       string
+	server      string
+	enter, exit int64
+	ran         bool // this call ran the callback
+	err         error
+}
+
+// onceLog records the barrier's callbacks across the servers' goroutines.
+type onceLog struct {
+	mu     sync.Mutex
+	seq    int64
+	starts map[string][]int64 // phase -> sequence numbers of callback starts
+	served map[string]string  // "phase/item@czxid" -> server whose callback served it
+	bad    []string           // violations seen inside callbacks
+}
+
+func (l *onceLog) next() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seq++
+	return l.seq
+}
+
+// itemRun is the last run the schedule saw begin on an item.
+type itemRun struct {
+	sv        *simServer
+	gen       int // sv.gen at its trigger
+	completed bool
+	failover  bool
+	uncertain int  // ledger.uncertain when it began
+	cut       bool // its server's session ended before it completed
+	// unmonitored: it began with monitorExecution off, so nothing records
+	// whether it completed: a failover of the item later is not counted.
+	unmonitored bool
 }
 
 type fence struct {
@@ -119,6 +205,18 @@ type sim struct {
 	pending    int                 // open triggers whose Begin has not delivered
 	violations []string
 	log        []string
+
+	mem bool       // memstore in a synctest bubble (deterministic; no lost replies)
+	x   *rand.Rand // draws of the checks added after the first seeds were found
+	// once: the schedule's runs go through the distribute-once barrier.
+	once bool
+	ol   onceLog
+	// round numbers the triggers; rounds keeps each round's results.
+	round  int
+	rounds map[int][]beginResult
+	fo     ledger // failover accounting
+	cron   string
+	status coord.JobStatus // read by the last settled check
 }
 
 func (s *sim) violate(format string, args ...any) {
@@ -127,6 +225,9 @@ func (s *sim) violate(format string, args ...any) {
 
 func (s *sim) step(format string, args ...any) {
 	s.log = append(s.log, fmt.Sprintf(format, args...))
+	if os.Getenv("SIM_TRACE") != "" {
+		fmt.Fprintf(os.Stderr, "SIMTRACE %d %s %s\n", s.seed, time.Now().Format("15:04:05.000"), s.log[len(s.log)-1])
+	}
 }
 
 func (s *sim) run() []string {
@@ -135,6 +236,11 @@ func (s *sim) run() []string {
 	s.accepted = map[int]fence{}
 	s.owners = map[[2]int64]string{}
 	s.results = make(chan beginResult, 8)
+	s.rounds = map[int][]beginResult{}
+	s.fo = ledger{lastRun: map[int]*itemRun{}, cut: map[int]string{}, required: map[int]string{}, disabled: map[int]bool{},
+		failoverOn: true, monitorOn: true, total: s.total, mem: s.mem}
+	s.once = s.x.IntN(2) == 0
+	s.ol.starts, s.ol.served = map[string][]int64{}, map[string]string{}
 	for i := range n {
 		s.servers = append(s.servers, &simServer{id: fmt.Sprintf("s%d", i)})
 	}
@@ -148,6 +254,12 @@ func (s *sim) run() []string {
 		s.settle()
 	}
 	s.quiet()
+	s.ol.mu.Lock()
+	s.violations = append(s.violations, s.ol.bad...)
+	s.ol.mu.Unlock()
+	s.fo.mu.Lock()
+	s.violations = append(s.violations, s.fo.bad...)
+	s.fo.mu.Unlock()
 	if len(s.violations) > 0 {
 		s.violations = append(s.violations, "schedule: "+strings.Join(s.log, "; "))
 	}
@@ -224,10 +336,12 @@ func (s *sim) randomStep() {
 		s.stop(sv, false)
 	case op == 8 && sv != nil:
 		s.step("crash %s", sv.id)
+		s.fo.sessionEnds(sv, "the crash of "+sv.id)
 		s.stop(sv, true)
 	case op == 9 && sv != nil:
 		s.step("expire %s", sv.id)
 		s.connected(sv)
+		s.fo.sessionEnds(sv, "the expiry of "+sv.id+"'s session")
 		s.h.B.Expire(s.t, sv.st)
 	case op == 10 && sv != nil:
 		if sv.disconnected {
@@ -260,6 +374,7 @@ func (s *sim) randomStep() {
 	case op == 13:
 		item, on := s.rng.IntN(s.total), s.rng.IntN(2) == 0
 		s.step("disable item %d %v", item, on)
+		s.fo.setDisabled(item, on) // before: a disabled item runs nowhere
 		s.admin(func(ctx context.Context, a *coord.Admin) error {
 			if on {
 				return a.DisableItem(ctx, simJob, item)
@@ -320,6 +435,9 @@ func (s *sim) editConfig() {
 		field, value = jobconfig.FieldMaxTimeDiffSeconds, fmt.Sprint([]int{-1, 0, 10}[s.rng.IntN(3)])
 	}
 	s.step("config %s=%s", field, value)
+	// Switched off (or the item gone) before the edit lands: the items cut
+	// so far need not run again (Simulate).
+	s.fo.edit(field, value)
 	if err := s.h.Admin.SetConfig(s.ctx(), simJob, field, value); err != nil {
 		s.violate("SetConfig %s=%s: %v", field, value, err)
 		return
@@ -327,6 +445,30 @@ func (s *sim) editConfig() {
 	if field == jobconfig.FieldShardingTotalCount {
 		fmt.Sscan(value, &s.total)
 	}
+	if s.x.IntN(3) == 0 {
+		s.editCron()
+	}
+}
+
+// simCrons are the cron edits: valid Quartz expressions (seconds first,
+// ? in one day field, L, #, W, years), and "" (triggers only). The protocol
+// never evaluates them; the quiet phase checks that the runs carry the last
+// one.
+var simCrons = []string{
+	"", "0/5 * * * * ?", "0 15 10 ? * MON-FRI", "0 0 12 * * ?", "0 0/30 8-17 * * ?",
+	"0 0 0 L * ?", "0 30 9 ? * 2#1", "0 0 6 15W * ?", "0 0 0 1 1 ? 2099",
+}
+
+// editCron sets the cron to one of simCrons (drawn from the checks' own
+// stream: the schedules of older seeds keep their steps).
+func (s *sim) editCron() {
+	value := simCrons[s.x.IntN(len(simCrons))]
+	s.step("config cron=%q", value)
+	if err := s.h.Admin.SetConfig(s.ctx(), simJob, jobconfig.FieldCron, value); err != nil {
+		s.violate("SetConfig cron=%q: %v", value, err)
+		return
+	}
+	s.cron = value
 }
 
 // beginErrOK reports whether err is one Begin documents.
@@ -343,6 +485,8 @@ func beginErrOK(err error) bool {
 // trigger. Begins run concurrently and stay open until a commit step.
 func (s *sim) trigger(up []*simServer) {
 	n := 0
+	s.round++
+	round := s.round
 	for _, sv := range up {
 		if sv.begin || sv.disconnected {
 			continue
@@ -351,8 +495,8 @@ func (s *sim) trigger(up []*simServer) {
 		ctx, cancel := context.WithCancel(s.ctx())
 		sv.begin, sv.cancelBegin = true, cancel
 		s.pending++
-		job := sv.job
-		claim := s.claims
+		job, st, gen := sv.job, sv.st, sv.gen
+		claim, once := s.claims, s.once
 		go func() {
 			if claim {
 				// As the Node does on SignalFailover: claim a queued
@@ -360,17 +504,261 @@ func (s *sim) trigger(up []*simServer) {
 				_, _ = job.ClaimFailover(ctx)
 			}
 			r, err := job.Begin(ctx, s.h.Now())
-			s.results <- beginResult{sv, r, err}
+			res := beginResult{sv: sv, run: r, err: err, gen: gen, round: round}
+			// The accounting of a run is done as it begins (a crash step
+			// may come before the sim commits it).
+			res.items = s.fo.began(res)
+			if err == nil && once && len(r.Shards()) > 0 {
+				res.onces = s.barriers(ctx, sv.id, st, r)
+			}
+			s.results <- res
 		}()
 	}
 	s.step("trigger %d servers", n)
+}
+
+// onceTimeout is the barrier timeout of the sim's runs: fake time on
+// memstore; on ZooKeeper, wall time a participant waits for a set that
+// never completes (a server down, paused or cut off), so shorter.
+func (s *sim) onceTimeout() time.Duration {
+	if s.mem {
+		return 3 * time.Second
+	}
+	return time.Second
+}
+
+// barriers takes run r through both distribute-once phases, as a pipeline
+// does around its work; a phase that fails ends it.
+func (s *sim) barriers(ctx context.Context, server string, st store.Store, r *coord.Run) []*onceCall {
+	var calls []*onceCall
+	for _, phase := range []string{"started", "completed"} {
+		c := &onceCall{phase: phase, server: server}
+		c.enter = s.ol.next()
+		c.err = r.Once(ctx, phase, s.onceTimeout(), s.onceCallback(st, c))
+		c.exit = s.ol.next()
+		calls = append(calls, c)
+		if c.err != nil {
+			break
+		}
+	}
+	return calls
+}
+
+// onceCallback is the callback of call c: it logs its start and reads the
+// registrations it serves through the runner's session st.
+func (s *sim) onceCallback(st store.Store, c *onceCall) func(context.Context) error {
+	return func(ctx context.Context) error {
+		c.ran = true
+		s.ol.mu.Lock()
+		s.ol.seq++
+		s.ol.starts[c.phase] = append(s.ol.starts[c.phase], s.ol.seq)
+		s.ol.mu.Unlock()
+		base := store.Join("/"+s.h.NS, simJob, "guarantee", c.phase)
+		kids, _, err := st.Children(ctx, base)
+		if err != nil {
+			return nil // the runner's session went: nothing to read
+		}
+		for _, k := range kids {
+			if k == "runner" {
+				continue
+			}
+			ok, stat, err := st.Exists(ctx, store.Join(base, k))
+			if err != nil || !ok {
+				continue
+			}
+			key := fmt.Sprintf("%s/%s@%d", c.phase, k, stat.Czxid)
+			s.ol.mu.Lock()
+			if prev, dup := s.ol.served[key]; dup {
+				s.ol.bad = append(s.ol.bad, fmt.Sprintf("distribute-once %s: the registration of item %s (zxid %d) served by two callbacks, %s's then %s's", c.phase, k, stat.Czxid, prev, c.server))
+			}
+			s.ol.served[key] = c.server
+			s.ol.mu.Unlock()
+		}
+		return nil
+	}
+}
+
+// onceErrOK reports whether err is one a barrier participant may get (see
+// Simulate).
+func onceErrOK(err error) bool {
+	for _, e := range []error{coord.ErrGuaranteeTimeout, coord.ErrSessionLost, context.Canceled, context.DeadlineExceeded, store.ErrConnectionLoss, store.ErrSessionExpired, store.ErrClosed} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkOnce checks a run's barrier calls once they returned (Simulate).
+func (s *sim) checkOnce(res beginResult) {
+	for _, c := range res.onces {
+		if c.err != nil {
+			if !onceErrOK(c.err) {
+				s.violate("Once %s on %s: %v", c.phase, c.server, c.err)
+			}
+			continue
+		}
+		if c.ran {
+			continue
+		}
+		s.ol.mu.Lock()
+		covered := slices.ContainsFunc(s.ol.starts[c.phase], func(seq int64) bool { return seq > c.enter && seq < c.exit })
+		s.ol.mu.Unlock()
+		if !covered {
+			s.violate("distribute-once %s: %s's Once returned without a callback having run during it", c.phase, c.server)
+		}
+	}
+}
+
+// ledger is the failover accounting of a schedule (see Simulate); its
+// methods are called from the sim and from the Begin goroutines.
+type ledger struct {
+	mu  sync.Mutex
+	mem bool
+	// lastRun: the last run of each item; cut: the items whose last run
+	// was cut, and by what; required: those of them that must run again
+	// (cut while failover and monitorExecution were on, item enabled and
+	// within the total, and nothing switched that off since).
+	lastRun  map[int]*itemRun
+	cut      map[int]string
+	required map[int]string
+	// uncertain counts Begins that failed where the store may have
+	// applied their transaction all the same (ZooKeeper: a lost reply).
+	uncertain             int
+	failoverOn, monitorOn bool
+	total                 int
+	disabled              map[int]bool
+	bad                   []string
+}
+
+// sessionEnds records that sv's session is about to end (crash, expiry):
+// its runs triggered before and not completed are cut.
+func (l *ledger) sessionEnds(sv *simServer, why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sv.gen++
+	for it, lr := range l.lastRun {
+		if lr.sv == sv && !lr.completed && !lr.cut {
+			l.markCut(it, lr, why)
+		}
+	}
+}
+
+// markCut: mu held.
+func (l *ledger) markCut(item int, lr *itemRun, why string) {
+	lr.cut = true
+	l.cut[item] = why
+	if l.failoverOn && l.monitorOn && item < l.total && !l.disabled[item] {
+		l.required[item] = why
+	}
+}
+
+// edit follows a config edit before it is written: switched off (or the
+// item gone), the items cut so far need not run again.
+func (l *ledger) edit(field, value string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch field {
+	case jobconfig.FieldFailover:
+		l.failoverOn = value == "true"
+		if !l.failoverOn {
+			clear(l.required)
+		}
+	case jobconfig.FieldMonitorExecution:
+		l.monitorOn = value == "true"
+		if !l.monitorOn {
+			clear(l.required)
+		}
+	case jobconfig.FieldShardingTotalCount:
+		fmt.Sscan(value, &l.total)
+		for it := range l.required {
+			if it >= l.total {
+				delete(l.required, it)
+			}
+		}
+		for it := range l.disabled {
+			if it >= l.total {
+				delete(l.disabled, it) // pruned with the item's nodes
+			}
+		}
+	}
+}
+
+func (l *ledger) setDisabled(item int, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.disabled[item] = on
+	if on {
+		delete(l.required, item)
+	}
+}
+
+// began accounts for a Begin as it returns: a failover run must find its
+// item's last run cut; any run ends the cut.
+func (l *ledger) began(res beginResult) []*itemRun {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if res.err != nil {
+		if uncertainBegin(l.mem, res.err) {
+			l.uncertain++
+		}
+		return nil
+	}
+	var runs []*itemRun
+	for _, a := range res.run.Shards() {
+		if _, ok := l.cut[a.Item]; a.Failover && !ok {
+			lr := l.lastRun[a.Item]
+			switch {
+			case lr != nil && l.uncertain > lr.uncertain, lr == nil && l.uncertain > 0:
+				// A Begin whose reply may have been lost since.
+			case lr != nil && lr.unmonitored:
+			case lr == nil:
+				l.bad = append(l.bad, fmt.Sprintf("item %d: failover run on %s, but the item never ran before", a.Item, res.sv.id))
+			default:
+				what := "completed"
+				if !lr.completed {
+					what = "not cut by a crash or expiry"
+				}
+				l.bad = append(l.bad, fmt.Sprintf("item %d: failover run on %s, but its last run (on %s%s) was %s: a second failover run, or one nothing called for", a.Item, res.sv.id, lr.sv.id, failoverMark(lr.failover), what))
+			}
+		}
+		delete(l.cut, a.Item)
+		delete(l.required, a.Item)
+		lr := &itemRun{sv: res.sv, gen: res.gen, failover: a.Failover, uncertain: l.uncertain, unmonitored: !res.run.Config().MonitorsExecution()}
+		l.lastRun[a.Item] = lr
+		runs = append(runs, lr)
+	}
+	return runs
+}
+
+// completed records the outcome of a run's Complete: a run not completed
+// whose server's session ended after its trigger (a crash or expiry step
+// while it was open) is cut.
+func (l *ledger) completed(res beginResult, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, lr := range res.items {
+		lr.completed = ok
+		item := res.run.Shards()[i].Item
+		if !ok && !lr.cut && res.sv.gen != lr.gen && l.lastRun[item] == lr {
+			l.markCut(item, lr, "the end of "+res.sv.id+"'s session during the run")
+		}
+	}
+}
+
+// requiredItems returns the items that must still run again, in order,
+// with what cut them.
+func (l *ledger) requiredItems() ([]int, map[int]string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Sorted(maps.Keys(l.required)), maps.Clone(l.required)
 }
 
 // commitOpen commits the open triggers whose Begin returned; with wait it
 // goes on until every open Begin returned (bounded: a Begin may wait for
 // the leader's reshard, which waits for the runs committed here).
 func (s *sim) commitOpen(wait bool) {
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(s.bound())
 	for s.pending > 0 {
 		s.settle()
 		if batch := s.returned(); len(batch) > 0 {
@@ -387,7 +775,7 @@ func (s *sim) commitOpen(wait bool) {
 		case res := <-s.results:
 			s.finish(res)
 		case <-timeout:
-			s.violate("%d Begins still waiting after 10s", s.pending)
+			s.violate("%d Begins still waiting after %v", s.pending, s.bound())
 			for _, sv := range s.servers {
 				if sv.begin {
 					sv.cancelBegin()
@@ -434,6 +822,7 @@ func (s *sim) finish(res beginResult) {
 	sv.begin = false
 	s.pending--
 	sv.cancelBegin()
+	s.rounds[res.round] = append(s.rounds[res.round], res)
 	if res.err != nil {
 		s.step("begin %s: %v", sv.id, res.err)
 		if !beginErrOK(res.err) && !errors.Is(res.err, context.Canceled) {
@@ -443,8 +832,15 @@ func (s *sim) finish(res beginResult) {
 	}
 	r := res.run
 	s.step("commit %s %v", sv.id, r.Shards())
+	s.checkOnce(res)
+	octx := s.ctx()
+	if sv.crashed {
+		var cancel context.CancelFunc
+		octx, cancel = context.WithTimeout(octx, time.Second)
+		defer cancel()
+	}
 	for _, a := range r.Shards() {
-		err := r.CheckOwnership(s.ctx(), a.Item)
+		err := r.CheckOwnership(octx, a.Item)
 		if err != nil {
 			if !errors.Is(err, coord.ErrNotOwner) && !errors.Is(err, coord.ErrSessionLost) {
 				s.violate("CheckOwnership %s item %d: %v", sv.id, a.Item, err)
@@ -466,15 +862,17 @@ func (s *sim) finish(res beginResult) {
 	// leaves the completion to the job (written when the session resumes):
 	// a short ctx there. A connected one gets the usual bound (a loaded
 	// ZooKeeper may take seconds).
-	cctx := s.ctx()
-	if sv.disconnected {
+	cctx := octx
+	if sv.disconnected && !sv.crashed {
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(cctx, 2*time.Second)
 		defer cancel()
 	}
-	if err := r.Complete(cctx, time.Time{}); err != nil && !errors.Is(err, coord.ErrSessionLost) && !errors.Is(err, coord.ErrNotOwner) {
+	err := r.Complete(cctx, time.Time{})
+	if err != nil && !errors.Is(err, coord.ErrSessionLost) && !errors.Is(err, coord.ErrNotOwner) {
 		s.violate("Complete %s: %v", sv.id, err)
 	}
+	s.fo.completed(res, err == nil)
 }
 
 func failoverMark(failover bool) string {
@@ -491,6 +889,8 @@ func (s *sim) stop(sv *simServer, crash bool) {
 		return
 	}
 	if crash {
+		sv.crashed = true
+		defer func() { sv.crashed = false }()
 		s.h.B.Kill(s.t, sv.st)
 	} else if sv.disconnected {
 		// A graceful leave needs the store: reconnect first.
@@ -542,19 +942,33 @@ func (s *sim) quiet() {
 	s.awaitHealed()
 	s.commitOpen(true)
 	var last string
-	for range simQuietTriggers {
+	// A failover claim takes one item, and a run with claimed items runs
+	// only those: a crashed server's items may take a trigger each.
+	required, _ := s.fo.requiredItems()
+	for range simQuietTriggers + len(required) {
 		s.trigger(s.up())
 		s.commitOpen(true)
 		if last = s.settled(); last == "" {
+			s.checkOnceRound()
 			return
 		}
 	}
-	s.violate("not settled after %d quiet triggers: %s", simQuietTriggers, last)
+	s.violate("not settled after %d quiet triggers: %s", simQuietTriggers+len(required), last)
 }
 
-// simHealTimeout bounds the wait for a healed schedule's sessions to settle
-// (real time on ZooKeeper: a session expiry, a re-registration).
-const simHealTimeout = 30 * time.Second
+// bound is how long the quiet phase waits for the open Begins and for the
+// healing (up servers connected and registered, stopped ones offline)
+// before it reports a violation. On memstore it is fake time (a hang costs
+// nothing and is found at once); on ZooKeeper it bounds a hang, not a
+// latency: with sessions that only the schedule's faults end, the waits
+// are for states that follow in milliseconds, and 60 s is far beyond
+// anything a loaded 2-core machine takes.
+func (s *sim) bound() time.Duration {
+	if s.mem {
+		return 10 * time.Second
+	}
+	return 60 * time.Second
+}
 
 // awaitHealed waits until the healed faults have run their course: every
 // up server connected and registered on its session, and every stopped
@@ -563,14 +977,14 @@ const simHealTimeout = 30 * time.Second
 // this holds at once; on ZooKeeper expiries and re-registrations take real
 // time, and triggers before them would count against the quiet bound.
 func (s *sim) awaitHealed() {
-	deadline := time.Now().Add(simHealTimeout)
+	deadline := time.Now().Add(s.bound())
 	for {
 		why := s.unhealed()
 		if why == "" {
 			return
 		}
 		if time.Now().After(deadline) {
-			s.violate("not healed after %v: %s", simHealTimeout, why)
+			s.violate("not healed after %v: %s", s.bound(), why)
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -656,5 +1070,113 @@ func (s *sim) settled() string {
 	if len(live) > 0 && len(owner) != s.total {
 		return fmt.Sprintf("owned items %v, want 0..%d", slices.Sorted(maps.Keys(owner)), s.total-1)
 	}
+	for _, res := range s.rounds[s.round] {
+		if res.err != nil {
+			continue
+		}
+		if c := res.run.Config(); c.Cron != s.cron || c.ShardingTotalCount != s.total {
+			return fmt.Sprintf("%s's run carries cron %q and total %d; stored: %q and %d", res.sv.id, c.Cron, c.ShardingTotalCount, s.cron, s.total)
+		}
+	}
+	if len(live) > 0 {
+		paused := map[string]bool{}
+		for _, ss := range live {
+			paused[ss.ID] = ss.Paused
+		}
+		claimedBy := map[int]string{}
+		for _, is := range st.Items {
+			claimedBy[is.Item] = is.Failover
+		}
+		items, why := s.fo.requiredItems()
+		for _, it := range items {
+			if c := claimedBy[it]; c == "" && paused[owner[it]] {
+				continue // its owner is paused: it runs when resumed
+			}
+			return fmt.Sprintf("item %d has not run again since %s (failover on; owner %s, failover claim %q)", it, why[it], owner[it], claimedBy[it])
+		}
+	}
+	s.status = st
 	return ""
+}
+
+// checkOnceRound checks the barrier on the last quiet trigger (memstore
+// only, see Simulate): when its runs cover every runnable item, each phase
+// ran exactly one callback and no participant failed.
+func (s *sim) checkOnceRound() {
+	if !s.once || !s.mem {
+		return
+	}
+	runnable := map[int]bool{}
+	for _, is := range s.status.Items {
+		if is.Item < s.total && !is.Disabled {
+			runnable[is.Item] = true
+		}
+	}
+	var calls []*onceCall
+	for _, res := range s.rounds[s.round] {
+		if res.err != nil {
+			return // a participant did not begin
+		}
+		for _, a := range res.run.Shards() {
+			delete(runnable, a.Item)
+		}
+		calls = append(calls, res.onces...)
+	}
+	if len(runnable) > 0 {
+		return // not every item ran: the set cannot complete
+	}
+	for _, phase := range []string{"started", "completed"} {
+		// Every participant registered while the others waited: a run
+		// can wait for a run of the same trigger (a failover run holds
+		// the reshard the others' Begins wait for; it times out first,
+		// as documented), and then the set is not one.
+		var lastEnter, firstExit int64 = 0, 1 << 62
+		n := 0
+		for _, c := range calls {
+			if c.phase == phase {
+				lastEnter, firstExit = max(lastEnter, c.enter), min(firstExit, c.exit)
+				n++
+			}
+		}
+		if lastEnter > firstExit || n == 0 {
+			continue
+		}
+		ran := 0
+		for _, c := range calls {
+			if c.phase != phase {
+				continue
+			}
+			if c.err != nil {
+				s.violate("distribute-once %s: %s's Once failed on a round that covered every item: %v", phase, c.server, c.err)
+			}
+			if c.ran {
+				ran++
+			}
+		}
+		if ran != 1 {
+			var desc []string
+			for _, c := range calls {
+				if c.phase == phase {
+					desc = append(desc, fmt.Sprintf("%s [%d,%d] ran=%v err=%v", c.server, c.enter, c.exit, c.ran, c.err))
+				}
+			}
+			s.violate("distribute-once %s: %d callbacks on the last quiet trigger, which covered every item; want 1 (calls: %s)", phase, ran, strings.Join(desc, "; "))
+		}
+	}
+}
+
+// uncertainBegin reports whether a failed Begin may have marked its items
+// running all the same: on ZooKeeper a lost connection or a cancelled ctx
+// can lose the reply of a transaction the server applied. On memstore a
+// failed call applies nothing.
+func uncertainBegin(mem bool, err error) bool {
+	if mem {
+		return false
+	}
+	for _, e := range []error{store.ErrConnectionLoss, store.ErrSessionExpired, store.ErrClosed, context.Canceled, context.DeadlineExceeded} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
