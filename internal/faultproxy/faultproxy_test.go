@@ -96,3 +96,27 @@ func TestProxyCutAndRestore(t *testing.T) {
 // A ZooKeeper client behind a cut proxy loses its connection; after Restore it
 // reconnects to the same session when the cut was shorter than the session
 // timeout.
+
+// TapReplies sees the first bytes the target sends on a connection, and
+// the client still gets every byte, in order.
+func TestTapReplies(t *testing.T) {
+	p := New(t, echoServer(t))
+	tapped := make(chan string, 1)
+	p.TapReplies(5, func(b []byte) { tapped <- string(b) })
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "hello world\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != "hello world\n" {
+		t.Fatalf("read %q, %v; want the whole echo", line, err)
+	}
+	if got := <-tapped; got != "hello" {
+		t.Fatalf("tapped %q, want %q", got, "hello")
+	}
+}
