@@ -93,7 +93,7 @@ func (a *admin) onlineServers(ctx context.Context, p jobPaths, names []string) (
 }
 
 func (a *admin) raiseResharding(ctx context.Context, p jobPaths) error {
-	if err := createFlag(ctx, a.st, p.abs(relNecessary)); err != nil {
+	if err := raiseFlag(ctx, a.st, p); err != nil {
 		return fmt.Errorf("coord: raise the resharding flag %s: %w", p.abs(relNecessary), err)
 	}
 	return nil

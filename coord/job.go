@@ -731,12 +731,12 @@ func (j *job) awaitStatusGone(ctx context.Context, statusPath string, sid int64)
 	}
 }
 
-// setNecessary raises the resharding flag by a direct create: the cache
+// setNecessary raises the resharding flag directly (raiseFlag): the cache
 // may still show a flag that a reshard has just cleared. The cache learns
 // of it from its watch (a write-through could race with the reshard's
 // delete and leave a phantom flag).
 func (j *job) setNecessary(ctx context.Context) error {
-	return createFlag(ctx, j.st, j.p.abs(relNecessary))
+	return raiseFlag(ctx, j.st, j.p)
 }
 
 // elect runs one step of the election (election.proceed): when this
@@ -914,7 +914,7 @@ func (j *job) goOffline(ctx context.Context) error {
 	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
 		errs = append(errs, err)
 	}
-	if _, err := j.st.Create(ctx, j.p.abs(relNecessary), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
+	if err := raiseFlag(ctx, j.st, j.p); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -950,7 +950,7 @@ func (j *job) goOfflineAtOnce(ctx context.Context) bool {
 		&store.DeleteOp{Path: j.p.server(j.id, nStatus), Version: store.AnyVersion},
 		touchMembership(j.p))
 	flagDone := make(chan error, 1)
-	go func() { flagDone <- createFlag(ctx, j.st, j.p.abs(relNecessary)) }()
+	go func() { flagDone <- raiseFlag(ctx, j.st, j.p) }()
 	_, err = j.st.Multi(ctx, ops...)
 	ferr := <-flagDone
 	if err != nil {

@@ -43,7 +43,8 @@ const (
 	relLatch        = "leader/election/latch"
 	relHost         = "leader/election/host"
 	relShardingDir  = "leader/sharding"
-	relNecessary    = "leader/sharding/necessary"
+	nNecessary      = "necessary"
+	relNecessary    = relShardingDir + "/" + nNecessary
 	relProcessing   = "leader/sharding/processing"
 	relFailoverDir  = "leader/failover"
 	relFailoverQ    = "leader/failover/items"

@@ -108,10 +108,18 @@ func touchMembership(p jobPaths) store.Op {
 	return &store.SetOp{Path: p.abs(nServers), Version: store.AnyVersion}
 }
 
-// createFlag creates a persistent marker node directly (no cache), treating
-// an existing one as success.
-func createFlag(ctx context.Context, st store.Store, path string) error {
-	if _, err := st.Create(ctx, path, nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
+// raiseFlag raises the resharding flag (leader/sharding/necessary) by a
+// direct transaction that also bumps the data version of leader/sharding
+// (the flag version). Begin's transaction checks the flag version it read
+// when it found no flag: a Begin that looked before the flag went up cannot
+// mark its items running after it. The leader scans for running items only
+// after it has seen the flag, so without the check such a Begin's run would
+// escape the scan and the reshard would move its items while it runs (see
+// awaitSharding). A flag already up is success.
+func raiseFlag(ctx context.Context, st store.Store, p jobPaths) error {
+	_, err := st.Multi(ctx, &store.CreateOp{Path: p.abs(relNecessary)},
+		&store.SetOp{Path: p.abs(relShardingDir), Version: store.AnyVersion})
+	if err != nil && !errors.Is(err, store.ErrNodeExists) {
 		return err
 	}
 	return nil

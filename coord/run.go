@@ -106,13 +106,16 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		var (
 			shardVersion int32
 			marks        map[int]int32
+			// flagVersion: leader/sharding's data version when Begin
+			// found no resharding flag (-1: not read, a failover run).
+			flagVersion int32 = -1
 		)
 		shardMzxid = 0
 		items, shardVersion = j.failoverAssignments()
 		if len(items) == 0 {
 			// Failover items run first and need no resharding; otherwise
 			// reshard (leader) or wait for it.
-			if _, err := j.awaitSharding(ctx, cfg); err != nil {
+			if flagVersion, err = j.awaitSharding(ctx, cfg); err != nil {
 				return nil, err
 			}
 			// The registration the run belongs to is the one current now.
@@ -133,7 +136,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			}
 			shardMzxid = st.Mzxid
 		}
-		err := j.markRunning(ctx, cfg, now, items, shardVersion, marks)
+		err := j.markRunning(ctx, cfg, now, items, shardVersion, flagVersion, marks)
 		if err != nil {
 			j.takeClaims(items, false)
 		}
@@ -159,8 +162,11 @@ var errBeginAgain = errors.New("coord: items not running after all; begin again"
 // markRunning checks for items still running (misfire) and marks items
 // running in ONE Multi, fenced by the sharding node's version and by the
 // versions of the item containers the epochs were taken from (marks: item
-// to its container's version; absent: the container was not there).
-func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion int32, marks map[int]int32) error {
+// to its container's version; absent: the container was not there), and by
+// the flag version (flagVersion >= 0; see raiseFlag): a resharding flag
+// raised since awaitSharding found none fails it, and Begin waits for the
+// reshard instead of starting a run the leader's scan has missed.
+func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, marks map[int]int32) error {
 	monitor := cfg.MonitorsExecution()
 	if monitor {
 		var suspects []int
@@ -178,6 +184,9 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 	var head, tail []intent
 	if shardVersion >= 0 {
 		head = append(head, intent{kind: opCheck, rel: relServer(j.id, nSharding), version: shardVersion})
+	}
+	if flagVersion >= 0 && len(items) > 0 {
+		head = append(head, intent{kind: opCheck, rel: relShardingDir, version: flagVersion})
 	}
 	begin := formatTime(now)
 	groups := make([][]intent, len(items))
@@ -381,16 +390,24 @@ func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Durati
 }
 
 // awaitSharding reshards first if the flag is set and this server leads;
-// otherwise it waits until the leader has (flag and processing gone).
-func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (waited bool, err error) {
+// otherwise it waits until the leader has (flag and processing gone). It
+// returns the flag version (leader/sharding's data version, read with the
+// absent flag; -1 when the node is gone) for Begin's transaction to check.
+func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVersion int32, err error) {
 	for {
 		ch := j.cache.changedCh()
 		// The flag is read directly (one read per trigger): a cache that
 		// has not seen it yet must not let this server run stale items.
-		nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary))
-		if err != nil {
-			return waited, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(relNecessary), err)
+		// Its parent's children and Stat in one read: the flag version
+		// comes with the flag's absence.
+		names, st, err := j.st.Children(ctx, j.p.abs(relShardingDir))
+		if errors.Is(err, store.ErrNoNode) {
+			names, st.Version, err = nil, -1, nil
 		}
+		if err != nil {
+			return -1, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(relShardingDir), err)
+		}
+		nec := slices.Contains(names, nNecessary)
 		if !nec && !j.cache.has(relProcessing) {
 			if j.cache.has(relNecessary) {
 				// Let the cache catch up so KeepGoing does not stop the
@@ -399,22 +416,21 @@ func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (waited b
 				_ = j.cache.waitFor(wctx, func() bool { return !j.cache.has(relNecessary) })
 				cancel()
 			}
-			return waited, nil
+			return st.Version, nil
 		}
-		waited = true
 		if _, _, err := j.ready(); err != nil {
-			return waited, err
+			return -1, err
 		}
 		if nec && j.isLeader() && !j.cache.has(relProcessing) {
 			if err := j.reshard(ctx, cfg); err != nil {
-				return waited, err
+				return -1, err
 			}
 			continue
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return waited, fmt.Errorf("coord: job %q: waiting for the leader to reshard: %w", j.jname, ctx.Err())
+			return -1, fmt.Errorf("coord: job %q: waiting for the leader to reshard: %w", j.jname, ctx.Err())
 		}
 	}
 }
