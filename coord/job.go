@@ -364,7 +364,9 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				&store.CreateOp{Path: j.p.server(j.id, nDisabled), Data: flagData(local.Disabled)},
 				&store.CreateOp{Path: j.p.server(j.id, nStatus), Data: []byte(statusReady), Mode: store.Ephemeral},
 				touchMembership(j.p),
+				// The flag raised as raiseFlag does (the flag version bumped).
 				&store.CreateOp{Path: j.p.abs(relNecessary)},
+				&store.SetOp{Path: j.p.abs(relShardingDir), Version: store.AnyVersion},
 			)
 			// The first and only candidate of a new job, and its leader
 			// (election.hostHeld).
