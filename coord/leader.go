@@ -224,9 +224,21 @@ func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, err
 		for _, it := range found {
 			// Watch only the running node found; re-scan when it goes.
 			p := store.Join(j.p.abs(nExecution), it, nRunning)
-			ok, _, ch, err := j.st.ExistsW(ctx, p)
+			ok, st, ch, err := j.st.ExistsW(ctx, p)
 			if err != nil {
 				return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+			}
+			if n, perr := strconv.Atoi(it); ok && perr == nil && j.leftByEndedRun(n, st) {
+				// Left by a run of this server that no longer holds it (a
+				// Begin whose reply was lost, a Complete refused while the
+				// session was suspended), on a session that resumed: only
+				// this server's next Begin of the item would remove it,
+				// and that Begin waits for this reshard (ZooKeeper
+				// simulation seed 900184). Versioned, as in Begin.
+				if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
+					j.log.Info("removed a running node left by an earlier run of this server before resharding", "item", it)
+					continue
+				}
 			}
 			if ok {
 				return it, ch, nil

@@ -492,7 +492,11 @@ func (s *sim) trigger(up []*simServer) {
 			continue
 		}
 		n++
-		ctx, cancel := context.WithCancel(s.ctx())
+		// No deadline of its own: a Begin may wait, legitimately, for a
+		// leader cut off for several steps (on ZooKeeper its session, of
+		// 30 s, outlives the cut); the sim ends it (a commit, a stop, the
+		// quiet phase's bound).
+		ctx, cancel := context.WithCancel(context.Background())
 		sv.begin, sv.cancelBegin = true, cancel
 		s.pending++
 		job, st, gen := sv.job, sv.st, sv.gen
