@@ -57,6 +57,9 @@ func TestSimulationZooKeeper(t *testing.T) {
 // repeats the schedule, not its timing: they check, they cannot pin.
 var simZKRegressions = []int64{
 	5004, // an expiry during a resync left the tree cache empty: the job took itself for removed, for good
+	// On 30 s sessions ended only by the schedule's faults:
+	900184, // the leader waited, before resharding, for a running node its own resumed session left (a Begin's lost reply)
+	900031, // a Begin waited more than its 20 s ctx for a leader cut off for several steps (the sim's bound, not a bug)
 }
 
 func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int64) {
