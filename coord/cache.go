@@ -20,8 +20,9 @@ import (
 // session change. Begin, KeepGoing and the reactions of the job's watcher
 // read it, so a trigger costs no reads.
 //
-// Threading: only the job's watcher goroutine (and Join, before the watcher
-// starts) calls load, resync and handle, which do store calls and arm
+// Threading: only the job's watcher (its steps on the Registry's event
+// loop, one at a time; and Join, before the watcher starts) calls load,
+// resync and handle, which do store calls and arm
 // watches. Readers and the write-through notes may run on any goroutine;
 // everything is guarded by mu.
 //
@@ -31,7 +32,7 @@ import (
 // existence matters is children-watched); data and Stat are kept for the
 // nodes whose policy asks for it.
 type treeCache struct {
-	st   store.Store
+	st   *cacheStore
 	root string
 	pol  watchPolicy
 
@@ -67,8 +68,8 @@ type cnode struct {
 	// kidData is, for pol.versioned only, the data of each of children
 	// (same order): its children have no nodes of their own.
 	kidData []string
-	dataW   <-chan store.Event
-	childW  <-chan store.Event
+	dataW   watchID
+	childW  watchID
 }
 
 type watchKind int
@@ -78,17 +79,13 @@ const (
 	watchChildren
 )
 
-// watchRef names one armed watch of the cache.
-type watchRef struct {
-	rel  string
-	kind watchKind
-	ch   <-chan store.Event
-}
-
 // newTreeCache returns an empty cache of the subtree at root, keeping what
-// pol says; kick (nil: none) wakes its owner's watcher goroutine to load
-// nodes known only from write-throughs (loadStubs).
-func newTreeCache(st store.Store, root string, pol watchPolicy, kick func()) *treeCache {
+// pol says, its watches armed through w and their events passed to
+// deliver (to be handed back to handle by the owner's watcher); kick (nil:
+// none) wakes its owner's watcher to load nodes known only from
+// write-throughs (loadStubs).
+func newTreeCache(w *watchFuncs, root string, pol watchPolicy, deliver func(watchRef, store.Event), kick func()) *treeCache {
+	st := &cacheStore{Store: w.st, w: w, root: root, deliver: deliver}
 	if kick == nil {
 		kick = func() {}
 	}
@@ -235,7 +232,7 @@ func (c *treeCache) loadItem(ctx context.Context, rel string) error {
 		}
 	}
 	slices.Sort(names)
-	n.children, n.childW, n.stub = names, nil, false
+	n.children, n.childW, n.stub = names, 0, false
 	// The container's Stat goes with its children: the item's epoch
 	// derives from it (itemStat), and never from an older read than its
 	// flags.
@@ -288,7 +285,7 @@ func (c *treeCache) reloadData(ctx context.Context, rel string) error {
 	var (
 		data   []byte
 		stat   store.Stat
-		ch     <-chan store.Event
+		ch     watchID
 		exists = true
 		err    error
 	)
@@ -637,35 +634,26 @@ func (c *treeCache) dropLocked(rel string) {
 	}
 }
 
-// watches lists the armed watches, for the watcher's select.
-func (c *treeCache) watches(dst []watchRef) []watchRef {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	for rel, n := range c.nodes {
-		if n.dataW != nil {
-			dst = append(dst, watchRef{rel: rel, kind: watchData, ch: n.dataW})
-		}
-		if n.childW != nil {
-			dst = append(dst, watchRef{rel: rel, kind: watchChildren, ch: n.childW})
-		}
-	}
-	return dst
-}
-
 // handle re-reads the node whose watch fired and re-arms it. A
-// not-watching event returns errResyncNeeded.
+// not-watching event of the node's current watch returns errResyncNeeded;
+// one of a watch replaced since (the node was reloaded or dropped) says
+// nothing about the current one and is ignored.
 func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) error {
 	c.mu.Lock()
+	current := false
 	if n := c.nodes[ref.rel]; n != nil {
-		if ref.kind == watchData && n.dataW == ref.ch {
-			n.dataW = nil
+		if ref.kind == watchData && n.dataW == ref.id {
+			n.dataW, current = 0, true
 		}
-		if ref.kind == watchChildren && n.childW == ref.ch {
-			n.childW = nil
+		if ref.kind == watchChildren && n.childW == ref.id {
+			n.childW, current = 0, true
 		}
 	}
 	c.mu.Unlock()
 	if ev.Type == store.EventNotWatching {
+		if !current {
+			return nil
+		}
 		return errResyncNeeded
 	}
 	var err error

@@ -6,6 +6,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testwait"
 )
 
 // The tree cache keeps what its watch policy says and nothing else: a
@@ -33,7 +34,16 @@ func TestTreeCacheFollowsItsPolicy(t *testing.T) {
 		},
 		items: "items",
 	}
-	c := newTreeCache(sess, "/t", pol, nil)
+	type fired struct {
+		ref watchRef
+		ev  store.Event
+	}
+	events := make(chan fired, 16)
+	var q jobQueue
+	q.init()
+	t.Cleanup(func() { close(q.done) })
+	fw := &watchFuncs{st: sess, fw: store.FuncWatcherOf(sess), q: &q}
+	c := newTreeCache(fw, "/t", pol, func(ref watchRef, ev store.Event) { events <- fired{ref, ev} }, nil)
 	if err := c.resync(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -43,28 +53,28 @@ func TestTreeCacheFollowsItsPolicy(t *testing.T) {
 	if _, _, ok := c.get("b"); ok {
 		t.Fatal("b's data is kept, but the policy gives it no data watch")
 	}
-	var refs []watchRef
-	for _, r := range c.watches(nil) {
-		if r.rel == "b" {
-			t.Fatalf("b is watched (%v), but the policy gives it no watch", r.kind)
-		}
-		if r.rel == "a" && r.kind == watchData {
-			refs = append(refs, r)
-		}
+	c.mu.RLock()
+	if n := c.nodes["b"]; n != nil && (n.dataW != 0 || n.childW != 0) {
+		t.Fatalf("b is watched (%+v), but the policy gives it no watch", n)
 	}
-	if len(refs) != 1 {
-		t.Fatalf("a's data watches: %d, want 1", len(refs))
+	if n := c.nodes["a"]; n == nil || n.dataW == 0 || n.childW != 0 {
+		t.Fatalf("a's watches: %+v, want a data watch only", n)
+	}
+	c.mu.RUnlock()
+	// b's creation is seen through the root's children watch; write to b
+	// and a: only a's data watch fires.
+	if _, err := sess.Set(ctx, "/t/b", []byte("1"), store.AnyVersion); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := sess.Set(ctx, "/t/a", []byte("2"), store.AnyVersion); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case ev := <-refs[0].ch:
-		if err := c.handle(ctx, refs[0], ev); err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a's data watch did not fire")
+	f := testwait.Recv(t, 10*time.Second, "a's data watch", events)
+	if f.ref.rel != "a" || f.ref.kind != watchData || f.ev.Type != store.EventNodeDataChanged {
+		t.Fatalf("first watch event %+v, want a's data watch on a's Set", f)
+	}
+	if err := c.handle(ctx, f.ref, f.ev); err != nil {
+		t.Fatal(err)
 	}
 	if d, _, ok := c.get("a"); !ok || string(d) != "2" {
 		t.Fatalf("a after the write: %q (%v), want 2", d, ok)

@@ -155,16 +155,19 @@ func (j *Job) Name() string { return j.name() }
 func (j *Job) Config() jobconfig.Config { return j.config() }
 
 // Signals returns the job's notification channel. Each kind of signal is
-// coalesced (at most one pending); it is closed after Leave.
+// coalesced (at most one pending); it is closed after Leave. The first call
+// starts a goroutine (until Leave) that sends on it; a host of many jobs
+// uses OnSignal instead.
 func (j *Job) Signals() <-chan Signal { return j.signals() }
 
 // OnSignal delivers the job's signals by calling f instead of through
 // Signals, so a host of many jobs needs no goroutine per job to receive
-// them. f is called from the job's watcher goroutine, one signal at a time,
+// them. f is called by the job's watcher, on a goroutine of the Registry's
+// event loop (never two calls for one job at once), one signal at a time,
 // for every kind coalesced as on Signals (pending ones at once); it must
-// not block, nor call Leave or wait for anything that does (start a
-// goroutine for that). Call it once, right after Join; Signals then
-// delivers nothing.
+// not block, nor call Leave or Registry.Close or wait for anything that
+// does (start a goroutine for that): it would hold up other jobs' watchers.
+// Call it once, right after Join; Signals then delivers nothing.
 func (j *Job) OnSignal(f func(Signal)) { j.onSignal(f) }
 
 // Begin starts a run at local time now: checks the clock, reshards first if

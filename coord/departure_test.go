@@ -15,7 +15,7 @@ import (
 )
 
 // heldRearm is a HookStore's Before hook that blocks, once armed, a
-// ChildrenW on one path until release is closed: the watcher goroutine that
+// ChildrenW on one path until release is closed: the watcher step that
 // re-arms that watch stops there, and everything it would have seen
 // meanwhile stays unseen.
 type heldRearm struct {

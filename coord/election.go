@@ -36,15 +36,17 @@ type election struct {
 }
 
 // proceed is one step of campaigning, for a caller that must not block
-// (the watcher goroutine): it makes sure this server stands (adopting a
+// (the job's watcher): it makes sure this server stands (adopting a
 // candidate its session already has), and either takes the leadership
-// (elected true) or returns a watch that fires when it should proceed
-// again: on its predecessor candidate, or on a previous leader's host node
-// still present. It blocks only on its store calls, which ctx bounds.
-func (e *election) proceed(ctx context.Context) (elected bool, wait <-chan store.Event, err error) {
+// (elected true) or arms a watch with watch and returns waiting: the watch
+// fires when it should proceed again (on its predecessor candidate, or on
+// a previous leader's host node still present). Only the last watch armed
+// matters (earlier ones were on nodes found missing). It blocks only on
+// its store calls, which ctx bounds.
+func (e *election) proceed(ctx context.Context, watch existsWatch) (elected, waiting bool, err error) {
 	if e.hostHeld && e.candidate != "" {
 		e.hostHeld = false
-		return true, nil, nil
+		return true, false, nil
 	}
 	e.hostHeld = false
 	for range 16 {
@@ -54,20 +56,20 @@ func (e *election) proceed(ctx context.Context) (elected bool, wait <-chan store
 			// behind the first, which never goes, and never lead.
 			own, err := e.ownCandidate(ctx)
 			if err != nil {
-				return false, nil, err
+				return false, false, err
 			}
 			e.candidate = own
 		}
 		if e.candidate == "" {
 			p, err := e.st.Create(ctx, store.Join(e.latch, candidatePrefix), []byte(e.id), store.EphemeralSequential)
 			if err != nil {
-				return false, nil, err
+				return false, false, err
 			}
 			e.candidate = p
 		}
 		kids, _, err := e.st.Children(ctx, e.latch)
 		if err != nil {
-			return false, nil, err
+			return false, false, err
 		}
 		slices.SortFunc(kids, func(a, b string) int { return strings.Compare(seqOf(a), seqOf(b)) })
 		idx := slices.Index(kids, store.Base(e.candidate))
@@ -76,40 +78,41 @@ func (e *election) proceed(ctx context.Context) (elected bool, wait <-chan store
 			continue
 		}
 		if idx == 0 {
-			return e.takeHost(ctx)
+			return e.takeHost(ctx, watch)
 		}
-		ok, _, ch, err := e.st.ExistsW(ctx, store.Join(e.latch, kids[idx-1]))
+		ok, _, err := watch(ctx, store.Join(e.latch, kids[idx-1]))
 		if err != nil {
-			return false, nil, err
+			return false, false, err
 		}
 		if ok {
-			return false, ch, nil
+			return false, true, nil
 		}
 	}
-	return false, nil, errors.New("coord: leader election did not settle after 16 rounds")
+	return false, false, errors.New("coord: leader election did not settle after 16 rounds")
 }
 
 // takeHost writes leader/election/host for the first candidate. If a
-// previous leader's host node still exists, it returns a watch on it.
-func (e *election) takeHost(ctx context.Context) (bool, <-chan store.Event, error) {
+// previous leader's host node still exists, it arms a watch on it (watch)
+// and returns waiting.
+func (e *election) takeHost(ctx context.Context, watch existsWatch) (elected, waiting bool, _ error) {
 	for {
 		_, err := e.st.Create(ctx, e.host, []byte(e.id), store.Ephemeral)
 		if err == nil {
-			return true, nil, nil
+			return true, false, nil
 		}
 		if !errors.Is(err, store.ErrNodeExists) {
-			return false, nil, err
+			return false, false, err
 		}
 		sess, _ := e.st.Session()
-		ok, stat, ch, err := e.st.ExistsW(ctx, e.host)
+		ok, stat, err := watch(ctx, e.host)
 		if err != nil {
-			return false, nil, err
+			return false, false, err
 		}
 		if ok && stat.EphemeralOwner == sess.ID {
-			return true, nil, nil // ours already (an earlier step)
+			return true, false, nil // ours already (an earlier step)
 		}
 		if ok {
-			return false, ch, nil
+			return false, true, nil
 		}
 		// Gone meanwhile: try again.
 	}
@@ -120,7 +123,8 @@ func (e *election) takeHost(ctx context.Context) (bool, <-chan store.Event, erro
 // withdraws it), or the error of a failed store call.
 func (e *election) Campaign(ctx context.Context) error {
 	for {
-		elected, wait, err := e.proceed(ctx)
+		var wait <-chan store.Event
+		elected, _, err := e.proceed(ctx, chanExists(e.st, &wait))
 		if err != nil || elected {
 			return err
 		}

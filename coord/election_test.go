@@ -59,7 +59,7 @@ func TestElectionRecipe(t *testing.T) {
 	}
 	// b stands (second in line) before its Campaign waits, so that c
 	// stands behind it.
-	if elected, _, err := b.proceed(ctx); err != nil || elected {
+	if elected, _, err := b.proceed(ctx, existsNoWatch(b.st)); err != nil || elected {
 		t.Fatalf("b's first step while a leads: elected %v, err %v", elected, err)
 	}
 	bDone := make(chan error, 1)

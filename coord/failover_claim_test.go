@@ -46,6 +46,7 @@ func TestPausedServerGivesBackFailoverClaims(t *testing.T) {
 		defer cancel()
 		h := coordtest.NewHarness(t, coordtest.Mem())
 		l, a, items := crashMidRun(t, h, 3)
+		synctest.Wait() // a's watcher has seen the queued item (ClaimFailover reads a's cache)
 		if ok, err := a.Job.ClaimFailover(ctx); err != nil || !ok {
 			t.Fatalf("a's ClaimFailover = %v, %v; want v's item claimed", ok, err)
 		}

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -25,9 +24,10 @@ import (
 // Node runs one run per job at a time); the others are safe for concurrent
 // use. Its methods are in contract.go, the package's public API.
 //
-// A joined job's watcher goroutine (started by startJob, stopped
-// and awaited by leave) owns the tree cache's watches, the election, session
-// handling, the operator-flag reactions, reconcile and the Signals channel.
+// A joined job's watcher (watcher.go: a state machine run by the
+// Registry's event loop, loop.go; started by startJob, stopped and awaited
+// by leave) owns the tree cache's watches, the election, session handling,
+// the operator-flag reactions, reconcile and the signals.
 type Job struct {
 	reg   *registry
 	st    store.Store
@@ -86,35 +86,24 @@ type Job struct {
 	totalS, totalF int64
 	totalsLoaded   bool
 
-	// Watcher-goroutine state.
-	elec             election // leader election (its candidate is the watcher's)
-	predAfterSession <-chan store.Event
-	reelected        bool // onSession ran the election; predAfterSession is its watch
+	// Watcher state.
+	elec election // leader election (its candidate is the watcher's)
+	w    watcherState
 	// flagRaised: the join raised the resharding flag just before its
 	// election, which need not raise it again (startJob only).
 	flagRaised bool
-	resynced   bool // onSession rebuilt the tree cache
-	// idleW watches the running node that keeps the leader from resharding
-	// promptly (reshardWhenIdle); nil when none.
-	idleW <-chan store.Event
-	// reactFailed: react's prompt resharding failed on a connected
-	// session; the watcher retries it after retryDelay.
-	reactFailed bool
 	// Leader bookkeeping, guarded by mu: the live set and total last seen
 	// by the watcher, and "live/total" as the last reshard used them.
 	lastLive    string
 	lastTotal   int
 	shardedLive string
 	// departed are the servers the cache showed without a status node at
-	// the leader's last check (watcher goroutine only; newlyDeparted).
+	// the leader's last check (watcher only; newlyDeparted).
 	departed []string
-	pending  [SignalRemoved + 1]bool
 
-	wake    chan struct{}
-	sigOut  chan Signal
-	sigFunc atomic.Pointer[func(Signal)] // OnSignal's f; nil: sigOut
-	stopW   context.CancelFunc
-	watchDn chan struct{}
+	q   jobQueue    // its place in the Registry's event loop
+	fw  *watchFuncs // arms its watches, delivered to q
+	sig signalBox
 }
 
 // job is Job's name in the implementation files.
@@ -134,11 +123,20 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		log:         r.cfg.Logger.With("job", local.JobName, "server", r.cfg.ServerID),
 		claims:      make(map[int]int64),
 		offlineSeen: make(map[string]time.Time),
-		wake:        make(chan struct{}, 1),
-		sigOut:      make(chan Signal),
 	}
+	j.q.init()
+	j.sig.init()
+	j.fw = &watchFuncs{st: r.st, fw: store.FuncWatcherOf(r.st), q: &j.q}
 	j.elec = election{st: j.st, latch: j.p.abs(relLatch), host: j.p.abs(relHost), id: j.id}
-	j.cache = newTreeCache(j.st, j.p.root, jobWatchPolicy(relServer(j.id, nSharding), j.claimed), j.kick)
+	j.cache = newTreeCache(j.fw, j.p.root, jobWatchPolicy(relServer(j.id, nSharding), j.claimed), j.postWatch, j.kick)
+	joined := false
+	defer func() {
+		if !joined {
+			// The watches armed so far end with it (their forwarders, on a
+			// store without store.FuncWatcher).
+			_ = r.loop.stop(context.Background(), j)
+		}
+	}()
 	// The watcher follows session changes from this snapshot on, so a
 	// change during Join is never missed.
 	sess, sessCh := j.st.Session()
@@ -220,18 +218,16 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		}
 	}
 	j.flagRaised = true
-	wctx, cancel := context.WithCancel(context.Background())
-	j.stopW, j.watchDn = cancel, make(chan struct{})
-	predW, err := j.elect(ctx)
+	pred, err := j.elect(ctx)
 	j.flagRaised = false // a later election raises it itself
 	if err != nil {
-		cancel()
 		j.regCancel()
 		// Do not leave a live-looking registration behind.
 		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: leader election: %w", j.jname, err)
 	}
-	go j.watch(wctx, sessCh, predW)
+	joined = true
+	j.startWatcher(sessCh, pred)
 	j.log.Debug("joined job")
 	return j, nil
 }
@@ -742,13 +738,20 @@ func (j *job) setNecessary(ctx context.Context) error {
 }
 
 // elect runs one step of the election (election.proceed): when this
-// server becomes leader it takes up the leader's duties and returns nil;
-// otherwise it returns the watch to elect again on. Only the watcher
-// goroutine (and startJob) calls it.
-func (j *job) elect(ctx context.Context) (<-chan store.Event, error) {
-	elected, wait, err := j.elec.proceed(ctx)
-	if err != nil || !elected {
-		return wait, err
+// server becomes leader it takes up the leader's duties and returns 0;
+// otherwise it returns the id of the watch (its event queued on the job as
+// evPred) to elect again on. Only the watcher (and startJob) calls it.
+func (j *job) elect(ctx context.Context) (uint64, error) {
+	var id uint64
+	elected, waiting, err := j.elec.proceed(ctx, j.loopExists(evPred, &id))
+	if err != nil {
+		return 0, err
+	}
+	if !elected {
+		if !waiting {
+			id = 0
+		}
+		return id, nil
 	}
 	j.mu.Lock()
 	was := j.leader
@@ -758,7 +761,7 @@ func (j *job) elect(ctx context.Context) (<-chan store.Event, error) {
 		j.log.Info("elected leader")
 		if !j.flagRaised { // else the join raised it just before
 			if err := j.setNecessary(ctx); err != nil {
-				return nil, err
+				return 0, err
 			}
 		}
 		j.leaderDuties(ctx, true)
@@ -766,7 +769,7 @@ func (j *job) elect(ctx context.Context) (<-chan store.Event, error) {
 			s.Elected.Send(j.event())
 		}
 	}
-	return nil, nil
+	return 0, nil
 }
 
 // event names this job and server in a test signal.
@@ -778,41 +781,12 @@ func (j *job) isLeader() bool {
 	return j.leader
 }
 
-// emit marks a signal pending; the watcher delivers it (coalesced).
-func (j *job) emit(s Signal) { j.pending[s] = true }
+// kick wakes the watcher (to load the stub nodes of the tree cache).
+func (j *job) kick() { j.post(loopEvent{kind: evWake}) }
 
-func (j *job) nextSignal() (Signal, bool) {
-	for s := SignalConfigChanged; s <= SignalRemoved; s++ {
-		if j.pending[s] {
-			return s, true
-		}
-	}
-	return 0, false
-}
-
-func (j *job) onSignal(f func(Signal)) {
-	j.sigFunc.Store(&f)
-	j.kick() // the watcher delivers what is pending
-}
-
-// deliverSignals calls OnSignal's f with the pending signals, if it is set.
-// Watcher goroutine only.
-func (j *job) deliverSignals() {
-	f := j.sigFunc.Load()
-	if f == nil {
-		return
-	}
-	for s, ok := j.nextSignal(); ok; s, ok = j.nextSignal() {
-		j.pending[s] = false
-		(*f)(s)
-	}
-}
-
-func (j *job) kick() {
-	select {
-	case j.wake <- struct{}{}:
-	default:
-	}
+// postWatch queues a fired tree cache watch on the job.
+func (j *job) postWatch(ref watchRef, ev store.Event) {
+	j.post(loopEvent{kind: evCache, ref: ref, ev: ev})
 }
 
 func (j *job) name() string { return j.jname }
@@ -830,8 +804,6 @@ func itemParameters(cfg jobconfig.Config) map[int]string {
 	return params
 }
 
-func (j *job) signals() <-chan Signal { return j.sigOut }
-
 func (j *job) lost() <-chan struct{} {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -845,7 +817,7 @@ func (j *job) registration() (int64, context.Context) {
 	return j.regSession, j.regCtx
 }
 
-// loseRegistration cancels runs and closes Lost; watcher goroutine only.
+// loseRegistration cancels runs and closes Lost; watcher only.
 func (j *job) loseRegistration(why string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -868,12 +840,11 @@ func (j *job) leave(ctx context.Context) error {
 	}
 	j.left = true
 	j.mu.Unlock()
-	j.stopW()
-	select {
-	case <-j.watchDn:
-	case <-ctx.Done():
-		return fmt.Errorf("coord: leave job %q: waiting for the watcher: %w", j.jname, ctx.Err())
+	if err := j.reg.loop.stop(ctx, j); err != nil {
+		j.sig.close()
+		return fmt.Errorf("coord: leave job %q: waiting for the watcher: %w", j.jname, err)
 	}
+	j.sig.close()
 	j.mu.Lock()
 	j.regCancel()
 	live := j.regSession

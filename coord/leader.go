@@ -48,11 +48,12 @@ func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
 		if !ok {
 			return nil // resharded meanwhile
 		}
-		running, watch, err := j.firstRunning(ctx)
+		var watch <-chan store.Event
+		running, found, err := j.firstRunning(ctx, chanExists(j.st, &watch))
 		if err != nil {
 			return err
 		}
-		if watch == nil {
+		if !found {
 			return j.reshardNow(ctx, cfg)
 		}
 		select {
@@ -68,27 +69,28 @@ func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
 // is set and no item runs, it reshards at once, so that servers waiting in
 // Begin do not depend on the leader's next trigger (a trigger-only job may
 // have none for a long time). While an item runs it never reshards: it
-// returns a watch on that item's running node, and the watcher calls it
-// again when the watch fires. It never blocks on a run.
-func (j *job) reshardWhenIdle(ctx context.Context) (<-chan store.Event, error) {
+// arms a watch on that item's running node (watch) and returns waiting,
+// and the watcher calls it again when the watch fires. It never blocks on
+// a run.
+func (j *job) reshardWhenIdle(ctx context.Context, watch existsWatch) (waiting bool, _ error) {
 	if !j.isLeader() || !j.cache.has(relNecessary) || j.cache.has(relProcessing) {
-		return nil, nil
+		return false, nil
 	}
 	if _, _, err := j.ready(); err != nil {
-		return nil, nil // not registered or refusing runs: Begin reshards later
+		return false, nil // not registered or refusing runs: Begin reshards later
 	}
 	// The cache may still show a flag a reshard just cleared.
 	if nec, _, err := j.st.Exists(ctx, j.p.abs(relNecessary)); err != nil || !nec {
-		return nil, err
+		return false, err
 	}
 	cfg := j.config()
 	if cfg.MonitorsExecution() {
-		_, watch, err := j.firstRunning(ctx)
-		if err != nil || watch != nil {
-			return watch, err
+		_, found, err := j.firstRunning(ctx, watch)
+		if err != nil || found {
+			return found, err
 		}
 	}
-	return nil, j.reshardNow(ctx, cfg)
+	return false, j.reshardNow(ctx, cfg)
 }
 
 // reshardNow writes the new assignment in one Multi; see reshard. The
@@ -209,24 +211,25 @@ func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
 // errFoundRunning ends firstRunning's scan at the first running item.
 var errFoundRunning = errors.New("coord: an item is running")
 
-// firstRunning returns the first item found running and a watch on its
-// running node, or a nil watch when no item runs. It reads directly.
-func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, error) {
+// firstRunning returns the first item found running (found true), with a
+// watch armed on its running node by watch, or found false when no item
+// runs. It reads directly.
+func (j *job) firstRunning(ctx context.Context, watch existsWatch) (item string, found bool, _ error) {
 	items, _, err := j.st.Children(ctx, j.p.abs(nExecution))
 	if err != nil {
-		return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
+		return "", false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
 	}
 	for {
-		found, err := j.scanRunning(ctx, items)
-		if err != nil || found == nil {
-			return "", nil, err
+		running, err := j.scanRunning(ctx, items)
+		if err != nil || running == nil {
+			return "", false, err
 		}
-		for _, it := range found {
+		for _, it := range running {
 			// Watch only the running node found; re-scan when it goes.
 			p := store.Join(j.p.abs(nExecution), it, nRunning)
-			ok, st, ch, err := j.st.ExistsW(ctx, p)
+			ok, st, err := watch(ctx, p)
 			if err != nil {
-				return "", nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+				return "", false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
 			}
 			if n, perr := strconv.Atoi(it); ok && perr == nil && j.leftByEndedRun(n, st) {
 				// Left by a run of this server that no longer holds it (a
@@ -241,7 +244,7 @@ func (j *job) firstRunning(ctx context.Context) (string, <-chan store.Event, err
 				}
 			}
 			if ok {
-				return it, ch, nil
+				return it, true, nil
 			}
 		}
 		// What was found completed meanwhile; the scan stopped early, so

@@ -28,8 +28,9 @@ type registry = Registry
 // one store session. Safe for concurrent use. Its methods are in
 // contract.go, the package's public API.
 type Registry struct {
-	st  store.Store
-	cfg RegistryConfig
+	st   store.Store
+	cfg  RegistryConfig
+	loop *eventLoop // runs the jobs' watchers
 
 	mu     sync.Mutex
 	jobs   map[string]*job
@@ -73,7 +74,7 @@ func newRegistry(st store.Store, cfg RegistryConfig) (*registry, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &registry{st: st, cfg: cfg, jobs: make(map[string]*job)}, nil
+	return &registry{st: st, cfg: cfg, loop: newEventLoop(st), jobs: make(map[string]*job)}, nil
 }
 
 // firstIPv4 returns the host's first non-loopback IPv4 address.

@@ -80,7 +80,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			// resumed) holds every other server's Begin, trigger after
 			// trigger (simulation seeds 200040, 300290 on ZooKeeper). It
 			// never waits for running items here.
-			if _, err := j.reshardWhenIdle(ctx); err != nil {
+			if _, err := j.reshardWhenIdle(ctx, existsNoWatch(j.st)); err != nil {
 				j.log.Debug("paused leader: prompt resharding failed; the next trigger retries", "err", err)
 			}
 		}
@@ -788,6 +788,11 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 			// resumes (completeParked).
 			parked, r.released = true, true
 			j.parkCompletion(r, next)
+			// The session may have resumed since it was read, and the
+			// watcher's step for that change run before the park: it
+			// looks at the session again (a completion parked for good
+			// kept the item running: simulation seed 9978 of 9090).
+			j.post(loopEvent{kind: evSession})
 			return fmt.Errorf("coord: job %q: complete: %s; completing when it resumes: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
 		}
 		// The run's session and its nodes are gone: nothing to complete.

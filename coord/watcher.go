@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"reflect"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/store"
@@ -15,176 +14,207 @@ import (
 // re-registration while the session is connected.
 const retryDelay = 200 * time.Millisecond
 
-// Fixed select cases of the watcher loop; the cache's watches follow.
-const (
-	caseStop = iota
-	caseSession
-	caseWake
-	caseTick
-	casePred
-	caseRetry
-	caseSignal
-	caseIdle
-	nFixed
-)
+// watcherState is what the job's watcher keeps between its steps. Only
+// the job's step (one at a time, on the Registry's event loop) and Join,
+// before the loop starts the job, touch it.
+type watcherState struct {
+	interval time.Duration
+	tick     *time.Timer // the reconcile tick (time.AfterFunc)
+	// retry is the retry timer; retryID names the pending one (a stopped
+	// timer's event may still arrive), retryPending says one is due.
+	retry        *time.Timer
+	retryID      uint64
+	retryPending bool
+	needResync   bool
+	electAgain   bool
+	// pred names the election's watch waited on (0: none); idle the watch
+	// on the running node that keeps the leader from resharding promptly
+	// (reshardWhenIdle; 0: none). Events of other ids are stale.
+	pred, idle uint64
+	// predAfterSession is the watch of the election a re-registration ran
+	// (onSession), taken by takeElection when reelected.
+	predAfterSession uint64
+	reelected        bool // onSession ran the election; predAfterSession is its watch
+	resynced         bool // onSession rebuilt the tree cache
+	// reactFailed: react's prompt resharding failed on a connected
+	// session; the watcher retries it after retryDelay.
+	reactFailed bool
+}
 
-// watch is the job's single goroutine: it re-arms the cache's watches,
-// follows the session, runs the election and the leader's duties, reacts to
-// operator flags and config edits, and delivers Signals. It closes sigOut
-// and watchDn when ctx ends.
-func (j *job) watch(ctx context.Context, sessCh <-chan struct{}, predW <-chan store.Event) {
-	defer close(j.watchDn)
-	defer close(j.sigOut)
-	var sess store.Session
-	interval := j.reconcileInterval()
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	var retry <-chan time.Time
-	needResync := false
-	electAgain := false
-	var refs []watchRef
-	cases := make([]reflect.SelectCase, nFixed)
-	j.react(ctx)
-	for {
-		j.deliverSignals()
-		refs = j.cache.watches(refs[:0])
-		cases = cases[:nFixed]
-		cases[caseStop] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}
-		cases[caseSession] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(sessCh)}
-		cases[caseWake] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.wake)}
-		cases[caseTick] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ticker.C)}
-		cases[casePred] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(predW)}
-		cases[caseRetry] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(retry)}
-		if s, ok := j.nextSignal(); ok {
-			cases[caseSignal] = reflect.SelectCase{Dir: reflect.SelectSend, Chan: reflect.ValueOf(j.sigOut), Send: reflect.ValueOf(s)}
-		} else {
-			cases[caseSignal] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf((<-chan struct{})(nil))}
-		}
-		cases[caseIdle] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(j.idleW)}
-		for _, r := range refs {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.ch)})
-		}
-		chosen, recv, _ := reflect.Select(cases)
-		switch chosen {
-		case caseStop:
+// startWatcher hands the joined job to the Registry's event loop: the
+// reconcile tick starts, and the loop runs its first reaction and every
+// event from now on (sessCh: Join's session snapshot; pred: the watch of
+// Join's election).
+func (j *job) startWatcher(sessCh <-chan struct{}, pred uint64) {
+	j.w.pred = pred
+	j.w.interval = j.reconcileInterval()
+	j.w.tick = time.AfterFunc(j.w.interval, func() { j.post(loopEvent{kind: evTick}) })
+	j.reg.loop.start(j, sessCh)
+}
+
+// stopTimers stops the tick and the retry; the loop calls it once no step
+// runs and none will.
+func (j *job) stopTimers() {
+	if j.w.tick != nil {
+		j.w.tick.Stop()
+	}
+	if j.w.retry != nil {
+		j.w.retry.Stop()
+	}
+}
+
+// post queues an event on the job (see eventLoop).
+func (j *job) post(e loopEvent) { j.reg.loop.post(j, e) }
+
+// setRetry (re)arms the retry timer; a pending one is replaced.
+func (j *job) setRetry() {
+	w := &j.w
+	if w.retry != nil {
+		w.retry.Stop()
+	}
+	w.retryID = newWatchID()
+	id := w.retryID
+	w.retryPending = true
+	w.retry = time.AfterFunc(retryDelay, func() { j.post(loopEvent{kind: evRetry, id: id}) })
+}
+
+// step is one turn of the job's watcher, run by the Registry's event loop
+// (never two at once for a job): it handles the queued events in order,
+// reacts once if any of them asks for it, and delivers the pending
+// signals. Its store calls are bounded by ctx, which Leave cancels.
+//
+// The watcher re-arms the tree cache's watches, follows the session, runs
+// the election and the leader's duties, reacts to operator flags and config
+// edits, and delivers Signals.
+func (j *job) step(ctx context.Context, evs []loopEvent) {
+	react := false
+	for _, e := range evs {
+		if ctx.Err() != nil {
 			return
-		case caseSession:
-			sess, sessCh = j.st.Session()
-			j.log.Debug("session changed", "id", sess.ID, "state", sess.State)
-			if j.onSession(ctx, sess) != nil {
-				retry = time.After(retryDelay)
-			} else {
-				if j.resynced {
-					needResync, j.resynced = false, false
-				} else if needResync && sess.State == store.StateConnected && retry == nil {
-					// A watch failed to re-arm while the connection was
-					// down; the session resumed but the watch is still
-					// missing: resync, or the cache stays blind to it.
-					retry = time.After(retryDelay)
-				}
-				j.takeElection(&predW)
-			}
-			if sess.State != store.StateConnected || retry != nil {
-				continue
-			}
-			// Connected again (the same session resumed, or a new one
-			// registered): react on the cache as it stands. What the
-			// leader's duties tried on the connection that dropped (its
-			// prompt resharding) failed with it, and a resumed session
-			// brings no watch event to redo it: the others' Begins waited
-			// for the leader's next trigger (ZooKeeper simulation seed
-			// 800010).
-		case caseSignal:
-			s, _ := j.nextSignal()
-			j.pending[s] = false
-			continue
-		case caseTick:
-			if iv := j.reconcileInterval(); iv != interval {
-				interval = iv
-				ticker.Reset(iv)
-			}
-			if j.isLeader() {
-				j.reconcile(ctx)
-			}
-		case casePred:
-			predW = nil
-			w, err := j.electIfRegistered(ctx)
+		}
+		if j.handleEvent(ctx, e) {
+			react = true
+		}
+	}
+	if react && ctx.Err() == nil {
+		j.react(ctx)
+		if j.w.reactFailed && !j.w.retryPending {
+			// A leader duty failed on a connected session: go again soon
+			// (evRetry reacts), not at the next event, which may never
+			// come on a trigger-only job.
+			j.setRetry()
+		}
+		j.w.reactFailed = false
+	}
+	j.deliverSignals()
+}
+
+// handleEvent handles one event; true asks for a reaction (react).
+func (j *job) handleEvent(ctx context.Context, e loopEvent) bool {
+	w := &j.w
+	switch e.kind {
+	case evStart:
+		return true
+	case evDeliver:
+		return false
+	case evSession:
+		sess, _ := j.st.Session()
+		j.log.Debug("session changed", "id", sess.ID, "state", sess.State)
+		if j.onSession(ctx, sess) != nil {
+			j.setRetry()
+			return false
+		}
+		if w.resynced {
+			w.needResync, w.resynced = false, false
+		} else if w.needResync && sess.State == store.StateConnected && !w.retryPending {
+			// A watch failed to re-arm while the connection was down; the
+			// session resumed but the watch is still missing: resync, or
+			// the cache stays blind to it.
+			j.setRetry()
+		}
+		j.takeElection()
+		// Connected again (the same session resumed, or a new one
+		// registered): react on the cache as it stands. What the leader's
+		// duties tried on the connection that dropped (its prompt
+		// resharding) failed with it, and a resumed session brings no
+		// watch event to redo it: the others' Begins waited for the
+		// leader's next trigger (ZooKeeper simulation seed 800010).
+		return sess.State == store.StateConnected && !w.retryPending
+	case evTick:
+		if iv := j.reconcileInterval(); iv != w.interval {
+			w.interval = iv
+		}
+		w.tick.Reset(w.interval)
+		if j.isLeader() {
+			j.reconcile(ctx)
+		}
+		return true
+	case evPred:
+		if e.id != w.pred {
+			return false // a watch replaced since
+		}
+		w.pred = 0
+		id, err := j.electIfRegistered(ctx)
+		if err != nil {
+			j.warn(ctx, "leader election failed; retrying", "err", err)
+			j.setRetry()
+			w.electAgain = true
+		}
+		w.pred = id
+		return true
+	case evRetry:
+		if !w.retryPending || e.id != w.retryID {
+			return false // replaced since
+		}
+		w.retryPending = false
+		if err := j.retryRecovery(ctx, w.needResync); err != nil {
+			j.warn(ctx, "recovery failed; retrying", "err", err)
+			j.setRetry()
+			return false
+		}
+		if cur, _ := j.st.Session(); cur.State == store.StateConnected {
+			w.needResync = false // retryRecovery resynced (it does only when connected)
+		}
+		if w.electAgain && w.pred == 0 {
+			// The election failed (say, on a dropped connection) and no
+			// re-registration ran it since: run it again, or this server
+			// never leads nor watches its predecessor.
+			id, err := j.electIfRegistered(ctx)
 			if err != nil {
 				j.warn(ctx, "leader election failed; retrying", "err", err)
-				retry = time.After(retryDelay)
-				electAgain = true
+				j.setRetry()
+				return false
 			}
-			predW = w
-		case caseRetry:
-			retry = nil
-			if err := j.retryRecovery(ctx, &predW, needResync); err != nil {
-				j.warn(ctx, "recovery failed; retrying", "err", err)
-				retry = time.After(retryDelay)
-				continue
+			w.pred = id
+		}
+		w.electAgain = false
+		return true
+	case evIdle:
+		if e.id != w.idle {
+			return false
+		}
+		w.idle = 0 // the running item it watched ended: react re-checks
+		return true
+	case evWake:
+		if err := j.cache.loadStubs(ctx); err != nil {
+			w.needResync = true
+			j.setRetry()
+			return false
+		}
+		return true
+	case evCache:
+		if err := j.cache.handle(ctx, e.ref, e.ev); err != nil {
+			if ctx.Err() != nil {
+				return false
 			}
-			if cur, _ := j.st.Session(); cur.State == store.StateConnected {
-				needResync = false // retryRecovery resynced (it does only when connected)
-			}
-			if electAgain && predW == nil {
-				// The election failed (say, on a dropped connection) and
-				// no re-registration ran it since: run it again, or this
-				// server never leads nor watches its predecessor.
-				w, err := j.electIfRegistered(ctx)
-				if err != nil {
-					j.warn(ctx, "leader election failed; retrying", "err", err)
-					retry = time.After(retryDelay)
-					continue
-				}
-				predW = w
-			}
-			electAgain = false
-		case caseIdle:
-			j.idleW = nil // the running item it watched ended: react re-checks
-		case caseWake:
-			if err := j.cache.loadStubs(ctx); err != nil {
-				needResync = true
-				retry = time.After(retryDelay)
-				continue
-			}
-		default:
-			// A trigger fires a burst of watches: handle the chosen one and
-			// every other one already fired before selecting again, so a
-			// burst costs O(watches) instead of O(watches^2).
-			first := chosen - nFixed
-			for i := range refs {
-				var ev store.Event
-				if i == first {
-					ev = recv.Interface().(store.Event)
-				} else {
-					select {
-					case ev = <-refs[i].ch:
-					default:
-						continue
-					}
-				}
-				if err := j.handleWatch(ctx, refs[i], ev); err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					needResync = true
-					if !errors.Is(err, errResyncNeeded) {
-						retry = time.After(retryDelay)
-					}
-				}
-			}
-			if needResync {
-				continue
+			w.needResync = true
+			if !errors.Is(err, errResyncNeeded) {
+				j.setRetry()
 			}
 		}
-		j.react(ctx)
-		if j.reactFailed && retry == nil {
-			// A leader duty failed on a connected session: go again soon
-			// (caseRetry reacts), not at the next event, which may never
-			// come on a trigger-only job.
-			retry = time.After(retryDelay)
-		}
-		j.reactFailed = false
+		return !w.needResync
 	}
+	return false
 }
 
 // warn logs a failure of the watcher's work at Warn, or at Debug when ctx
@@ -198,46 +228,65 @@ func (j *job) warn(ctx context.Context, msg string, args ...any) {
 	j.log.Warn(msg, args...)
 }
 
-// handleWatch re-arms one fired cache watch.
-func (j *job) handleWatch(ctx context.Context, ref watchRef, ev store.Event) error {
-	return j.cache.handle(ctx, ref, ev)
-}
-
 // electIfRegistered runs the election if this server is registered on the
-// current session and not shut down.
-func (j *job) electIfRegistered(ctx context.Context) (<-chan store.Event, error) {
+// current session and not shut down; it returns the id of the watch to
+// elect again on (0: none).
+func (j *job) electIfRegistered(ctx context.Context) (uint64, error) {
 	sess, _ := j.st.Session()
 	j.mu.Lock()
 	ok := !j.offline && !j.removed && j.regCtx.Err() == nil && sess.ID == j.regSession
 	j.mu.Unlock()
 	if !ok {
-		return nil, nil
+		return 0, nil
 	}
 	return j.elect(ctx)
 }
 
-// takeElection replaces *predW with the predecessor watch of the election
-// a re-registration ran, if one did. A suspension or a resumed session
-// keeps the current watch: dropping it would leave this server waiting on
-// nothing, never becoming leader when its predecessor goes.
-func (j *job) takeElection(predW *<-chan store.Event) {
-	if j.reelected {
-		*predW, j.predAfterSession, j.reelected = j.predAfterSession, nil, false
+// takeElection replaces the watched predecessor with the watch of the
+// election a re-registration ran, if one did. A suspension or a resumed
+// session keeps the current watch: dropping it would leave this server
+// waiting on nothing, never becoming leader when its predecessor goes.
+func (j *job) takeElection() {
+	w := &j.w
+	if w.reelected {
+		w.pred, w.predAfterSession, w.reelected = w.predAfterSession, 0, false
 	}
 }
 
 // retryRecovery re-runs what failed: a resync and, if the session changed,
 // the re-registration.
-func (j *job) retryRecovery(ctx context.Context, predW *<-chan store.Event, resync bool) error {
+func (j *job) retryRecovery(ctx context.Context, resync bool) error {
 	sess, _ := j.st.Session()
 	if err := j.onSession(ctx, sess); err != nil {
 		return err
 	}
-	j.takeElection(predW)
+	j.takeElection()
 	if resync && sess.State == store.StateConnected {
 		return j.cache.resync(ctx)
 	}
 	return nil
+}
+
+// cancelStaleRegistration cancels the registration's runs and closes Lost
+// when the current session shows the registration gone (lost, closed or
+// replaced), as onSession's loseRegistration does first: the event loop's
+// session follower calls it at every change, so that owned work stops
+// without waiting for the job's step. The step does the rest. It makes no
+// store call besides reading the session.
+func (j *job) cancelStaleRegistration() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.regCtx == nil || j.regCtx.Err() != nil {
+		return
+	}
+	// Read under mu: a step re-registering on a new session sets
+	// regSession under mu after registering on it.
+	sess, _ := j.st.Session()
+	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != j.regSession {
+		j.log.Warn("registration lost; runs cancelled", "reason", sessionProblem(sess, j.regSession))
+		j.regCancel()
+		close(j.lostCh)
+	}
 }
 
 // onSession follows a session change: a lost or replaced session cancels
@@ -250,7 +299,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	j.suspended = sess.State == store.StateSuspended
 	stopped := j.offline || j.removed
 	j.mu.Unlock()
-	j.predAfterSession = nil
+	j.w.predAfterSession = 0
 	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != reg {
 		j.loseRegistration(sessionProblem(sess, reg))
 	}
@@ -263,7 +312,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	if err := j.cache.resync(ctx); err != nil {
 		return err
 	}
-	j.resynced = true
+	j.w.resynced = true
 	if stopped {
 		j.mu.Lock()
 		j.regSession = sess.ID
@@ -282,11 +331,11 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	if err := j.setNecessary(ctx); err != nil {
 		return err
 	}
-	w, err := j.elect(ctx)
+	pred, err := j.elect(ctx)
 	if err != nil {
 		return err
 	}
-	j.predAfterSession, j.reelected = w, true
+	j.w.predAfterSession, j.w.reelected = pred, true
 	j.log.Info("re-registered on a new session", "session", sess.ID)
 	return nil
 }
@@ -356,18 +405,21 @@ func (j *job) react(ctx context.Context) {
 	}
 	if j.isLeader() {
 		j.leaderDuties(ctx, false)
-		if j.idleW == nil {
-			w, err := j.reshardWhenIdle(ctx)
+		if j.w.idle == 0 {
+			var id uint64
+			waiting, err := j.reshardWhenIdle(ctx, j.loopExists(evIdle, &id))
 			if err != nil {
 				j.warn(ctx, "prompt resharding failed; retrying", "err", err)
 				// Retried by the watcher while connected; after a drop,
 				// when the session is back (either way before any Begin
 				// needs to wait for it).
 				if sess, _ := j.st.Session(); sess.State == store.StateConnected {
-					j.reactFailed = true
+					j.w.reactFailed = true
 				}
 			}
-			j.idleW = w
+			if waiting {
+				j.w.idle = id
+			}
 		}
 	}
 }

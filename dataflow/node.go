@@ -492,10 +492,10 @@ func (n *Node) NextFireTime(name string) time.Time {
 	return n.sched.nextFire(name, time.Now())
 }
 
-// onSignal reacts to a signal of h's coord job. It is called from the
-// job's coord watcher goroutine (coord.Job.OnSignal), so it does not block:
-// leaving the job, which waits for that goroutine, runs in a goroutine of
-// its own that Stop waits for.
+// onSignal reacts to a signal of h's coord job. It is called by the job's
+// coord watcher (coord.Job.OnSignal, on the Registry's event loop), so it
+// does not block: leaving the job, which waits for the watcher's step, runs
+// in a goroutine of its own that Stop waits for.
 func (n *Node) onSignal(h *hostedJob, sig coord.Signal) {
 	switch sig {
 	case coord.SignalConfigChanged:
