@@ -19,7 +19,7 @@ import (
 // crashMidRun starts servers l (leader), a and v on a job of total items
 // with failover, has them all begin, completes l's and a's runs, kills v
 // mid-run and waits until v's items are queued for failover; it returns
-// v's items.
+// v's items. In a synctest bubble.
 func crashMidRun(t *testing.T, h *coordtest.Harness, total int) (l, a *coordtest.Server, items []int) {
 	cfg := coordtest.Config("job", total, func(c *jobconfig.Config) { c.Failover = true })
 	l = h.Start("l", cfg)
@@ -32,6 +32,11 @@ func crashMidRun(t *testing.T, h *coordtest.Harness, total int) (l, a *coordtest
 	h.Signals.FailoverQueued.Wait(t, 10*time.Second, "v's items queued for failover", func(q testsignal.Queued) bool {
 		return slices.Equal(q.Items, parts[2])
 	})
+	// The leader's signal says the queue is written, not that a's tree
+	// cache has seen it (ClaimFailover reads the queue there first): wait
+	// until every watcher has handled the queue's watch (in a synctest
+	// bubble; 94 of 300 runs failed a's claim without it).
+	synctest.Wait()
 	return l, a, parts[2]
 }
 
