@@ -111,7 +111,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			flagVersion int32 = -1
 		)
 		shardMzxid = 0
-		items, shardVersion = j.failoverAssignments()
+		items, shardVersion = j.failoverAssignments(ctx, cfg.ShardingTotalCount)
 		if len(items) == 0 {
 			// Failover items run first and need no resharding; otherwise
 			// reshard (leader) or wait for it.
@@ -438,16 +438,29 @@ func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVers
 // failoverAssignments returns the failover items this server claimed and
 // no run of it has taken, with the failover nodes' Czxid as epochs; it
 // takes them (releaseClaims gives them back if the Begin fails).
-func (j *job) failoverAssignments() ([]Assignment, int32) {
+func (j *job) failoverAssignments(ctx context.Context, total int) ([]Assignment, int32) {
 	var out []Assignment
 	j.mu.Lock()
 	claims := make(map[int]int64, len(j.claims))
+	var beyond []int
 	for k, v := range j.claims {
-		if !j.claimsTaken[k] {
+		switch {
+		case k >= total:
+			// The total was lowered below it since the claim: the item
+			// is gone, and running it would run it again (simulation
+			// seed 2000169). The claim is dropped.
+			delete(j.claims, k)
+			beyond = append(beyond, k)
+		case !j.claimsTaken[k]:
 			claims[k] = v
 		}
 	}
 	j.mu.Unlock()
+	for _, it := range beyond {
+		if err := j.st.Delete(ctx, j.p.item(it, nFailover), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			j.log.Warn("cannot drop a failover claim beyond the total", "item", it, "err", err)
+		}
+	}
 	if len(claims) > 0 {
 		for it, epoch := range claims {
 			if j.cache.has(relItem(it, nDisabled)) {
