@@ -13,11 +13,13 @@ import (
 )
 
 // TestJoinCost bounds what joining an idle job costs one server (issue 15
-// item 1: 10,000 jobs in a process): the requests of Join for a new job and
-// for a stored one (a restarted process), and the watches the job holds
-// once at rest. The figures on memstore: a new job 15 requests, a stored
-// one 19, 11 watches (docs/benchmarks.md); the bounds leave a little room,
-// far below the 115 and 85 requests and 37 watches of before.
+// item 1: 10,000 jobs in a process): the requests of Join and of the job's
+// reactions until it is at rest (election, the leader's reshard) for a new
+// job and for a stored one (a restarted process), and the watches the job
+// holds at rest. The figures on memstore, the same every run: a new job 27
+// requests (Join's own share about 15), a stored one 33 (about 19), 11
+// watches (docs/benchmarks.md); before issue 15 a join alone made 115 and
+// 85 requests and the job held 37 watches.
 func TestJoinCost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := memstore.NewServer()
@@ -33,11 +35,16 @@ func TestJoinCost(t *testing.T) {
 			if _, err := reg.Join(t.Context(), coordtest.Config("job", 4)); err != nil {
 				t.Fatal(err)
 			}
-			if n := st.Counts().Requests(); n > maxRequests {
-				t.Errorf("%s: Join made %d requests, want at most %d", what, n, maxRequests)
-			}
 			// At rest: the leader's reshard and the watches it fires are done.
 			synctest.Wait()
+			// Counted to rest, not when Join returns: the job's watcher
+			// (its election, the leader's prompt reshard) starts during
+			// Join and runs beside it, so a count taken at Join's return
+			// depends on the interleaving (it varied 15-27 for a new job).
+			// At rest the total is the same every run.
+			if n := st.Counts().Requests(); n > maxRequests {
+				t.Errorf("%s: Join and the job's reactions until at rest made %d requests, want at most %d", what, n, maxRequests)
+			}
 			if w := srv.Stats().Watches - w0; w > 11 {
 				t.Errorf("%s: the idle job holds %d watches, want at most 11", what, w)
 			}
@@ -46,7 +53,7 @@ func TestJoinCost(t *testing.T) {
 			}
 			synctest.Wait()
 		}
-		join("a new job", 16)
-		join("a stored job", 20)
+		join("a new job", 27)
+		join("a stored job", 33)
 	})
 }
