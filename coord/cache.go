@@ -210,9 +210,7 @@ func (c *treeCache) loadItem(ctx context.Context, rel string) error {
 		var err error
 		names, cst, err = c.st.Children(ctx, c.abs(rel))
 		if errors.Is(err, store.ErrNoNode) {
-			c.mu.Lock()
-			c.dropLocked(rel)
-			c.mu.Unlock()
+			c.drop(rel)
 			return nil
 		}
 		if err != nil {
@@ -331,9 +329,7 @@ func (c *treeCache) reloadData(ctx context.Context, rel string) error {
 func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 	names, _, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
-		c.mu.Lock()
-		c.dropLocked(rel)
-		c.mu.Unlock()
+		c.drop(rel)
 		return nil
 	}
 	if err != nil {
@@ -385,9 +381,7 @@ const childReaders = 32
 func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 	data, stat, ch, err := c.st.GetW(ctx, c.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
-		c.mu.Lock()
-		c.dropLocked(rel)
-		c.mu.Unlock()
+		c.drop(rel)
 		return nil
 	}
 	if err != nil {
@@ -406,9 +400,7 @@ func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 	} else {
 		names, _, err = c.st.Children(ctx, c.abs(rel))
 		if errors.Is(err, store.ErrNoNode) {
-			c.mu.Lock()
-			c.dropLocked(rel)
-			c.mu.Unlock()
+			c.drop(rel)
 			return nil
 		}
 		if err != nil {
@@ -621,6 +613,13 @@ func (c *treeCache) known(rel string) bool {
 	defer c.mu.RUnlock()
 	n := c.nodes[parentRel(rel)]
 	return n != nil && !n.stub
+}
+
+// drop forgets rel and everything below it (a node found gone).
+func (c *treeCache) drop(rel string) {
+	c.mu.Lock()
+	c.dropLocked(rel)
+	c.mu.Unlock()
 }
 
 // dropLocked forgets rel and everything below it.
