@@ -330,6 +330,17 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 		}
 	case jobconfig.FieldMonitorExecution:
 		if newFields[field] == "false" {
+			// No failover without running and completed nodes
+			// (docs/configuration.md): the queue and the claims no run
+			// has taken go first, while the running nodes still tell
+			// which claims a failover run holds (those end with their
+			// run); claimers and Begins check the edit themselves too.
+			if err := a.clearQueue(ctx, p); err != nil {
+				return err
+			}
+			if err := a.clearIdleClaims(ctx, p); err != nil {
+				return err
+			}
 			return a.clearExecutionNodes(ctx, p, nRunning)
 		}
 	case jobconfig.FieldFailover:
@@ -410,6 +421,29 @@ func (a *admin) clearExecutionNodes(ctx context.Context, p jobPaths, node string
 		path := store.Join(p.abs(nExecution), it, node)
 		if err := a.st.Delete(ctx, path, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
 			return fmt.Errorf("coord: delete %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// clearIdleClaims deletes the failover nodes of items that do not run: a
+// claim no run has taken. Each in one Multi asserting that no running node
+// exists (created and deleted in it), so a failover run that begins
+// meanwhile keeps its claim (its owner must go on skipping the item).
+func (a *admin) clearIdleClaims(ctx context.Context, p jobPaths) error {
+	items, _, err := a.st.Children(ctx, p.abs(nExecution))
+	if err != nil {
+		return fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
+	}
+	for _, it := range items {
+		claim := store.Join(p.abs(nExecution), it, nFailover)
+		running := store.Join(p.abs(nExecution), it, nRunning)
+		_, err := a.st.Multi(ctx,
+			&store.CreateOp{Path: running, Mode: store.Ephemeral},
+			&store.DeleteOp{Path: running, Version: store.AnyVersion},
+			&store.DeleteOp{Path: claim, Version: store.AnyVersion})
+		if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrNodeExists) {
+			return fmt.Errorf("coord: delete %s: %w", claim, err)
 		}
 	}
 	return nil

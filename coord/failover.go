@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
@@ -24,7 +25,7 @@ import (
 // beyond the store's request limit).
 func (j *job) enqueueOrphans(ctx context.Context) {
 	cfg := j.config()
-	if !cfg.Failover || !cfg.MonitorsExecution() {
+	if !failoverOn(cfg) {
 		return
 	}
 	items, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
@@ -147,7 +148,7 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 	if _, _, err := j.ready(); err != nil {
 		return false, err
 	}
-	if !j.config().Failover || len(j.cache.children(relFailoverQ)) == 0 {
+	if !failoverOn(j.config()) || len(j.cache.children(relFailoverQ)) == 0 {
 		return false, nil
 	}
 	if j.cache.flag(relServer(j.id, nPaused)) {
@@ -166,6 +167,16 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 			j.log.Warn("cannot release the failover latch", "err", err)
 		}
 	}()
+	// The stored config, read directly, decides (the snapshot above may
+	// predate an edit), and the claim's transaction checks the config
+	// node's version it was read at: an edit switching failover or
+	// monitorExecution off meanwhile fails the claim (simulation seed
+	// 3002508: an entry queued before monitorExecution went off was
+	// claimed after, and the item ran twice side by side).
+	cfgVersion, on, err := j.storedFailoverOn(ctx)
+	if err != nil || !on {
+		return false, err
+	}
 	names, _, err := j.st.Children(ctx, j.p.abs(relFailoverQ))
 	if err != nil {
 		return false, fmt.Errorf("coord: job %q: read the failover queue: %w", j.jname, err)
@@ -177,7 +188,9 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 		}
 	}
 	slices.Sort(queued)
-	for _, it := range queued {
+	edits := 0 // config edits met by claim transactions
+	for i := 0; i < len(queued); i++ {
+		it := queued[i]
 		// An item that ran again since it was queued (its new owner after
 		// a reshard completed it, or runs it now) needs no failover.
 		kids, _, err := j.st.Children(ctx, j.p.item(it))
@@ -202,8 +215,23 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 			&store.DeleteOp{Path: j.p.item(it, nRunning), Version: store.AnyVersion},
 			&store.CreateOp{Path: j.p.item(it, nCompleted)},
 			&store.DeleteOp{Path: j.p.item(it, nCompleted), Version: store.AnyVersion},
+			&store.CheckOp{Path: j.p.abs(nConfig), Version: cfgVersion},
 		}
 		if _, err := j.st.Multi(ctx, ops...); err != nil {
+			if errors.Is(err, store.ErrBadVersion) {
+				// The config was edited since it was read: read it again
+				// and, if failover is still allowed, try the item again
+				// (a few times: a stream of edits leaves the entry for the
+				// next claim).
+				if edits++; edits > 3 {
+					return false, nil
+				}
+				if cfgVersion, on, err = j.storedFailoverOn(ctx); err != nil || !on {
+					return false, err
+				}
+				i--
+				continue
+			}
 			if errors.Is(err, store.ErrNodeExists) {
 				// Claimed already, or it ran again since it was queued:
 				// either way the entry is stale.
@@ -231,6 +259,35 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// failoverOn reports whether cfg allows failover: failover on, and
+// monitorExecution on (without running and completed nodes nothing tells
+// a claim that the item runs elsewhere or ran since: docs/configuration.md,
+// "What monitorExecution = false gives up").
+func failoverOn(cfg jobconfig.Config) bool { return cfg.Failover && cfg.MonitorsExecution() }
+
+// storedFailoverOn reads the stored config directly (the config node's copy
+// of the fields, else the field nodes) and reports failoverOn for it, with
+// the config node's version it was read at (every edit bumps it in the
+// same transaction as its fields). A config that does not decode allows
+// nothing (the job stops on it anyway).
+func (j *job) storedFailoverOn(ctx context.Context) (int32, bool, error) {
+	data, st, err := j.st.Get(ctx, j.p.abs(nConfig))
+	if err != nil {
+		return 0, false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
+	}
+	fields, ok := parseConfigCopy(data)
+	if !ok {
+		if fields, err = j.readConfigFields(ctx); err != nil {
+			return 0, false, err
+		}
+	}
+	cfg, err := j.decodeConfig(fields)
+	if err != nil {
+		return st.Version, false, nil
+	}
+	return st.Version, failoverOn(cfg), nil
 }
 
 // releaseClaims puts the failover items this server claimed and no run of

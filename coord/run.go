@@ -111,7 +111,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			flagVersion int32 = -1
 		)
 		shardMzxid = 0
-		items, shardVersion = j.failoverAssignments(ctx, cfg.ShardingTotalCount)
+		items, shardVersion = j.failoverAssignments(ctx, cfg)
 		if len(items) == 0 {
 			// Failover items run first and need no resharding; otherwise
 			// reshard (leader) or wait for it.
@@ -195,6 +195,12 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 		if v, ok := marks[a.Item]; ok {
 			g = append(g, intent{kind: opCheck, rel: relItem(a.Item), version: v})
 		}
+		if a.Failover {
+			// The claim must still be there: an edit switching failover
+			// or monitorExecution off clears the claims no run has taken
+			// (Admin.SetConfig), and this Begin's snapshot may predate it.
+			g = append(g, intent{kind: opCheck, rel: relItem(a.Item, nFailover), version: store.AnyVersion})
+		}
 		switch {
 		case monitor && a.Failover:
 			// A claimed item must not have completed since the claim
@@ -256,6 +262,13 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 		}
 		if errors.Is(err, store.ErrBadVersion) {
 			return fmt.Errorf("coord: job %q: resharded while starting: %w", j.jname, err)
+		}
+		if errors.Is(err, store.ErrNoNode) {
+			if lost, lerr := j.dropLostClaims(ctx, items); lerr != nil {
+				return lerr
+			} else if lost {
+				return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+			}
 		}
 		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
 	}
@@ -437,29 +450,37 @@ func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVers
 
 // failoverAssignments returns the failover items this server claimed and
 // no run of it has taken, with the failover nodes' Czxid as epochs; it
-// takes them (releaseClaims gives them back if the Begin fails).
-func (j *job) failoverAssignments(ctx context.Context, total int) ([]Assignment, int32) {
+// takes them (releaseClaims gives them back if the Begin fails). On a
+// config without failover (failoverOn) it drops every claim no run has
+// taken and returns none.
+func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]Assignment, int32) {
 	var out []Assignment
 	j.mu.Lock()
 	claims := make(map[int]int64, len(j.claims))
-	var beyond []int
+	dropped := make(map[int]int64)
 	for k, v := range j.claims {
 		switch {
-		case k >= total:
+		case j.claimsTaken[k]:
+		case k >= cfg.ShardingTotalCount:
 			// The total was lowered below it since the claim: the item
 			// is gone, and running it would run it again (simulation
 			// seed 2000169). The claim is dropped.
 			delete(j.claims, k)
-			beyond = append(beyond, k)
-		case !j.claimsTaken[k]:
+			dropped[k] = v
+		case !failoverOn(cfg):
+			// Failover or monitorExecution went off since the claim: its
+			// owner runs the item at its next trigger without looking
+			// for a claim (with monitorExecution off nothing would stop
+			// the two runs side by side: simulation seed 3002508).
+			delete(j.claims, k)
+			dropped[k] = v
+		default:
 			claims[k] = v
 		}
 	}
 	j.mu.Unlock()
-	for _, it := range beyond {
-		if err := j.st.Delete(ctx, j.p.item(it, nFailover), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			j.log.Warn("cannot drop a failover claim beyond the total", "item", it, "err", err)
-		}
+	for it, czxid := range dropped {
+		j.dropClaimNode(ctx, it, czxid)
 	}
 	if len(claims) > 0 {
 		for it, epoch := range claims {
@@ -472,6 +493,49 @@ func (j *job) failoverAssignments(ctx context.Context, total int) ([]Assignment,
 	}
 	j.takeClaims(out, true)
 	return out, -1
+}
+
+// dropClaimNode deletes item's failover node if it is this server's claim
+// made at czxid (an edit may have cleared it and another server claimed the
+// item since). Failures are logged: the node is ephemeral, and a failover
+// Begin checks its claim's node.
+func (j *job) dropClaimNode(ctx context.Context, item int, czxid int64) {
+	p := j.p.item(item, nFailover)
+	ok, st, err := j.st.Exists(ctx, p)
+	if err == nil && ok && st.Czxid == czxid {
+		err = j.st.Delete(ctx, p, st.Version)
+	}
+	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+		j.log.Warn("cannot drop a failover claim", "item", item, "err", err)
+		return
+	}
+	j.cache.noteDeleted(relItem(item, nFailover))
+	j.log.Info("failover claim dropped: failover is off, or the item is beyond the total", "item", item)
+}
+
+// dropLostClaims forgets the claims among items whose failover node is gone
+// (an edit switching failover or monitorExecution off cleared it): it
+// reports whether there was one, for Begin to plan again without it.
+func (j *job) dropLostClaims(ctx context.Context, items []Assignment) (bool, error) {
+	lost := false
+	for _, a := range items {
+		if !a.Failover {
+			continue
+		}
+		ok, st, err := j.st.Exists(ctx, j.p.item(a.Item, nFailover))
+		if err != nil {
+			return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(a.Item, nFailover), err)
+		}
+		if ok && st.Czxid == a.Epoch {
+			continue
+		}
+		lost = true
+		j.mu.Lock()
+		delete(j.claims, a.Item)
+		j.mu.Unlock()
+		j.log.Info("failover claim gone before its run began (cleared by a config edit)", "item", a.Item)
+	}
+	return lost, nil
 }
 
 // takeClaims marks failover assignments taken by a run (or, with false,

@@ -176,6 +176,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{126, "a participant cancelled while waiting left its registration: the next trigger's set completed early, the callback ran before the last server registered, and that one timed out"},
 		{187, "the same (a registration left behind), another schedule"},
 		{2000169, "a failover claim on an item beyond a since-lowered total ran the item again (an intra-step race: the replay need not hit it)"},
+		{3002508, "with monitorExecution off, an entry queued before the edit was claimed and run by failover beside the owner's normal run (2 of 5 replays hit it; TestNoFailoverWithMonitorExecutionOff pins it)"},
 	} {
 		t.Run(strconv.FormatInt(c.seed, 10), func(t *testing.T) {
 			for _, v := range coordtest.SimulateMem(t, c.seed) {

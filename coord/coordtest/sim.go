@@ -48,7 +48,9 @@ import (
 //     whose last run completed, is a violation. On ZooKeeper a Begin that
 //     failed on a lost connection or a cancelled ctx may have marked its
 //     items running all the same (the reply was lost), so a failover run
-//     after such a Begin is not counted against the item;
+//     after such a Begin is not counted against the item. A failover run
+//     whose Begin's config (Run.Config) has failover or monitorExecution
+//     off is a violation (docs/configuration.md promises none);
 //   - distribute-once: each callback reads the registrations it serves
 //     (guarantee/{phase}); a registration (its node, by creation zxid)
 //     served by two callbacks is a violation (two callbacks for one set),
@@ -709,7 +711,14 @@ func (l *ledger) began(res beginResult) []*itemRun {
 		return nil
 	}
 	var runs []*itemRun
+	cfg := res.run.Config()
 	for _, a := range res.run.Shards() {
+		if a.Failover && (!cfg.Failover || !cfg.MonitorsExecution()) {
+			// docs/configuration.md: no failover with either off (with
+			// monitorExecution off nothing keeps the item's owner from
+			// running it beside the failover run).
+			l.bad = append(l.bad, fmt.Sprintf("item %d: failover run on %s on a config with failover=%t monitorExecution=%t", a.Item, res.sv.id, cfg.Failover, cfg.MonitorsExecution()))
+		}
 		if _, ok := l.cut[a.Item]; a.Failover && !ok {
 			lr := l.lastRun[a.Item]
 			switch {
