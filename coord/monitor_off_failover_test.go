@@ -22,9 +22,9 @@ import (
 // seed 3002508: a crashed server's item, queued while monitorExecution was
 // on, was claimed and run by failover after it went off, beside its new
 // owner's normal run (and the distribute-once barrier of that trigger then
-// timed out). An entry queued, a claim made, or the stored config read
-// before the edit must not license a failover run after it. In synctest
-// bubbles.
+// timed out). An entry queued, a claim made (also by a Begin whose config
+// snapshot predates the edit), or the stored config read before the edit
+// must not license a failover run after it. In synctest bubbles.
 func TestNoFailoverWithMonitorExecutionOff(t *testing.T) {
 	const total = 3
 	monitorOff := func(t *testing.T, h *coordtest.Harness) {
@@ -101,6 +101,32 @@ func TestNoFailoverWithMonitorExecutionOff(t *testing.T) {
 			if ok, _, err := h.B.Connect(t).Exists(ctx(t), p); err != nil || ok {
 				t.Errorf("%s after monitorExecution=false: exists=%v, %v; want gone", p, ok, err)
 			}
+		})
+	})
+
+	t.Run("edited while the claimer begins", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := coordtest.NewHarness(t, coordtest.Mem())
+			hs := &coordtest.HookStore{Store: h.B.Connect(t)}
+			l, a, _ := start(t, h, hs)
+			if ok, err := a.Job.ClaimFailover(ctx(t)); err != nil || !ok {
+				t.Fatalf("ClaimFailover = %v, %v; want v's item claimed", ok, err)
+			}
+			// a's Begin took its config snapshot (monitorExecution on) and
+			// planned its claim; the edit clears the claim right before
+			// the Begin's transaction.
+			hs.OnNext("Multi", "", func() { monitorOff(t, h) })
+			run, err := a.Job.Begin(ctx(t), time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, sh := range run.Shards() {
+				if sh.Failover {
+					t.Errorf("item %d ran by failover on a claim the edit to monitorExecution=false cleared", sh.Item)
+				}
+			}
+			coordtest.CompleteAll(t, run)
+			noFailoverRun(t, l, a)
 		})
 	})
 
