@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/shardflow/shardflow/internal/startstop"
 )
 
 // DefaultInterval is the report interval used when NewReporter or
@@ -36,7 +38,8 @@ type Sink interface {
 // what a Node with many jobs uses), or a Group of its own (Start).
 //
 // Lifecycle: NewReporter, Start or StartIn once, Stop. Stop is safe before
-// Start and more than once. All methods are safe for concurrent use.
+// Start and more than once (a later Stop waits for the first and returns
+// nil). All methods are safe for concurrent use.
 type Reporter struct {
 	counter *Counter
 	sink    Sink
@@ -48,10 +51,14 @@ type Reporter struct {
 	// testing/synctest.
 	writing chan struct{}
 
+	// life is Start once and Stop once (StopFunc): the Reporter has no
+	// goroutine of its own, its Group ticks it. Taken under mu, never the
+	// other way round.
+	life    startstop.BaseStartStop
+	stopErr error // the first Stop's; read after life.StopFunc returns
+
 	mu       sync.Mutex
 	interval time.Duration
-	started  bool
-	stopped  bool
 	group    *Group
 	ownGroup bool               // Start made group; Stop stops it
 	inflight context.CancelFunc // cancels the interval write in flight
@@ -94,36 +101,45 @@ func (r *Reporter) Start(ctx context.Context) error {
 func (r *Reporter) StartIn(g *Group) error { return r.startIn(g, false) }
 
 func (r *Reporter) startIn(g *Group, own bool) error {
+	// Under mu, so that a Stop beside it finds the group set.
 	r.mu.Lock()
-	if r.started || r.stopped {
+	_, ok, started, _ := r.life.StartInit(context.Background())
+	if !ok {
 		r.mu.Unlock()
 		return ErrReporterStarted
 	}
-	r.started, r.group, r.ownGroup = true, g, own
+	r.group, r.ownGroup = g, own
 	iv := r.interval
 	r.mu.Unlock()
 	g.schedule(r, iv)
+	started()
 	return nil
 }
+
+// Started returns a channel closed once Start or StartIn has succeeded.
+func (r *Reporter) Started() <-chan struct{} { return r.life.Started() }
 
 // Stop ends the reporting, waits for an interval write in flight, and then
 // writes one last report of the counts not yet reported, bounded by ctx. If
 // ctx ends while an interval write is in flight, that write's context is
 // cancelled and Stop still waits for it to return. Stop before Start marks
-// the Reporter stopped and writes nothing; a second Stop returns nil at
-// once. It returns the last write's error, or ctx's.
+// the Reporter stopped and writes nothing; a later Stop waits for the first
+// and returns nil. It returns the last write's error, or ctx's.
 func (r *Reporter) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	if r.stopped {
-		r.mu.Unlock()
+	if !r.life.StopFunc(func(started bool) { r.stopErr = r.stop(ctx, started) }) {
 		return nil
 	}
-	r.stopped = true
-	started, g, own := r.started, r.group, r.ownGroup
-	r.mu.Unlock()
+	return r.stopErr
+}
+
+// stop is the first Stop's work.
+func (r *Reporter) stop(ctx context.Context, started bool) error {
 	if !started {
 		return nil
 	}
+	r.mu.Lock()
+	g, own := r.group, r.ownGroup
+	r.mu.Unlock()
 	g.unschedule(r)
 	stop := context.AfterFunc(ctx, func() {
 		r.mu.Lock()
@@ -136,7 +152,8 @@ func (r *Reporter) Stop(ctx context.Context) error {
 	stop()
 	<-r.writing
 	if own {
-		// Its writers waiting for the lock see stopped and return.
+		// Its writers waiting for the lock see the Reporter stopped
+		// and return.
 		g.Stop()
 	}
 	r.writing <- struct{}{}
@@ -154,7 +171,7 @@ func (r *Reporter) SetInterval(d time.Duration) {
 	r.mu.Lock()
 	r.interval = d
 	g := r.group
-	running := r.started && !r.stopped
+	running := r.life.Running()
 	r.mu.Unlock()
 	if running {
 		g.schedule(r, d)
@@ -173,9 +190,13 @@ func (r *Reporter) intervalFlush(ctx context.Context) {
 	r.writing <- struct{}{}
 	defer func() { <-r.writing }()
 	r.mu.Lock()
-	if r.stopped {
+	if !r.life.Running() {
+		g := r.group
 		r.mu.Unlock()
-		return // Stop writes the last report
+		// Stop writes the last report. A SetInterval racing Stop may
+		// have put r back on the Group: take it off again.
+		g.unschedule(r)
+		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -255,3 +255,89 @@ func TestReporterStartContextEnds(t *testing.T) {
 		}
 	})
 }
+
+// gatedSink blocks every write until gate is closed.
+type gatedSink struct {
+	fakeSink
+	gate chan struct{}
+}
+
+func (s *gatedSink) ReportCounts(ctx context.Context, success, failure int64) error {
+	<-s.gate
+	return s.fakeSink.ReportCounts(ctx, success, failure)
+}
+
+// TestReporterStartedAndSecondStopWaits: Started is closed by Start, and a
+// Stop beside the first waits for the first one's last report.
+func TestReporterStartedAndSecondStopWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var c Counter
+		sink := &gatedSink{gate: make(chan struct{})}
+		r := NewReporter(&c, sink, time.Hour, quiet)
+		select {
+		case <-r.Started():
+			t.Fatal("Started closed before Start")
+		default:
+		}
+		if err := r.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		<-r.Started()
+		c.Add(4, 1)
+		first, second := make(chan error, 1), make(chan error, 1)
+		go func() { first <- r.Stop(context.Background()) }()
+		synctest.Wait() // the first Stop's last report waits on the gate
+		go func() { second <- r.Stop(context.Background()) }()
+		synctest.Wait()
+		select {
+		case err := <-second:
+			t.Fatalf("second Stop returned %v before the first's last report", err)
+		default:
+		}
+		close(sink.gate)
+		if err := <-first; err != nil {
+			t.Fatal(err)
+		}
+		if err := <-second; err != nil {
+			t.Fatal(err)
+		}
+		if got := sink.got(); !equalReports(got, [][2]int64{{4, 1}}) {
+			t.Fatalf("reports = %v, want the one last report", got)
+		}
+	})
+}
+
+// TestReporterStoppedLeavesGroup: a Reporter put back on its Group after
+// Stop (a SetInterval racing Stop does that) writes nothing and is taken
+// off at its next tick, so a Group does not keep stopped Reporters.
+func TestReporterStoppedLeavesGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := NewGroup(1)
+		if err := g.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer g.Stop()
+		var c Counter
+		sink := &fakeSink{}
+		r := NewReporter(&c, sink, time.Second, quiet)
+		if err := r.StartIn(g); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		g.schedule(r, time.Second) // what the racing SetInterval does
+		c.Add(1, 0)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		g.mu.Lock()
+		left := len(g.heap)
+		g.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("%d Reporters left on the Group after a stopped one's tick, want 0", left)
+		}
+		if got := sink.got(); !equalReports(got, [][2]int64{{0, 0}}) {
+			t.Fatalf("reports = %v, want only Stop's last one", got)
+		}
+	})
+}
