@@ -238,14 +238,7 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 		n.mu.Unlock()
 		n.haltCancel()
 
-		var err error
-		if hard {
-			err = n.sched.stopAndCancel(ctx)
-		} else if err = n.sched.stop(ctx); err != nil {
-			// Runs are cancelled now; wait for them so that nothing
-			// outlives Stop.
-			_ = n.sched.stopAndCancel(context.Background())
-		}
+		err := n.sched.stop(ctx, hard)
 		tctx := ctx
 		if ctx.Err() != nil {
 			var cancel context.CancelFunc

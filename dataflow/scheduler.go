@@ -10,6 +10,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/internal/startstop"
 )
 
 // Reason says why a run started.
@@ -77,13 +78,20 @@ type scheduler struct {
 	cron   *cron.Cron
 	logger *slog.Logger
 
+	// life is start once and stop once (StopFunc). The scheduler has no
+	// goroutine of its own: stop waits for cron's loop and the runners.
+	// Taken under mu, never the other way round.
+	life    startstop.BaseStartStop
+	stopErr error // the first stop's; read after life.StopFunc returns
+
 	base   context.Context // parent of every job's run context
 	cancel context.CancelFunc
 
-	mu       sync.Mutex
-	jobs     map[string]*schedJob
-	active   map[*schedJob]struct{} // jobs with a runner goroutine, removed ones too
-	started  bool
+	mu     sync.Mutex
+	jobs   map[string]*schedJob
+	active map[*schedJob]struct{} // jobs with a runner goroutine, removed ones too
+	// stopping is set under mu by stop's first call: every decision to
+	// start a runner reads it together with the job's state.
 	stopping bool
 }
 
@@ -136,14 +144,17 @@ func parseSpec(spec string) (cron.Schedule, error) {
 }
 
 // start starts the cron loop. Jobs added before start fire only after it.
+// A second start, or one after stop, does nothing.
 func (s *scheduler) start() {
+	// Under mu, so that a stop beside it stops a cron loop already started.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.started || s.stopping {
+	_, ok, started, _ := s.life.StartInit(context.Background())
+	if !ok {
 		return
 	}
-	s.started = true
 	s.cron.Start()
+	started()
 }
 
 // add schedules a job. spec "" makes it trigger-only.
@@ -419,35 +430,37 @@ func (s *scheduler) remove(ctx context.Context, name string) error {
 }
 
 // stop stops scheduling (no new cron fires, no pending runs) and waits for
-// runs in progress. If ctx ends first, every run's context is cancelled and
-// ctx.Err() returned. Safe before start and more than once.
-func (s *scheduler) stop(ctx context.Context) error {
-	s.halt()
-	if err := s.wait(ctx); err != nil {
-		s.cancel()
-		return err
+// the runs in progress; hard cancels their contexts first. If ctx ends
+// first it returns ctx.Err() with every run's context cancelled: a graceful
+// stop then waits for the cancelled runs, so that nothing outlives it; a
+// hard one, whose runs were cancelled from the start, does not wait past
+// ctx. Safe before start and more than once (a later call waits for the
+// first and returns nil).
+func (s *scheduler) stop(ctx context.Context, hard bool) error {
+	if !s.life.StopFunc(func(started bool) { s.stopErr = s.halt(ctx, started, hard) }) {
+		return nil
 	}
-	s.cancel()
-	return nil
+	return s.stopErr
 }
 
-// stopAndCancel is stop that cancels every run's context first.
-func (s *scheduler) stopAndCancel(ctx context.Context) error {
-	s.halt()
-	s.cancel()
-	return s.wait(ctx)
-}
-
-// halt stops the cron loop and marks the scheduler stopping. It waits for
-// cron callbacks in flight (they only take s.mu briefly).
-func (s *scheduler) halt() {
+// halt is the first stop's work.
+func (s *scheduler) halt(ctx context.Context, started, hard bool) error {
 	s.mu.Lock()
 	s.stopping = true
-	started := s.started
 	s.mu.Unlock()
 	if started {
+		// Waits for cron callbacks in flight (they take mu briefly).
 		<-s.cron.Stop().Done()
 	}
+	if hard {
+		s.cancel()
+	}
+	err := s.wait(ctx)
+	s.cancel()
+	if err != nil && !hard {
+		_ = s.wait(context.Background())
+	}
+	return err
 }
 
 // wait blocks until no runner goroutine is left or ctx ends.

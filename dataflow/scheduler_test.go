@@ -86,8 +86,8 @@ func testScheduler(t *testing.T) *scheduler {
 	t.Helper()
 	s := newScheduler(slog.Default())
 	t.Cleanup(func() {
-		if err := s.stopAndCancel(context.Background()); err != nil {
-			t.Errorf("stopAndCancel: %v", err)
+		if err := s.stop(context.Background(), true); err != nil {
+			t.Errorf("hard stop: %v", err)
 		}
 	})
 	return s
@@ -183,12 +183,16 @@ func TestSchedulerGracefulStopTimeoutCancelsRuns(t *testing.T) {
 	<-started
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if err := s.stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+	if err := s.stop(ctx, false); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("stop = %v, want DeadlineExceeded", err)
 	}
-	<-canceled // the timed-out stop cancelled the run
-	if err := s.stopAndCancel(t.Context()); err != nil {
-		t.Fatalf("stopAndCancel after a timed-out stop: %v", err)
+	select {
+	case <-canceled: // the timed-out stop cancelled the run and waited for it
+	default:
+		t.Fatal("a timed-out graceful stop returned before the cancelled run ended")
+	}
+	if err := s.stop(t.Context(), true); err != nil {
+		t.Fatalf("hard stop after a timed-out stop: %v", err)
 	}
 	if err := s.trigger("j", ReasonTrigger); !errors.Is(err, ErrNodeStopped) {
 		t.Fatalf("trigger after stop: %v, want ErrNodeStopped", err)
@@ -205,7 +209,7 @@ func TestSchedulerGracefulStopWaitsForRun(t *testing.T) {
 	<-rec.started
 	s.fire(s.jobs["j"]) // a pending misfire is dropped by stop
 	stopped := make(chan error)
-	go func() { stopped <- s.stop(t.Context()) }()
+	go func() { stopped <- s.stop(t.Context(), false) }()
 	select {
 	case err := <-stopped:
 		t.Fatalf("stop returned %v while the run was in progress", err)
@@ -234,25 +238,31 @@ func TestSchedulerHardStopCancels(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started
-	if err := s.stopAndCancel(t.Context()); err != nil {
+	if err := s.stop(t.Context(), true); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-canceled:
 	default:
-		t.Fatal("stopAndCancel returned before the run observed cancellation")
+		t.Fatal("a hard stop returned before the run observed cancellation")
 	}
 }
 
 func TestSchedulerStopBeforeStartAndTwice(t *testing.T) {
 	s := newScheduler(slog.Default())
 	for range 2 {
-		if err := s.stop(t.Context()); err != nil {
+		if err := s.stop(t.Context(), false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := s.add("j", "", true, runOnly(func(context.Context, Reason) {})); !errors.Is(err, ErrNodeStopped) {
 		t.Fatalf("add after stop: %v", err)
+	}
+	s.start() // starts no cron loop (goleak would see it)
+	select {
+	case <-s.life.Started():
+		t.Fatal("start after stop started the scheduler")
+	default:
 	}
 }
 
