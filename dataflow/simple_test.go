@@ -135,71 +135,77 @@ func TestItemTimeoutNotHit(t *testing.T) {
 // from the job's config applies; a job without cron runs on every server
 // from one TriggerAll (a one-off job).
 func TestNodeSimpleJob(t *testing.T) {
-	srv := memstore.NewServer()
-	sig := testsignal.NewCoord()
-	nodes, _ := clusterWith(t, srv, "simple", 2, sig)
-	var mu sync.Mutex
-	seen := map[int]int{}
-	params := map[int]string{}
-	fenced := 0
-	fn := func(ctx context.Context, s Shard) error {
-		if err := s.CheckOwnership(ctx); err != nil {
-			return err
+	// A bubble: item 3 outlives the 50 ms item timeout on a fake clock,
+	// while items 0..2 finish in no time at all. On the real clock they
+	// raced their own 50 ms timers (3 items timed out in 1 run of 40
+	// under -cpu=1 on the loaded machine).
+	synctest.Test(t, func(t *testing.T) {
+		srv := memstore.NewServer()
+		sig := testsignal.NewCoord()
+		nodes, _ := clusterWith(t, srv, "simple", 2, sig)
+		var mu sync.Mutex
+		seen := map[int]int{}
+		params := map[int]string{}
+		fenced := 0
+		fn := func(ctx context.Context, s Shard) error {
+			if err := s.CheckOwnership(ctx); err != nil {
+				return err
+			}
+			mu.Lock()
+			seen[s.Item]++
+			params[s.Item] = s.ItemParameter + "/" + s.JobParameter
+			fenced++
+			mu.Unlock()
+			if s.Item == 3 {
+				<-ctx.Done() // the item timeout ends it
+			}
+			return nil
+		}
+		ls := []*afterListener{newAfterListener(), newAfterListener()}
+		cfg := JobConfig{JobName: "once", ShardingTotalCount: 4, ShardingItemParameters: "0=a,3=d", JobParameter: "p", ItemTimeout: 50 * time.Millisecond}
+		for i, n := range nodes {
+			if err := AddSimpleJob(n, cfg, fn, WithListeners(ls[i])); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			defer stopNode(t, n)
+		}
+		if got, ok := nodes[0].JobConfig("once"); !ok || got.JobType != JobTypeSimple || got.ItemTimeout != 50*time.Millisecond {
+			t.Fatalf("JobConfig = %+v, %v; want the stored SIMPLE config", got, ok)
+		}
+		if _, ok := nodes[0].JobConfig("nope"); ok {
+			t.Fatal("JobConfig of an unknown job reported ok")
+		}
+		waitSettled(t, srv, sig, "simple", "once", 2)
+		if err := nodes[0].TriggerAll(t.Context(), "once"); err != nil {
+			t.Fatal(err)
+		}
+		var items []int
+		var success, failure int64
+		for _, l := range ls {
+			ev := l.next(t)
+			items = append(items, ev.info.Items...)
+			success += ev.res.Success
+			failure += ev.res.Failure
+		}
+		slices.Sort(items)
+		if !slices.Equal(items, []int{0, 1, 2, 3}) {
+			t.Fatalf("items across servers = %v, want 0..3 once each (reshard not settled?)", items)
 		}
 		mu.Lock()
-		seen[s.Item]++
-		params[s.Item] = s.ItemParameter + "/" + s.JobParameter
-		fenced++
-		mu.Unlock()
-		if s.Item == 3 {
-			<-ctx.Done() // the item timeout ends it
+		defer mu.Unlock()
+		if !mapsEqual(seen, map[int]int{0: 1, 1: 1, 2: 1, 3: 1}) || fenced != 4 {
+			t.Fatalf("calls per item = %v (fenced %d), want one each", seen, fenced)
 		}
-		return nil
-	}
-	ls := []*afterListener{newAfterListener(), newAfterListener()}
-	cfg := JobConfig{JobName: "once", ShardingTotalCount: 4, ShardingItemParameters: "0=a,3=d", JobParameter: "p", ItemTimeout: 50 * time.Millisecond}
-	for i, n := range nodes {
-		if err := AddSimpleJob(n, cfg, fn, WithListeners(ls[i])); err != nil {
-			t.Fatal(err)
+		if params[0] != "a/p" || params[1] != "/p" || params[3] != "d/p" {
+			t.Fatalf("shard parameters = %v", params)
 		}
-		if err := n.Start(t.Context()); err != nil {
-			t.Fatal(err)
+		if success != 3 || failure != 1 {
+			t.Fatalf("success %d failure %d, want 3 and 1 (item 3 timed out)", success, failure)
 		}
-		defer stopNode(t, n)
-	}
-	if got, ok := nodes[0].JobConfig("once"); !ok || got.JobType != JobTypeSimple || got.ItemTimeout != 50*time.Millisecond {
-		t.Fatalf("JobConfig = %+v, %v; want the stored SIMPLE config", got, ok)
-	}
-	if _, ok := nodes[0].JobConfig("nope"); ok {
-		t.Fatal("JobConfig of an unknown job reported ok")
-	}
-	waitSettled(t, srv, sig, "simple", "once", 2)
-	if err := nodes[0].TriggerAll(t.Context(), "once"); err != nil {
-		t.Fatal(err)
-	}
-	var items []int
-	var success, failure int64
-	for _, l := range ls {
-		ev := l.next(t)
-		items = append(items, ev.info.Items...)
-		success += ev.res.Success
-		failure += ev.res.Failure
-	}
-	slices.Sort(items)
-	if !slices.Equal(items, []int{0, 1, 2, 3}) {
-		t.Fatalf("items across servers = %v, want 0..3 once each (reshard not settled?)", items)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !mapsEqual(seen, map[int]int{0: 1, 1: 1, 2: 1, 3: 1}) || fenced != 4 {
-		t.Fatalf("calls per item = %v (fenced %d), want one each", seen, fenced)
-	}
-	if params[0] != "a/p" || params[1] != "/p" || params[3] != "d/p" {
-		t.Fatalf("shard parameters = %v", params)
-	}
-	if success != 3 || failure != 1 {
-		t.Fatalf("success %d failure %d, want 3 and 1 (item 3 timed out)", success, failure)
-	}
+	})
 }
 
 func TestAddSimpleJobRefuses(t *testing.T) {
