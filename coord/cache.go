@@ -195,6 +195,23 @@ func (c *treeCache) isItemFlag(rel string) bool {
 // loadItem reads an item container's children once (no watch) and arms
 // existence watches on its flags.
 func (c *treeCache) loadItem(ctx context.Context, rel string) error {
+	// The flags' watches first, then the children: a change after a
+	// flag's read fires its watch (handle then reads the container
+	// again), so the children are never older than the flags. The other
+	// way round, a failover run's Complete between the two reads left the
+	// item running and not completed in the cache for good: the claim's
+	// failover node, read after, was already gone, so no watch fired.
+	for _, flag := range c.pol.itemFlags {
+		if err := c.reloadData(ctx, joinRel(rel, flag)); err != nil {
+			return err
+		}
+	}
+	return c.readItem(ctx, rel)
+}
+
+// readItem reads an item container's children and Stat (no watch) into
+// the cache; a container found gone is dropped.
+func (c *treeCache) readItem(ctx context.Context, rel string) error {
 	// The item container is not watched, so nothing would correct a list
 	// read before one of our own Begins or Completes committed and stored
 	// after its write-through (a "running" left in the cache for good): a
@@ -238,11 +255,6 @@ func (c *treeCache) loadItem(ctx context.Context, rel string) error {
 		n.stat = cst
 	}
 	c.mu.Unlock()
-	for _, flag := range c.pol.itemFlags {
-		if err := c.reloadData(ctx, joinRel(rel, flag)); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -658,11 +670,16 @@ func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) er
 	var err error
 	if ref.kind == watchData && c.isItemFlag(ref.rel) {
 		// A flag others write changed (a failover claim, or a failover
-		// run's Complete): the container's Stat is read first, so a reader
-		// that sees the flag's new state sees the container's Stat of that
+		// run's Complete): the container is read first, so a reader that
+		// sees the flag's new state sees the container's Stat of that
 		// transaction or later (the epoch after a failover run derives
-		// from it; see itemStat).
-		if err := c.reloadItemStat(ctx, parentRel(ref.rel)); err != nil {
+		// from it; see itemStat), and its children too: the failover
+		// run's Complete created completed and deleted running, which
+		// no watch reports. A cache that kept the item not completed made
+		// the owner's next Begin leave that completed node in place
+		// (opDeleteIfPresent), and a crash of that run was then not
+		// failed over: the item looked completed.
+		if err := c.reloadItem(ctx, parentRel(ref.rel)); err != nil {
 			return err
 		}
 	}
@@ -714,15 +731,17 @@ func (c *treeCache) hasLocked(rel string) bool {
 	return ok
 }
 
-// reloadItemStat reads an item container's Stat (no watch) into the
-// cache, if the container is loaded.
-func (c *treeCache) reloadItemStat(ctx context.Context, rel string) error {
-	ok, st, err := c.st.Exists(ctx, c.abs(rel))
-	if err != nil || !ok {
-		return err
+// reloadItem reads an item container's children and Stat (no watch) into
+// the cache, if the container is loaded.
+func (c *treeCache) reloadItem(ctx context.Context, rel string) error {
+	c.mu.RLock()
+	n := c.nodes[rel]
+	loaded := n != nil && !n.stub
+	c.mu.RUnlock()
+	if !loaded {
+		return nil
 	}
-	c.noteItemStat(rel, st)
-	return nil
+	return c.readItem(ctx, rel)
 }
 
 // noteItemStat records st as the Stat of the item container rel when it is
