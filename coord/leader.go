@@ -320,15 +320,19 @@ func (j *job) newlyDeparted() bool {
 			gone = append(gone, s)
 		}
 	}
-	news := false
+	var news []string
 	for _, s := range gone {
 		if !slices.Contains(j.departed, s) {
-			news = true
-			break
+			news = append(news, s)
 		}
 	}
 	j.departed = gone
-	return news
+	if len(news) > 0 {
+		// The start of a failover, for operators and for the failover
+		// benchmark's timeline (integration/faults).
+		j.log.Info("servers went offline", "servers", news)
+	}
+	return len(news) > 0
 }
 
 // raiseIfMembershipChanged raises the resharding flag when live or total

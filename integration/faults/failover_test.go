@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -181,7 +182,8 @@ func measureFailover(t *testing.T, c *cluster, label string, ids, victims []stri
 		}
 		lat := last.Sub(killed)
 		latencies = append(latencies, lat)
-		line := fmt.Sprintf("kill %d victim=%s mode=%s items=%v latency=%v via %s", k+1, victim, mode, items, lat.Round(time.Millisecond), strings.Join(via, " "))
+		line := fmt.Sprintf("kill %d victim=%s mode=%s items=%v latency=%v load1=%s via %s\n\ttimeline: %s", k+1, victim, mode, items, lat.Round(time.Millisecond), loadAvg1(), strings.Join(via, " "),
+			failoverTimeline(c.dir, evs, items, victim, killed, last))
 		lines = append(lines, line)
 		t.Log(line)
 
@@ -209,4 +211,86 @@ func measureFailover(t *testing.T, c *cluster, label string, ids, victims []stri
 		}
 		t.Logf("wrote %s", out)
 	}
+}
+
+// loadAvg1 returns the 1-minute load average, or "?".
+func loadAvg1() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// timelineSteps names the workers' log messages (coord, at Info) that mark
+// a failover's steps: the leader sees the victim's status node gone (its
+// session expired), a survivor is elected when the victim led, the leader
+// queues the victim's items, survivors claim them.
+var timelineSteps = map[string]string{
+	"servers went offline":              "offline",
+	"elected leader":                    "elected",
+	"queued crashed items for failover": "queued",
+	"claimed failover item":             "claimed",
+}
+
+// slogLine matches a worker's log line (slog's text handler), slogItems
+// its item, items or servers attribute.
+var (
+	slogLine  = regexp.MustCompile(`^time=(\S+) level=\S+ msg=(?:"([^"]*)"|(\S+)) server=(\S+)`)
+	slogItems = regexp.MustCompile(` (?:items?|servers)=(?:"([^"]*)"|(\S+))`)
+)
+
+// failoverTimeline returns a kill's steps, times after the kill: from the
+// workers' stderr logs in dir (see timelineSteps), then the first begin of
+// each of items on a live server from evs, in time order, e.g.
+// "+2.104s w2 offline [w1]; +2.160s w2 queued [2 3]; +2.190s w3 claimed 2;
+// +2.230s w3 begin 2 failover". Steps after last (the latency's end) are
+// left out.
+func failoverTimeline(dir string, evs []Event, items []int, victim string, killed, last time.Time) string {
+	type step struct {
+		at   time.Time
+		what string
+	}
+	var steps []step
+	files, _ := filepath.Glob(filepath.Join(dir, "*.stderr"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, ln := range strings.Split(string(b), "\n") {
+			m := slogLine.FindStringSubmatch(ln)
+			if m == nil {
+				continue
+			}
+			name, ok := timelineSteps[m[2]+m[3]]
+			if !ok {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, m[1])
+			if err != nil || !at.After(killed) || at.After(last) {
+				continue
+			}
+			what := m[4] + " " + name
+			if im := slogItems.FindStringSubmatch(ln); im != nil {
+				what += " " + im[1] + im[2]
+			}
+			steps = append(steps, step{at, what})
+		}
+	}
+	for _, it := range items {
+		if b, ok := firstBeginElsewhere(evs, it, victim, killed); ok {
+			what := fmt.Sprintf("%s begin %d", b.Server, it)
+			if b.Failover {
+				what += " failover"
+			}
+			steps = append(steps, step{b.Time(), what})
+		}
+	}
+	slices.SortStableFunc(steps, func(a, b step) int { return a.at.Compare(b.at) })
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		out[i] = fmt.Sprintf("+%.3fs %s", s.at.Sub(killed).Seconds(), s.what)
+	}
+	return strings.Join(out, "; ")
 }
