@@ -77,16 +77,9 @@ func TestPipelinedFetchCountsLikeSequential(t *testing.T) {
 			if c.s.Load() != res.Success || c.f.Load() != res.Failure {
 				t.Fatalf("counter = %d/%d, result = %d/%d", c.s.Load(), c.f.Load(), res.Success, res.Failure)
 			}
-			for it, vs := range j.processed {
-				seen := map[int]bool{}
-				for _, v := range vs {
-					if seen[v] || v/1_000_000 != it {
-						t.Fatalf("item %d: value %d processed twice or by the wrong item", it, v)
-					}
-					seen[v] = true
-				}
-				if len(seen) != tt.per {
-					t.Fatalf("item %d: %d distinct values processed, want %d", it, len(seen), tt.per)
+			for it, n := range j.checkProcessed(t) {
+				if n != tt.per {
+					t.Fatalf("item %d: %d distinct values processed, want %d", it, n, tt.per)
 				}
 			}
 		})

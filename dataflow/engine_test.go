@@ -61,6 +61,26 @@ func (j *memJob) record(s Shard, vs ...int) {
 	j.processedMu.Unlock()
 }
 
+// checkProcessed fails t unless every value was processed at most once and
+// by its own item; it returns the number of values each item processed.
+func (j *memJob) checkProcessed(t *testing.T) map[int]int {
+	t.Helper()
+	j.processedMu.Lock()
+	defer j.processedMu.Unlock()
+	counts := map[int]int{}
+	for it, vs := range j.processed {
+		seen := map[int]bool{}
+		for _, v := range vs {
+			if seen[v] || v/1_000_000 != it {
+				t.Fatalf("item %d: value %d processed twice or by the wrong item", it, v)
+			}
+			seen[v] = true
+		}
+		counts[it] = len(seen)
+	}
+	return counts
+}
+
 func (j *memJob) Process(ctx context.Context, s Shard, v int) error {
 	j.record(s, v)
 	if j.process != nil {
@@ -141,16 +161,7 @@ func TestRunJobCounting(t *testing.T) {
 			} else if res.Err != nil {
 				t.Fatalf("Err = %v, want nil", res.Err)
 			}
-			// Each value processed at most once, and each item's values are its own.
-			for it, vs := range j.processed {
-				seen := map[int]bool{}
-				for _, v := range vs {
-					if seen[v] || v/1_000_000 != it {
-						t.Fatalf("item %d: value %d processed twice or by the wrong item", it, v)
-					}
-					seen[v] = true
-				}
-			}
+			j.checkProcessed(t)
 		})
 	}
 }

@@ -20,6 +20,26 @@ func (f runOnly) run(ctx context.Context, reason Reason) { f(ctx, reason) }
 func (runOnly) takeMisfire(context.Context) bool         { return false }
 func (runOnly) claimFailover(context.Context) bool       { return false }
 
+// startCancelOnlyRun adds job "j" to s, whose run ends only when its
+// context is cancelled, triggers it and returns once the run has started,
+// with a channel closed when the run has seen its context cancelled.
+func startCancelOnlyRun(t *testing.T, s *scheduler) (canceled <-chan struct{}) {
+	t.Helper()
+	started, done := make(chan struct{}), make(chan struct{})
+	if err := s.add("j", "", true, runOnly(func(ctx context.Context, _ Reason) {
+		close(started)
+		<-ctx.Done()
+		close(done)
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.trigger("j", ReasonTrigger); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	return done
+}
+
 // recorder is a job whose first run blocks until released. Its failover
 // queue holds the items requestFailover put in.
 type recorder struct {
@@ -167,20 +187,7 @@ func TestSchedulerTriggerIdleRunsAtOnce(t *testing.T) {
 func TestSchedulerGracefulStopTimeoutCancelsRuns(t *testing.T) {
 	s := newScheduler(slog.Default())
 	s.start()
-	canceled := make(chan struct{})
-	started := make(chan struct{})
-	run := func(ctx context.Context, _ Reason) {
-		close(started)
-		<-ctx.Done() // a run that only ends when cancelled
-		close(canceled)
-	}
-	if err := s.add("j", "", true, runOnly(run)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.trigger("j", ReasonTrigger); err != nil {
-		t.Fatal(err)
-	}
-	<-started
+	canceled := startCancelOnlyRun(t, s)
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	if err := s.stop(ctx, false); !errors.Is(err, context.DeadlineExceeded) {
@@ -226,18 +233,7 @@ func TestSchedulerGracefulStopWaitsForRun(t *testing.T) {
 
 func TestSchedulerHardStopCancels(t *testing.T) {
 	s := newScheduler(slog.Default())
-	started, canceled := make(chan struct{}), make(chan struct{})
-	if err := s.add("j", "", true, runOnly(func(ctx context.Context, _ Reason) {
-		close(started)
-		<-ctx.Done()
-		close(canceled)
-	})); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.trigger("j", ReasonTrigger); err != nil {
-		t.Fatal(err)
-	}
-	<-started
+	canceled := startCancelOnlyRun(t, s)
 	if err := s.stop(t.Context(), true); err != nil {
 		t.Fatal(err)
 	}
@@ -309,18 +305,7 @@ func TestSchedulerCronAddRemoveAtRuntime(t *testing.T) {
 
 func TestSchedulerRemoveWaitsAndTimesOut(t *testing.T) {
 	s := testScheduler(t)
-	started, canceled := make(chan struct{}), make(chan struct{})
-	if err := s.add("j", "", true, runOnly(func(ctx context.Context, _ Reason) {
-		close(started)
-		<-ctx.Done()
-		close(canceled)
-	})); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.trigger("j", ReasonTrigger); err != nil {
-		t.Fatal(err)
-	}
-	<-started
+	canceled := startCancelOnlyRun(t, s)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
 	defer cancel()
 	if err := s.remove(ctx, "j"); !errors.Is(err, context.DeadlineExceeded) {
