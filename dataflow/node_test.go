@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -682,68 +683,74 @@ func (g *gateJob) Process(ctx context.Context, _ Shard, _ int) error {
 // to reshard) has started nothing, so a graceful Stop ends the wait at once
 // instead of waiting for the leader or for Stop's deadline.
 func TestNodeGracefulStopEndsWaitInBegin(t *testing.T) {
-	srv := memstore.NewServer()
-	nodes, _ := cluster(t, srv, "wait", 2)
-	// server-0 (the leader: it joined first) blocks in Process until its run
-	// is cancelled; server-1 would process at once.
-	jobs := []*perServerJob{{block: true, started: make(chan int, 8)}, {started: make(chan int, 8)}}
-	ls := make([]*afterListener, 2)
-	for i, n := range nodes {
-		ls[i] = newAfterListener()
-		if err := AddJob(n, JobConfig{JobName: "w", ShardingTotalCount: 4}, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
+	// A bubble: Stop's duration and "no run within 300 ms" are read on the
+	// fake clock, which moves only when every goroutine waits: a loaded
+	// machine cannot make a prompt Stop look slow, and server-1's run is
+	// surely waiting in Begin when Stop comes.
+	synctest.Test(t, func(t *testing.T) {
+		srv := memstore.NewServer()
+		nodes, _ := cluster(t, srv, "wait", 2)
+		// server-0 (the leader: it joined first) blocks in Process until its run
+		// is cancelled; server-1 would process at once.
+		jobs := []*perServerJob{{block: true, started: make(chan int, 8)}, {started: make(chan int, 8)}}
+		ls := make([]*afterListener, 2)
+		for i, n := range nodes {
+			ls[i] = newAfterListener()
+			if err := AddJob(n, JobConfig{JobName: "w", ShardingTotalCount: 4}, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := nodes[0].StopAndCancel(ctx); err != nil {
+				t.Errorf("StopAndCancel of the leader: %v", err)
+			}
+		}()
+		// The leader starts a run that stays in progress.
+		if err := nodes[0].Trigger("w"); err != nil {
 			t.Fatal(err)
 		}
-		if err := n.Start(t.Context()); err != nil {
+		select {
+		case <-jobs[0].started:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the leader's run never started")
+		}
+		// A new total raises the resharding flag; the leader may not reshard
+		// while its items run, so the flag stays up.
+		adminSession := srv.Connect()
+		defer adminSession.Close()
+		admin := coord.NewAdmin(adminSession, "wait")
+		if err := admin.SetConfig(t.Context(), "w", "shardingTotalCount", "6"); err != nil {
 			t.Fatal(err)
 		}
-	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		// server-1's run waits in Begin for the reshard.
+		if err := nodes[1].Trigger("w"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-ls[1].runs:
+			t.Fatalf("server-1 ran %+v while resharding was pending", ev)
+		case <-time.After(300 * time.Millisecond):
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
-		if err := nodes[0].StopAndCancel(ctx); err != nil {
-			t.Errorf("StopAndCancel of the leader: %v", err)
+		start := time.Now()
+		if err := nodes[1].Stop(ctx); err != nil {
+			t.Fatalf("graceful Stop with a run waiting in Begin: %v", err)
 		}
-	}()
-	// The leader starts a run that stays in progress.
-	if err := nodes[0].Trigger("w"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-jobs[0].started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the leader's run never started")
-	}
-	// A new total raises the resharding flag; the leader may not reshard
-	// while its items run, so the flag stays up.
-	adminSession := srv.Connect()
-	defer adminSession.Close()
-	admin := coord.NewAdmin(adminSession, "wait")
-	if err := admin.SetConfig(t.Context(), "w", "shardingTotalCount", "6"); err != nil {
-		t.Fatal(err)
-	}
-	// server-1's run waits in Begin for the reshard.
-	if err := nodes[1].Trigger("w"); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case ev := <-ls[1].runs:
-		t.Fatalf("server-1 ran %+v while resharding was pending", ev)
-	case <-time.After(300 * time.Millisecond):
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	if err := nodes[1].Stop(ctx); err != nil {
-		t.Fatalf("graceful Stop with a run waiting in Begin: %v", err)
-	}
-	if d := time.Since(start); d > 2*time.Second {
-		t.Fatalf("Stop took %v, want the wait in Begin ended at once", d)
-	}
-	select {
-	case ev := <-ls[1].runs:
-		t.Fatalf("a run that never began reached listeners: %+v", ev)
-	default:
-	}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("Stop took %v, want the wait in Begin ended at once", d)
+		}
+		select {
+		case ev := <-ls[1].runs:
+			t.Fatalf("a run that never began reached listeners: %+v", ev)
+		default:
+		}
+	})
 }
 
 // perServerJob blocks Process on the servers listed in block until their
