@@ -69,16 +69,29 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// step is one browser action, named for the failure message.
+// step is one browser action, named for the failure message. A step that
+// loads another page (a click on a link, a form's submit) sets nav: it
+// returns once that page has loaded, so the next step queries the new
+// page, not a node of the old one the navigation is about to drop.
 type step struct {
 	what string
 	do   chromedp.Action[chromedp.Void]
+	nav  bool
 }
 
 func runSteps(t *testing.T, ctx context.Context, steps ...step) {
 	t.Helper()
 	for _, s := range steps {
-		if err := chromedp.Do(ctx, s.do); err != nil {
+		var err error
+		if s.nav {
+			resp, rerr := chromedp.RunResponse(ctx, s.do)
+			if err = rerr; err == nil && resp.Status >= 400 {
+				err = fmt.Errorf("%s answered %d %s", resp.URL, resp.Status, resp.StatusText)
+			}
+		} else {
+			err = chromedp.Do(ctx, s.do)
+		}
+		if err != nil {
 			loc, _ := chromedp.Run(context.WithoutCancel(ctx), chromedp.Location())
 			t.Fatalf("%s (page %s): %v", s.what, loc, err)
 		}
@@ -105,8 +118,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 
 	runSteps(t, ctx,
-		step{"open the overview", chromedp.Navigate(console.URL + "/")},
-		step{"see the jobs table", chromedp.WaitVisible(chromedp.CSS(`#jobs`))},
+		step{"open the overview", chromedp.Navigate(console.URL + "/"), false},
+		step{"see the jobs table", chromedp.WaitVisible(chromedp.CSS(`#jobs`)), false},
 	)
 	overview := text(t, ctx, `#jobs`)
 	if !strings.Contains(overview, "console-job") || !strings.Contains(overview, "ok") || !strings.Contains(overview, "UTC") {
@@ -116,15 +129,15 @@ func TestConsoleInBrowser(t *testing.T) {
 
 	// Log in with the token, then press "pause all".
 	runSteps(t, ctx,
-		step{"open the job page", chromedp.Click(chromedp.CSS(`#jobs a[href="/jobs/console-job"]`))},
-		step{"see its servers", chromedp.WaitVisible(chromedp.CSS(`#servers`))},
-		step{"follow the login link", chromedp.Click(chromedp.CSS(`main a[href^="/login?next="]`))},
-		step{"see the token form", chromedp.WaitVisible(chromedp.CSS(`#token-login`))},
-		step{"type the token", chromedp.SendKeys(chromedp.CSS(`#token-login input[name=token]`), testToken)},
-		step{"submit it", chromedp.Submit(chromedp.CSS(`#token-login`))},
-		step{"see the job's actions", chromedp.WaitVisible(chromedp.CSS(`#job-actions`))},
-		step{"press pause all", chromedp.Click(chromedp.CSS(`button[data-op="pause"]`))},
-		step{"see resume all offered", chromedp.WaitVisible(chromedp.CSS(`button[data-op="resume"]`))},
+		step{"open the job page", chromedp.Click(chromedp.CSS(`#jobs a[href="/jobs/console-job"]`)), true},
+		step{"see its servers", chromedp.WaitVisible(chromedp.CSS(`#servers`)), false},
+		step{"follow the login link", chromedp.Click(chromedp.CSS(`main a[href^="/login?next="]`)), true},
+		step{"see the token form", chromedp.WaitVisible(chromedp.CSS(`#token-login`)), false},
+		step{"type the token", chromedp.SendKeys(chromedp.CSS(`#token-login input[name=token]`), testToken), false},
+		step{"submit it", chromedp.Submit(chromedp.CSS(`#token-login`)), true},
+		step{"see the job's actions", chromedp.WaitVisible(chromedp.CSS(`#job-actions`)), false},
+		step{"press pause all", chromedp.Click(chromedp.CSS(`button[data-op="pause"]`)), true},
+		step{"see resume all offered", chromedp.WaitVisible(chromedp.CSS(`button[data-op="resume"]`)), false},
 	)
 	st, err := admin.Status(context.Background(), "console-job")
 	if err != nil {
@@ -149,12 +162,21 @@ func TestConsoleInBrowser(t *testing.T) {
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprintf(w, `<!doctype html><form id="f" method="post" action="%s/jobs/console-job/act">
-<input type="hidden" name="action" value="shutdown"></form><script>document.getElementById('f').submit()</script>`, console.URL)
+<input type="hidden" name="action" value="shutdown"></form>`, console.URL)
 	}))
 	defer evil.Close()
-	runSteps(t, ctx, step{"open the other origin's page", chromedp.Navigate(evil.URL + "/")})
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](`location.href.includes("/jobs/console-job/act") && document.readyState === "complete"`)); err != nil {
+	runSteps(t, ctx, step{"open the other origin's page", chromedp.Navigate(evil.URL + "/"), false})
+	// The form is submitted by script, as the other origin's page would;
+	// RunResponse waits for the navigation that starts to load. (The page
+	// once submitted itself while a Poll waited for the console's answer:
+	// the navigation could destroy the Poll's execution context, "Cannot
+	// find context with specified id", 2 runs in 20.)
+	resp, err := chromedp.RunResponse(ctx, chromedp.Submit(chromedp.CSS(`#f`)))
+	if err != nil {
 		t.Fatalf("the other origin's form did not reach the console: %v", err)
+	}
+	if !strings.HasSuffix(resp.URL, "/jobs/console-job/act") || resp.Status != http.StatusForbidden {
+		t.Fatalf("the other origin's form got %d from %s, want 403 from the console's act", resp.Status, resp.URL)
 	}
 	if body := text(t, ctx, `body`); !strings.Contains(body, "cross-origin request detected") {
 		t.Fatalf("cross-origin POST answered with %q, want the cross-origin refusal", body)
