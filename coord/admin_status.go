@@ -43,14 +43,18 @@ func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
 	if err != nil {
 		return st, err
 	}
+	var recs []storedRecord
 	for _, s := range names {
-		ss, err := a.serverStatus(ctx, p, s)
+		ss, rec, err := a.serverStatus(ctx, p, s)
 		if err != nil {
 			return st, err
 		}
 		st.Servers = append(st.Servers, ss)
+		if rec != nil {
+			recs = append(recs, *rec)
+		}
 	}
-	if st.Items, err = a.itemStatuses(ctx, p, cfg, cerr == nil, st.NextFireTime); err != nil {
+	if st.Items, err = a.itemStatuses(ctx, p, cfg, cerr == nil, st.NextFireTime, recs); err != nil {
 		return st, err
 	}
 	q, _, err := a.st.Children(ctx, p.abs(relFailoverQ))
@@ -89,16 +93,38 @@ func nextFire(cfg jobconfig.Config, cerr error, now time.Time) *time.Time {
 	return &t
 }
 
-func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerStatus, error) {
+// storedRecord is a server's run record as a status read found it, with
+// the Mzxid of its node.
+type storedRecord struct {
+	rec   runRecord
+	mzxid int64
+}
+
+// serverStatus reads server s's nodes, and its run record (nil: none, or
+// malformed, which only costs the per-item reads it would have saved).
+func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerStatus, *storedRecord, error) {
 	ss := ServerStatus{ID: s, Status: statusOffline, Sharding: []int{}}
+	var rec *storedRecord
 	kids, _, err := a.st.Children(ctx, p.server(s))
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
-		return ss, fmt.Errorf("coord: read %s: %w", p.server(s), err)
+		return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s), err)
 	}
 	for _, k := range kids {
+		if k == nRun {
+			d, nst, err := a.st.Get(ctx, p.server(s, k))
+			if err != nil && !errors.Is(err, store.ErrNoNode) {
+				return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s, k), err)
+			}
+			if err == nil {
+				if r, derr := decodeRunRecord(d); derr == nil {
+					rec = &storedRecord{rec: r, mzxid: nst.Mzxid}
+				}
+			}
+			continue
+		}
 		v, ok, err := a.getOpt(ctx, p.server(s, k))
 		if err != nil {
-			return ss, err
+			return ss, nil, err
 		}
 		if !ok {
 			continue
@@ -136,14 +162,14 @@ func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerS
 			}
 		}
 	}
-	return ss, nil
+	return ss, rec, nil
 }
 
 // itemStatuses lists the job's items. With a valid config they are
 // 0..total-1 plus items beyond the total that still run (a lowered total;
 // the leader prunes them at its next reshard); without one, every item in
 // the execution tree.
-func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Config, valid bool, next *time.Time) ([]ItemStatus, error) {
+func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Config, valid bool, next *time.Time, recs []storedRecord) ([]ItemStatus, error) {
 	execNames, _, err := a.st.Children(ctx, p.abs(nExecution))
 	if err != nil {
 		return nil, fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
@@ -178,7 +204,7 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 	for i, it := range items {
 		out[i] = ItemStatus{Item: it}
 	}
-	if err := a.readItems(ctx, p, out, present); err != nil {
+	if err := a.readItems(ctx, p, out, present, recs); err != nil {
 		return nil, err
 	}
 	for i := range out {
@@ -199,15 +225,27 @@ const itemReaders = 512
 
 // readItems fills out (the items in present) from execution/{item} in two
 // pipelined waves: every item's children listing, then every value those
-// listings named (failover owner, begin and complete times). Each wave
-// keeps itemReaders requests in flight, so the read costs two waves of
-// round trips rather than four sequential round trips per item.
-func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, present map[int]bool) error {
+// listings named (failover owner, begin and complete times) that no run
+// record vouches for (see vouch). Each wave keeps itemReaders requests in
+// flight, so the read costs two waves of round trips rather than four
+// sequential round trips per item; at rest, with the run records, the
+// second wave is empty.
+func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, present map[int]bool, recs []storedRecord) error {
 	type get struct {
 		is   *ItemStatus
 		name string
 	}
+	// newest: per item, the newest run record naming it.
+	newest := map[int]*storedRecord{}
+	for i := range recs {
+		for _, it := range recs[i].rec.Items {
+			if r := newest[it]; r == nil || r.mzxid < recs[i].mzxid {
+				newest[it] = &recs[i]
+			}
+		}
+	}
 	kids := make([][]string, len(out))
+	stats := make([]store.Stat, len(out))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(itemReaders)
 	for i := range out {
@@ -215,11 +253,11 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 			continue
 		}
 		g.Go(func() error {
-			ks, _, err := a.st.Children(gctx, p.item(out[i].Item))
+			ks, st, err := a.st.Children(gctx, p.item(out[i].Item))
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
 				return fmt.Errorf("coord: read %s: %w", p.item(out[i].Item), err)
 			}
-			kids[i] = ks
+			kids[i], stats[i] = ks, st
 			return nil
 		})
 	}
@@ -229,6 +267,7 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 	var gets []get
 	for i := range out {
 		is := &out[i]
+		rec := vouch(newest[is.Item], kids[i], stats[i])
 		for _, k := range kids[i] {
 			switch k {
 			case nRunning:
@@ -239,7 +278,19 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 				is.Misfire = true
 			case nDisabled:
 				is.Disabled = true
-			case nFailover, nLastBeginTime, nLastCompleteTime:
+			case nLastBeginTime:
+				if rec != nil {
+					is.LastBeginTime = recordTime(rec.Begin)
+					continue
+				}
+				gets = append(gets, get{is, k})
+			case nLastCompleteTime:
+				if rec != nil && rec.Complete != "" {
+					is.LastCompleteTime = recordTime(rec.Complete)
+					continue
+				}
+				gets = append(gets, get{is, k})
+			case nFailover:
 				gets = append(gets, get{is, k})
 			}
 		}
@@ -277,4 +328,46 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 		}
 	}
 	return nil
+}
+
+// vouch returns the run record whose times an item's status may take instead
+// of reading the item's lastBeginTime and lastCompleteTime, or nil. rec is
+// the newest record naming the item, kids and st the item container's
+// children and Stat. The record wrote those times itself (in the same
+// transaction as its last part, after the earlier ones: runrecord.go), so it
+// vouches when nothing could have written them since:
+//   - the run marked its items running (Monitor): every later run of the
+//     item by any server (a normal run, a failover run) changes its
+//     children, and a run without monitoring changes none;
+//   - the container's children and data are unchanged since the record
+//     (Pzxid, Mzxid at most the record's Mzxid): no later Begin, undo,
+//     misfire flag, failover claim or mark, or re-creation;
+//   - its children agree with the record's state (running and not
+//     completed while the record runs; completed and not running once it
+//     completed): a Complete whose last part failed, or a stale completion
+//     that replaced a newer record, does not vouch for the items it names.
+//
+// An item it does not vouch for is read as before: the record only saves
+// reads, it never decides what the status shows beyond the two times.
+func vouch(r *storedRecord, kids []string, st store.Stat) *runRecord {
+	if r == nil || !r.rec.Monitor || st.Pzxid > r.mzxid || st.Mzxid > r.mzxid {
+		return nil
+	}
+	running, completed := slices.Contains(kids, nRunning), slices.Contains(kids, nCompleted)
+	if r.rec.Complete == "" && (!running || completed) || r.rec.Complete != "" && (running || !completed) {
+		return nil
+	}
+	if recordTime(r.rec.Begin) == nil || r.rec.Complete != "" && recordTime(r.rec.Complete) == nil {
+		return nil
+	}
+	return &r.rec
+}
+
+// recordTime decodes a time of a run record; nil when malformed.
+func recordTime(s string) *time.Time {
+	t, err := parseTime([]byte(s))
+	if err != nil {
+		return nil
+	}
+	return &t
 }

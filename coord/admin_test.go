@@ -58,6 +58,9 @@ func mustStatus(t *testing.T, h *coordtest.Harness, job string) coord.JobStatus 
 	if err != nil {
 		t.Fatalf("Status: %v", err)
 	}
+	if err := coordtest.CheckItemTimes(ctxT(t), h.AdminStore, h.NS, job, st); err != nil {
+		t.Fatalf("Status: %v", err)
+	}
 	return st
 }
 

@@ -30,6 +30,8 @@ const (
 	nShutdown     = "shutdown"
 	nTrigger      = "trigger"
 	nLastError    = "lastError"
+	// nRun is the server's run record (runrecord.go, a shardflow addition).
+	nRun = "run"
 
 	nRunning          = "running"
 	nCompleted        = "completed"

@@ -26,10 +26,13 @@ type Run struct {
 	// run's normal items took their epochs from (0: failover items only).
 	// A reshard since changes it: the run is then fenced for good.
 	shardMzxid int64
-	ctx        context.Context
-	cancel     context.CancelFunc
-	stop       func() bool
-	done       bool
+	// begin is the begin time Begin wrote (lastBeginTime and the run
+	// record), as stored.
+	begin  string
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool
+	done   bool
 	// released: complete has dropped the run's items from job.inRun.
 	released bool
 }
@@ -136,7 +139,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			}
 			shardMzxid = st.Mzxid
 		}
-		err := j.markRunning(ctx, cfg, now, items, shardVersion, flagVersion, marks)
+		err := j.markRunning(ctx, cfg, now, items, shardVersion, flagVersion, shardMzxid, marks)
 		if err != nil {
 			j.takeClaims(items, false)
 		}
@@ -149,7 +152,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		break
 	}
 	j.recordLastError(ctx, "")
-	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid}
+	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid, begin: string(formatTime(now))}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
 	return r, nil
@@ -165,8 +168,11 @@ var errBeginAgain = errors.New("coord: items not running after all; begin again"
 // to its container's version; absent: the container was not there), and by
 // the flag version (flagVersion >= 0; see raiseFlag): a resharding flag
 // raised since awaitSharding found none fails it, and Begin waits for the
-// reshard instead of starting a run the leader's scan has missed.
-func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, marks map[int]int32) error {
+// reshard instead of starting a run the leader's scan has missed. A normal
+// run (not a failover run) also writes the server's run record (epoch: the
+// Mzxid of the sharding node it was planned on) in the tail, the commit
+// point (runrecord.go).
+func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, epoch int64, marks map[int]int32) error {
 	monitor := cfg.MonitorsExecution()
 	if monitor {
 		var suspects []int
@@ -214,10 +220,13 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 				intent{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
 				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nCompleted)})
 		}
-		groups[i] = append(g, intent{kind: opPut, rel: relItem(a.Item, nLastBeginTime), data: begin})
+		groups[i] = append(g, timeIntents(relItem(a.Item, nLastBeginTime), begin, monitor)...)
 	}
 	if len(items) > 0 {
 		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusRunning)})
+		if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
+			tail = append(tail, intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
+		}
 	}
 	// Split in parts only beyond the store's request limit (split.go);
 	// then the items that were completed are noted, to undo a partial
@@ -905,7 +914,7 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 			// over once the flag is back on (simulation seed 2754).
 			g = append(g, intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
 		}
-		g = append(g, intent{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now})
+		g = append(g, timeIntents(relItem(a.Item, nLastCompleteTime), now, r.cfg.MonitorsExecution())...)
 		if !next.IsZero() {
 			g = append(g, intent{kind: opPut, rel: relItem(a.Item, nNextFireTime), data: formatTime(next)})
 		}
@@ -924,6 +933,10 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 	if len(r.items) > 0 && !offline {
 		// A server shut down mid-run has no status node any more.
 		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusReady)})
+	}
+	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok && !offline {
+		// The run record, completed: with the status, in the last part.
+		tail = append(tail, intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
 	}
 	// Beyond the store's request limit, in parts (split.go): each item's
 	// completion is applied whole, and the status (the tail) only with the
@@ -1129,4 +1142,33 @@ func (j *job) readCount(ctx context.Context, node string) (int64, error) {
 		return 0, nil
 	}
 	return n, nil
+}
+
+// runRecordOf is the run record of the normal items of a run (false: a
+// failover run, or no items, which writes none).
+func runRecordOf(items []Assignment, begin, complete string, monitor bool, epoch int64) (runRecord, bool) {
+	var its []int
+	for _, a := range items {
+		if !a.Failover {
+			its = append(its, a.Item)
+		}
+	}
+	if len(its) == 0 {
+		return runRecord{}, false
+	}
+	slices.Sort(its)
+	return runRecord{Items: its, Begin: begin, Complete: complete, Monitor: monitor, Epoch: epoch}, true
+}
+
+// timeIntents write an item's lastBeginTime or lastCompleteTime. A run
+// that monitors execution changes the item's children anyway (its running
+// node) and sets the time in place; one that does not re-creates the time
+// node, so that every run changes the item's children (its Pzxid): a run
+// record (runrecord.go) vouches for an item's times only while the item's
+// children are unchanged since the record.
+func timeIntents(rel string, t []byte, monitor bool) []intent {
+	if monitor {
+		return []intent{{kind: opPut, rel: rel, data: t}}
+	}
+	return []intent{{kind: opDeleteIfPresent, rel: rel}, {kind: opCreate, rel: rel, data: t}}
 }

@@ -91,12 +91,27 @@ func TestScaleZooKeeper(t *testing.T) {
 
 	ctx := context.Background()
 	var st coord.JobStatus
-	step("status", func() {
-		var err error
-		if st, err = h.Admin.Status(ctx, "scale"); err != nil {
+	// The status is read through a counting store: its requests are
+	// logged beside its time.
+	statusSt := coord.NewCountingStore(b.Connect(t))
+	admin := coord.NewAdmin(statusSt, h.NS)
+	readStatus := func(what string) coord.JobStatus {
+		before := statusSt.Counts()
+		var js coord.JobStatus
+		step(what, func() {
+			var err error
+			if js, err = admin.Status(ctx, "scale"); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Logf("SCALE items=%d %s: %d requests", n, what, statusSt.Counts().Sub(before).Reads)
+		// The times it took from the run records are the items' own.
+		if err := coordtest.CheckItemTimes(ctx, h.AdminStore, h.NS, "scale", js); err != nil {
 			t.Fatal(err)
 		}
-	})
+		return js
+	}
+	st = readStatus("status")
 	completed := 0
 	for _, it := range st.Items {
 		if it.Completed {
@@ -144,11 +159,7 @@ func TestScaleZooKeeper(t *testing.T) {
 	step("survivors take over by resharding: Begin on 2 servers", func() { runs = beginAll(t, srv...) })
 	coordtest.AssertPartition(t, n, runs...)
 	completeAll(t, runs...)
-	step("status after the takeover", func() {
-		if _, err := h.Admin.Status(ctx, "scale"); err != nil {
-			t.Fatal(err)
-		}
-	})
+	readStatus("status after the takeover")
 }
 
 // worker drives the scaleworker process: each step is a SIGUSR1 and the

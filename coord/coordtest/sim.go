@@ -1043,6 +1043,10 @@ func (s *sim) settled() string {
 	if err != nil {
 		return fmt.Sprintf("status: %v", err)
 	}
+	// The times the status takes from run records are the items' own.
+	if err := CheckItemTimes(s.ctx(), s.h.AdminStore, s.h.NS, simJob, st); err != nil {
+		return "status times: " + err.Error()
+	}
 	registered := false
 	for _, ss := range st.Servers {
 		registered = registered || ss.Status != "OFFLINE"

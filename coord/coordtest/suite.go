@@ -81,6 +81,8 @@ type Harness struct {
 	NS string
 	// Admin acts on the namespace through its own session.
 	Admin *coord.Admin
+	// AdminStore is Admin's session, for direct reads.
+	AdminStore store.Store
 	// Signals are the protocol events of every server the Harness starts
 	// (RegistryConfig.TestSignals).
 	Signals *testsignal.Coord
@@ -92,7 +94,8 @@ type Harness struct {
 // NewHarness returns a Harness with a fresh namespace on b.
 func NewHarness(t *testing.T, b Backend) *Harness {
 	ns := fmt.Sprintf("coordtest%d_%d", time.Now().UnixNano()%1e6, nsCounter.Add(1))
-	return &Harness{t: t, B: b, NS: ns, Admin: coord.NewAdmin(b.Connect(t), ns), Signals: testsignal.NewCoord()}
+	st := b.Connect(t)
+	return &Harness{t: t, B: b, NS: ns, Admin: coord.NewAdmin(st, ns), AdminStore: st, Signals: testsignal.NewCoord()}
 }
 
 // Now is the servers' local clock: the Backend's LocalNow if it implements

@@ -95,7 +95,7 @@ func (t *txn) create(owner int64, p string, data []byte, mode store.Mode) (strin
 	n := &node{
 		data: cloneBytes(data),
 		stat: store.Stat{
-			Czxid: t.zxid, Mzxid: t.zxid,
+			Czxid: t.zxid, Mzxid: t.zxid, Pzxid: t.zxid,
 			Ctime: now, Mtime: now,
 		},
 		children: make(map[string]struct{}),
@@ -109,6 +109,7 @@ func (t *txn) create(owner int64, p string, data []byte, mode store.Mode) (strin
 	parent.children[name] = struct{}{}
 	parent.seq++
 	parent.stat.Cversion++
+	parent.stat.Pzxid = t.zxid
 	parent.stat.NumChildren++
 	if owner != 0 && mode.IsEphemeral() {
 		eph := s.ephemerals[owner]
@@ -186,6 +187,7 @@ func (t *txn) remove(p string, n *node) {
 	delete(s.nodes, p)
 	delete(parent.children, name)
 	parent.stat.Cversion++
+	parent.stat.Pzxid = t.zxid
 	parent.stat.NumChildren--
 	if owner != 0 {
 		delete(s.ephemerals[owner], p)

@@ -91,6 +91,11 @@ type Stat struct {
 	// Ctime and Mtime are the coordination service's clock at creation and
 	// last modification (the clock check compares Mtime with the local clock).
 	Ctime, Mtime time.Time
+	// Pzxid is the transaction id of the last change to the node's
+	// children (a child created or deleted; its creation's zxid before
+	// any): a reader compares it with another node's Mzxid to tell whether
+	// the children changed after that node was written.
+	Pzxid int64
 	// Version counts data changes; Cversion counts child changes.
 	Version, Cversion int32
 	// EphemeralOwner is the owning session's id, 0 for persistent nodes.

@@ -197,6 +197,17 @@ func (s *suite) stat(t *testing.T) {
 		if one.Version != 0 || one.Mzxid != before.Mzxid {
 			t.Fatalf("parent Version %d Mzxid %d changed by child ops, want 0 and %d", one.Version, one.Mzxid, before.Mzxid)
 		}
+		if before.Pzxid != before.Czxid || two.Pzxid <= before.Pzxid || one.Pzxid <= two.Pzxid {
+			t.Fatalf("Pzxid %d (Czxid %d), %d after 2 creates, %d after a delete: want the creation's, then growing with each child change",
+				before.Pzxid, before.Czxid, two.Pzxid, one.Pzxid)
+		}
+		// A child's data change is not a change of the parent's children.
+		if _, err := st.Set(ctx(t), store.Join(p, "c2"), []byte("x"), store.AnyVersion); err != nil {
+			t.Fatal(err)
+		}
+		if _, still := mustGet(t, st, p); still.Pzxid != one.Pzxid {
+			t.Fatalf("Pzxid %d after a child's Set, want %d unchanged", still.Pzxid, one.Pzxid)
+		}
 	})
 
 	parallel(t, "EphemeralOwner is the session id for ephemerals and 0 otherwise", func(t *testing.T) {

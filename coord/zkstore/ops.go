@@ -58,6 +58,7 @@ func toStat(st *zk.Stat) store.Stat {
 	return store.Stat{
 		Czxid:          st.Czxid,
 		Mzxid:          st.Mzxid,
+		Pzxid:          st.Pzxid,
 		Ctime:          time.UnixMilli(st.Ctime),
 		Mtime:          time.UnixMilli(st.Mtime),
 		Version:        st.Version,
