@@ -28,6 +28,7 @@ var adminTests = []struct {
 	{"ShrinkTotal", testAdminShrinkTotal},
 	{"ShrinkTotalWhileRunning", testAdminShrinkTotalWhileRunning},
 	{"StatusFields", testAdminStatusFields},
+	{"StatusTimesFromRunRecords", testAdminStatusTimesFromRunRecords},
 	{"CumulativeCounts", testAdminCumulativeCounts},
 	{"Audit", testAdminAudit},
 }
@@ -460,5 +461,45 @@ func TestJoinWaitsForOwnDyingSession(t *testing.T) {
 	t.Cleanup(func() { _ = regNext.Close(context.Background()) })
 	if _, err := regNext.Join(ctxT(t), coordtest.Config("j", 2)); err != nil {
 		t.Fatalf("restart while the old session dies: Join = %v, want it to wait and succeed", err)
+	}
+}
+
+// testAdminStatusTimesFromRunRecords: at rest the status takes the items'
+// times from the server's run record (a listing per item, no read of its
+// times), and an item whose children changed after the record is read
+// directly: here a hand-made lastBeginTime, re-created after the run.
+func testAdminStatusTimesFromRunRecords(t *testing.T, h *coordtest.Harness) {
+	const n = 32
+	srv := h.Start("a", coordtest.Config("j", n))
+	coordtest.CompleteAll(t, coordtest.BeginAll(t, srv)...)
+	cs := coord.NewCountingStore(h.B.Connect(t))
+	st, err := coord.NewAdmin(cs, h.NS).Status(ctxT(t), "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := coordtest.CheckItemTimes(ctxT(t), h.AdminStore, h.NS, "j", st); err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range st.Items {
+		if !it.Completed || it.LastBeginTime == nil || it.LastCompleteTime == nil {
+			t.Fatalf("item %+v after a run, want completed with both times", it)
+		}
+	}
+	// Per item: its listing only, plus a fixed 41 or so (config fields,
+	// servers, queue, audit); with each item's two times read it was
+	// about 3 per item.
+	if reads := cs.Counts().Reads; reads > n+50 {
+		t.Errorf("status at rest made %d requests for %d items, want at most %d (the run record gives the times)", reads, n, n+50)
+	}
+	p := store.Join(h.NS, "j", "execution", "3", "lastBeginTime")
+	if err := h.AdminStore.Delete(ctxT(t), p, store.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.AdminStore.Create(ctxT(t), p, []byte("12345"), store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	st = mustStatus(t, h, "j") // compares every item's times with its nodes
+	if got := st.Items[3].LastBeginTime; got == nil || got.UnixMilli() != 12345 {
+		t.Fatalf("item 3 lastBeginTime %v after its node was re-created, want 12345 ms", got)
 	}
 }

@@ -44,6 +44,11 @@ func itemsOf(t *testing.T, h *coordtest.Harness, job string) (running, completed
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Split Begins and Completes (applied, fenced, undone) leave the run
+	// record saying what the items' nodes say, or vouching for nothing.
+	if err := coordtest.CheckItemTimes(context.Background(), h.AdminStore, h.NS, job, st); err != nil {
+		t.Fatal(err)
+	}
 	for _, it := range st.Items {
 		if it.Running {
 			running++
