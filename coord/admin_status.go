@@ -336,9 +336,11 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 // children and Stat. The record wrote those times itself (in the same
 // transaction as its last part, after the earlier ones: runrecord.go), so it
 // vouches when nothing could have written them since:
-//   - the run marked its items running (Monitor): every later run of the
-//     item by any server (a normal run, a failover run) changes its
-//     children, and a run without monitoring changes none;
+//   - the record says it may (Vouch: a monitored run; for a completion,
+//     one fenced by the versions its Begin saw, so no other run began its
+//     items during it: runRecord.Vouch); every later run of the item by
+//     any server changes its children (a running node, or re-created
+//     times without monitorExecution);
 //   - the container's children and data are unchanged since the record
 //     (Pzxid, Mzxid at most the record's Mzxid): no later Begin, undo,
 //     misfire flag, failover claim or mark, or re-creation;
@@ -350,7 +352,7 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 // An item it does not vouch for is read as before: the record only saves
 // reads, it never decides what the status shows beyond the two times.
 func vouch(r *storedRecord, kids []string, st store.Stat) *runRecord {
-	if r == nil || !r.rec.Monitor || st.Pzxid > r.mzxid || st.Mzxid > r.mzxid {
+	if r == nil || !r.rec.Vouch || st.Pzxid > r.mzxid || st.Mzxid > r.mzxid {
 		return nil
 	}
 	running, completed := slices.Contains(kids, nRunning), slices.Contains(kids, nCompleted)

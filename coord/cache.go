@@ -786,6 +786,18 @@ func (c *treeCache) get(rel string) ([]byte, store.Stat, bool) {
 	return n.data, n.stat, true
 }
 
+// dataStat returns the Stat of a node whose data the cache keeps (a data
+// watch), without asking its parent's children: the config node's parent
+// (the job root) keeps no children list.
+func (c *treeCache) dataStat(rel string) (store.Stat, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := c.nodes[rel]; n != nil && n.hasData {
+		return n.stat, true
+	}
+	return store.Stat{}, false
+}
+
 // children returns rel's cached children names, sorted.
 func (c *treeCache) children(rel string) []string {
 	c.mu.RLock()

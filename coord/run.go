@@ -28,11 +28,15 @@ type Run struct {
 	shardMzxid int64
 	// begin is the begin time Begin wrote (lastBeginTime and the run
 	// record), as stored.
-	begin  string
-	ctx    context.Context
-	cancel context.CancelFunc
-	stop   func() bool
-	done   bool
+	begin string
+	// shardVersion and cfgVersion are the versions of this server's
+	// sharding node and of the config node the run began on (-1: unknown);
+	// Complete's record vouches only if they are unchanged.
+	shardVersion, cfgVersion int32
+	ctx                      context.Context
+	cancel                   context.CancelFunc
+	stop                     func() bool
+	done                     bool
 	// released: complete has dropped the run's items from job.inRun.
 	released bool
 }
@@ -95,6 +99,12 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 	}
 	// One config snapshot for the whole trigger: an edit that arrives
 	// while this Begin runs applies to the next trigger, whole.
+	// The config node's version, before the snapshot (a later edit then
+	// shows as a newer version): Complete checks it (runRecord.Vouch).
+	cfgVersion := int32(-1)
+	if cst, ok := j.cache.dataStat(nConfig); ok {
+		cfgVersion = cst.Version
+	}
 	cfg, params := j.snapshot()
 	if cfg.MaxTimeDiffSeconds > 0 {
 		if err := j.checkClock(ctx, now, time.Duration(cfg.MaxTimeDiffSeconds)*time.Second); err != nil {
@@ -104,6 +114,9 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 	var (
 		items      []Assignment
 		shardMzxid int64
+		// runShardVersion: the sharding node's version the run's Begin
+		// checked (-1: none, a failover run).
+		runShardVersion int32 = -1
 	)
 	for attempt := 0; ; attempt++ {
 		var (
@@ -149,10 +162,12 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		if err != nil {
 			return nil, err
 		}
+		runShardVersion = shardVersion
 		break
 	}
 	j.recordLastError(ctx, "")
-	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid, begin: string(formatTime(now))}
+	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid, begin: string(formatTime(now)),
+		shardVersion: runShardVersion, cfgVersion: cfgVersion}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
 	return r, nil
@@ -934,16 +949,33 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 		// A server shut down mid-run has no status node any more.
 		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusReady)})
 	}
-	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok && !offline {
-		// The run record, completed: with the status, in the last part.
-		tail = append(tail, intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
+	// The run record, completed: with the status, in the last part. It
+	// vouches for its items' times (runRecord.Vouch) only with the checks
+	// that no reshard and no config edit came during the run; if they
+	// fail, the completion is written without them, and without vouching.
+	plainTail := tail
+	if rec, ok := runRecordOf(r.items, r.begin, string(now), false, r.shardMzxid); ok && !offline {
+		plainTail = append(slices.Clone(tail), intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
+		if r.cfg.MonitorsExecution() && monitorNow && r.shardVersion >= 0 && r.cfgVersion >= 0 {
+			rec.Vouch = true
+			tail = append(tail,
+				intent{kind: opCheck, rel: relServer(j.id, nSharding), version: r.shardVersion},
+				intent{kind: opCheck, rel: nConfig, version: r.cfgVersion},
+				intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
+		} else {
+			tail = plainTail
+		}
 	}
 	// Beyond the store's request limit, in parts (split.go): each item's
 	// completion is applied whole, and the status (the tail) only with the
 	// last part. If a part fails, the items of the parts before it stay
 	// completed, which they are; the rest keep their running nodes until
 	// the session ends, and are failed over or re-run from there.
-	_, err := j.commitSplit(ctx, nil, groups, tail)
+	applied, err := j.commitSplit(ctx, nil, groups, tail)
+	if errors.Is(err, store.ErrBadVersion) {
+		_, err = j.commitSplit(ctx, nil, groups[applied:], plainTail)
+	}
+	tail = plainTail
 	if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent) {
 		// An item's node may be gone: pruned by the leader after the
 		// total was lowered below it (a run without running nodes does
@@ -1146,7 +1178,7 @@ func (j *job) readCount(ctx context.Context, node string) (int64, error) {
 
 // runRecordOf is the run record of the normal items of a run (false: a
 // failover run, or no items, which writes none).
-func runRecordOf(items []Assignment, begin, complete string, monitor bool, epoch int64) (runRecord, bool) {
+func runRecordOf(items []Assignment, begin, complete string, vouch bool, epoch int64) (runRecord, bool) {
 	var its []int
 	for _, a := range items {
 		if !a.Failover {
@@ -1157,7 +1189,7 @@ func runRecordOf(items []Assignment, begin, complete string, monitor bool, epoch
 		return runRecord{}, false
 	}
 	slices.Sort(its)
-	return runRecord{Items: its, Begin: begin, Complete: complete, Monitor: monitor, Epoch: epoch}, true
+	return runRecord{Items: its, Begin: begin, Complete: complete, Vouch: vouch, Epoch: epoch}, true
 }
 
 // timeIntents write an item's lastBeginTime or lastCompleteTime. A run

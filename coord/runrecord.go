@@ -37,10 +37,17 @@ type runRecord struct {
 	// lastBeginTime and Complete to every lastCompleteTime, as stored
 	// (Unix milliseconds text); Complete is "" while the run runs.
 	Begin, Complete string
-	// Monitor says whether the run marked its items running
-	// (monitorExecution): a run without leaves no child change on its
-	// items that would tell a later reader it came after another record.
-	Monitor bool
+	// Vouch says whether a reader may take the record's times for its
+	// items' (admin_status.go, vouch). Begin sets it when the run marks its
+	// items running (monitorExecution). Complete sets it only when its last
+	// part also checked the sharding node's and the config node's versions
+	// the run began on: then no reshard, no config edit (e.g.
+	// monitorExecution off, which deletes running nodes) came during the
+	// run, and its running nodes held every other Begin of its items off,
+	// so no other run wrote their lastBeginTime in between. Otherwise (its
+	// check failed, and the completion was written without it) it is
+	// false, and readers read the items' times.
+	Vouch bool
 	// Epoch is the Mzxid of the sharding node the run was planned on.
 	Epoch int64
 }
@@ -49,14 +56,14 @@ type runRecordJSON struct {
 	Items    string `json:"items"`
 	Begin    string `json:"begin"`
 	Complete string `json:"complete,omitempty"`
-	Monitor  bool   `json:"monitor"`
+	Vouch    bool   `json:"vouch"`
 	Epoch    int64  `json:"epoch"`
 }
 
 // encodeRunRecord encodes r, its items as ranges ("0-3332,4000"), so a
 // record of thousands of contiguous items stays a few bytes.
 func encodeRunRecord(r runRecord) []byte {
-	b, _ := json.Marshal(runRecordJSON{Items: formatRanges(r.Items), Begin: r.Begin, Complete: r.Complete, Monitor: r.Monitor, Epoch: r.Epoch})
+	b, _ := json.Marshal(runRecordJSON{Items: formatRanges(r.Items), Begin: r.Begin, Complete: r.Complete, Vouch: r.Vouch, Epoch: r.Epoch})
 	return b
 }
 
@@ -70,7 +77,7 @@ func decodeRunRecord(data []byte) (runRecord, error) {
 	if err != nil {
 		return runRecord{}, err
 	}
-	return runRecord{Items: items, Begin: j.Begin, Complete: j.Complete, Monitor: j.Monitor, Epoch: j.Epoch}, nil
+	return runRecord{Items: items, Begin: j.Begin, Complete: j.Complete, Vouch: j.Vouch, Epoch: j.Epoch}, nil
 }
 
 // formatRanges encodes sorted, distinct items as comma-separated ranges.

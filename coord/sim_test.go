@@ -177,6 +177,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{187, "the same (a registration left behind), another schedule"},
 		{2000169, "a failover claim on an item beyond a since-lowered total ran the item again (an intra-step race: the replay need not hit it)"},
 		{3002508, "with monitorExecution off, an entry queued before the edit was claimed and run by failover beside the owner's normal run (2 of 5 replays hit it; TestNoFailoverWithMonitorExecutionOff pins it)"},
+		{4151726, "a run record's completion, written by a run whose item another server had begun meanwhile (its running node deleted by monitorExecution=false, the item resharded), stood for the item's lastBeginTime in status: Complete now vouches only when its Begin's sharding and config versions are unchanged"},
 	} {
 		t.Run(strconv.FormatInt(c.seed, 10), func(t *testing.T) {
 			for _, v := range coordtest.SimulateMem(t, c.seed) {
