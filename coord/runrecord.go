@@ -13,7 +13,7 @@ import (
 //
 // Begin writes it in the tail of its fenced transaction (with the status
 // RUNNING), Complete rewrites it with the completion time in the tail of
-// its own (with the status READY). The tail is the commit point of a
+// its own (with the status READY; see runRecord.Vouch for its checks). The tail is the commit point of a
 // transaction split in parts (split.go): every part starts with the version
 // check of servers/{id}/sharding, so the record is written only when every
 // item's part was applied under the assignment the run was planned on, and
