@@ -97,14 +97,14 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		j.releaseClaims(ctx)
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
 	}
-	// One config snapshot for the whole trigger: an edit that arrives
-	// while this Begin runs applies to the next trigger, whole.
 	// The config node's version, before the snapshot (a later edit then
 	// shows as a newer version): Complete checks it (runRecord.Vouch).
 	cfgVersion := int32(-1)
 	if cst, ok := j.cache.dataStat(nConfig); ok {
 		cfgVersion = cst.Version
 	}
+	// One config snapshot for the whole trigger: an edit that arrives
+	// while this Begin runs applies to the next trigger, whole.
 	cfg, params := j.snapshot()
 	if cfg.MaxTimeDiffSeconds > 0 {
 		if err := j.checkClock(ctx, now, time.Duration(cfg.MaxTimeDiffSeconds)*time.Second); err != nil {
