@@ -430,3 +430,59 @@ func TestSchedulerFollowUpOrder(t *testing.T) {
 		t.Fatalf("runs = %v, want %v", got, want)
 	}
 }
+
+// blockingRuns is a job whose every run blocks until release is closed;
+// its failover queue holds the items put in.
+type blockingRuns struct {
+	queue   atomic.Int32
+	started chan Reason // receives each run's reason as it starts
+	release chan struct{}
+}
+
+func (b *blockingRuns) run(ctx context.Context, reason Reason) {
+	b.started <- reason
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+}
+
+func (b *blockingRuns) takeMisfire(context.Context) bool { return false }
+
+func (b *blockingRuns) claimFailover(context.Context) bool { return take(&b.queue) }
+
+// A failover request while the run and the failover run beside it are both
+// in progress claims and runs at once, on a runner of its own: the crashed
+// server's next item must not wait for either run to end (the failover
+// benchmark's busy survivors claimed a second item only when one of their
+// runs ended, up to one run (1.5 s) late). In a synctest bubble.
+func TestSchedulerFailoverBesideBusyFailoverRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := testScheduler(t)
+		b := &blockingRuns{started: make(chan Reason, 10), release: make(chan struct{})}
+		if err := s.add("j", "", true, b); err != nil {
+			t.Fatal(err)
+		}
+		s.fire(s.jobs["j"])
+		for i, want := range []Reason{ReasonCron, ReasonFailover, ReasonFailover} {
+			if i > 0 {
+				b.queue.Add(1)
+				s.failover("j")
+			}
+			synctest.Wait()
+			select {
+			case got := <-b.started:
+				if got != want {
+					t.Fatalf("run %d: %v, want %v", i+1, got, want)
+				}
+			default:
+				t.Fatalf("run %d (%v) did not start while the runs before it were in progress", i+1, want)
+			}
+		}
+		close(b.release)
+		waitIdle(t, s)
+		if n := b.queue.Load(); n != 0 {
+			t.Fatalf("%d failover items left unclaimed", n)
+		}
+	})
+}
