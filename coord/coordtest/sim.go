@@ -65,7 +65,9 @@ import (
 // not disabled is owned by exactly one live enabled server, every live
 // enabled server owns at least one item when they are no more than the
 // total, the resharding flag is down, no item is left running, the runs
-// carry the stored config (total, cron), and every item whose run was cut
+// carry the stored config (total, cron), the status shows each item's
+// lastBeginTime and lastCompleteTime as its nodes hold them (CheckItemTimes:
+// the times a status takes from run records), and every item whose run was cut
 // while failover (and monitorExecution) was on has run again, by failover
 // or, when the reshard won the race and its new owner ran it first, by a
 // normal run. Not required (and said so): an item whose cut came while
