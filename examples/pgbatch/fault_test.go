@@ -111,6 +111,12 @@ func TestFaultKillPauseExactlyOnce(t *testing.T) {
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("chaos seed %d", seed)
+	// The chaos is bounded: maxKills kills 3 s apart and one pause, then
+	// the workers finish. Killing every 3 s for as long as rows remained
+	// made the test a race between that fixed rate and recovery, which
+	// slows with the machine's load (not done within 2m30s, 172,055 rows
+	// of 200,000, 1 run in 3 at load 40-60).
+	const maxKills = 8
 	kills, paused := 0, false
 	lastKill := time.Now()
 	r := waitDone(t, pool, 150*time.Second, func() {
@@ -129,7 +135,7 @@ func TestFaultKillPauseExactlyOnce(t *testing.T) {
 			t.Logf("paused and resumed pid %d for %s", w.Pid(), 2*sessionTimeout+time.Second)
 			return
 		}
-		if time.Since(lastKill) > 3*time.Second {
+		if kills < maxKills && time.Since(lastKill) > 3*time.Second {
 			i := rng.IntN(len(c.workers))
 			if err := c.workers[i].Kill(); err != nil {
 				t.Fatal(err)
