@@ -833,16 +833,28 @@ func (j *job) loseRegistration(why string) {
 }
 
 func (j *job) leave(ctx context.Context) error {
+	online, err := j.leaveLocal(ctx)
+	if err != nil || !online {
+		return err
+	}
+	return j.goOffline(ctx)
+}
+
+// leaveLocal is a leave up to its store writes: the watcher stopped and
+// awaited, the registration cancelled, the job forgotten by the Registry,
+// the parked completions written. It reports whether the job's session is
+// still the live one (its ephemerals remain: goOffline is due).
+func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	j.mu.Lock()
 	if j.left {
 		j.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	j.left = true
 	j.mu.Unlock()
 	if err := j.reg.loop.stop(ctx, j); err != nil {
 		j.sig.close()
-		return fmt.Errorf("coord: leave job %q: waiting for the watcher: %w", j.jname, err)
+		return false, fmt.Errorf("coord: leave job %q: waiting for the watcher: %w", j.jname, err)
 	}
 	j.sig.close()
 	j.mu.Lock()
@@ -852,7 +864,7 @@ func (j *job) leave(ctx context.Context) error {
 	j.reg.forget(j.jname, j)
 	sess, _ := j.st.Session()
 	if sess.State != store.StateConnected || sess.ID != live {
-		return nil // our ephemerals are gone with the session
+		return false, nil // our ephemerals are gone with the session
 	}
 	// Completions parked while the session was suspended are written
 	// before going offline: the watcher that would have written them on
@@ -860,7 +872,7 @@ func (j *job) leave(ctx context.Context) error {
 	// would make the runs look crashed (failed over again: simulation
 	// seed 52).
 	j.completeParked(ctx, sess)
-	return j.goOffline(ctx)
+	return true, nil
 }
 
 // goOffline deletes this server's ephemerals (status, candidate, host when
@@ -929,10 +941,7 @@ func (j *job) goOfflineAtOnce(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	j.elec.candidate = ""
-	j.mu.Lock()
-	j.leader = false
-	j.mu.Unlock()
+	j.wentOffline()
 	return ferr == nil || errors.Is(ferr, store.ErrNoNode) || errors.Is(ferr, store.ErrClosed)
 }
 

@@ -183,11 +183,6 @@ func (r *registry) close(ctx context.Context) error {
 		}
 	}
 	r.mu.Unlock()
-	var errs []error
-	for _, j := range jobs {
-		if err := j.leave(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	// Side by side, their offline writes shared (leave.go).
+	return leaveJobs(ctx, jobs)
 }

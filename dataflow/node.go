@@ -25,7 +25,9 @@ import (
 // (stats.Group): many jobs due together are written a few at a time.
 const reportWriters = 8
 
-// stopLeavers bounds the jobs leaving the cluster at once in Stop.
+// stopLeavers bounds the jobs Stop unschedules (and whose last counts it
+// reports) at once; they then leave the cluster together
+// (coord.Registry.Close).
 const stopLeavers = 32
 
 // Timeouts of coordination calls the Node makes without a caller's ctx.
@@ -253,19 +255,21 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 			}
 		}
 		n.mu.Unlock()
-		// Leaving is a few store round trips per job: many jobs leave
-		// side by side, or Stop would take jobs x round trips.
-		var leaving errgroup.Group
-		leaving.SetLimit(stopLeavers)
+		// Every job is unscheduled and reports its last counts, side by
+		// side; then the Registry's Close leaves all of them together,
+		// their offline writes shared in a few transactions (a leave per
+		// job would take thousands of store writes for thousands of jobs).
+		var detaching errgroup.Group
+		detaching.SetLimit(stopLeavers)
 		for _, h := range hs {
-			leaving.Go(func() error {
-				if derr := n.detach(tctx, h); derr != nil && err == nil {
-					n.logger.Warn("dataflow: leaving job at stop", "job", h.name, "err", derr)
+			detaching.Go(func() error {
+				if derr := n.detach(tctx, h, false); derr != nil && err == nil {
+					n.logger.Warn("dataflow: removing job at stop", "job", h.name, "err", derr)
 				}
 				return nil
 			})
 		}
-		_ = leaving.Wait()
+		_ = detaching.Wait()
 		n.detaching.Wait()
 		n.reports.Stop()
 		if cerr := n.reg.Close(tctx); cerr != nil {
@@ -393,12 +397,13 @@ func (n *Node) RemoveJob(ctx context.Context, name string) error {
 	if h == nil {
 		return fmt.Errorf("%w: %q", ErrNoJob, name)
 	}
-	return n.detach(ctx, h)
+	return n.detach(ctx, h, true)
 }
 
 // detach removes h from the Node; the first call does the work and later
-// ones wait for it and return its result.
-func (n *Node) detach(ctx context.Context, h *hostedJob) error {
+// ones wait for it and return its result. With leave false h's coord job
+// is left to the Registry's Close (Stop: every job leaves together).
+func (n *Node) detach(ctx context.Context, h *hostedJob, leave bool) error {
 	h.detachOnce.Do(func() {
 		h.haltCancel()
 		var errs []error
@@ -414,8 +419,10 @@ func (n *Node) detach(ctx context.Context, h *hostedJob) error {
 		if err := h.reporter.Stop(tctx); err != nil {
 			n.logger.Warn("dataflow: last count report", "job", h.name, "err", err)
 		}
-		if err := h.cj.Leave(tctx); err != nil {
-			errs = append(errs, fmt.Errorf("leave: %w", err))
+		if leave {
+			if err := h.cj.Leave(tctx); err != nil {
+				errs = append(errs, fmt.Errorf("leave: %w", err))
+			}
 		}
 		if n.cfg.Metrics != nil {
 			n.cfg.Metrics.Forget(h.name)
@@ -518,7 +525,7 @@ func (n *Node) onSignal(h *hostedJob, sig coord.Signal) {
 			defer n.detaching.Done()
 			ctx, cancel := context.WithTimeout(n.ctx, detachTimeout)
 			defer cancel()
-			if err := n.detach(ctx, h); err != nil {
+			if err := n.detach(ctx, h, true); err != nil {
 				n.logger.Warn("dataflow: stopping job", "job", h.name, "err", err)
 			}
 		}()
