@@ -51,6 +51,9 @@ func (c *Counter) Drain() (success, failure int64) {
 	return c.success.Swap(0), c.failure.Swap(0)
 }
 
+// pending reports whether counts were added since the last Drain.
+func (c *Counter) pending() bool { return c.success.Load() != 0 || c.failure.Load() != 0 }
+
 // Restore gives back counts taken by Drain that could not be reported, so
 // the next Drain includes them. Totals are not affected.
 func (c *Counter) Restore(success, failure int64) {

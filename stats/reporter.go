@@ -120,7 +120,11 @@ func (r *Reporter) startIn(g *Group, own bool) error {
 func (r *Reporter) Started() <-chan struct{} { return r.life.Started() }
 
 // Stop ends the reporting, waits for an interval write in flight, and then
-// writes one last report of the counts not yet reported, bounded by ctx. If
+// writes one last report of the counts not yet reported, bounded by ctx;
+// when there are none (no item processed since the last report), it
+// writes nothing: stopping thousands of idle jobs would otherwise write a
+// report of zeros for each (a few store round trips and a transaction
+// apiece), and the last report written stays the server's. If
 // ctx ends while an interval write is in flight, that write's context is
 // cancelled and Stop still waits for it to return. Stop before Start marks
 // the Reporter stopped and writes nothing; a later Stop waits for the first
@@ -158,7 +162,10 @@ func (r *Reporter) stop(ctx context.Context, started bool) error {
 	}
 	r.writing <- struct{}{}
 	defer func() { <-r.writing }()
-	return r.flush(ctx)
+	if r.counter.pending() {
+		return r.flush(ctx)
+	}
+	return nil
 }
 
 // SetInterval changes the report interval, for a live edit of
