@@ -168,6 +168,25 @@ func TestScaleJobs(t *testing.T) {
 		start = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
+		// SHARDFLOW_SCALE_STOPPROFILE=prefix: a CPU profile of Stop
+		// (prefix.cpu) and the goroutines 3 s into it (prefix.goroutines),
+		// to see where a slow Stop waits.
+		if p := os.Getenv("SHARDFLOW_SCALE_STOPPROFILE"); p != "" && measure {
+			f, err := os.Create(p + ".cpu")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pprof.StartCPUProfile(f); err == nil {
+				defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+			}
+			dump := time.AfterFunc(3*time.Second, func() {
+				if g, err := os.Create(p + ".goroutines"); err == nil {
+					_ = pprof.Lookup("goroutine").WriteTo(g, 1)
+					_ = g.Close()
+				}
+			})
+			defer dump.Stop()
+		}
 		if err := node.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
