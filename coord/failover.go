@@ -16,10 +16,12 @@ import (
 )
 
 // enqueueOrphans is the leader's failover detection: an item whose owner
-// (per sharding) is offline, that began (lastBeginTime) but did not
-// complete, and that nobody runs or has claimed, is queued under
-// leader/failover/items. A claimer that dies leaves its item in the same
-// state, so the item is queued again. It reads the tree directly (the
+// (per sharding) is offline, that began (lastBeginTime) since that owner
+// was given it but did not complete, and that nobody runs or has claimed,
+// is queued under leader/failover/items. A claimer that dies leaves its
+// item in the same state, so the item is queued again. A begin older than
+// the owner's assignment is another server's run, not the owner's: see
+// findOrphans. It reads the tree directly (the
 // cache may lag right after a crash); it runs only on departures, on
 // election and on reconcile ticks. One Multi for all items found (in parts
 // beyond the store's request limit).
@@ -58,7 +60,9 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	var candidates []int
+	// Each candidate item with the Mzxid of the sharding node that gave
+	// it to its offline owner (the lowest, should two list it).
+	candidates := make(map[int]int64)
 	for _, s := range servers {
 		kids, _, err := j.st.Children(ctx, j.p.server(s))
 		if errors.Is(err, store.ErrNoNode) {
@@ -70,7 +74,7 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 		if state := listedServerState(kids); state.online || !state.sharding {
 			continue // online, or never given items
 		}
-		data, _, err := j.st.Get(ctx, j.p.server(s, nSharding))
+		data, shardSt, err := j.st.Get(ctx, j.p.server(s, nSharding))
 		if errors.Is(err, store.ErrNoNode) {
 			continue
 		}
@@ -82,7 +86,11 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 			j.log.Warn("malformed sharding node skipped by the failover scan", "node", j.p.server(s, nSharding), "err", err)
 			continue
 		}
-		candidates = append(candidates, owned...)
+		for _, it := range owned {
+			if z, ok := candidates[it]; !ok || shardSt.Mzxid < z {
+				candidates[it] = shardSt.Mzxid
+			}
+		}
 	}
 	queued, _, err := j.st.Children(ctx, j.p.abs(relFailoverQ))
 	if err != nil {
@@ -95,11 +103,12 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 		}
 	}
 	var check []int
-	for _, it := range candidates {
+	for it := range candidates {
 		if it < total && !inQueue[it] {
 			check = append(check, it)
 		}
 	}
+	slices.Sort(check)
 	// One children listing per item, pipelined (a crashed server of
 	// thousands of items would otherwise cost as many sequential round
 	// trips between its session's expiry and the queueing).
@@ -115,8 +124,24 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 			if err != nil {
 				return err
 			}
-			orphan[i] = slices.Contains(kids, nLastBeginTime) && !slices.Contains(kids, nCompleted) &&
-				!slices.Contains(kids, nRunning) && !slices.Contains(kids, nFailover)
+			if !slices.Contains(kids, nLastBeginTime) || slices.Contains(kids, nCompleted) ||
+				slices.Contains(kids, nRunning) || slices.Contains(kids, nFailover) {
+				return nil
+			}
+			// Only a begin since the owner was given the item is its run
+			// (or a claimer's, which dies the same way): Begins are fenced
+			// by the sharding node's version, so after the assignment only
+			// the owner and claimers begin the item. An older begin is a
+			// previous owner's run, which an edit of monitorExecution to
+			// false (and back) stripped of its running node and a reshard
+			// then moved while it went on: failing it over because its new
+			// owner left ran the item twice side by side, and nothing had
+			// crashed (simulation seed 6311095).
+			ok, st, err := j.st.Exists(gctx, j.p.item(it, nLastBeginTime))
+			if err != nil {
+				return err
+			}
+			orphan[i] = ok && st.Mzxid > candidates[it]
 			return nil
 		})
 	}
