@@ -152,3 +152,34 @@ func TestNoFailoverWithMonitorExecutionOff(t *testing.T) {
 		})
 	})
 }
+
+// A disabled item runs nowhere, by failover neither: an item disabled
+// after its server crashed mid-run and its item was queued is not claimed
+// (memstore simulation seed 3131645: the failover run of a disabled item,
+// whose distribute-once registration counts for no set, was released by a
+// set it had no part in, without a callback during its Once). In a synctest
+// bubble.
+func TestNoFailoverOfDisabledItem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h := coordtest.NewHarness(t, coordtest.Mem())
+		l, a, items := crashMidRun(t, h, 3)
+		if err := h.Admin.DisableItem(ctx, "job", items[0]); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if ok, err := a.Job.ClaimFailover(ctx); err != nil || ok {
+			t.Fatalf("ClaimFailover of disabled item %d = %v, %v; want no claim", items[0], ok, err)
+		}
+		runs := coordtest.BeginAll(t, l, a)
+		defer coordtest.CompleteAll(t, runs...)
+		for _, r := range runs {
+			for _, sh := range r.Shards() {
+				if sh.Item == items[0] {
+					t.Errorf("disabled item %d ran (failover %v)", sh.Item, sh.Failover)
+				}
+			}
+		}
+	})
+}

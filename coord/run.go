@@ -508,7 +508,9 @@ func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]
 	}
 	if len(claims) > 0 {
 		for it, epoch := range claims {
-			if j.cache.has(relItem(it, nDisabled)) {
+			// Read directly unless the cache has loaded the item: the
+			// watcher starts watching a claimed item only after the claim.
+			if disabled, err := j.itemHas(ctx, relItem(it, nDisabled)); err != nil || disabled {
 				continue
 			}
 			out = append(out, Assignment{Item: it, Epoch: epoch, Failover: true})

@@ -177,6 +177,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{187, "the same (a registration left behind), another schedule"},
 		{2000169, "a failover claim on an item beyond a since-lowered total ran the item again (an intra-step race: the replay need not hit it)"},
 		{3002508, "with monitorExecution off, an entry queued before the edit was claimed and run by failover beside the owner's normal run (2 of 5 replays hit it; TestNoFailoverWithMonitorExecutionOff pins it)"},
+		{3131645, "a disabled item queued for failover was claimed and run: its Once registration counted for no set and was released by a set it had no part in (1 of 10 replays hit it; TestNoFailoverOfDisabledItem pins it)"},
 		{4151726, "a run record's completion, written by a run whose item another server had begun meanwhile (its running node deleted by monitorExecution=false, the item resharded), stood for the item's lastBeginTime in status: Complete now vouches only when its Begin's sharding and config versions are unchanged"},
 		{6311095, "a run stripped of its running node by monitorExecution=false (then true again) was resharded away while it went on; its new owner left without running it and the leader's crash scan queued the item (its lastBeginTime was the old owner's run): failed over beside the run, nothing had crashed. The scan now queues only items begun since their offline owner was given them (TestFailoverScanIgnoresPreviousOwnersRun pins it)"},
 	} {
