@@ -48,7 +48,10 @@ import (
 //     whose last run completed, is a violation. On ZooKeeper a Begin that
 //     failed on a lost connection or a cancelled ctx may have marked its
 //     items running all the same (the reply was lost), so a failover run
-//     after such a Begin is not counted against the item. A failover run
+//     after such a Begin is not counted against the item; nor is one after
+//     a disconnect of the item's server that lasted two thirds of the
+//     session timeout (ZooKeeper may have expired the session: a cut no
+//     step made, allowed but not required to run again). A failover run
 //     whose Begin's config (Run.Config) has failover or monitorExecution
 //     off is a violation (docs/configuration.md promises none);
 //   - distribute-once: each callback reads the registrations it serves
@@ -179,6 +182,10 @@ type itemRun struct {
 	failover  bool
 	uncertain int  // ledger.uncertain when it began
 	cut       bool // its server's session ended before it completed
+	// mayBeCut: its server was disconnected long enough for the store to
+	// expire the session (seeds 950028, 960080 on ZooKeeper): a failover
+	// run of the item is allowed after it, not required.
+	mayBeCut bool
 	// unmonitored: it began with monitorExecution off, so nothing records
 	// whether it completed: a failover of the item later is not counted.
 	unmonitored bool
@@ -242,7 +249,12 @@ func (s *sim) run() []string {
 	s.results = make(chan beginResult, 8)
 	s.rounds = map[int][]beginResult{}
 	s.fo = ledger{lastRun: map[int]*itemRun{}, cut: map[int]string{}, required: map[int]string{}, disabled: map[int]bool{},
-		failoverOn: true, monitorOn: true, total: s.total, mem: s.mem}
+		failoverOn: true, monitorOn: true, total: s.total, mem: s.mem, cutOff: map[*simServer]time.Time{}}
+	if b, ok := s.h.B.(interface{ SessionTimeout() time.Duration }); ok && !s.mem {
+		// ZooKeeper hears from a client every third of the timeout, so a
+		// cut this long may already have let the session expire.
+		s.fo.expiresAfter = b.SessionTimeout() * 2 / 3
+	}
 	s.once = s.x.IntN(2) == 0
 	s.ol.starts, s.ol.served = map[string][]int64{}, map[string]string{}
 	for i := range n {
@@ -297,6 +309,9 @@ func (s *sim) join(sv *simServer) {
 		return
 	}
 	sv.st, sv.reg, sv.job, sv.disconnected = st, reg, j, false
+	// A new session: a disconnect of the one before (a crash while cut
+	// off) says nothing about it.
+	s.fo.reconnected(sv)
 }
 
 func (s *sim) up() []*simServer {
@@ -350,13 +365,14 @@ func (s *sim) randomStep() {
 	case op == 10 && sv != nil:
 		if sv.disconnected {
 			s.step("reconnect %s", sv.id)
-			s.h.B.Reconnect(s.t, sv.st)
+			s.reconnect(sv)
 		} else {
 			s.step("disconnect %s", sv.id)
 			s.connected(sv)
 			s.h.B.Disconnect(s.t, sv.st)
+			s.fo.disconnected(sv)
+			sv.disconnected = true
 		}
-		sv.disconnected = !sv.disconnected
 	case op == 11 && sv != nil:
 		on := s.rng.IntN(2) == 0
 		s.step("pause %s %v", sv.id, on)
@@ -632,7 +648,12 @@ type ledger struct {
 	required map[int]string
 	// uncertain counts Begins that failed where the store may have
 	// applied their transaction all the same (ZooKeeper: a lost reply).
-	uncertain             int
+	uncertain int
+	// expiresAfter: a disconnect at least this long may have let the
+	// store expire the session (0: never, memstore); cutOff: when each
+	// disconnected server's disconnect began.
+	expiresAfter          time.Duration
+	cutOff                map[*simServer]time.Time
 	failoverOn, monitorOn bool
 	total                 int
 	disabled              map[int]bool
@@ -650,6 +671,40 @@ func (l *ledger) sessionEnds(sv *simServer, why string) {
 			l.markCut(it, lr, why)
 		}
 	}
+}
+
+// disconnected records that sv's disconnect begins.
+func (l *ledger) disconnected(sv *simServer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cutOff[sv] = time.Now()
+}
+
+// reconnected records that sv's disconnect ended: if it lasted long enough
+// for the session to expire, sv's open runs may have been cut.
+func (l *ledger) reconnected(sv *simServer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.longCut(sv) {
+		for _, lr := range l.lastRun {
+			if lr.sv == sv && !lr.completed && !lr.cut {
+				lr.mayBeCut = true
+			}
+		}
+	}
+	delete(l.cutOff, sv)
+}
+
+// mayHaveExpired: lr's server was, or still is, disconnected long enough
+// for its session to expire. mu held.
+func (l *ledger) mayHaveExpired(lr *itemRun) bool {
+	return lr.mayBeCut || (!lr.completed && l.longCut(lr.sv))
+}
+
+// longCut: sv is disconnected and has been for expiresAfter. mu held.
+func (l *ledger) longCut(sv *simServer) bool {
+	began, ok := l.cutOff[sv]
+	return ok && l.expiresAfter > 0 && time.Since(began) >= l.expiresAfter
 }
 
 // markCut: mu held.
@@ -727,6 +782,7 @@ func (l *ledger) began(res beginResult) []*itemRun {
 			case lr != nil && l.uncertain > lr.uncertain, lr == nil && l.uncertain > 0:
 				// A Begin whose reply may have been lost since.
 			case lr != nil && lr.unmonitored:
+			case lr != nil && l.mayHaveExpired(lr):
 			case lr == nil:
 				l.bad = append(l.bad, fmt.Sprintf("item %d: failover run on %s, but the item never ran before", a.Item, res.sv.id))
 			default:
@@ -909,8 +965,7 @@ func (s *sim) stop(sv *simServer, crash bool) {
 		s.h.B.Kill(s.t, sv.st)
 	} else if sv.disconnected {
 		// A graceful leave needs the store: reconnect first.
-		s.h.B.Reconnect(s.t, sv.st)
-		sv.disconnected = false
+		s.reconnect(sv)
 	}
 	// A Begin still waiting ends with the server: its ctx is cancelled.
 	s.await(sv)
@@ -923,12 +978,18 @@ func (s *sim) stop(sv *simServer, crash bool) {
 	sv.job, sv.reg, sv.st = nil, nil, nil
 }
 
+// reconnect ends sv's disconnect (the ledger learns how long it lasted).
+func (s *sim) reconnect(sv *simServer) {
+	s.h.B.Reconnect(s.t, sv.st)
+	s.fo.reconnected(sv)
+	sv.disconnected = false
+}
+
 func (s *sim) stopAll() {
 	for _, sv := range s.servers {
 		if sv.job != nil {
 			if sv.disconnected {
-				s.h.B.Reconnect(s.t, sv.st)
-				sv.disconnected = false
+				s.reconnect(sv)
 			}
 			s.stop(sv, false)
 		}
@@ -947,8 +1008,7 @@ func (s *sim) quiet() {
 	}
 	for _, sv := range s.up() {
 		if sv.disconnected {
-			s.h.B.Reconnect(s.t, sv.st)
-			sv.disconnected = false
+			s.reconnect(sv)
 		}
 	}
 	// Healing first: an open Begin may wait for a leader that is still

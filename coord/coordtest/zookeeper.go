@@ -318,6 +318,10 @@ func (b *zkBackend) Reconnect(t testing.TB, st store.Store) {
 	})
 }
 
+// SessionTimeout is the timeout every session requests: the simulation
+// counts a disconnect that long as a possible expiry.
+func (b *zkBackend) SessionTimeout() time.Duration { return b.cfg.SessionTimeout }
+
 // SkewServerClock records d; LocalNow returns the real time minus d.
 func (b *zkBackend) SkewServerClock(_ testing.TB, d time.Duration) { b.skew.Store(int64(d)) }
 
