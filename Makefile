@@ -90,7 +90,7 @@ sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STOR
 	@out=$$(mktemp); \
 	SIM_SEED=$(SEED) SIM_SCHEDULES=$(SCHEDULES) SIM_STORE=$(STORE) $(TEST_ENV) $(ZK_WORK) \
 		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper)?$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
-	grep -E 'sim_test.go|^(FAIL|panic)' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
+	awk '/sim_test.go/ {p = 1; print; next} /^[ \t]/ {if (p) print; next} {p = 0} /^(FAIL|panic)/' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
 
 .PHONY: join-zk
 join-zk: zk-overlay ## K processes (2..10) joining one job at once on real ZooKeeper, 100 rounds (JOIN_ROUNDS to change)

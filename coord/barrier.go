@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/store"
@@ -108,11 +111,16 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 			seen++
 		}
 	}
-	if seen >= len(runnable) {
+	complete := seen >= len(runnable)
+	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "runnable", sortedItems(runnable), "complete", complete)
+	if complete {
 		runner := tryLatch{st: b.st, path: store.Join(b.base, onceRunner), owner: []byte(b.id)}
 		held, err := runner.tryAcquire(ctx)
 		if err != nil {
 			return fmt.Errorf("coord: job %q: create %s: %w", b.job, runner.path, err)
+		}
+		if !held {
+			b.debug(ctx, "set complete, runner latch held elsewhere", "items", items, "gen", gen)
 		}
 		if held {
 			// The set read above may have been run and cleared meanwhile
@@ -128,8 +136,10 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 				if err != nil {
 					return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
 				}
+				b.debug(ctx, "set run meanwhile by another server", "items", items, "gen", gen, "now", now.Version)
 				return nil // run and cleared by the other server
 			}
+			b.debug(ctx, "running the callback", "items", items, "gen", gen)
 			ferr := fn(ctx)
 			b.clear(ctx, runner)
 			return ferr
@@ -183,9 +193,11 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 			}
 			_, st, gerr := b.st.Get(wctx, b.base)
 			if gerr == nil && st.Version != gen {
+				b.debug(ctx, "released", "items", items, "gen", gen, "now", st.Version)
 				return nil // released
 			}
 			if gerr == nil {
+				b.debug(ctx, "registration gone without a release; registering again", "items", items, "gen", gen)
 				return errRegisterAgain
 			}
 			err = gerr
@@ -197,6 +209,10 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 			case <-wctx.Done():
 				err = wctx.Err()
 			}
+		}
+		var state string // the set as the timeout found it
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			state = b.state(ctx)
 		}
 		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
 			// Withdrawn, so that the set never completes late (nor early
@@ -213,10 +229,53 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 			return ctx.Err()
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("coord: job %q: %s barrier after %v: %w", b.job, store.Base(b.base), timeout, ErrGuaranteeTimeout)
+			b.debug(ctx, "timed out", "items", items, "gen", gen, "session", sess.ID, "state", state)
+			return fmt.Errorf("coord: job %q: %s barrier after %v (items %v, registered at generation %d; %s): %w", b.job, store.Base(b.base), timeout, items, gen, state, ErrGuaranteeTimeout)
 		}
 		return fmt.Errorf("coord: job %q: wait on %s: %w", b.job, mine, err)
 	}
+}
+
+// debug logs a decision of the barrier with the set's registrations (each
+// item's server and session), read only when debug logging is on: the
+// diagnostics of a set that never completes or releases without a callback
+// (the simulation prints them with a barrier violation).
+func (b onceBarrier) debug(ctx context.Context, msg string, args ...any) {
+	if !b.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	args = append(args, "server", b.id, "phase", store.Base(b.base), "set", b.state(ctx))
+	b.log.Debug("distribute-once: "+msg, args...)
+}
+
+// state describes the set as stored now: its generation, each
+// registration's item, server and session, and the runner latch's holder.
+// Off the normal path (debug logging, a timeout): a read per child.
+func (b onceBarrier) state(ctx context.Context) string {
+	ctx = context.WithoutCancel(ctx)
+	_, st, err := b.st.Get(ctx, b.base)
+	if err != nil {
+		return fmt.Sprintf("unreadable: %v", err)
+	}
+	kids, _, err := b.st.Children(ctx, b.base)
+	if err != nil {
+		return fmt.Sprintf("generation %d, registrations unreadable: %v", st.Version, err)
+	}
+	slices.Sort(kids)
+	var regs []string
+	for _, k := range kids {
+		data, kst, err := b.st.Get(ctx, store.Join(b.base, k))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		regs = append(regs, fmt.Sprintf("%s=%s@0x%x", k, data, kst.EphemeralOwner))
+	}
+	return fmt.Sprintf("generation %d, registrations [%s]", st.Version, strings.Join(regs, " "))
+}
+
+// sortedItems lists a set of items in order.
+func sortedItems(set map[int]bool) []int {
+	return slices.Sorted(maps.Keys(set))
 }
 
 // once is Job.Once: this run's phase barrier over the job's current total.

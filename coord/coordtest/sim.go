@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -222,6 +223,8 @@ type sim struct {
 	// once: the schedule's runs go through the distribute-once barrier.
 	once bool
 	ol   onceLog
+	// blog keeps the barrier's debug lines for a violation's report.
+	blog *barrierLog
 	// round numbers the triggers; rounds keeps each round's results.
 	round  int
 	rounds map[int][]beginResult
@@ -257,6 +260,7 @@ func (s *sim) run() []string {
 	}
 	s.once = s.x.IntN(2) == 0
 	s.ol.starts, s.ol.served = map[string][]int64{}, map[string]string{}
+	s.blog = newBarrierLog(quietLogger().Handler(), s.ol.next)
 	for i := range n {
 		s.servers = append(s.servers, &simServer{id: fmt.Sprintf("s%d", i)})
 	}
@@ -278,6 +282,9 @@ func (s *sim) run() []string {
 	s.fo.mu.Unlock()
 	if len(s.violations) > 0 {
 		s.violations = append(s.violations, "schedule: "+strings.Join(s.log, "; "))
+		if s.once {
+			s.violations = append(s.violations, "barrier log (#: barrier sequence; calls: "+s.onceCalls()+"):\n\t"+strings.Join(s.blog.text(), "\n\t"))
+		}
 	}
 	return s.violations
 }
@@ -291,7 +298,7 @@ func (s *sim) config() jobconfig.Config {
 func (s *sim) join(sv *simServer) {
 	s.step("join %s", sv.id)
 	st := s.h.B.Connect(s.t)
-	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: s.h.NS, ServerID: sv.id, HostName: "host-" + sv.id, Logger: quietLogger(), Now: s.h.Now})
+	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: s.h.NS, ServerID: sv.id, HostName: "host-" + sv.id, Logger: slog.New(s.blog), Now: s.h.Now})
 	if err != nil {
 		s.violate("NewRegistry %s: %v", sv.id, err)
 		return
@@ -576,7 +583,9 @@ func (s *sim) onceCallback(st store.Store, c *onceCall) func(context.Context) er
 		s.ol.mu.Lock()
 		s.ol.seq++
 		s.ol.starts[c.phase] = append(s.ol.starts[c.phase], s.ol.seq)
+		seq := s.ol.seq
 		s.ol.mu.Unlock()
+		s.blog.note(fmt.Sprintf("#%d callback of %s %s starts", seq, c.server, c.phase))
 		base := store.Join("/"+s.h.NS, simJob, "guarantee", c.phase)
 		kids, _, err := st.Children(ctx, base)
 		if err != nil {
@@ -600,6 +609,21 @@ func (s *sim) onceCallback(st store.Store, c *onceCall) func(context.Context) er
 		}
 		return nil
 	}
+}
+
+// onceCalls describes every Once call of the schedule: round, server,
+// phase, [enter,exit] in the barrier sequence, ran, err.
+func (s *sim) onceCalls() string {
+	var out []string
+	rounds := slices.Sorted(maps.Keys(s.rounds))
+	for _, rd := range rounds {
+		for _, res := range s.rounds[rd] {
+			for _, c := range res.onces {
+				out = append(out, fmt.Sprintf("r%d %s %s [%d,%d] ran=%v err=%v", rd, c.server, c.phase, c.enter, c.exit, c.ran, c.err))
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 // onceErrOK reports whether err is one a barrier participant may get (see
