@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,9 +53,10 @@ type onceBarrier struct {
 	job   string // for errors
 	log   *slog.Logger
 	total int // items 0..total-1 count towards the set
-	// runnable returns the items that complete the set (not disabled);
-	// read after this server registered.
-	runnable func(context.Context) (map[int]bool, error)
+	// disabled reports whether an operator disabled item (no server runs
+	// or registers it, so the set is complete without it), read from the
+	// store, never from a cache: the set's completion is decided on it.
+	disabled func(ctx context.Context, item int) (bool, error)
 }
 
 // errRegisterAgain: a registration went without a release.
@@ -101,19 +101,12 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 	if err != nil {
 		return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
 	}
-	runnable, err := b.runnable(ctx)
+	missing, err := b.missing(ctx, kids)
 	if err != nil {
 		return err
 	}
-	seen := 0
-	for _, k := range kids {
-		if it, ok := parseItemName(k); ok && it < b.total && runnable[it] {
-			seen++
-		}
-	}
-	complete := seen >= len(runnable)
-	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "runnable", sortedItems(runnable), "complete", complete)
-	if complete {
+	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "missing", missing)
+	if missing < 0 {
 		runner := tryLatch{st: b.st, path: store.Join(b.base, onceRunner), owner: []byte(b.id)}
 		held, err := runner.tryAcquire(ctx)
 		if err != nil {
@@ -146,6 +139,39 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 		}
 	}
 	return b.wait(ctx, wctx, sess, gen, items, timeout)
+}
+
+// missing returns an item the set still waits for (in 0..total-1, not
+// registered in kids, not disabled), or -1 when the set is complete. The
+// disabled flags are read from the store, one per unregistered item until
+// one is found enabled: a participant whose set is incomplete usually
+// stops at the first, and the one completing it reads only the disabled
+// items. A cached flag would lag: an item disabled since, read as enabled,
+// kept the set from ever completing (a barrier timeout with every runnable
+// item registered: simulation seed 3154899, where the cache had not yet
+// taken in an item disabled while the server was cut off); one enabled
+// since, read as disabled, completed the set before that item's run
+// registered.
+func (b onceBarrier) missing(ctx context.Context, kids []string) (int, error) {
+	registered := make(map[int]bool, len(kids))
+	for _, k := range kids {
+		if it, ok := parseItemName(k); ok && it < b.total {
+			registered[it] = true
+		}
+	}
+	for it := range b.total {
+		if registered[it] {
+			continue
+		}
+		disabled, err := b.disabled(ctx, it)
+		if err != nil {
+			return 0, err
+		}
+		if !disabled {
+			return it, nil
+		}
+	}
+	return -1, nil
 }
 
 // sessionGone tells a registration the runner cleared from one that went
@@ -273,11 +299,6 @@ func (b onceBarrier) state(ctx context.Context) string {
 	return fmt.Sprintf("generation %d, registrations [%s]", st.Version, strings.Join(regs, " "))
 }
 
-// sortedItems lists a set of items in order.
-func sortedItems(set map[int]bool) []int {
-	return slices.Sorted(maps.Keys(set))
-}
-
 // once is Job.Once: this run's phase barrier over the job's current total.
 func (j *job) once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
 	return j.onceOver(ctx, j.config().ShardingTotalCount, phase, items, timeout, fn)
@@ -303,26 +324,17 @@ func (j *job) onceOver(ctx context.Context, total int, phase string, items []int
 	}
 	b := onceBarrier{
 		st: j.st, base: j.p.abs(nGuarantee + "/" + phase), id: j.id, job: j.jname, log: j.log, total: total,
-		runnable: func(ctx context.Context) (map[int]bool, error) { return j.runnableItems(ctx, total) },
+		disabled: j.itemDisabled,
 	}
 	return b.run(ctx, items, timeout, fn)
 }
 
-// runnableItems is the set a Once barrier waits for: the items that run
-// in a run across the servers, that is 0..total-1 minus the items an
-// operator disabled (no server runs or registers those). Disabled flags
-// are read as Begin reads them (the tree cache where it holds the item,
-// else directly).
-func (j *job) runnableItems(ctx context.Context, total int) (map[int]bool, error) {
-	out := make(map[int]bool, total)
-	for it := range total {
-		disabled, err := j.itemHas(ctx, relItem(it, nDisabled))
-		if err != nil {
-			return nil, err
-		}
-		if !disabled {
-			out[it] = true
-		}
+// itemDisabled reads item's disabled flag from the store (the barrier's
+// completion is decided on it: see onceBarrier.missing).
+func (j *job) itemDisabled(ctx context.Context, item int) (bool, error) {
+	ok, _, err := j.st.Exists(ctx, j.p.item(item, nDisabled))
+	if err != nil {
+		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(item, nDisabled), err)
 	}
-	return out, nil
+	return ok, nil
 }

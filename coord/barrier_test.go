@@ -167,3 +167,51 @@ func TestOnceParticipantsLeaveNoRegistration(t *testing.T) {
 		})
 	}
 }
+
+// The set's completion is decided on the items' disabled flags as stored,
+// not as a lagging cache holds them (simulation seed 3154899: one server,
+// cut off while an operator disabled item 2, its cache not yet past the
+// event when its next run's Once counted the set: it waited for item 2,
+// which no server runs, and timed out). Here the cache's re-reads of item
+// 2 after its flag's watch fired (the container's children, then the flag)
+// are held, so the cache still shows the item enabled while a's Once counts
+// the set; the callback must run all the same. In a synctest bubble: a wait
+// for item 2 would be the 3 s timeout.
+func TestOnceSetCountsDisabledItemsAsStored(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := coordtest.Mem()
+		h := coordtest.NewHarness(t, b)
+		item2 := "/" + h.NS + "/job/execution/2"
+		var holding atomic.Bool
+		release := make(chan struct{})
+		hs := &coordtest.HookStore{Store: b.Connect(t), Before: func(ctx context.Context, c coordtest.Call) error {
+			if (c.Method == "Children" && c.Path == item2 || c.Method == "ExistsW" && c.Path == item2+"/disabled") && holding.Load() {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		}}
+		a, err := h.TryStart("a", coordtest.Config("job", 3), hs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		coordtest.CompleteAll(t, coordtest.BeginAll(t, a)...)
+		synctest.Wait()
+		holding.Store(true)
+		defer close(release)
+		if err := h.Admin.DisableItem(t.Context(), "job", 2); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the cache's re-read of the flag is held
+		var calls atomic.Int32
+		err = a.Job.Once(t.Context(), "started", []int{0, 1}, 3*time.Second, func(context.Context) error {
+			calls.Add(1)
+			return nil
+		})
+		if err != nil || calls.Load() != 1 {
+			t.Fatalf("Once over items 0 and 1 with item 2 disabled: %v, %d callbacks; want nil and 1", err, calls.Load())
+		}
+	})
+}

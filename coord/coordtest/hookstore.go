@@ -11,7 +11,7 @@ import (
 // Call is one store call as a HookStore's hooks see it.
 type Call struct {
 	// Method is the store method: "Create", "Get", "Children",
-	// "ChildrenW" or "Multi".
+	// "ChildrenW", "ExistsW" or "Multi".
 	Method string
 	// Path is the call's path ("" for Multi).
 	Path string
@@ -24,8 +24,8 @@ type Call struct {
 // runs before a call reaches the store and may hold it, or fail it without
 // making it (a connection lost on the way there); After runs once the call
 // has returned and may hold the reply, or replace its error (a reply lost
-// on the way back). The hooked calls are Create, Get, Children, ChildrenW
-// and Multi; the others go straight to the store.
+// on the way back). The hooked calls are Create, Get, Children, ChildrenW,
+// ExistsW and Multi; the others go straight to the store.
 //
 // Set the hooks before the store is used (a server's goroutines call it
 // from its start); they run on the goroutine of the call, and a hook that
@@ -137,6 +137,16 @@ func (s *HookStore) ChildrenW(ctx context.Context, path string) ([]string, store
 	r, err := hook(s, ctx, Call{Method: "ChildrenW", Path: path}, func() (nodeRead[[]string], error) {
 		names, stat, watch, err := s.Store.ChildrenW(ctx, path)
 		return nodeRead[[]string]{v: names, stat: stat, watch: watch}, err
+	})
+	return r.v, r.stat, r.watch, err
+}
+
+// ExistsW runs the hooks around the wrapped store's ExistsW (the tree
+// cache's reads of item flags).
+func (s *HookStore) ExistsW(ctx context.Context, path string) (bool, store.Stat, <-chan store.Event, error) {
+	r, err := hook(s, ctx, Call{Method: "ExistsW", Path: path}, func() (nodeRead[bool], error) {
+		ok, stat, watch, err := s.Store.ExistsW(ctx, path)
+		return nodeRead[bool]{v: ok, stat: stat, watch: watch}, err
 	})
 	return r.v, r.stat, r.watch, err
 }

@@ -56,13 +56,17 @@ func TestHookStore(t *testing.T) {
 	if names, _, watch, err := hs.ChildrenW(ctx, "/"); err != nil || !slices.Contains(names, "a") || watch == nil {
 		t.Fatalf("ChildrenW = %v, %v, %v", names, watch, err)
 	}
+	if ok, _, watch, err := hs.ExistsW(ctx, "/a"); err != nil || !ok || watch == nil {
+		t.Fatalf("ExistsW = %v, %v, %v", ok, watch, err)
+	}
 	if _, err := hs.Multi(ctx, &store.SetOp{Path: "/a", Data: []byte("y"), Version: store.AnyVersion}); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{
 		"before Create /a", "after Create /a", "before Create /refused",
 		"before Get /a", "after Get /a", "before Children /", "after Children /",
-		"before ChildrenW /", "after ChildrenW /", "before Multi ", "after Multi ",
+		"before ChildrenW /", "after ChildrenW /", "before ExistsW /a", "after ExistsW /a",
+		"before Multi ", "after Multi ",
 	}
 	if !slices.Equal(seen, want) {
 		t.Fatalf("hooks saw %q\nwant %q", seen, want)
