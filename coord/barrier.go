@@ -18,7 +18,8 @@ import (
 const onceRunner = "runner"
 
 // withdrawWait bounds the withdrawal of a participant's registrations
-// when its wait ends without a release.
+// when its wait ends without a release; what it cannot delete in time
+// (the connection cut) is owed (barrierDebt).
 const withdrawWait = 2 * time.Second
 
 // onceBarrier is the distribute-once barrier of one phase ("started" or
@@ -39,6 +40,19 @@ const withdrawWait = 2 * time.Second
 // withdraws them. Registrations of items that do not count (disabled, or
 // beyond the total) never complete a set.
 //
+// A cut connection does not end a session: it may resume, with every
+// ephemeral node it held. A participant that gives up while cut off, or
+// whose store call fails after it registered, cannot delete its
+// registrations then; a runner cut off in its callback cannot clear the
+// set, nor free the runner latch. Left on a resumed session, a
+// registration would complete a later set before that run's participant of
+// the item registered (simulation: a callback ran before the last server's
+// Once, which timed out), and the latch would keep every later set of the
+// phase from running. So what the barrier cannot write is owed to the
+// session (barrierDebt): the job writes it as soon as that session is
+// connected again, before it registers anything else, and drops it once the
+// session is gone (its ephemeral nodes went with it).
+//
 // Blocking and cancellation: run blocks until the callback has run here,
 // or, on a server that did not complete the set, until a runner cleared
 // it, the timeout passed (ErrGuaranteeTimeout), ctx ended (ctx.Err()), or
@@ -57,6 +71,9 @@ type onceBarrier struct {
 	// or registers it, so the set is complete without it), read from the
 	// store, never from a cache: the set's completion is decided on it.
 	disabled func(ctx context.Context, item int) (bool, error)
+	// owe hands the job a write the barrier could not make on session
+	// (the connection cut): see onceBarrier and job.oweBarrier.
+	owe func(session int64, what string, pay func(context.Context) error)
 }
 
 // errRegisterAgain: a registration went without a release.
@@ -92,17 +109,21 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 	gen := st.Version
 	// The session the registrations are made on: they go with it.
 	sess, _ := b.st.Session()
-	for _, it := range items {
+	for i, it := range items {
 		if _, err := b.st.Create(ctx, store.Join(b.base, strconv.Itoa(it)), []byte(b.id), store.Ephemeral); err != nil && !errors.Is(err, store.ErrNodeExists) {
+			// The failed create may have been applied (a lost reply).
+			b.withdraw(ctx, sess, items[:i+1])
 			return fmt.Errorf("coord: job %q: register item %d under %s: %w", b.job, it, b.base, err)
 		}
 	}
 	kids, _, err := b.st.Children(ctx, b.base)
 	if err != nil {
+		b.withdraw(ctx, sess, items)
 		return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
 	}
 	missing, err := b.missing(ctx, kids)
 	if err != nil {
+		b.withdraw(ctx, sess, items)
 		return err
 	}
 	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "missing", missing)
@@ -110,6 +131,7 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 		runner := tryLatch{st: b.st, path: store.Join(b.base, onceRunner), owner: []byte(b.id)}
 		held, err := runner.tryAcquire(ctx)
 		if err != nil {
+			b.withdraw(ctx, sess, items)
 			return fmt.Errorf("coord: job %q: create %s: %w", b.job, runner.path, err)
 		}
 		if !held {
@@ -123,10 +145,9 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 			// held nobody clears, so the check is final.
 			_, now, err := b.st.Get(ctx, b.base)
 			if err != nil || now.Version != gen {
-				if rerr := runner.release(context.WithoutCancel(ctx)); rerr != nil {
-					b.log.Warn("cannot clear guarantee runner", "err", rerr)
-				}
+				b.release(ctx, sess, runner)
 				if err != nil {
+					b.withdraw(ctx, sess, items)
 					return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
 				}
 				b.debug(ctx, "set run meanwhile by another server", "items", items, "gen", gen, "now", now.Version)
@@ -134,7 +155,7 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 			}
 			b.debug(ctx, "running the callback", "items", items, "gen", gen)
 			ferr := fn(ctx)
-			b.clear(ctx, runner)
+			b.clear(ctx, sess, runner)
 			return ferr
 		}
 	}
@@ -186,24 +207,135 @@ func (b onceBarrier) sessionGone(sess store.Session) error {
 
 // clear ends the set after the callback: the generation bumped first (a
 // waiter whose registration goes must see it moved), then the
-// registrations, the runner latch last, none of it cancelled by ctx.
-func (b onceBarrier) clear(ctx context.Context, runner tryLatch) {
-	ctx = context.WithoutCancel(ctx)
-	if _, err := b.st.Set(ctx, b.base, nil, store.AnyVersion); err != nil {
-		b.log.Warn("cannot mark the guarantee set run", "node", b.base, "err", err)
+// registrations, the runner latch last, none of it cancelled by ctx. What
+// a cut connection stops is owed to sess, the session the latch was taken
+// on (onceBarrier), from where it stopped.
+func (b onceBarrier) clear(ctx context.Context, sess store.Session, runner tryLatch) {
+	c := &setClear{b: b, runner: runner}
+	if err := c.run(context.WithoutCancel(ctx)); err != nil {
+		b.log.Warn("cannot clear the guarantee set, connection lost; clearing it when the session resumes", "node", b.base, "err", err)
+		b.owe(sess.ID, "clear "+b.base, c.run)
 	}
-	kids, _, _ := b.st.Children(ctx, b.base)
-	for _, k := range kids {
+}
+
+// setClear is the progress of one clear: a clear owed goes on where the
+// connection stopped it, so that it deletes the registrations the set had
+// when its generation moved, not ones made since the session resumed.
+type setClear struct {
+	b      onceBarrier
+	runner tryLatch
+	bumped bool
+	kids   []string // nil: not read yet
+}
+
+// run makes the clear's remaining writes. A lost connection stops it (the
+// error: the rest is owed); any other failure is logged and the clear goes
+// on, as nothing will retry it.
+func (c *setClear) run(ctx context.Context) error {
+	b := c.b
+	failed := func(what string, err error) error {
+		if err == nil || errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		if b.lost(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		b.log.Warn("cannot clear guarantee node", "what", what, "err", err)
+		return nil
+	}
+	if !c.bumped {
+		_, err := b.st.Set(ctx, b.base, nil, store.AnyVersion)
+		if err := failed("mark the set run", err); err != nil {
+			return err
+		}
+		c.bumped = true
+	}
+	if c.kids == nil {
+		kids, _, err := b.st.Children(ctx, b.base)
+		if err := failed("read the set", err); err != nil {
+			return err
+		}
+		c.kids = append(slices.DeleteFunc(kids, func(k string) bool { return k == onceRunner }), onceRunner)
+	}
+	for len(c.kids) > 0 {
+		k := c.kids[0]
+		var err error
 		if k == onceRunner {
-			continue
+			err = c.runner.release(ctx)
+		} else {
+			err = b.st.Delete(ctx, store.Join(b.base, k), store.AnyVersion)
 		}
-		if err := b.st.Delete(ctx, store.Join(b.base, k), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			b.log.Warn("cannot clear guarantee node", "node", store.Join(b.base, k), "err", err)
+		if err := failed("delete "+store.Join(b.base, k), err); err != nil {
+			return err
 		}
+		c.kids = c.kids[1:]
 	}
+	return nil
+}
+
+// release frees the runner latch this participant took on sess; owed when
+// the connection is cut.
+func (b onceBarrier) release(ctx context.Context, sess store.Session, runner tryLatch) {
 	if err := runner.release(ctx); err != nil {
 		b.log.Warn("cannot clear guarantee runner", "err", err)
+		if b.lost(err) {
+			b.owe(sess.ID, "free "+runner.path, runner.release)
+		}
 	}
+}
+
+// withdraw deletes this participant's registrations of items made on sess
+// (a node of the item another session registered is that participant's,
+// and stays), within withdrawWait; the ones the connection keeps it from
+// deleting are owed to sess (onceBarrier).
+func (b onceBarrier) withdraw(ctx context.Context, sess store.Session, items []int) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawWait)
+	defer cancel()
+	for i, it := range items {
+		if err := b.withdrawItem(dctx, sess.ID, it); err != nil {
+			if b.lost(err) {
+				left := slices.Clone(items[i:])
+				b.owe(sess.ID, fmt.Sprintf("withdraw %v from %s", left, b.base), func(ctx context.Context) error {
+					for _, it := range left {
+						if err := b.withdrawItem(ctx, sess.ID, it); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			} else {
+				b.log.Warn("cannot withdraw a guarantee registration", "node", store.Join(b.base, strconv.Itoa(it)), "err", err)
+			}
+			return
+		}
+	}
+}
+
+// withdrawItem deletes item's registration if this server made it on
+// session (or on the store's current session: the registration call may
+// have gone on a session that replaced it).
+func (b onceBarrier) withdrawItem(ctx context.Context, session int64, item int) error {
+	p := store.Join(b.base, strconv.Itoa(item))
+	data, st, err := b.st.Get(ctx, p)
+	if errors.Is(err, store.ErrNoNode) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if cur, _ := b.st.Session(); string(data) != b.id || st.EphemeralOwner != session && st.EphemeralOwner != cur.ID {
+		return nil
+	}
+	if err := b.st.Delete(ctx, p, st.Version); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+		return err
+	}
+	return nil
+}
+
+// lost reports whether err is a connection or session failure (the write
+// may be owed), not a refusal.
+func (b onceBarrier) lost(err error) bool {
+	return lostConnection(b.st, err) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // wait blocks until a runner clears this server's registration (the
@@ -240,17 +372,10 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			state = b.state(ctx)
 		}
-		if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
-			// Withdrawn, so that the set never completes late (nor early
-			// for a later run, with this registration in it). Bounded: on
-			// a session cut off, the registrations go with it when it is
-			// lost.
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawWait)
-			for _, it := range items {
-				_ = b.st.Delete(dctx, store.Join(b.base, strconv.Itoa(it)), store.AnyVersion)
-			}
-			cancel()
-		}
+		// Withdrawn, so that the set never completes late (nor early for
+		// a later run, with this registration in it); on a connection
+		// cut, owed to the session, which may resume.
+		b.withdraw(ctx, sess, items)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -322,11 +447,64 @@ func (j *job) onceOver(ctx context.Context, total int, phase string, items []int
 	if len(items) == 0 {
 		return nil
 	}
+	// What an earlier Once owes this session goes first: a registration
+	// left from it must not count in the set this one joins.
+	sess, _ := j.st.Session()
+	j.payBarrierDebts(ctx, sess)
 	b := onceBarrier{
 		st: j.st, base: j.p.abs(nGuarantee + "/" + phase), id: j.id, job: j.jname, log: j.log, total: total,
-		disabled: j.itemDisabled,
+		disabled: j.itemDisabled, owe: j.oweBarrier,
 	}
 	return b.run(ctx, items, timeout, fn)
+}
+
+// barrierDebt is a write the distribute-once barrier could not make on a
+// session whose connection was cut (onceBarrier): a withdrawal, a clear, the
+// runner latch's release.
+type barrierDebt struct {
+	session int64
+	what    string
+	pay     func(context.Context) error
+}
+
+// oweBarrier keeps a barrier's write for payBarrierDebts.
+func (j *job) oweBarrier(session int64, what string, pay func(context.Context) error) {
+	j.mu.Lock()
+	j.owed = append(j.owed, barrierDebt{session, what, pay})
+	j.mu.Unlock()
+	// The session may have resumed since the write failed, and the
+	// watcher's step for that change run before the debt was kept: it
+	// looks at the session again.
+	j.post(loopEvent{kind: evSession})
+}
+
+// payBarrierDebts makes the barrier's owed writes on their session, now
+// connected again (the watcher on a session change, a Once before it
+// registers, a leave); a debt whose session is gone is dropped (the nodes
+// it was about went with the session). One that fails is kept for the
+// next session change.
+func (j *job) payBarrierDebts(ctx context.Context, sess store.Session) {
+	if sess.State == store.StateSuspended {
+		return
+	}
+	j.mu.Lock()
+	owed := j.owed
+	j.owed = nil
+	j.mu.Unlock()
+	for i, d := range owed {
+		if sess.State != store.StateConnected || d.session != sess.ID {
+			j.log.Debug("distribute-once: a debt dropped with its session", "what", d.what, "session", d.session)
+			continue
+		}
+		if err := d.pay(ctx); err != nil {
+			j.log.Warn("distribute-once: cannot write what a barrier owes its session; retrying at the next session change or Once", "what", d.what, "err", err)
+			j.mu.Lock()
+			j.owed = append(j.owed, owed[i:]...)
+			j.mu.Unlock()
+			return
+		}
+		j.log.Debug("distribute-once: paid what a barrier owed its session", "what", d.what)
+	}
 }
 
 // itemDisabled reads item's disabled flag from the store (the barrier's

@@ -2,6 +2,7 @@ package coord_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/coordtest"
+	"github.com/shardflow/shardflow/coord/store"
 )
 
 // TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete forces: a and b both register; both read the
@@ -121,7 +123,7 @@ func TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete(t *testing.T) {
 // 296: the last trigger of a schedule timed out on a set every server
 // joined). In a synctest bubble: "waiting" is every goroutine blocked.
 func TestOnceParticipantsLeaveNoRegistration(t *testing.T) {
-	for _, how := range []string{"cancelled", "crashed"} {
+	for _, how := range []string{"cancelled", "crashed", "timed out while cut off"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := coordtest.NewHarness(t, coordtest.Mem())
@@ -134,14 +136,30 @@ func TestOnceParticipantsLeaveNoRegistration(t *testing.T) {
 				// a's run registers item 0 and waits for b; then it ends.
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
-				go func() { done <- a.Job.Once(ctx, "started", []int{0}, time.Minute, cb) }()
+				wait := time.Minute
+				if how == "timed out while cut off" {
+					wait = 3 * time.Second // within the session timeout
+				}
+				go func() { done <- a.Job.Once(ctx, "started", []int{0}, wait, cb) }()
 				synctest.Wait()
-				if how == "cancelled" {
+				switch how {
+				case "cancelled":
 					cancel()
 					if err := <-done; err == nil {
 						t.Fatal("a's cancelled Once returned nil")
 					}
-				} else {
+				case "timed out while cut off":
+					// Its withdrawal fails on the cut connection; the
+					// session resumes, with the registration unless a's
+					// job withdraws it.
+					defer cancel()
+					h.B.Disconnect(t, a.St)
+					if err := <-done; err == nil {
+						t.Fatal("a's Once returned nil while cut off")
+					}
+					h.B.Reconnect(t, a.St)
+					synctest.Wait()
+				default:
 					h.B.Kill(t, a.St)
 					defer cancel()
 					a = h.Start("a2", cfg) // the set's other participant from now on
@@ -212,6 +230,98 @@ func TestOnceSetCountsDisabledItemsAsStored(t *testing.T) {
 		})
 		if err != nil || calls.Load() != 1 {
 			t.Fatalf("Once over items 0 and 1 with item 2 disabled: %v, %d callbacks; want nil and 1", err, calls.Load())
+		}
+	})
+}
+
+// The runner whose connection is cut during its callback cannot clear the
+// set: the registrations, the generation and the runner latch stay as they
+// were, on a session that resumes when the connection returns. The clear is
+// then owed: written when the session resumes (the set's other participants
+// are released, as by any clear), else the set and the latch, held by a
+// live session, would keep every later set of the phase from running. In a
+// synctest bubble.
+func TestOnceRunnerCutOffDuringTheCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := coordtest.NewHarness(t, coordtest.Mem())
+		cfg := coordtest.Config("job", 2)
+		a := h.Start("a", cfg)
+		b := h.Start("b", cfg)
+		coordtest.CompleteAll(t, coordtest.BeginAll(t, a, b)...)
+		var calls atomic.Int32
+		cb := func(context.Context) error { calls.Add(1); return nil }
+		// b registers item 1 and waits; a completes the set and is cut off
+		// in its callback.
+		bdone := make(chan error, 1)
+		go func() { bdone <- b.Job.Once(context.Background(), "started", []int{1}, time.Minute, cb) }()
+		synctest.Wait()
+		err := a.Job.Once(context.Background(), "started", []int{0}, time.Minute, func(context.Context) error {
+			calls.Add(1)
+			h.B.Disconnect(t, a.St)
+			return nil
+		})
+		if err != nil || calls.Load() != 1 {
+			t.Fatalf("a's Once (its callback cut off): %v, %d callbacks; want nil and 1", err, calls.Load())
+		}
+		time.Sleep(5 * time.Second) // within the session timeout
+		h.B.Reconnect(t, a.St)
+		if err := <-bdone; err != nil {
+			t.Fatalf("b's Once, its set run by a: %v; want released once a's session resumed", err)
+		}
+		// The next set runs as any set does.
+		go func() { bdone <- b.Job.Once(context.Background(), "started", []int{1}, 10*time.Second, cb) }()
+		if err := a.Job.Once(context.Background(), "started", []int{0}, 10*time.Second, cb); err != nil {
+			t.Fatalf("a's next Once: %v", err)
+		}
+		if err := <-bdone; err != nil {
+			t.Fatalf("b's next Once: %v", err)
+		}
+		if n := calls.Load(); n != 2 {
+			t.Fatalf("%d callbacks over two sets, want 2", n)
+		}
+	})
+}
+
+// A store call that fails after the participant registered (here the read
+// of the set, as on a connection lost for that call) ends its Once with the
+// error and must withdraw the registration, as a timeout does: left behind,
+// it would complete the next set before this server's next run registered.
+func TestOnceFailureAfterRegisteringWithdraws(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := coordtest.Mem()
+		h := coordtest.NewHarness(t, b)
+		base := "/" + h.NS + "/job/guarantee/started"
+		var fail atomic.Bool
+		hs := &coordtest.HookStore{Store: b.Connect(t), Before: func(_ context.Context, c coordtest.Call) error {
+			if c.Method == "Children" && c.Path == base && fail.CompareAndSwap(true, false) {
+				return store.ErrConnectionLoss
+			}
+			return nil
+		}}
+		cfg := coordtest.Config("job", 2)
+		a, err := h.TryStart("a", cfg, hs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := h.Start("b", cfg)
+		coordtest.CompleteAll(t, coordtest.BeginAll(t, a, bs)...)
+		var calls atomic.Int32
+		cb := func(context.Context) error { calls.Add(1); return nil }
+		fail.Store(true)
+		if err := a.Job.Once(context.Background(), "started", []int{0}, time.Minute, cb); !errors.Is(err, store.ErrConnectionLoss) {
+			t.Fatalf("a's Once with its read of the set failing: %v, want the connection loss", err)
+		}
+		bdone := make(chan error, 1)
+		go func() { bdone <- bs.Job.Once(context.Background(), "started", []int{1}, time.Minute, cb) }()
+		synctest.Wait()
+		if n := calls.Load(); n != 0 {
+			t.Fatalf("%d callbacks with only b registered; want none until a's next run registers", n)
+		}
+		if err := a.Job.Once(context.Background(), "started", []int{0}, time.Minute, cb); err != nil {
+			t.Fatalf("a's next Once: %v", err)
+		}
+		if err := <-bdone; err != nil || calls.Load() != 1 {
+			t.Fatalf("b's Once: %v, %d callbacks; want nil and 1", err, calls.Load())
 		}
 	})
 }

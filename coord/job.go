@@ -74,7 +74,10 @@ type Job struct {
 	// it instead of calling the trigger a misfire for ever.
 	inRun map[int]int
 	// parked: completions Complete left to the watcher (run.go).
-	parked     []parkedRun
+	parked []parkedRun
+	// owed: writes of the distribute-once barrier left to the watcher
+	// (barrier.go).
+	owed       []barrierDebt
 	lastErrSet bool
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
@@ -872,6 +875,7 @@ func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	// would make the runs look crashed (failed over again: simulation
 	// seed 52).
 	j.completeParked(ctx, sess)
+	j.payBarrierDebts(ctx, sess)
 	return true, nil
 }
 
