@@ -110,7 +110,31 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 	// The session the registrations are made on: they go with it.
 	sess, _ := b.st.Session()
 	for i, it := range items {
-		if _, err := b.st.Create(ctx, store.Join(b.base, strconv.Itoa(it)), []byte(b.id), store.Ephemeral); err != nil && !errors.Is(err, store.ErrNodeExists) {
+		p := store.Join(b.base, strconv.Itoa(it))
+		_, err := b.st.Create(ctx, p, []byte(b.id), store.Ephemeral)
+		if errors.Is(err, store.ErrNodeExists) {
+			// Ours (an earlier attempt of this call), or another run's
+			// of the same item: two runs of one item at once (with
+			// monitorExecution off a reshard may move an item still
+			// running). That registration stands for its own run: one
+			// riding on it would be released by a set it had no part in,
+			// even by a callback that ran before this call.
+			data, st, gerr := b.st.Get(ctx, p)
+			switch {
+			case errors.Is(gerr, store.ErrNoNode):
+				b.withdraw(ctx, sess, items[:i])
+				return errRegisterAgain // gone meanwhile
+			case gerr != nil:
+				err = gerr
+			case !b.made(data, st, sess):
+				b.withdraw(ctx, sess, items[:i])
+				b.debug(ctx, "item registered by another run; waiting for it to go", "items", items, "item", it, "by", string(data), "owner", st.EphemeralOwner)
+				return b.awaitGone(ctx, wctx, p, items, timeout)
+			default:
+				err = nil
+			}
+		}
+		if err != nil {
 			// The failed create may have been applied (a lost reply).
 			b.withdraw(ctx, sess, items[:i+1])
 			return fmt.Errorf("coord: job %q: register item %d under %s: %w", b.job, it, b.base, err)
@@ -150,8 +174,20 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 					b.withdraw(ctx, sess, items)
 					return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
 				}
+				// Run and cleared by the other server, this registration
+				// with it; one still there was made after that set was
+				// read, and belongs to the next set.
+				ok, _, err := b.st.Exists(ctx, store.Join(b.base, strconv.Itoa(items[0])))
+				if err != nil {
+					b.withdraw(ctx, sess, items)
+					return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
+				}
+				if ok {
+					b.debug(ctx, "set run meanwhile by another server, without this registration; registering again", "items", items, "gen", gen, "now", now.Version)
+					return errRegisterAgain
+				}
 				b.debug(ctx, "set run meanwhile by another server", "items", items, "gen", gen, "now", now.Version)
-				return nil // run and cleared by the other server
+				return nil
 			}
 			b.debug(ctx, "running the callback", "items", items, "gen", gen)
 			ferr := fn(ctx)
@@ -311,9 +347,44 @@ func (b onceBarrier) withdraw(ctx context.Context, sess store.Session, items []i
 	}
 }
 
+// made reports whether a registration (its data and stat) is this
+// server's on sess, or on the store's current session (the registration
+// call may have gone on a session that replaced sess).
+func (b onceBarrier) made(data []byte, st store.Stat, sess store.Session) bool {
+	cur, _ := b.st.Session()
+	return string(data) == b.id && (st.EphemeralOwner == sess.ID || st.EphemeralOwner == cur.ID)
+}
+
+// awaitGone waits, registered nowhere, until the registration at p,
+// another run's, goes (its set run, or withdrawn), then has the caller
+// register again; the timeout and ctx end it as they end wait.
+func (b onceBarrier) awaitGone(ctx, wctx context.Context, p string, items []int, timeout time.Duration) error {
+	for {
+		ok, _, ch, err := b.st.ExistsW(wctx, p)
+		if err == nil && !ok {
+			return errRegisterAgain
+		}
+		if err == nil {
+			select {
+			case <-ch:
+				continue
+			case <-wctx.Done():
+				err = wctx.Err()
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			b.debug(ctx, "timed out", "items", items, "waiting for", p)
+			return fmt.Errorf("coord: job %q: %s barrier after %v (items %v; %s registered by another run; %s): %w", b.job, store.Base(b.base), timeout, items, store.Base(p), b.state(ctx), ErrGuaranteeTimeout)
+		}
+		return fmt.Errorf("coord: job %q: wait on %s: %w", b.job, p, err)
+	}
+}
+
 // withdrawItem deletes item's registration if this server made it on
-// session (or on the store's current session: the registration call may
-// have gone on a session that replaced it).
+// session (made).
 func (b onceBarrier) withdrawItem(ctx context.Context, session int64, item int) error {
 	p := store.Join(b.base, strconv.Itoa(item))
 	data, st, err := b.st.Get(ctx, p)
@@ -323,7 +394,7 @@ func (b onceBarrier) withdrawItem(ctx context.Context, session int64, item int) 
 	if err != nil {
 		return err
 	}
-	if cur, _ := b.st.Session(); string(data) != b.id || st.EphemeralOwner != session && st.EphemeralOwner != cur.ID {
+	if !b.made(data, st, store.Session{ID: session}) {
 		return nil
 	}
 	if err := b.st.Delete(ctx, p, st.Version); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {

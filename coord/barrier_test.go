@@ -325,3 +325,66 @@ func TestOnceFailureAfterRegisteringWithdraws(t *testing.T) {
 		}
 	})
 }
+
+// Two runs of one item at once (monitorExecution off: a reshard may move an
+// item still running on its old owner, docs/configuration.md) register the
+// same node. The new owner's registration must not ride on the old run's:
+// here a's run of item 0 waits in a set that b's registration of item 1
+// completes, and c, the item's new owner, calls Once while b's callback
+// runs. c's Once must not return as released by that callback, which
+// started before c's call and ran for a set c had no part in; it waits for
+// the next set. In a synctest bubble.
+func TestOnceSecondRunOfAnItemWaitsForTheNextSet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb := coordtest.Mem()
+		h := coordtest.NewHarness(t, mb)
+		base := "/" + h.NS + "/job/guarantee/started"
+		cWaiting := make(chan struct{})
+		var once sync.Once
+		hs := &coordtest.HookStore{Store: mb.Connect(t), After: func(_ context.Context, c coordtest.Call, err error) error {
+			if c.Method == "ExistsW" && c.Path == base+"/0" {
+				once.Do(func() { close(cWaiting) })
+			}
+			return err
+		}}
+		cfg := coordtest.Config("job", 2)
+		a := h.Start("a", cfg)
+		b := h.Start("b", cfg)
+		c, err := h.TryStart("c", cfg, hs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		coordtest.CompleteAll(t, coordtest.BeginAll(t, a, b, c)...)
+		var calls atomic.Int32
+		cb := func(context.Context) error { calls.Add(1); return nil }
+		adone := make(chan error, 1)
+		go func() { adone <- a.Job.Once(context.Background(), "started", []int{0}, time.Minute, cb) }()
+		synctest.Wait()
+		cdone := make(chan error, 1)
+		err = b.Job.Once(context.Background(), "started", []int{1}, time.Minute, func(context.Context) error {
+			calls.Add(1)
+			go func() { cdone <- c.Job.Once(context.Background(), "started", []int{0}, time.Minute, cb) }()
+			<-cWaiting // c has registered and waits
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("b's Once: %v", err)
+		}
+		if err := <-adone; err != nil {
+			t.Fatalf("a's Once: %v", err)
+		}
+		synctest.Wait()
+		select {
+		case err := <-cdone:
+			t.Fatalf("c's Once returned (%v) with no callback run since it was called; want it waiting for the next set", err)
+		default:
+		}
+		// The next set: b's next run completes it with c's registration.
+		if err := b.Job.Once(context.Background(), "started", []int{1}, time.Minute, cb); err != nil {
+			t.Fatalf("b's next Once: %v", err)
+		}
+		if err := <-cdone; err != nil || calls.Load() != 2 {
+			t.Fatalf("c's Once: %v, %d callbacks in all; want nil and 2", err, calls.Load())
+		}
+	})
+}
