@@ -151,6 +151,7 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 		return err
 	}
 	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "missing", missing)
+	heldElsewhere := false
 	if missing < 0 {
 		runner := tryLatch{st: b.st, path: store.Join(b.base, onceRunner), owner: []byte(b.id)}
 		held, err := runner.tryAcquire(ctx)
@@ -160,6 +161,7 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 		}
 		if !held {
 			b.debug(ctx, "set complete, runner latch held elsewhere", "items", items, "gen", gen)
+			heldElsewhere = true
 		}
 		if held {
 			// The set read above may have been run and cleared meanwhile
@@ -195,7 +197,7 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 			return ferr
 		}
 	}
-	return b.wait(ctx, wctx, sess, gen, items, timeout)
+	return b.wait(ctx, wctx, sess, gen, items, timeout, heldElsewhere)
 }
 
 // missing returns an item the set still waits for (in 0..total-1, not
@@ -412,11 +414,21 @@ func (b onceBarrier) lost(err error) bool {
 // wait blocks until a runner clears this server's registration (the
 // generation moved past gen), the timeout passes or ctx ends; see
 // onceBarrier. errRegisterAgain: the registration went without a release.
-func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int32, items []int, timeout time.Duration) error {
+//
+// heldElsewhere: this participant found the set complete and the runner
+// latch taken. The holder may be finishing the clear of an earlier set,
+// whose registrations it read before this one was made: it then frees the
+// latch without clearing this set, and nobody would run it. So the latch is
+// watched too, and its release with this registration still there has the
+// participant register again (find the set complete, take the latch).
+func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int32, items []int, timeout time.Duration, heldElsewhere bool) error {
 	mine := store.Join(b.base, strconv.Itoa(items[0]))
+	runner := store.Join(b.base, onceRunner)
 	for {
-		ok, _, ch, err := b.st.ExistsW(wctx, mine)
-		if err == nil && !ok {
+		ok, st, ch, err := b.st.ExistsW(wctx, mine)
+		// A node of another session there is another run's registration
+		// of the item, made after this one went (the path is the item's).
+		if err == nil && (!ok || st.EphemeralOwner != sess.ID) {
 			if err := b.sessionGone(sess); err != nil {
 				return err
 			}
@@ -431,9 +443,20 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 			}
 			err = gerr
 		}
+		var latch <-chan store.Event // nil: not watched
+		if err == nil && heldElsewhere {
+			held, _, lch, lerr := b.st.ExistsW(wctx, runner)
+			if lerr == nil && !held {
+				b.debug(ctx, "runner latch freed with this registration still there; registering again", "items", items, "gen", gen)
+				return errRegisterAgain
+			}
+			err, latch = lerr, lch
+		}
 		if err == nil {
 			select {
 			case <-ch:
+				continue
+			case <-latch:
 				continue
 			case <-wctx.Done():
 				err = wctx.Err()
