@@ -178,13 +178,14 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 				}
 				// Run and cleared by the other server, this registration
 				// with it; one still there was made after that set was
-				// read, and belongs to the next set.
-				ok, _, err := b.st.Exists(ctx, store.Join(b.base, strconv.Itoa(items[0])))
+				// read, and belongs to the next set (a node of another
+				// session there is another run's: see wait).
+				ok, mst, err := b.st.Exists(ctx, store.Join(b.base, strconv.Itoa(items[0])))
 				if err != nil {
 					b.withdraw(ctx, sess, items)
 					return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
 				}
-				if ok {
+				if ok && mst.EphemeralOwner == sess.ID {
 					b.debug(ctx, "set run meanwhile by another server, without this registration; registering again", "items", items, "gen", gen, "now", now.Version)
 					return errRegisterAgain
 				}
