@@ -127,7 +127,7 @@ bench-pg: ## Postgres benchmark (shardflow claim/tx vs pgx loop vs river vs one 
 .PHONY: bench-engine
 bench-engine: ## the pipeline engine against a hand-written worker pool (1M no-op items), and pipelined fetching on an I/O-bound job
 	uptime
-	$(GO) test -run '^$$' -bench 'EngineVsPool' -benchtime 40x -count 5 ./dataflow
+	$(GO) test -run '^$$' -bench 'EngineVsPool' -benchtime 100x -count 5 ./dataflow
 	$(GO) test -run '^$$' -bench 'PipelinedFetch' -benchtime 3x -count 5 ./dataflow
 
 .PHONY: bench-coord
