@@ -116,14 +116,6 @@ type engine[T any] struct {
 	fetch func(context.Context, Shard) ([]T, error)
 	job   Job[T]
 	batch BatchJob[T]
-
-	success, failure atomic.Int64
-	// stopped is set by a context.AfterFunc when the run's ctx ends: one
-	// atomic load per item instead of a channel poll. Padded away from the
-	// counters above, which workers write once per pass.
-	_       [64]byte
-	stopped atomic.Bool
-	_       [63]byte
 }
 
 func newEngine[T any](cfg PipelineConfig) *engine[T] {
@@ -141,8 +133,6 @@ func newEngine[T any](cfg PipelineConfig) *engine[T] {
 
 func (e *engine[T]) run(ctx context.Context, shards []Shard) RunResult {
 	res := RunResult{Started: time.Now()}
-	stopFlag := context.AfterFunc(ctx, func() { e.stopped.Store(true) })
-	defer stopFlag()
 	items := make([]itemRun[T], len(shards))
 	res.Items = runItems(ctx, shards, e.cfg, func(ctx context.Context, i int) itemOutcome {
 		r := &items[i]
@@ -155,7 +145,10 @@ func (e *engine[T]) run(ctx context.Context, shards []Shard) RunResult {
 		return o
 	})
 
-	res.Success, res.Failure = e.success.Load(), e.failure.Load()
+	for _, it := range res.Items {
+		res.Success += it.Success
+		res.Failure += it.Failure
+	}
 	res.Duration = time.Since(res.Started)
 	var errs []error
 	for i := range items {
@@ -178,21 +171,6 @@ func (e *engine[T]) run(ctx context.Context, shards []Shard) RunResult {
 	}
 	res.Err = errors.Join(errs...)
 	return res
-}
-
-func (e *engine[T]) count(success, failure int64) {
-	if success == 0 && failure == 0 {
-		return
-	}
-	if success != 0 {
-		e.success.Add(success)
-	}
-	if failure != 0 {
-		e.failure.Add(failure)
-	}
-	if e.cfg.Counter != nil {
-		e.cfg.Counter.Add(success, failure)
-	}
 }
 
 // itemRun is one shard item's run: an owner goroutine (run) that fetches and
@@ -383,15 +361,15 @@ func (r *itemRun[T]) handOut(ctx context.Context, p *pass[T], inFlight int) {
 		r.started++
 		r.workers.Go(func() { r.worker(ctx) })
 	}
-	done := ctx.Done()
+	if ctx.Err() != nil {
+		return
+	}
+	// Plain sends, no select on ctx.Done: the channel has room for every
+	// chunk in flight, and a worker that gets a chunk after a cancel checks
+	// ctx before its first item.
 	p.wg.Add(p.chunks)
 	for i := 0; i < p.chunks; i++ {
-		select {
-		case r.work <- chunkRef[T]{p, i}:
-		case <-done:
-			p.wg.Add(i - p.chunks) // chunks never handed out
-			return
-		}
+		r.work <- chunkRef[T]{p, i}
 	}
 }
 
@@ -421,18 +399,21 @@ func (r *itemRun[T]) processChunk(ctx context.Context, p *pass[T], chunk int) {
 // processItems claims strides of the pass's items until none are left or
 // ctx ends, and counts their outcomes once at the end.
 func (r *itemRun[T]) processItems(ctx context.Context, p *pass[T]) {
-	n := int64(len(p.items))
+	// The pass's fields are read-only while it is handed out: load them
+	// once, not after every claim (the cursor's atomic add forces reloads).
+	items, stride := p.items, p.stride
+	n := int64(len(items))
 	var t tally
 	for {
-		hi := p.next.Add(p.stride)
-		lo := hi - p.stride
+		hi := p.next.Add(stride)
+		lo := hi - stride
 		if lo >= n {
 			break
 		}
 		next, end := int(lo), int(min(hi, n))
 		for next < end {
 			var stopped bool
-			if next, stopped = r.processRange(ctx, p.items, next, end, &t); stopped {
+			if next, stopped = r.processRange(ctx, items, next, end, &t); stopped {
 				r.count(t.success, t.failure)
 				return
 			}
@@ -441,60 +422,56 @@ func (r *itemRun[T]) processItems(ctx context.Context, p *pass[T]) {
 	r.count(t.success, t.failure)
 }
 
-// count adds an outcome to the item and to the run.
+// count adds an outcome to the item and to cfg.Counter (the run's totals
+// are the items' sums, added up once at the end).
 func (r *itemRun[T]) count(success, failure int64) {
+	if success == 0 && failure == 0 {
+		return
+	}
 	if success != 0 {
 		r.success.Add(success)
 	}
 	if failure != 0 {
 		r.failure.Add(failure)
 	}
-	r.e.count(success, failure)
+	if c := r.e.cfg.Counter; c != nil {
+		c.Add(success, failure)
+	}
 }
 
 type tally struct{ success, failure int64 }
 
-// processRange processes items[lo:hi] until the end, a panic or ctx's end.
-// It returns the index after the last item handled, and whether ctx ended.
-// Recovering here, once per range instead of once per item, keeps the
-// per-item cost to the Process call and a counter increment: cancellation
-// is checked once per block of ctxPollEvery items (the stop flag set by
-// context.AfterFunc, and ctx.Done() itself), which bounds how many items a
-// worker can start after a cancel.
+// processRange processes items[lo:hi] until the end, a panic or ctx's end,
+// and adds the outcomes to t. It returns the index after the last item
+// handled, and whether ctx ended. Recovering here, once per range instead
+// of once per item, keeps the per-item cost to the Process call and the
+// position's store. Cancellation is checked once per block of ctxPollEvery
+// items, which bounds how many items a worker can start after a cancel,
+// with ctx.Err (an atomic load, set before cancel returns; a select on
+// ctx.Done costs about twice as much); successes are counted once per call
+// from the position.
 func (r *itemRun[T]) processRange(ctx context.Context, items []T, lo, hi int, t *tally) (next int, stopped bool) {
-	// Successes are counted per block from the position: the inner loop
-	// touches memory only for failures, which are rare.
-	pos, blockStart, blockFailures := lo, lo, t.failure
+	pos, failures := lo, int64(0) // the item in progress; failed items so far
 	defer func() {
 		if v := recover(); v != nil {
-			t.success += int64(pos-blockStart) - (t.failure - blockFailures)
-			t.failure++
+			failures++
 			r.recordErr("process", newPanicError("process", v))
 			next, stopped = pos+1, false
 		}
+		t.success += int64(next-lo) - failures
+		t.failure += failures
 	}()
-	done := ctx.Done()
-	job, shard, stop := r.e.job, r.shard, &r.e.stopped
+	job, shard := r.e.job, r.shard
 	for pos < hi {
-		if stop.Load() {
+		if ctx.Err() != nil {
 			return pos, true
 		}
-		select {
-		case <-done:
-			return pos, true
-		default:
-		}
-		end := min(pos+ctxPollEvery, hi)
-		blockStart, blockFailures = pos, t.failure
-		for i := pos; i < end; i++ {
-			pos = i
-			if err := job.Process(ctx, shard, items[i]); err != nil {
-				t.failure++
+		for end := min(pos+ctxPollEvery, hi); pos < end; pos++ {
+			if err := job.Process(ctx, shard, items[pos]); err != nil {
+				failures++
 				r.recordErr("process", err)
 			}
 		}
-		pos = end
-		t.success += int64(end-blockStart) - (t.failure - blockFailures)
 	}
 	return hi, false
 }

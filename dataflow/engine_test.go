@@ -392,9 +392,9 @@ func TestRunJobStreamingStops(t *testing.T) {
 		go func() { done <- RunJob(ctx, j, shardsFor(1, 1000), PipelineConfig{Threads: 4, Streaming: true}) }()
 		select {
 		case res := <-done:
-			// Workers poll ctx.Done every ctxPollEvery items (and a stop
-			// flag before every item): once cancel has returned, each of
-			// the 4 workers starts at most ctxPollEvery more items.
+			// Workers check ctx.Err every ctxPollEvery items: once cancel
+			// has returned, each of the 4 workers starts at most
+			// ctxPollEvery more items.
 			if limit := atCancel.Load() + 4*ctxPollEvery; res.Success < 2500 || res.Success > limit {
 				t.Fatalf("success %d after cancel at 2500, want 2500..%d", res.Success, limit)
 			}
