@@ -330,25 +330,30 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 		}
 	case jobconfig.FieldMonitorExecution:
 		if newFields[field] == "false" {
-			// No failover without running and completed nodes
-			// (docs/configuration.md): the queue and the claims no run
-			// has taken go first, while the running nodes still tell
-			// which claims a failover run holds (those end with their
-			// run); claimers and Begins check the edit themselves too.
+			// No failover without monitoring (docs/configuration.md):
+			// the queue and the claims no run has taken go (the running
+			// nodes of failover runs tell which claims a run holds:
+			// those end with their run); claimers and Begins check the
+			// edit themselves too. Nothing else is deleted: the live
+			// markers of runs begun monitored go with their Complete,
+			// and readers consult them only while the config monitors.
 			if err := a.clearQueue(ctx, p); err != nil {
 				return err
 			}
 			if err := a.clearIdleClaims(ctx, p); err != nil {
 				return err
 			}
-			return a.clearExecutionNodes(ctx, p, nRunning)
+			return a.bumpFailoverDir(ctx, p)
 		}
 	case jobconfig.FieldFailover:
 		if newFields[field] == "false" {
 			if err := a.clearExecutionNodes(ctx, p, nFailover); err != nil {
 				return err
 			}
-			return a.clearQueue(ctx, p)
+			if err := a.clearQueue(ctx, p); err != nil {
+				return err
+			}
+			return a.bumpFailoverDir(ctx, p)
 		}
 	}
 	return nil
@@ -445,6 +450,16 @@ func (a *admin) clearIdleClaims(ctx context.Context, p jobPaths) error {
 		if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrNodeExists) {
 			return fmt.Errorf("coord: delete %s: %w", claim, err)
 		}
+	}
+	return nil
+}
+
+// bumpFailoverDir bumps the failover directory's data version after the
+// admin's failover writes (a Begin planned on the claims before them plans
+// again: markRunning).
+func (a *admin) bumpFailoverDir(ctx context.Context, p jobPaths) error {
+	if _, err := a.st.Set(ctx, p.abs(relFailoverQ), nil, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+		return fmt.Errorf("coord: write %s: %w", p.abs(relFailoverQ), err)
 	}
 	return nil
 }

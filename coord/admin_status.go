@@ -98,6 +98,8 @@ func nextFire(cfg jobconfig.Config, cerr error, now time.Time) *time.Time {
 type storedRecord struct {
 	rec   runRecord
 	mzxid int64
+	// live: the server's live marker exists (its monitored run is going).
+	live bool
 }
 
 // serverStatus reads server s's nodes, and its run record (nil: none, or
@@ -118,6 +120,11 @@ func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerS
 			if err == nil {
 				if r, derr := decodeRunRecord(d); derr == nil {
 					rec = &storedRecord{rec: r, mzxid: nst.Mzxid}
+					if nst.NumChildren > 0 {
+						if rec.live, _, err = a.st.Exists(ctx, p.server(s, nRun, nLive)); err != nil {
+							return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s, nRun, nLive), err)
+						}
+					}
 				}
 			}
 			continue
@@ -199,12 +206,22 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 			}
 		}
 	}
+	for _, r := range recs {
+		if r.live && r.rec.Complete == "" && r.rec.Monitor && (!valid || cfg.MonitorsExecution()) {
+			for _, it := range r.rec.Items {
+				shown[it] = true
+			}
+		}
+	}
 	items := slices.Sorted(maps.Keys(shown))
 	out := make([]ItemStatus, len(items))
 	for i, it := range items {
 		out[i] = ItemStatus{Item: it}
 	}
-	if err := a.readItems(ctx, p, out, present, recs); err != nil {
+	// Readers consult the live markers only while the config monitors
+	// execution (with it off a run is running for nobody).
+	monitor := !valid || cfg.MonitorsExecution()
+	if err := a.readItems(ctx, p, out, present, recs, monitor); err != nil {
 		return nil, err
 	}
 	for i := range out {
@@ -223,14 +240,16 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 // so the scan takes about (requests / itemReaders) round trips.
 const itemReaders = 512
 
-// readItems fills out (the items in present) from execution/{item} in two
-// pipelined waves: every item's children listing, then every value those
-// listings named (failover owner, begin and complete times) that no run
-// record vouches for (see vouch). Each wave keeps itemReaders requests in
-// flight, so the read costs two waves of round trips rather than four
-// sequential round trips per item; at rest, with the run records, the
-// second wave is empty.
-func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, present map[int]bool, recs []storedRecord) error {
+// readItems fills out from the servers' run records and, for the items
+// that have a container (execution/{item}: failover runs, misfire and
+// disabled flags, rare), from its children, in two pipelined waves: every
+// such item's children listing, then the values those listings named
+// (failover owner, a failover run's begin and complete times, with their
+// Stat). Each wave keeps itemReaders requests in flight. An item's begin
+// and complete times are its newest run's: the newest record naming it
+// (by the record's Mzxid), unless a failover run began it since (its
+// lastBeginTime's Mzxid above the record's).
+func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, present map[int]bool, recs []storedRecord, monitor bool) error {
 	type get struct {
 		is   *ItemStatus
 		name string
@@ -245,7 +264,6 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 		}
 	}
 	kids := make([][]string, len(out))
-	stats := make([]store.Stat, len(out))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(itemReaders)
 	for i := range out {
@@ -253,11 +271,11 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 			continue
 		}
 		g.Go(func() error {
-			ks, st, err := a.st.Children(gctx, p.item(out[i].Item))
+			ks, _, err := a.st.Children(gctx, p.item(out[i].Item))
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
 				return fmt.Errorf("coord: read %s: %w", p.item(out[i].Item), err)
 			}
-			kids[i], stats[i] = ks, st
+			kids[i] = ks
 			return nil
 		})
 	}
@@ -265,53 +283,52 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 		return err
 	}
 	var gets []get
+	running := make([]bool, len(out))
 	for i := range out {
 		is := &out[i]
-		rec := vouch(newest[is.Item], kids[i], stats[i])
 		for _, k := range kids[i] {
 			switch k {
 			case nRunning:
-				is.Running = true
-			case nCompleted:
-				is.Completed = true
+				running[i] = true
 			case nMisfire:
 				is.Misfire = true
 			case nDisabled:
 				is.Disabled = true
-			case nLastBeginTime:
-				if rec != nil {
-					is.LastBeginTime = recordTime(rec.Begin)
-					continue
-				}
-				gets = append(gets, get{is, k})
-			case nLastCompleteTime:
-				if rec != nil && rec.Complete != "" {
-					is.LastCompleteTime = recordTime(rec.Complete)
-					continue
-				}
-				gets = append(gets, get{is, k})
-			case nFailover:
+			case nLastBeginTime, nLastCompleteTime, nFailover:
 				gets = append(gets, get{is, k})
 			}
 		}
 	}
 	vals := make([]string, len(gets))
+	stats := make([]store.Stat, len(gets))
 	found := make([]bool, len(gets))
 	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(itemReaders)
 	for i, r := range gets {
 		g.Go(func() error {
-			var err error
-			vals[i], found[i], err = a.getOpt(gctx, p.item(r.is.Item, r.name))
-			return err
+			d, st, err := a.st.Get(gctx, p.item(r.is.Item, r.name))
+			if errors.Is(err, store.ErrNoNode) {
+				return nil // deleted between the listing and the read
+			}
+			if err != nil {
+				return fmt.Errorf("coord: read %s: %w", p.item(r.is.Item, r.name), err)
+			}
+			vals[i], stats[i], found[i] = string(d), st, true
+			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
+	// A failover run's times, per item: value and Mzxid.
+	type stamp struct {
+		t     *time.Time
+		mzxid int64
+	}
+	fbegin, fcomplete := map[*ItemStatus]stamp{}, map[*ItemStatus]stamp{}
 	for i, r := range gets {
 		if !found[i] {
-			continue // deleted between the listing and the read
+			continue
 		}
 		if r.name == nFailover {
 			r.is.Failover = vals[i]
@@ -322,47 +339,41 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 			continue
 		}
 		if r.name == nLastBeginTime {
-			r.is.LastBeginTime = &t
+			fbegin[r.is] = stamp{&t, stats[i].Mzxid}
 		} else {
-			r.is.LastCompleteTime = &t
+			fcomplete[r.is] = stamp{&t, stats[i].Mzxid}
 		}
 	}
+	for i := range out {
+		is := &out[i]
+		rec := newest[is.Item]
+		fb, hasF := fbegin[is]
+		if hasF && (rec == nil || fb.mzxid > rec.mzxid) {
+			// A failover run is the item's newest.
+			is.LastBeginTime = fb.t
+			fc, done := fcomplete[is]
+			if done && fc.mzxid > fb.mzxid {
+				is.LastCompleteTime = fc.t
+			}
+			is.Running = running[i] && monitor
+			is.Completed = !is.Running && done && fc.mzxid > fb.mzxid
+			continue
+		}
+		if rec == nil || recordTime(rec.rec.Begin) == nil {
+			continue
+		}
+		is.LastBeginTime = recordTime(rec.rec.Begin)
+		if rec.rec.Complete != "" {
+			is.LastCompleteTime = recordTime(rec.rec.Complete)
+			is.Completed = rec.rec.Monitor
+		} else if fc, ok := fcomplete[is]; ok && hasF && fc.mzxid > fb.mzxid {
+			// The record's run has not completed; the item's last
+			// completion is an earlier failover run's.
+			is.LastCompleteTime = fc.t
+		}
+		is.Running = monitor && (rec.live && rec.rec.Complete == "" && rec.rec.Monitor || running[i])
+	}
 	return nil
-}
-
-// vouch returns the run record whose times an item's status may take instead
-// of reading the item's lastBeginTime and lastCompleteTime, or nil. rec is
-// the newest record naming the item, kids and st the item container's
-// children and Stat. The record wrote those times itself (in the same
-// transaction as its last part, after the earlier ones: runrecord.go), so it
-// vouches when nothing could have written them since:
-//   - the record says it may (Vouch: a monitored run; for a completion,
-//     one fenced by the versions its Begin saw, so no other run began its
-//     items during it: runRecord.Vouch); every later run of the item by
-//     any server changes its children (a running node, or re-created
-//     times without monitorExecution);
-//   - the container's children and data are unchanged since the record
-//     (Pzxid, Mzxid at most the record's Mzxid): no later Begin, undo,
-//     misfire flag, failover claim or mark, or re-creation;
-//   - its children agree with the record's state (running and not
-//     completed while the record runs; completed and not running once it
-//     completed): a Complete whose last part failed, or a stale completion
-//     that replaced a newer record, does not vouch for the items it names.
-//
-// An item it does not vouch for is read as before: the record only saves
-// reads, it never decides what the status shows beyond the two times.
-func vouch(r *storedRecord, kids []string, st store.Stat) *runRecord {
-	if r == nil || !r.rec.Vouch || st.Pzxid > r.mzxid || st.Mzxid > r.mzxid {
-		return nil
-	}
-	running, completed := slices.Contains(kids, nRunning), slices.Contains(kids, nCompleted)
-	if r.rec.Complete == "" && (!running || completed) || r.rec.Complete != "" && (running || !completed) {
-		return nil
-	}
-	if recordTime(r.rec.Begin) == nil || r.rec.Complete != "" && recordTime(r.rec.Complete) == nil {
-		return nil
-	}
-	return &r.rec
 }
 
 // recordTime decodes a time of a run record; nil when malformed.

@@ -624,7 +624,20 @@ func (c *treeCache) known(rel string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	n := c.nodes[parentRel(rel)]
-	return n != nil && !n.stub
+	if n != nil && !n.stub {
+		return true
+	}
+	// A container missing from the watched listing of the items has no
+	// children: normal runs write none (layout 2), so most items have no
+	// container, and asking the store about each would cost a read per
+	// item per trigger. A container created since the listing shows up
+	// through the listing's watch; what must not lag is covered by the
+	// failover directory's version (Begin, markRunning).
+	if items := c.nodes[c.pol.items]; items != nil && !items.stub && n == nil && strings.Count(rel, "/") == 2 {
+		_, ok := slices.BinarySearch(items.children, strings.Split(rel, "/")[1])
+		return !ok
+	}
+	return false
 }
 
 // drop forgets rel and everything below it (a node found gone).
@@ -674,11 +687,8 @@ func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) er
 		// sees the flag's new state sees the container's Stat of that
 		// transaction or later (the epoch after a failover run derives
 		// from it; see itemStat), and its children too: the failover
-		// run's Complete created completed and deleted running, which
-		// no watch reports. A cache that kept the item not completed made
-		// the owner's next Begin leave that completed node in place
-		// (opDeleteIfPresent), and a crash of that run was then not
-		// failed over: the item looked completed.
+		// run's Complete deleted running and wrote its time, which no
+		// watch reports.
 		if err := c.reloadItem(ctx, parentRel(ref.rel)); err != nil {
 			return err
 		}

@@ -288,12 +288,14 @@ func (r *Run) CheckOwnership(ctx context.Context, item int) error {
 // backing off a failing statement). The next Begin clears it.
 func (r *Run) ReportError(ctx context.Context, msg string) { r.j.recordLastError(ctx, msg) }
 
-// Complete ends the run in one transaction: running nodes removed, completed
-// and lastCompleteTime written, failover nodes of its items removed, and
-// nextFireTime recorded (zero next: none). While the run's session is
-// suspended it waits, within ctx, for the session to resume; if ctx ends
-// first it returns ErrSessionLost and the Job writes the completion when
-// the same session resumes (so the running nodes never outlive the run). A
+// Complete ends the run in one transaction: for a normal run the server's
+// run record gets the completion time and next (zero next: none) and the
+// live marker is removed; for a failover run each item's running node and
+// claim are removed and its lastCompleteTime and failover mark written.
+// While the run's session is suspended it waits, within ctx, for the
+// session to resume; if ctx ends first it returns ErrSessionLost and the
+// Job writes the completion when the same session resumes (so the marker
+// never outlives the run). A
 // lost session's nodes are gone with it (ErrSessionLost). Items pruned
 // beyond a lowered total meanwhile are skipped.
 func (r *Run) Complete(ctx context.Context, next time.Time) error {

@@ -8,89 +8,76 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
-// enqueueOrphans is the leader's failover detection: an item whose owner
-// (per sharding) is offline, that began (lastBeginTime) since that owner
-// was given it but did not complete, and that nobody runs or has claimed,
-// is queued under leader/failover/items. A claimer that dies leaves its
-// item in the same state, so the item is queued again. A begin older than
-// the owner's assignment is another server's run, not the owner's: see
-// findOrphans. It reads the tree directly (the
-// cache may lag right after a crash); it runs only on departures, on
-// election and on reconcile ticks. One Multi for all items found (in parts
-// beyond the store's request limit).
+// enqueueOrphans is the leader's failover detection: a server that went
+// offline leaving a run record without completion and without its live
+// marker (the marker is ephemeral: its session is gone, the run with it),
+// whose sharding node is still the one the run was planned on (after a
+// reshard the items' new owners run them anyway), crashed mid-run: the
+// record's items (within the total) are queued under
+// leader/failover/items, and the record is marked queued, in one
+// transaction fenced by the versions of its sharding node and record and
+// bumping the failover directory's version. Each entry is the crashed
+// run's token: the run that re-runs the item (a claim's failover run, or
+// the item's owner's next normal run) consumes it, so a cut run runs again
+// once. It reads the tree directly (the cache may lag right after a
+// crash); it runs only on departures, on election and on reconcile ticks:
+// a few reads per server, none per item.
 func (j *job) enqueueOrphans(ctx context.Context) {
 	cfg := j.config()
 	if !failoverOn(cfg) {
 		return
 	}
-	items, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
+	orphans, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
 	if err != nil {
 		j.warn(ctx, "failover scan failed", "err", err)
 		return
 	}
-	if len(items) == 0 {
-		return
-	}
-	ops := make([]store.Op, 0, len(items))
-	for _, it := range items {
-		ops = append(ops, &store.CreateOp{Path: j.p.queued(it)})
-	}
-	// Beyond the store's request limit in parts (split.go): each entry
-	// stands alone, and a failed part leaves the items after it for the
-	// next scan.
-	if err := j.multiSplit(ctx, ops); err != nil {
-		j.warn(ctx, "cannot queue items for failover", "items", items, "err", err)
-		return
-	}
-	j.log.Info("queued crashed items for failover", "items", items)
-	if s := j.reg.cfg.TestSignals; s != nil {
-		s.FailoverQueued.Send(testsignal.Queued{Event: j.event(), Items: items})
+	for _, o := range orphans {
+		head := []intent{
+			{kind: opCheck, rel: relServer(o.server, nSharding), version: o.shardVersion},
+			{kind: opCheck, rel: relServer(o.server, nRun), version: o.recVersion},
+			bumpFailoverDir(),
+		}
+		groups := make([][]intent, 0, len(o.items))
+		for _, it := range o.items {
+			groups = append(groups, []intent{{kind: opCreate, rel: relFailoverQ + "/" + strconv.Itoa(it)}})
+		}
+		rec := o.rec
+		rec.Queued = true
+		tail := []intent{{kind: opSet, rel: relServer(o.server, nRun), data: encodeRunRecord(rec)}}
+		// Beyond the store's request limit in parts (split.go): each part
+		// fenced by the same checks, the record marked in the last.
+		if _, err := j.commitSplit(ctx, head, groups, tail); err != nil {
+			j.warn(ctx, "cannot queue items for failover", "offline-server", o.server, "items", o.items, "err", err)
+			continue
+		}
+		j.log.Info("queued crashed items for failover", "offline-server", o.server, "items", o.items)
+		if s := j.reg.cfg.TestSignals; s != nil {
+			s.FailoverQueued.Send(testsignal.Queued{Event: j.event(), Items: o.items})
+		}
 	}
 }
 
-func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
+// orphanRun is a crashed server's cut run the failover scan found.
+type orphanRun struct {
+	server       string
+	shardVersion int32
+	rec          runRecord
+	recVersion   int32
+	items        []int
+}
+
+// findOrphans reads, for every offline server given items, its sharding
+// node, its run record and its live marker (a few reads per server).
+func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, error) {
 	servers, _, err := j.st.Children(ctx, j.p.abs(nServers))
 	if err != nil {
 		return nil, err
-	}
-	// Each candidate item with the Mzxid of the sharding node that gave
-	// it to its offline owner (the lowest, should two list it).
-	candidates := make(map[int]int64)
-	for _, s := range servers {
-		kids, _, err := j.st.Children(ctx, j.p.server(s))
-		if errors.Is(err, store.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		if state := listedServerState(kids); state.online || !state.sharding {
-			continue // online, or never given items
-		}
-		data, shardSt, err := j.st.Get(ctx, j.p.server(s, nSharding))
-		if errors.Is(err, store.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		owned, err := parseItems(data)
-		if err != nil {
-			j.log.Warn("malformed sharding node skipped by the failover scan", "node", j.p.server(s, nSharding), "err", err)
-			continue
-		}
-		for _, it := range owned {
-			if z, ok := candidates[it]; !ok || shardSt.Mzxid < z {
-				candidates[it] = shardSt.Mzxid
-			}
-		}
 	}
 	queued, _, err := j.st.Children(ctx, j.p.abs(relFailoverQ))
 	if err != nil {
@@ -102,61 +89,65 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]int, error) {
 			inQueue[it] = true
 		}
 	}
-	var check []int
-	for it := range candidates {
-		if it < total && !inQueue[it] {
-			check = append(check, it)
+	var out []orphanRun
+	for _, s := range servers {
+		kids, _, err := j.st.Children(ctx, j.p.server(s))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if state := listedServerState(kids); state.online || !state.sharding || !slices.Contains(kids, nRun) {
+			continue // online, never given items, or never ran
+		}
+		data, recSt, err := j.st.Get(ctx, j.p.server(s, nRun))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		rec, derr := decodeRunRecord(data)
+		if derr != nil || rec.Layout < recordLayout || rec.Complete != "" || rec.Queued || !rec.Monitor || len(rec.Items) == 0 {
+			continue
+		}
+		// The marker lives while the run's session does (a server shut
+		// down by an operator, or left, with its run still going).
+		if live, _, err := j.st.Exists(ctx, j.p.server(s, nRun, nLive)); err != nil {
+			return nil, err
+		} else if live {
+			continue
+		}
+		owned, shardSt, err := j.st.Get(ctx, j.p.server(s, nSharding))
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		// Only a run planned on the current assignment: Begins are fenced
+		// by the sharding node's version, so after a reshard the items'
+		// new owners (or claims of their own) run them, and a record from
+		// before it is a previous assignment's run.
+		if shardSt.Mzxid != rec.Epoch {
+			continue
+		}
+		if _, perr := parseItems(owned); perr != nil {
+			j.log.Warn("malformed sharding node skipped by the failover scan", "node", j.p.server(s, nSharding), "err", perr)
+			continue
+		}
+		o := orphanRun{server: s, shardVersion: shardSt.Version, rec: rec, recVersion: recSt.Version}
+		for _, it := range rec.Items {
+			if it < total && !inQueue[it] {
+				o.items = append(o.items, it)
+			}
+		}
+		if len(o.items) > 0 {
+			out = append(out, o)
 		}
 	}
-	slices.Sort(check)
-	// One children listing per item, pipelined (a crashed server of
-	// thousands of items would otherwise cost as many sequential round
-	// trips between its session's expiry and the queueing).
-	orphan := make([]bool, len(check))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(itemReaders)
-	for i, it := range check {
-		g.Go(func() error {
-			kids, _, err := j.st.Children(gctx, j.p.item(it))
-			if errors.Is(err, store.ErrNoNode) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			// A disabled item runs nowhere, by failover neither.
-			if !slices.Contains(kids, nLastBeginTime) || slices.Contains(kids, nCompleted) ||
-				slices.Contains(kids, nRunning) || slices.Contains(kids, nFailover) || slices.Contains(kids, nDisabled) {
-				return nil
-			}
-			// Only a begin since the owner was given the item is its run
-			// (or a claimer's, which dies the same way): Begins are fenced
-			// by the sharding node's version, so after the assignment only
-			// the owner and claimers begin the item. An older begin is a
-			// previous owner's run, which an edit of monitorExecution to
-			// false (and back) stripped of its running node and a reshard
-			// then moved while it went on: failing it over because its new
-			// owner left ran the item twice side by side, and nothing had
-			// crashed (simulation seed 6311095).
-			ok, st, err := j.st.Exists(gctx, j.p.item(it, nLastBeginTime))
-			if err != nil {
-				return err
-			}
-			orphan[i] = ok && st.Mzxid > candidates[it]
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	var out []int
-	for i, it := range check {
-		if orphan[i] {
-			out = append(out, it)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, nil
 }
 
 // latchWait bounds how long a claim waits for another server's failover
@@ -217,38 +208,38 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 	edits := 0 // config edits met by claim transactions
 	for i := 0; i < len(queued); i++ {
 		it := queued[i]
-		// An item that ran again since it was queued (its new owner after
-		// a reshard completed it, or runs it now) needs no failover.
-		kids, _, err := j.st.Children(ctx, j.p.item(it))
-		if err != nil && !errors.Is(err, store.ErrNoNode) {
-			return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(it), err)
-		}
-		// A disabled item needs none either: it runs nowhere until enabled,
+		// A disabled item needs no failover: it runs nowhere until enabled,
 		// then at its owner (simulation seed 3131645: a failover run of a
 		// disabled item, whose barrier registration counts for no set, was
-		// released by a set it had no part in).
-		if slices.Contains(kids, nCompleted) || slices.Contains(kids, nRunning) || slices.Contains(kids, nDisabled) {
+		// released by a set it had no part in). An item whose owner ran it
+		// since it was queued consumed the entry (the entry is the
+		// crashed run's token): the claim's delete of it fails then.
+		kids, _, err := j.st.Children(ctx, j.p.item(it))
+		noContainer := errors.Is(err, store.ErrNoNode)
+		if err != nil && !noContainer {
+			return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(it), err)
+		}
+		if slices.Contains(kids, nDisabled) {
 			if err := j.st.Delete(ctx, j.p.queued(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
 				return false, fmt.Errorf("coord: job %q: drop stale failover entry %s: %w", j.jname, j.p.queued(it), err)
 			}
 			continue
 		}
-		ops := []store.Op{
+		var ops []store.Op
+		if noContainer {
+			ops = append(ops, &store.CreateOp{Path: j.p.item(it)})
+		}
+		ops = append(ops,
 			&store.DeleteOp{Path: j.p.queued(it), Version: store.AnyVersion},
+			&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion},
 			&store.CreateOp{Path: j.p.item(it, nFailover), Data: []byte(j.id), Mode: store.Ephemeral},
-			// Nor running nor completed, in the transaction: its new
-			// owner's Begin may have marked it running (or run and
-			// completed it) since the read above, and the item would run
-			// twice (simulation seed 135). A node created and deleted in
-			// one Multi asserts its absence.
-			&store.CreateOp{Path: j.p.item(it, nRunning), Mode: store.Ephemeral},
-			&store.DeleteOp{Path: j.p.item(it, nRunning), Version: store.AnyVersion},
-			&store.CreateOp{Path: j.p.item(it, nCompleted)},
-			&store.DeleteOp{Path: j.p.item(it, nCompleted), Version: store.AnyVersion},
+			// Not disabled, in the transaction: an operator may disable it
+			// after the read above. A node created and deleted in one
+			// Multi asserts its absence.
 			&store.CreateOp{Path: j.p.item(it, nDisabled)},
 			&store.DeleteOp{Path: j.p.item(it, nDisabled), Version: store.AnyVersion},
 			&store.CheckOp{Path: j.p.abs(nConfig), Version: cfgVersion},
-		}
+		)
 		if _, err := j.st.Multi(ctx, ops...); err != nil {
 			if errors.Is(err, store.ErrBadVersion) {
 				// The config was edited since it was read: read it again
@@ -265,15 +256,12 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 				continue
 			}
 			if errors.Is(err, store.ErrNodeExists) {
-				// Claimed already, or it ran again since it was queued:
-				// either way the entry is stale.
-				if err := j.st.Delete(ctx, j.p.queued(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-					return false, fmt.Errorf("coord: job %q: drop stale failover entry %s: %w", j.jname, j.p.queued(it), err)
-				}
+				// Claimed already (or the container was created
+				// meanwhile): read again at the next claim.
 				continue
 			}
 			if errors.Is(err, store.ErrNoNode) {
-				continue // claimed already, or its execution node is gone
+				continue // consumed by a run of its owner, or claimed already
 			}
 			return false, fmt.Errorf("coord: job %q: claim failover item %d: %w", j.jname, it, err)
 		}
@@ -294,9 +282,9 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 }
 
 // failoverOn reports whether cfg allows failover: failover on, and
-// monitorExecution on (without running and completed nodes nothing tells
-// a claim that the item runs elsewhere or ran since: docs/configuration.md,
-// "What monitorExecution = false gives up").
+// monitorExecution on (without live markers nothing tells a crash from a
+// run still going: docs/configuration.md, "What monitorExecution = false
+// gives up").
 func failoverOn(cfg jobconfig.Config) bool { return cfg.Failover && cfg.MonitorsExecution() }
 
 // storedFailoverOn reads the stored config directly (the config node's copy
@@ -340,10 +328,13 @@ func (j *job) releaseClaims(ctx context.Context) {
 	for _, it := range items {
 		_, err := j.st.Multi(ctx,
 			&store.DeleteOp{Path: j.p.item(it, nFailover), Version: store.AnyVersion},
-			&store.CreateOp{Path: j.p.queued(it)})
+			&store.CreateOp{Path: j.p.queued(it)},
+			&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})
 		if errors.Is(err, store.ErrNodeExists) {
 			// Queued again already: drop the claim alone.
-			err = j.st.Delete(ctx, j.p.item(it, nFailover), store.AnyVersion)
+			_, err = j.st.Multi(ctx,
+				&store.DeleteOp{Path: j.p.item(it, nFailover), Version: store.AnyVersion},
+				&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})
 		}
 		if err != nil && !errors.Is(err, store.ErrNoNode) {
 			j.log.Warn("cannot give a failover claim back to the queue", "item", it, "err", err)
@@ -356,31 +347,5 @@ func (j *job) releaseClaims(ctx context.Context) {
 			j.cache.noteDeleted(relItem(it, nFailover))
 			j.log.Info("paused: failover claim given back to the queue", "item", it)
 		}
-	}
-}
-
-// dropStaleClaims drops this server's failover claims among items whose
-// item completed since the claim: a Begin of the item's owner that read no
-// failover node just before the claim ran it (the claim asserts the item
-// neither runs nor completed when it is made, so a completed node now is
-// that run's). Running it again would be a second run for one crash.
-func (j *job) dropStaleClaims(ctx context.Context, items []Assignment) {
-	for _, a := range items {
-		if !a.Failover {
-			continue
-		}
-		done, _, err := j.st.Exists(ctx, j.p.item(a.Item, nCompleted))
-		if err != nil || !done {
-			continue
-		}
-		if err := j.st.Delete(ctx, j.p.item(a.Item, nFailover), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			j.log.Warn("cannot drop a stale failover claim", "item", a.Item, "err", err)
-			continue
-		}
-		j.mu.Lock()
-		delete(j.claims, a.Item)
-		j.mu.Unlock()
-		j.cache.noteDeleted(relItem(a.Item, nFailover))
-		j.log.Info("failover claim dropped: the item ran and completed since it was claimed", "item", a.Item)
 	}
 }

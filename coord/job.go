@@ -73,6 +73,20 @@ type Job struct {
 	// session came back, so the ephemeral node did not go): Begin removes
 	// it instead of calling the trigger a misfire for ever.
 	inRun map[int]int
+	// markerRuns counts, per session, the runs of this process holding the
+	// live marker servers/{id}/run/live (from before Begin's Multi until
+	// Complete returns): a marker of this session while none does is a
+	// leftover.
+	markerRuns map[int64]int
+	// foView is the failover directory version (with the sharding node's
+	// Mzxid and the registration) at which this server last read its
+	// items' claims and failover marks directly: while Begin reads the
+	// same, the cache's are current (run.go, failoverViewCurrent).
+	foView  failoverView
+	foItems map[int]foItem
+	// layoutOK is the live server set the layout guard last passed
+	// (layoutGuard).
+	layoutOK string
 	// parked: completions Complete left to the watcher (run.go).
 	parked []parkedRun
 	// owed: writes of the distribute-once barrier left to the watcher
@@ -362,6 +376,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				&store.CreateOp{Path: j.p.server(j.id, nHostName), Data: []byte(j.reg.cfg.HostName)},
 				&store.CreateOp{Path: j.p.server(j.id, nDisabled), Data: flagData(local.Disabled)},
 				&store.CreateOp{Path: j.p.server(j.id, nStatus), Data: []byte(statusReady), Mode: store.Ephemeral},
+				&store.CreateOp{Path: j.p.server(j.id, nRun), Data: encodeRunRecord(runRecord{Layout: recordLayout})},
 				touchMembership(j.p),
 				// The flag raised as raiseFlag does (the flag version bumped).
 				&store.CreateOp{Path: j.p.abs(relNecessary)},
@@ -482,6 +497,11 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		if rd.statusOwner == 0 {
 			ops = append(ops, &store.CreateOp{Path: j.p.server(j.id, nStatus), Data: []byte(statusReady), Mode: store.Ephemeral})
 		}
+		lops, err := j.layoutOps(ctx, rd.serverKids)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, lops...)
 		ops = append(ops, touchMembership(j.p))
 		if rd.ownCandidate == "" {
 			candAt = len(ops)
@@ -684,7 +704,11 @@ func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 		if !ok {
 			ops = append(ops, &store.CreateOp{Path: statusPath, Data: []byte(statusReady), Mode: store.Ephemeral})
 		}
-		return append(ops, touchMembership(j.p)), nil
+		lops, err := j.layoutOps(ctx, kids)
+		if err != nil {
+			return nil, err
+		}
+		return append(append(ops, lops...), touchMembership(j.p)), nil
 	})
 	if err != nil && !errors.Is(err, ErrServerIDInUse) {
 		return fmt.Errorf("coord: job %q: register %s: %w", j.jname, j.p.server(j.id), err)
@@ -981,4 +1005,26 @@ func (j *job) writeLastErrorLocked(ctx context.Context, msg string) {
 	} else if err != nil {
 		j.log.Warn("cannot record lastError", "err", err)
 	}
+}
+
+// layoutOps are the registration's writes of the run record that says this
+// server's layout (layoutGuard): created when absent (kids: the server
+// node's children), rewritten over a record of an older release (read only
+// then).
+func (j *job) layoutOps(ctx context.Context, kids []string) ([]store.Op, error) {
+	layout := encodeRunRecord(runRecord{Layout: recordLayout})
+	if !slices.Contains(kids, nRun) {
+		return []store.Op{&store.CreateOp{Path: j.p.server(j.id, nRun), Data: layout}}, nil
+	}
+	d, rst, err := j.st.Get(ctx, j.p.server(j.id, nRun))
+	if errors.Is(err, store.ErrNoNode) {
+		return []store.Op{&store.CreateOp{Path: j.p.server(j.id, nRun), Data: layout}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nRun), err)
+	}
+	if rec, derr := decodeRunRecord(d); derr != nil || rec.Layout < recordLayout {
+		return []store.Op{&store.SetOp{Path: j.p.server(j.id, nRun), Data: layout, Version: rst.Version}}, nil
+	}
+	return nil, nil
 }

@@ -32,6 +32,9 @@ const (
 	nLastError    = "lastError"
 	// nRun is the server's run record (runrecord.go, a shardflow addition).
 	nRun = "run"
+	// nLive is the run record's live marker (servers/{id}/run/live,
+	// ephemeral): a monitored normal run of the server is in progress.
+	nLive = "live"
 
 	nRunning          = "running"
 	nCompleted        = "completed"

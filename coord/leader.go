@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
@@ -60,7 +58,7 @@ func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
 		case <-watch:
 		case <-necW:
 		case <-ctx.Done():
-			return fmt.Errorf("coord: job %q: waiting for running item %s to finish before resharding: %w", j.jname, running, ctx.Err())
+			return fmt.Errorf("coord: job %q: waiting for the run of server %s to finish before resharding: %w", j.jname, running, ctx.Err())
 		}
 	}
 }
@@ -68,8 +66,8 @@ func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
 // reshardWhenIdle is the leader watcher's prompt resharding: when the flag
 // is set and no item runs, it reshards at once, so that servers waiting in
 // Begin do not depend on the leader's next trigger (a trigger-only job may
-// have none for a long time). While an item runs it never reshards: it
-// arms a watch on that item's running node (watch) and returns waiting,
+// have none for a long time). While a run goes on it never reshards: it
+// arms a watch on that server's live marker (watch) and returns waiting,
 // and the watcher calls it again when the watch fires. It never blocks on
 // a run.
 func (j *job) reshardWhenIdle(ctx context.Context, watch existsWatch) (waiting bool, _ error) {
@@ -208,82 +206,44 @@ func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
 	}
 }
 
-// errFoundRunning ends firstRunning's scan at the first running item.
-var errFoundRunning = errors.New("coord: an item is running")
-
-// firstRunning returns the first item found running (found true), with a
-// watch armed on its running node by watch, or found false when no item
-// runs. It reads directly.
-func (j *job) firstRunning(ctx context.Context, watch existsWatch) (item string, found bool, _ error) {
-	items, _, err := j.st.Children(ctx, j.p.abs(nExecution))
+// firstRunning returns the first server found running a monitored normal
+// run (its live marker servers/{id}/run/live exists; found true), with a
+// watch armed on that marker by watch, or found false when none runs. It
+// reads directly, one existence read per server (none per item). Failover
+// runs do not hold a reshard: their claim is their fence (the items' new
+// owners skip a claimed item).
+func (j *job) firstRunning(ctx context.Context, watch existsWatch) (server string, found bool, _ error) {
+	servers, _, err := j.st.Children(ctx, j.p.abs(nServers))
 	if err != nil {
-		return "", false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nExecution), err)
+		return "", false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
 	}
-	for {
-		running, err := j.scanRunning(ctx, items)
-		if err != nil || running == nil {
-			return "", false, err
+	for _, s := range servers {
+		p := j.p.server(s, nRun, nLive)
+		ok, st, err := j.st.Exists(ctx, p)
+		if err == nil && ok && !(s == j.id && j.markerLeftByEndedRun(st)) {
+			// Watch only the marker found; scan again when it goes.
+			ok, st, err = watch(ctx, p)
 		}
-		for _, it := range running {
-			// Watch only the running node found; re-scan when it goes.
-			p := store.Join(j.p.abs(nExecution), it, nRunning)
-			ok, st, err := watch(ctx, p)
-			if err != nil {
-				return "", false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-			}
-			if n, perr := strconv.Atoi(it); ok && perr == nil && j.leftByEndedRun(n, st) {
-				// Left by a run of this server that no longer holds it (a
-				// Begin whose reply was lost, a Complete refused while the
-				// session was suspended), on a session that resumed: only
-				// this server's next Begin of the item would remove it,
-				// and that Begin waits for this reshard (ZooKeeper
-				// simulation seed 900184). Versioned, as in Begin.
-				if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
-					j.log.Info("removed a running node left by an earlier run of this server before resharding", "item", it)
-					continue
-				}
-			}
-			if ok {
-				return it, true, nil
+		if err != nil {
+			return "", false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+		}
+		if ok && s == j.id && j.markerLeftByEndedRun(st) {
+			// Left by a run of this server that no longer holds it (a
+			// Begin whose reply was lost, a Complete refused while the
+			// session was suspended), on a session that resumed: only
+			// this server's next Begin would remove it, and that Begin
+			// waits for this reshard (ZooKeeper simulation seed 900184).
+			// Versioned, as in Begin.
+			if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
+				j.log.Info("removed the live marker left by an earlier run of this server before resharding")
+				continue
 			}
 		}
-		// What was found completed meanwhile; the scan stopped early, so
-		// scan again.
-	}
-}
-
-// scanRunning reads the running nodes of items pipelined (itemReaders in
-// flight) and stops at the first found: a job of thousands of items, none
-// running, would otherwise cost as many sequential round trips before
-// every reshard. It returns the items found running (nil: none).
-func (j *job) scanRunning(ctx context.Context, items []string) ([]string, error) {
-	running := make([]bool, len(items))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(itemReaders)
-	for i, it := range items {
-		g.Go(func() error {
-			p := store.Join(j.p.abs(nExecution), it, nRunning)
-			ok, _, err := j.st.Exists(gctx, p)
-			if err != nil {
-				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-			}
-			if ok {
-				running[i] = true
-				return errFoundRunning // ends the scan
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil && !errors.Is(err, errFoundRunning) {
-		return nil, err
-	}
-	var found []string
-	for i, it := range items {
-		if running[i] {
-			found = append(found, it)
+		if ok {
+			return s, true, nil
 		}
 	}
-	return found, nil
+	return "", false, nil
 }
 
 // leaderDuties raises the resharding flag when the set of live servers

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
@@ -28,17 +31,16 @@ type Run struct {
 	shardMzxid int64
 	// begin is the begin time Begin wrote (lastBeginTime and the run
 	// record), as stored.
-	begin string
-	// shardVersion and cfgVersion are the versions of this server's
-	// sharding node and of the config node the run began on (-1: unknown);
-	// Complete's record vouches only if they are unchanged.
-	shardVersion, cfgVersion int32
-	ctx                      context.Context
-	cancel                   context.CancelFunc
-	stop                     func() bool
-	done                     bool
+	begin  string
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool
+	done   bool
 	// released: complete has dropped the run's items from job.inRun.
 	released bool
+	// live: Begin created the live marker servers/{id}/run/live (a
+	// monitored normal run); Complete deletes it.
+	live bool
 }
 
 // run is Run's name in the implementation files.
@@ -97,12 +99,6 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		j.releaseClaims(ctx)
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
 	}
-	// The config node's version, before the snapshot (a later edit then
-	// shows as a newer version): Complete checks it (runRecord.Vouch).
-	cfgVersion := int32(-1)
-	if cst, ok := j.cache.dataStat(nConfig); ok {
-		cfgVersion = cst.Version
-	}
 	// One config snapshot for the whole trigger: an edit that arrives
 	// while this Begin runs applies to the next trigger, whole.
 	cfg, params := j.snapshot()
@@ -114,17 +110,14 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 	var (
 		items      []Assignment
 		shardMzxid int64
-		// runShardVersion: the sharding node's version the run's Begin
-		// checked (-1: none, a failover run).
-		runShardVersion int32 = -1
 	)
 	for attempt := 0; ; attempt++ {
 		var (
 			shardVersion int32
-			marks        map[int]int32
 			// flagVersion: leader/sharding's data version when Begin
 			// found no resharding flag (-1: not read, a failover run).
 			flagVersion int32 = -1
+			fo          failoverDir
 		)
 		shardMzxid = 0
 		items, shardVersion = j.failoverAssignments(ctx, cfg)
@@ -138,36 +131,53 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			if sid, regCtx, err = j.ready(); err != nil {
 				return nil, err
 			}
+			if err = j.layoutGuard(ctx); err != nil {
+				return nil, err
+			}
 			// One direct read of this server's sharding node: the fresh
 			// assignment and the version that fences the Multi below.
 			data, st, err := j.st.Get(ctx, j.p.server(j.id, nSharding))
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
 				return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 			}
-			// A retry reads the items' failover marks directly: a Multi
-			// refused on one (a failover run completed meanwhile) must not
-			// be planned again on the same lagging cache.
-			if items, shardVersion, marks, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil, attempt > 0); err != nil {
+			found := err == nil
+			// One direct read of the failover directory: its queue
+			// entries (the tokens of crashed runs, which this run
+			// consumes for its items) and its version, which the Multi
+			// checks: a claim, a failover run's completion, a queueing
+			// since fails it.
+			if fo, err = j.readFailoverDir(ctx); err != nil {
 				return nil, err
 			}
+			// The claims and failover marks of this server's items: from
+			// its last direct read of them while the directory's version
+			// is the one that read was made at, else (a failover writer
+			// came since: rare) read directly, pipelined.
+			var view map[int]foItem
+			if attempt == 0 {
+				view = j.failoverViewAt(fo.version, st.Mzxid)
+			}
+			if items, shardVersion, view, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, found, view); err != nil {
+				return nil, err
+			}
+			j.noteFailoverView(fo.version, st.Mzxid, view)
 			shardMzxid = st.Mzxid
 		}
-		err := j.markRunning(ctx, cfg, now, items, shardVersion, flagVersion, shardMzxid, marks)
+		err := j.markRunning(ctx, cfg, now, items, shardVersion, flagVersion, shardMzxid, fo)
 		if err != nil {
 			j.takeClaims(items, false)
 		}
-		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, errBeginAgain)) && attempt < 3 {
-			continue // resharded or failover-marked between our read and the Multi, or leftovers removed
+		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, errBeginAgain) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover) && attempt < 3 {
+			continue // resharded, failover writers, or leftovers removed between our reads and the Multi
 		}
 		if err != nil {
 			return nil, err
 		}
-		runShardVersion = shardVersion
 		break
 	}
 	j.recordLastError(ctx, "")
 	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid, begin: string(formatTime(now)),
-		shardVersion: runShardVersion, cfgVersion: cfgVersion}
+		live: len(items) > 0 && !items[0].Failover && cfg.MonitorsExecution()}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
 	return r, nil
@@ -177,31 +187,87 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 // Begin plans again.
 var errBeginAgain = errors.New("coord: items not running after all; begin again")
 
-// markRunning checks for items still running (misfire) and marks items
-// running in ONE Multi, fenced by the sharding node's version and by the
-// versions of the item containers the epochs were taken from (marks: item
-// to its container's version; absent: the container was not there), and by
-// the flag version (flagVersion >= 0; see raiseFlag): a resharding flag
-// raised since awaitSharding found none fails it, and Begin waits for the
-// reshard instead of starting a run the leader's scan has missed. A normal
-// run (not a failover run) also writes the server's run record (epoch: the
-// Mzxid of the sharding node it was planned on) in the tail, the commit
-// point (runrecord.go).
-func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, epoch int64, marks map[int]int32) error {
-	monitor := cfg.MonitorsExecution()
-	if monitor {
-		var suspects []int
-		for _, a := range items {
-			if running, err := j.itemHas(ctx, relItem(a.Item, nRunning)); err != nil {
-				return err
-			} else if running {
-				suspects = append(suspects, a.Item)
-			}
-		}
-		if err := j.misfireIfRunning(ctx, cfg, suspects); err != nil {
-			return err
+// failoverDir is a Begin's read of the failover directory
+// (leader/failover/items): the items queued for failover and the
+// directory's data version, which every failover writer bumps.
+type failoverDir struct {
+	queued  map[int]bool
+	version int32
+}
+
+// readFailoverDir lists the failover directory with its Stat (one read).
+func (j *job) readFailoverDir(ctx context.Context) (failoverDir, error) {
+	names, st, err := j.st.Children(ctx, j.p.abs(relFailoverQ))
+	if errors.Is(err, store.ErrNoNode) {
+		return failoverDir{version: -1}, nil
+	}
+	if err != nil {
+		return failoverDir{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(relFailoverQ), err)
+	}
+	fo := failoverDir{queued: make(map[int]bool, len(names)), version: st.Version}
+	for _, n := range names {
+		if it, ok := parseItemName(n); ok {
+			fo.queued[it] = true
 		}
 	}
+	return fo, nil
+}
+
+// bumpFailoverDir is the intent every failover writer adds to its
+// transaction: it bumps the failover directory's data version, which a
+// normal Begin checks (markRunning).
+func bumpFailoverDir() intent { return intent{kind: opSet, rel: relFailoverQ} }
+
+// failoverViewAt returns this server's last direct read of its items'
+// claims and failover marks if it was made at failover directory version
+// v, on the sharding node of Mzxid shardMzxid, on this registration (nil
+// otherwise): every failover writer bumps v, so they are still current.
+func (j *job) failoverViewAt(v int32, shardMzxid int64) map[int]foItem {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if v < 0 || j.foView != (failoverView{version: v, shardMzxid: shardMzxid, session: j.regSession}) {
+		return nil
+	}
+	return j.foItems
+}
+
+// noteFailoverView keeps view as the claims and marks of this server's
+// items at failover directory version v.
+func (j *job) noteFailoverView(v int32, shardMzxid int64, view map[int]foItem) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.foView = failoverView{version: v, shardMzxid: shardMzxid, session: j.regSession}
+	j.foItems = view
+}
+
+// markRunning begins a run in ONE Multi (in parts only beyond the request
+// limit, split.go).
+//
+// A normal run (layout 2) writes no per-item node: the Multi checks the
+// version of this server's sharding node (a reshard since fails it), the
+// flag version (flagVersion >= 0; see raiseFlag: a resharding flag raised
+// since awaitSharding found none fails it, and Begin waits for the reshard
+// instead of starting a run the leader's wait has missed) and the failover
+// directory's version fo.version (a claim, a queueing or a failover run's
+// completion since fails it, and Begin plans again on a fresh read); it
+// deletes the queue entries of its items (the run re-runs them: it
+// consumes the crashed run's token, and a claim of the same item, which
+// deletes the same entry, cannot commit too), and writes the run record
+// (epoch: the Mzxid of the sharding node it was planned on), the live
+// marker (monitored runs) and status RUNNING.
+//
+// A failover run writes per item, as before: its claim checked, running
+// (ephemeral), lastBeginTime.
+//
+// A monitored normal run overlapping a monitored run of this server (its
+// live marker exists, held by a run of this process on this session) flags
+// misfire on its items and returns ErrItemsRunning.
+func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, epoch int64, fo failoverDir) error {
+	monitor := cfg.MonitorsExecution()
+	failover := len(items) > 0 && items[0].Failover
+	j.mu.Lock()
+	sid := j.regSession
+	j.mu.Unlock()
 	var head, tail []intent
 	if shardVersion >= 0 {
 		head = append(head, intent{kind: opCheck, rel: relServer(j.id, nSharding), version: shardVersion})
@@ -209,70 +275,64 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 	if flagVersion >= 0 && len(items) > 0 {
 		head = append(head, intent{kind: opCheck, rel: relShardingDir, version: flagVersion})
 	}
+	if !failover && len(items) > 0 && fo.version >= 0 {
+		head = append(head, intent{kind: opCheck, rel: relFailoverQ, version: fo.version})
+	}
 	begin := formatTime(now)
-	groups := make([][]intent, len(items))
-	for i, a := range items {
-		g := []intent{{kind: opCreateIfAbsent, rel: relItem(a.Item)}}
-		if v, ok := marks[a.Item]; ok {
-			g = append(g, intent{kind: opCheck, rel: relItem(a.Item), version: v})
-		}
+	var groups [][]intent
+	for _, a := range items {
 		if a.Failover {
 			// The claim must still be there: an edit switching failover
 			// or monitorExecution off clears the claims no run has taken
 			// (Admin.SetConfig), and this Begin's snapshot may predate it.
-			g = append(g, intent{kind: opCheck, rel: relItem(a.Item, nFailover), version: store.AnyVersion})
+			groups = append(groups, []intent{
+				{kind: opCreateIfAbsent, rel: relItem(a.Item)},
+				{kind: opCheck, rel: relItem(a.Item, nFailover), version: store.AnyVersion},
+				{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
+				{kind: opPut, rel: relItem(a.Item, nLastBeginTime), data: begin}})
+			continue
 		}
-		switch {
-		case monitor && a.Failover:
-			// A claimed item must not have completed since the claim
-			// (its owner ran it: dropStaleClaims): asserted absent.
-			g = append(g,
-				intent{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
-				intent{kind: opCreate, rel: relItem(a.Item, nCompleted)},
-				intent{kind: opDelete, rel: relItem(a.Item, nCompleted)})
-		case monitor:
-			g = append(g,
-				intent{kind: opCreate, rel: relItem(a.Item, nRunning), data: []byte(j.id), mode: store.Ephemeral},
-				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nCompleted)})
+		if fo.queued[a.Item] {
+			// This run re-runs a crashed run's item: it consumes the entry.
+			groups = append(groups, []intent{{kind: opDelete, rel: relFailoverQ + "/" + strconv.Itoa(a.Item)}})
 		}
-		groups[i] = append(g, timeIntents(relItem(a.Item, nLastBeginTime), begin, monitor)...)
 	}
+	live := false
 	if len(items) > 0 {
 		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusRunning)})
 		if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
 			tail = append(tail, intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
-		}
-	}
-	// Split in parts only beyond the store's request limit (split.go);
-	// then the items that were completed are noted, to undo a partial
-	// Begin exactly.
-	var completed map[int]bool
-	if parts, _ := j.splitParts(head, groups, tail); len(parts) > 1 && monitor {
-		completed = make(map[int]bool, len(items))
-		for _, a := range items {
-			done, err := j.itemHas(ctx, relItem(a.Item, nCompleted))
-			if err != nil {
-				return err
+			if monitor {
+				live = true
+				tail = append(tail, intent{kind: opCreate, rel: relServer(j.id, nRun, nLive), data: []byte(j.id), mode: store.Ephemeral})
 			}
-			completed[a.Item] = done
 		}
 	}
 	// Held from before the transaction, not after it: a Begin beside this
-	// one (a failover runner) that reads the running nodes this one has
-	// just created must see them held, or it would delete them as
-	// leftovers (misfireIfRunning) and run the items a second time.
+	// one that finds the marker or the items held must see them held, or
+	// it would take them for leftovers.
 	j.holdItems(items, 1)
+	if live {
+		j.holdMarker(sid, 1)
+	}
 	applied, err := j.commitSplit(ctx, head, groups, tail)
 	if err != nil && applied > 0 {
-		j.undoBegin(ctx, items[:applied], completed)
+		j.undoBegin(ctx, items, groups[:applied])
 	}
 	if err != nil {
 		// Released at once: if the transaction was applied but its reply
-		// lost, its running nodes are leftovers the next Begin removes.
+		// lost, its marker (or running nodes) are leftovers the next Begin
+		// removes.
 		j.holdItems(items, -1)
-		if errors.Is(err, store.ErrNodeExists) && monitor {
-			j.dropStaleClaims(ctx, items)
-			// The cache had not seen a running node yet.
+		if live {
+			j.holdMarker(sid, -1)
+		}
+		if errors.Is(err, store.ErrNodeExists) && live {
+			return j.markerInTheWay(ctx, cfg, items)
+		}
+		if errors.Is(err, store.ErrNodeExists) && failover {
+			// A running node of a failover item: a leftover of this
+			// server's run of it, or another failover run's.
 			all := make([]int, len(items))
 			for i, a := range items {
 				all[i] = a.Item
@@ -280,14 +340,12 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 			if merr := j.misfireIfRunning(ctx, cfg, all); merr != nil {
 				return merr
 			}
-			// Nothing runs them after all (a lagging cache, or leftovers
-			// removed just now): the Begin plans again.
 			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
 		}
 		if errors.Is(err, store.ErrBadVersion) {
-			return fmt.Errorf("coord: job %q: resharded while starting: %w", j.jname, err)
+			return fmt.Errorf("coord: job %q: resharded or failover state changed while starting: %w", j.jname, err)
 		}
-		if errors.Is(err, store.ErrNoNode) {
+		if errors.Is(err, store.ErrNoNode) && failover {
 			if lost, lerr := j.dropLostClaims(ctx, items); lerr != nil {
 				return lerr
 			} else if lost {
@@ -299,28 +357,79 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 	return nil
 }
 
-// undoBegin reverts the parts of a split Begin that were applied before a
-// later part failed: this server's running nodes of those items go and
-// their completed nodes come back where they were. The run does not start;
-// lastBeginTime stays (it is only a time). If the undo fails too, the
-// running nodes are ephemeral: they go with the session, at the latest.
-func (j *job) undoBegin(ctx context.Context, items []Assignment, completed map[int]bool) {
-	groups := make([][]intent, 0, len(items))
-	for _, a := range items {
-		g := []intent{{kind: opDeleteIfPresent, rel: relItem(a.Item, nRunning)}}
-		if completed[a.Item] {
-			g = append(g, intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
-		}
-		groups = append(groups, g)
+// markerInTheWay handles a Begin whose live marker exists already: left by
+// a run of this server on this session that no run of this process holds
+// any more (a Begin whose reply was lost, a Complete refused while the
+// session was suspended), it is deleted (versioned) and the Begin plans
+// again; otherwise a run holds it and the items misfire.
+func (j *job) markerInTheWay(ctx context.Context, cfg jobconfig.Config, items []Assignment) error {
+	p := j.p.server(j.id, nRun, nLive)
+	ok, st, err := j.st.Exists(ctx, p)
+	if err != nil {
+		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
 	}
-	if _, err := j.commitSplit(context.WithoutCancel(ctx), nil, groups, nil); err != nil {
-		j.log.Warn("cannot undo a partial Begin; the running nodes go with the session", "items", len(items), "err", err)
+	if !ok {
+		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+	}
+	if j.markerLeftByEndedRun(st) {
+		if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
+			j.log.Info("removed the live marker left by an earlier run of this server whose Complete was refused while the session was suspended", "job", j.jname)
+			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+		} else if !errors.Is(err, store.ErrBadVersion) {
+			return fmt.Errorf("coord: job %q: delete leftover %s: %w", j.jname, p, err)
+		}
+	}
+	all := make([]int, len(items))
+	for i, a := range items {
+		all[i] = a.Item
+	}
+	return j.flagMisfire(ctx, cfg, all)
+}
+
+// undoBegin reverts the parts of a split Begin that were applied before a
+// later part failed: the queue entries those parts consumed come back, a
+// failover item's running node goes. The run does not start. If the undo
+// fails too, running nodes are ephemeral: they go with the session.
+func (j *job) undoBegin(ctx context.Context, items []Assignment, applied [][]intent) {
+	var groups [][]intent
+	for _, g := range applied {
+		for _, in := range g {
+			switch {
+			case in.kind == opDelete && strings.HasPrefix(in.rel, relFailoverQ+"/"):
+				groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: in.rel}})
+			case in.kind == opCreate && strings.HasSuffix(in.rel, "/"+nRunning):
+				groups = append(groups, []intent{{kind: opDeleteIfPresent, rel: in.rel}})
+			}
+		}
+	}
+	var head []intent
+	if len(groups) > 0 {
+		head = []intent{bumpFailoverDir()}
+	}
+	if _, err := j.commitSplit(context.WithoutCancel(ctx), head, groups, nil); err != nil {
+		j.log.Warn("cannot undo a partial Begin", "items", len(items), "err", err)
 	}
 }
 
-// misfireIfRunning checks suspects (items the cache shows running)
-// directly; if any really runs, it flags them misfire (when enabled) and
-// returns ErrItemsRunning. Direct reads happen only on this overlap path.
+// flagMisfire flags items misfire (when enabled) and returns
+// ErrItemsRunning: they run in a run of this server now.
+func (j *job) flagMisfire(ctx context.Context, cfg jobconfig.Config, running []int) error {
+	if cfg.MisfireEnabled() {
+		var groups [][]intent
+		for _, it := range running {
+			groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: relItem(it)}, {kind: opCreateIfAbsent, rel: relItem(it, nMisfire)}})
+		}
+		if _, err := j.commitSplit(ctx, nil, groups, nil); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
+		}
+	}
+	return fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
+}
+
+// misfireIfRunning checks suspects (failover items found with a running
+// node) directly; a node left by an ended run of this server is removed,
+// and if any really runs, it flags them misfire (when enabled) and returns
+// ErrItemsRunning.
 func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspects []int) error {
 	var running, stale []int
 	for _, it := range suspects {
@@ -333,10 +442,6 @@ func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspec
 			continue
 		}
 		if j.leftByEndedRun(it, st) {
-			// Only this session can have written it, and no run of this
-			// process holds the item: its run ended, with Complete refused
-			// while the session was suspended. Versioned: a node written
-			// meanwhile is not ours to delete.
 			if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
 				stale = append(stale, it)
 				continue
@@ -347,22 +452,34 @@ func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspec
 		running = append(running, it)
 	}
 	if len(stale) > 0 {
-		j.log.Info("removed running nodes left by an earlier run of this server whose Complete was refused while the session was suspended",
-			"job", j.jname, "items", stale)
+		j.log.Info("removed running nodes left by an earlier failover run of this server", "job", j.jname, "items", stale)
 	}
 	if len(running) == 0 {
 		return nil
 	}
-	if cfg.MisfireEnabled() {
-		var ins []intent
-		for _, it := range running {
-			ins = append(ins, intent{kind: opCreateIfAbsent, rel: relItem(it, nMisfire)})
-		}
-		if _, err := j.commitSplit(ctx, nil, each(ins), nil); err != nil && !errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
-		}
+	return j.flagMisfire(ctx, cfg, running)
+}
+
+// holdMarker adds delta to the count of this process's runs on session
+// sid holding the live marker (job.markerRuns).
+func (j *job) holdMarker(sid int64, delta int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.markerRuns == nil {
+		j.markerRuns = make(map[int64]int)
 	}
-	return fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
+	if j.markerRuns[sid] += delta; j.markerRuns[sid] <= 0 {
+		delete(j.markerRuns, sid)
+	}
+}
+
+// markerLeftByEndedRun reports whether the live marker (its Stat st) was
+// created on this server's current registration while no run of this
+// process holds it.
+func (j *job) markerLeftByEndedRun(st store.Stat) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.markerRuns[j.regSession] == 0
 }
 
 // holdItems adds delta to the count of this process's runs holding each
@@ -529,7 +646,8 @@ func (j *job) dropClaimNode(ctx context.Context, item int, czxid int64) {
 	p := j.p.item(item, nFailover)
 	ok, st, err := j.st.Exists(ctx, p)
 	if err == nil && ok && st.Czxid == czxid {
-		err = j.st.Delete(ctx, p, st.Version)
+		_, err = j.st.Multi(ctx, &store.DeleteOp{Path: p, Version: st.Version},
+			&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})
 	}
 	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
 		j.log.Warn("cannot drop a failover claim", "item", item, "err", err)
@@ -615,23 +733,25 @@ func (j *job) claimed(item int) bool {
 }
 
 // assignments computes this server's sharding items minus items failed
-// over to others and disabled items, with the sharding node's version and
-// the versions of the item containers whose failover marks the epochs took
-// (failoverMark; fresh: read directly, not from the cache).
-func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok, fresh bool) ([]Assignment, int32, map[int]int32, error) {
+// over to others and disabled items, with the sharding node's version.
+// The claims of its items and their failover marks (the epochs) come from
+// view, this server's last direct read of them (see failoverViewCurrent);
+// with view nil, or for an item view lacks, they are read directly
+// (pipelined) and kept as the new view.
+func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool, view map[int]foItem) ([]Assignment, int32, map[int]foItem, error) {
 	var out []Assignment
 	if !ok {
-		return nil, -1, nil, nil
+		return nil, -1, view, nil
 	}
 	if j.cache.flag(relServer(j.id, nDisabled)) {
-		return nil, st.Version, nil, nil
+		return nil, st.Version, view, nil
 	}
 	items, err := parseItems(data)
 	if err != nil {
 		j.log.Error("malformed sharding node; running nothing until the next reshard", "node", j.p.server(j.id, nSharding), "err", err)
-		return nil, st.Version, nil, nil
+		return nil, st.Version, view, nil
 	}
-	marks := make(map[int]int32)
+	var cand []int
 	for _, it := range items {
 		if it >= total {
 			continue
@@ -646,45 +766,67 @@ func (j *job) assignments(ctx context.Context, total int, data []byte, st store.
 		if j.claimTaken(it) {
 			continue // a failover run of this server runs it now
 		}
-		if !j.claimed(it) {
-			other, err := j.itemHas(ctx, relItem(it, nFailover))
-			if err != nil {
-				return nil, -1, nil, err
-			}
-			if other {
-				continue // failed over to another server
-			}
+		cand = append(cand, it)
+	}
+	var missing []int
+	for _, it := range cand {
+		if _, ok := view[it]; !ok {
+			missing = append(missing, it)
 		}
-		mark, ver, exists, err := j.failoverMark(ctx, it, fresh)
-		if err != nil {
+	}
+	if len(missing) > 0 {
+		got := make([]foItem, len(missing))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(itemReaders)
+		for i, it := range missing {
+			g.Go(func() error {
+				ok, cst, err := j.st.Exists(gctx, j.p.item(it))
+				if err != nil {
+					return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(it), err)
+				}
+				if !ok {
+					return nil
+				}
+				j.cache.noteItemStat(relItem(it), cst)
+				got[i].mark = failoverDone(cst)
+				if cst.NumChildren == 0 {
+					return nil
+				}
+				claimed, _, err := j.st.Exists(gctx, j.p.item(it, nFailover))
+				if err != nil {
+					return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(it, nFailover), err)
+				}
+				got[i].claimed = claimed
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
 			return nil, -1, nil, err
 		}
-		if exists {
-			marks[it] = ver
+		next := make(map[int]foItem, len(view)+len(missing))
+		for k, v := range view {
+			next[k] = v
 		}
-		out = append(out, Assignment{Item: it, Epoch: max(st.Mzxid, mark)})
+		for i, it := range missing {
+			next[it] = got[i]
+		}
+		view = next
 	}
-	return out, st.Version, marks, nil
+	for _, it := range cand {
+		f := view[it]
+		if f.claimed && !j.claimed(it) {
+			continue // failed over to another server
+		}
+		out = append(out, Assignment{Item: it, Epoch: max(st.Mzxid, f.mark)})
+	}
+	return out, st.Version, view, nil
 }
 
-// failoverMark returns the zxid the last completed failover run of item
-// left on its container execution/{item} (see failoverDone; 0 when none)
-// and the container's version, from the cache when the item is loaded
-// there and not fresh, else by a direct read. Begin's Multi checks the
-// version, so an epoch taken from a lagging cache never starts a run.
-func (j *job) failoverMark(ctx context.Context, item int, fresh bool) (mark int64, version int32, exists bool, err error) {
-	if st, ok := j.cache.itemStat(relItem(item)); ok && !fresh && j.cache.has(relItem(item)) {
-		return failoverDone(st), st.Version, true, nil
-	}
-	ok, st, err := j.st.Exists(ctx, j.p.item(item))
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.item(item), err)
-	}
-	if !ok {
-		return 0, 0, false, nil
-	}
-	j.cache.noteItemStat(relItem(item), st)
-	return failoverDone(st), st.Version, true, nil
+// foItem is what a direct read found of one item: a failover claim on it,
+// and its failover mark (failoverDone).
+type foItem struct {
+	claimed bool
+	mark    int64
 }
 
 // failoverDone reads the mark of a completed failover run off the Stat of
@@ -719,10 +861,9 @@ func (r *run) keepGoing() bool {
 		return false
 	}
 	if r.shardMzxid != 0 {
-		// Resharded since Begin: every commit of the run is fenced now, and
-		// its running nodes hold the items' new owners off. A reshard waits
-		// for running items, but one planned just before this run's Begin
-		// committed does not see it. (A cache that has not loaded the node
+		// Resharded since Begin: every commit of the run is fenced now. A
+		// reshard waits for live markers, but one planned just before this
+		// run's Begin committed does not see it. (A cache that has not loaded the node
 		// yet lags; it does not make the run stale.)
 		if _, st, ok := j.cache.get(relServer(j.id, nSharding)); ok && st.Mzxid > r.shardMzxid {
 			return false
@@ -857,7 +998,7 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 			// longer held by this run (see job.inRun). A parked run holds
 			// them until the job has written its completion.
 			r.released = true
-			j.holdItems(r.items, -1)
+			j.releaseRun(r)
 		}
 	}()
 	for attempt := 0; ; attempt++ {
@@ -884,9 +1025,9 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 		}
 		r.done = true
 		if sess.State == store.StateSuspended && sess.ID == r.session {
-			// Still suspended when ctx ended. The running nodes would
+			// Still suspended when ctx ended. The live marker would
 			// outlive the run on the resumed session and hold the leader's
-			// reshard (which waits for running items) and with it every
+			// reshard (which waits for live markers) and with it every
 			// Begin: the job writes the completion when the session
 			// resumes (completeParked).
 			parked, r.released = true, true
@@ -907,81 +1048,69 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 // It runs on the caller's goroutine, or on the watcher's for a parked
 // completion (complete has then marked the run done): it leaves r.done and
 // r.released alone.
+//
+// A normal run writes one Multi whatever its items: the run record with
+// the completion (and the next fire time), the live marker deleted, status
+// READY. A failover run completes per item: running deleted,
+// lastCompleteTime, the item's failover mark (its container's data, which
+// the owner's next epoch takes: failoverDone), the claim deleted, and the
+// failover directory's version bumped (a normal Begin of the item's owner
+// planned before this completion must plan again, on the new mark).
 func (r *run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
-	// The running nodes are the ones Begin created (the run's snapshot);
-	// turning monitorExecution off meanwhile removes them at once
-	// (Admin.SetConfig), also when it is back on by now, so they are
-	// removed only if still there: a delete of one gone failed the whole
-	// completion, and the item, left without a completed node, was failed
-	// over once its server left (simulation seed 3842).
-	monitorNow := j.config().MonitorsExecution()
-	delRunning := opDeleteIfPresent
 	now := formatTime(j.reg.cfg.Now())
+	var head, tail []intent
 	groups := make([][]intent, 0, len(r.items))
+	failover := false
 	for _, a := range r.items {
-		var g []intent
-		if r.cfg.MonitorsExecution() {
-			g = append(g, intent{kind: delRunning, rel: relItem(a.Item, nRunning)})
+		if !a.Failover {
+			continue
 		}
-		if monitorNow || r.cfg.MonitorsExecution() {
-			// Also when monitorExecution went off during a run that
-			// began monitored: an item left with a lastBeginTime and
-			// no completed node looks crashed mid-run, and is failed
-			// over once the flag is back on (simulation seed 2754).
-			g = append(g, intent{kind: opCreateIfAbsent, rel: relItem(a.Item, nCompleted)})
-		}
-		g = append(g, timeIntents(relItem(a.Item, nLastCompleteTime), now, r.cfg.MonitorsExecution())...)
-		if !next.IsZero() {
-			g = append(g, intent{kind: opPut, rel: relItem(a.Item, nNextFireTime), data: formatTime(next)})
-		}
-		if a.Failover {
-			// The mark the item's next normal run takes its epoch from
-			// (failoverDone): its zxid is above this run's epoch.
-			g = append(g, intent{kind: opSet, rel: relItem(a.Item)},
-				intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)})
-		}
-		groups = append(groups, g)
+		failover = true
+		// The mark the item's next normal run takes its epoch from
+		// (failoverDone): its zxid is above this run's epoch.
+		groups = append(groups, []intent{
+			{kind: opDeleteIfPresent, rel: relItem(a.Item, nRunning)},
+			{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now},
+			{kind: opSet, rel: relItem(a.Item)},
+			{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)}})
+	}
+	if failover {
+		head = append(head, bumpFailoverDir())
 	}
 	j.mu.Lock()
 	offline := j.offline || j.removed
 	j.mu.Unlock()
-	var tail []intent
 	if len(r.items) > 0 && !offline {
 		// A server shut down mid-run has no status node any more.
 		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusReady)})
 	}
-	// The run record, completed: with the status, in the last part. It
-	// vouches for its items' times (runRecord.Vouch) only with the checks
-	// that no reshard and no config edit came during the run; if they
-	// fail, the completion is written without them, and without vouching.
-	plainTail := tail
-	if rec, ok := runRecordOf(r.items, r.begin, string(now), false, r.shardMzxid); ok && !offline {
-		plainTail = append(slices.Clone(tail), intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
-		if r.cfg.MonitorsExecution() && monitorNow && r.shardVersion >= 0 && r.cfgVersion >= 0 {
-			rec.Vouch = true
-			tail = append(tail,
-				intent{kind: opCheck, rel: relServer(j.id, nSharding), version: r.shardVersion},
-				intent{kind: opCheck, rel: nConfig, version: r.cfgVersion},
-				intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
-		} else {
-			tail = plainTail
+	var nextText string
+	if !next.IsZero() {
+		nextText = string(formatTime(next))
+	}
+	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok {
+		rec.Next = nextText
+		tail = append(tail, intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
+	}
+	withMarker := tail
+	if r.live {
+		withMarker = append(slices.Clone(tail), intent{kind: opDelete, rel: relServer(j.id, nRun, nLive)})
+	}
+	// Beyond the store's request limit, in parts (split.go): only failover
+	// runs have per-item groups.
+	applied, err := j.commitSplit(ctx, head, groups, withMarker)
+	if r.live && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
+		// The marker is gone (a session change removed it with the run's
+		// ephemerals, or a Begin of this server removed it as a leftover):
+		// the completion is written without it.
+		if ok, _, xerr := j.st.Exists(ctx, j.p.server(j.id, nRun, nLive)); xerr == nil && !ok {
+			_, err = j.commitSplit(ctx, head, groups[applied:], tail)
 		}
 	}
-	// Beyond the store's request limit, in parts (split.go): each item's
-	// completion is applied whole, and the status (the tail) only with the
-	// last part. If a part fails, the items of the parts before it stay
-	// completed, which they are; the rest keep their running nodes until
-	// the session ends, and are failed over or re-run from there.
-	applied, err := j.commitSplit(ctx, nil, groups, tail)
-	if errors.Is(err, store.ErrBadVersion) {
-		_, err = j.commitSplit(ctx, nil, groups[applied:], plainTail)
-	}
-	tail = plainTail
-	if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent) {
+	if failover && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
 		// An item's node may be gone: pruned by the leader after the
-		// total was lowered below it (a run without running nodes does
-		// not hold the reshard). Its completion is moot; complete the rest.
+		// total was lowered below it. Its completion is moot; complete the rest.
 		var kept [][]intent
 		for i, a := range r.items {
 			ok, _, xerr := j.st.Exists(ctx, j.p.item(a.Item))
@@ -990,16 +1119,14 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 			}
 		}
 		if len(kept) < len(groups) {
-			_, err = j.commitSplit(ctx, nil, kept, tail)
+			_, err = j.commitSplit(ctx, head, kept, tail)
 		}
 	}
 	if err == nil {
 		// The mark just written goes into the cache before the claims are
 		// dropped (until then this server's Begins skip the items): a
 		// Begin of this server must not take an item's epoch from before
-		// its failover run. The watch on the failover node would bring it
-		// too, later. If the read fails, a Begin before that watch fires
-		// takes the older epoch and its CheckOwnership refuses it.
+		// its failover run.
 		for _, a := range r.items {
 			if !a.Failover {
 				continue
@@ -1063,7 +1190,15 @@ func (j *job) completeParked(ctx context.Context, sess store.Session) {
 				continue
 			}
 		}
-		j.holdItems(p.r.items, -1)
+		j.releaseRun(p.r)
+	}
+}
+
+// releaseRun drops a run's hold on its items and the live marker.
+func (j *job) releaseRun(r *run) {
+	j.holdItems(r.items, -1)
+	if r.live {
+		j.holdMarker(r.session, -1)
 	}
 }
 
@@ -1090,20 +1225,26 @@ func (j *job) takeMisfire(ctx context.Context) (bool, error) {
 	if nec {
 		return false, nil
 	}
-	data, st, err := j.st.Get(ctx, j.p.server(j.id, nSharding))
+	data, _, err := j.st.Get(ctx, j.p.server(j.id, nSharding))
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nSharding), err)
 	}
-	mine, _, _, err := j.assignments(ctx, cfg.ShardingTotalCount, data, st, err == nil, false)
-	if err != nil {
-		return false, err
+	if err != nil || j.cache.flag(relServer(j.id, nDisabled)) {
+		return false, nil
+	}
+	mine, perr := parseItems(data)
+	if perr != nil {
+		return false, nil
 	}
 	var ins []intent
-	for _, a := range mine {
-		if flagged, err := j.itemHas(ctx, relItem(a.Item, nMisfire)); err != nil {
+	for _, it := range mine {
+		if it >= cfg.ShardingTotalCount {
+			continue
+		}
+		if flagged, err := j.itemHas(ctx, relItem(it, nMisfire)); err != nil {
 			return false, err
 		} else if flagged {
-			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(a.Item, nMisfire)})
+			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relItem(it, nMisfire)})
 		}
 	}
 	if len(ins) == 0 {
@@ -1180,7 +1321,7 @@ func (j *job) readCount(ctx context.Context, node string) (int64, error) {
 
 // runRecordOf is the run record of the normal items of a run (false: a
 // failover run, or no items, which writes none).
-func runRecordOf(items []Assignment, begin, complete string, vouch bool, epoch int64) (runRecord, bool) {
+func runRecordOf(items []Assignment, begin, complete string, monitor bool, epoch int64) (runRecord, bool) {
 	var its []int
 	for _, a := range items {
 		if !a.Failover {
@@ -1191,18 +1332,5 @@ func runRecordOf(items []Assignment, begin, complete string, vouch bool, epoch i
 		return runRecord{}, false
 	}
 	slices.Sort(its)
-	return runRecord{Items: its, Begin: begin, Complete: complete, Vouch: vouch, Epoch: epoch}, true
-}
-
-// timeIntents write an item's lastBeginTime or lastCompleteTime. A run
-// that monitors execution changes the item's children anyway (its running
-// node) and sets the time in place; one that does not re-creates the time
-// node, so that every run changes the item's children (its Pzxid): a run
-// record (runrecord.go) vouches for an item's times only while the item's
-// children are unchanged since the record.
-func timeIntents(rel string, t []byte, monitor bool) []intent {
-	if monitor {
-		return []intent{{kind: opPut, rel: rel, data: t}}
-	}
-	return []intent{{kind: opDeleteIfPresent, rel: rel}, {kind: opCreate, rel: rel, data: t}}
+	return runRecord{Layout: recordLayout, Items: its, Begin: begin, Complete: complete, Monitor: monitor, Epoch: epoch}, true
 }

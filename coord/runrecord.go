@@ -1,69 +1,80 @@
 package coord
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/shardflow/shardflow/coord/store"
 )
 
 // The run record: servers/{id}/run, one persistent node per server holding
-// the server's last normal run (a shardflow addition to the 1.x layout).
+// the server's last normal run (a shardflow addition to the 1.x layout),
+// and its live marker servers/{id}/run/live (EPHEMERAL, on the run's
+// session). Since layout 2 they are the truth of normal runs: no per-item
+// node is written by a normal Begin or Complete.
 //
-// Begin writes it in the tail of its fenced transaction (with the status
-// RUNNING), Complete rewrites it with the completion time in the tail of
-// its own (with the status READY; see runRecord.Vouch for its checks). The tail is the commit point of a
-// transaction split in parts (split.go): every part starts with the version
-// check of servers/{id}/sharding, so the record is written only when every
-// item's part was applied under the assignment the run was planned on, and
-// never when a reshard came between the parts. A record therefore never
-// states more than the per-item nodes do: it is a summary of one
-// transaction's (or one split transaction's) writes.
+// Begin writes the record and, when the run monitors execution, creates
+// the marker in ONE transaction fenced by the version checks of the
+// server's sharding node, the resharding flag and the failover directory
+// (run.go, markRunning); Complete rewrites the record with the completion
+// time and deletes the marker in one transaction. So a trigger costs a
+// server 2 writes whatever its items.
 //
-// A status read takes the items' begin and complete times from it instead
-// of reading them per item (admin_status.go): the record vouches for an
-// item only when the item's container shows no change since the record was
-// written (its Pzxid and Mzxid at most the record's Mzxid) and its children
-// agree with the record's state, else the item's nodes are read as before.
-// Failover runs write no record: they change their items' children after
-// the owner's record, so the owner's record stops vouching for them.
+// Readers: an item is running when a live marker's record names it (the
+// leader's wait before resharding watches the markers, one per server); a
+// server that went offline leaving a record without completion and without
+// marker, whose sharding node is still the one the record was planned on,
+// crashed mid-run: its items are queued for failover once (the record is
+// marked queued in the same transaction; failover.go); a status read takes
+// the items' times from the records (admin_status.go). Failover runs (rare,
+// one item per claim) keep their state per item (running, the times, the
+// claim and the failover mark), as before.
+
+// recordLayout is the layout version new records carry: a server refuses
+// to begin while a live server of the job has none (an older server that
+// writes per-item nodes; see layoutGuard).
+const recordLayout = 2
 
 // runRecord is the decoded data of servers/{id}/run.
 type runRecord struct {
+	// Layout is recordLayout for records of this layout (0: an older one).
+	Layout int
 	// Items are the run's shard items, sorted.
 	Items []int
-	// Begin and Complete are the times Begin wrote to every item's
-	// lastBeginTime and Complete to every lastCompleteTime, as stored
-	// (Unix milliseconds text); Complete is "" while the run runs.
-	Begin, Complete string
-	// Vouch says whether a reader may take the record's times for its
-	// items' (admin_status.go, vouch). Begin sets it when the run marks its
-	// items running (monitorExecution). Complete sets it only when its last
-	// part also checked the sharding node's and the config node's versions
-	// the run began on: then no reshard, no config edit (e.g.
-	// monitorExecution off, which deletes running nodes) came during the
-	// run, and its running nodes held every other Begin of its items off,
-	// so no other run wrote their lastBeginTime in between. Otherwise (its
-	// check failed, and the completion was written without it) it is
-	// false, and readers read the items' times.
-	Vouch bool
+	// Begin and Complete are the run's begin and completion times (Unix
+	// milliseconds text); Complete is "" while the run runs. Next is the
+	// next fire time Complete was given ("": none).
+	Begin, Complete, Next string
+	// Monitor says the run monitors execution: it created the live marker.
+	Monitor bool
 	// Epoch is the Mzxid of the sharding node the run was planned on.
 	Epoch int64
+	// Queued says the leader queued the items of this (crashed) run for
+	// failover: they are queued once.
+	Queued bool
 }
 
 type runRecordJSON struct {
+	Layout   int    `json:"layout,omitempty"`
 	Items    string `json:"items"`
-	Begin    string `json:"begin"`
+	Begin    string `json:"begin,omitempty"`
 	Complete string `json:"complete,omitempty"`
-	Vouch    bool   `json:"vouch"`
-	Epoch    int64  `json:"epoch"`
+	Next     string `json:"next,omitempty"`
+	Monitor  bool   `json:"monitor,omitempty"`
+	Epoch    int64  `json:"epoch,omitempty"`
+	Queued   bool   `json:"queued,omitempty"`
 }
 
 // encodeRunRecord encodes r, its items as ranges ("0-3332,4000"), so a
 // record of thousands of contiguous items stays a few bytes.
 func encodeRunRecord(r runRecord) []byte {
-	b, _ := json.Marshal(runRecordJSON{Items: formatRanges(r.Items), Begin: r.Begin, Complete: r.Complete, Vouch: r.Vouch, Epoch: r.Epoch})
+	b, _ := json.Marshal(runRecordJSON{Layout: r.Layout, Items: formatRanges(r.Items), Begin: r.Begin, Complete: r.Complete,
+		Next: r.Next, Monitor: r.Monitor, Epoch: r.Epoch, Queued: r.Queued})
 	return b
 }
 
@@ -77,7 +88,8 @@ func decodeRunRecord(data []byte) (runRecord, error) {
 	if err != nil {
 		return runRecord{}, err
 	}
-	return runRecord{Items: items, Begin: j.Begin, Complete: j.Complete, Vouch: j.Vouch, Epoch: j.Epoch}, nil
+	return runRecord{Layout: j.Layout, Items: items, Begin: j.Begin, Complete: j.Complete, Next: j.Next,
+		Monitor: j.Monitor, Epoch: j.Epoch, Queued: j.Queued}, nil
 }
 
 // formatRanges encodes sorted, distinct items as comma-separated ranges.
@@ -129,4 +141,62 @@ func parseRanges(s string) ([]int, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// failoverView identifies a direct read of a server's claims and failover
+// marks: the failover directory's version, the sharding node's Mzxid and
+// the registration's session it was made at.
+type failoverView struct {
+	version    int32
+	shardMzxid int64
+	session    int64
+}
+
+// layoutGuard refuses a Begin while an online server of the job runs an
+// older layout (its record is absent or has no "layout":2; every server of
+// this layout writes one when it registers): servers of the two layouts
+// would not see each other's runs, and items would run twice. The upgrade
+// stops every server of a job first (docs/operations.md). The records are
+// read only when the set of online servers changed since the guard last
+// passed (none per trigger).
+func (j *job) layoutGuard(ctx context.Context) error {
+	var online []string
+	for _, s := range j.cache.children(nServers) {
+		if cachedServerState(j.cache, s).online {
+			online = append(online, s)
+		}
+	}
+	key := strings.Join(online, ",")
+	j.mu.Lock()
+	passed := j.layoutOK == key
+	j.mu.Unlock()
+	if passed {
+		return nil
+	}
+	for _, s := range online {
+		if s == j.id {
+			continue
+		}
+		data, _, err := j.st.Get(ctx, j.p.server(s, nRun))
+		if err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(s, nRun), err)
+		}
+		var rec runRecord
+		if err == nil {
+			rec, _ = decodeRunRecord(data)
+		}
+		if err != nil || rec.Layout < recordLayout {
+			if gone, _, xerr := j.st.Exists(ctx, j.p.server(s, nStatus)); xerr == nil && !gone {
+				continue // went offline meanwhile
+			}
+			e := fmt.Errorf("%w: job %q: server %q runs an older release (its %s has no \"layout\":%d): stop every server of the job before upgrading (docs/operations.md)",
+				ErrBadConfig, j.jname, s, j.p.server(s, nRun), recordLayout)
+			j.recordLastError(ctx, e.Error())
+			return e
+		}
+	}
+	j.mu.Lock()
+	j.layoutOK = key
+	j.mu.Unlock()
+	return nil
 }

@@ -2,14 +2,15 @@ package coord_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync/atomic"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -31,11 +32,11 @@ func (b *limitedMem) Connect(t testing.TB) store.Store {
 	return s
 }
 
-// splitLimit is small enough that a Begin or Complete of splitItems items
+// splitLimit is small enough that queueing splitItems items for failover
 // takes several transactions, and large enough for the config's.
 const (
 	splitLimit = 16 << 10
-	splitItems = 64
+	splitItems = 400
 )
 
 func itemsOf(t *testing.T, h *coordtest.Harness, job string) (running, completed int) {
@@ -44,8 +45,7 @@ func itemsOf(t *testing.T, h *coordtest.Harness, job string) (running, completed
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Split Begins and Completes (applied, fenced, undone) leave the run
-	// record saying what the items' nodes say, or vouching for nothing.
+	// The status shows the times the records and per-item nodes hold.
 	if err := coordtest.CheckItemTimes(context.Background(), h.AdminStore, h.NS, job, st); err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +60,12 @@ func itemsOf(t *testing.T, h *coordtest.Harness, job string) (running, completed
 	return running, completed
 }
 
-// TestSplitTransactions: with a store that refuses large transactions,
-// Begin and Complete of many items are split below the limit (several
-// Multis, none refused) and do what one transaction did.
-func TestSplitTransactions(t *testing.T) {
+// TestBeginCompleteOneTransaction: with a store that refuses transactions
+// above 16 KB, a Begin and a Complete of 400 items are one transaction
+// each (layout 2: a normal run writes its server's record and marker, no
+// per-item node; before, they took about one part per 50 items here) and
+// do what they did.
+func TestBeginCompleteOneTransaction(t *testing.T) {
 	b := newLimitedMem(splitLimit)
 	h := coordtest.NewHarness(t, b)
 	cs := coord.NewCountingStore(b.Connect(t))
@@ -71,6 +73,7 @@ func TestSplitTransactions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	coordtest.CompleteAll(t, coordtest.BeginAll(t, srv)...) // the reshard
 	before := cs.Counts()
 	runs := coordtest.BeginAll(t, srv)
 	if got := len(runs[0].Shards()); got != splitItems {
@@ -86,86 +89,57 @@ func TestSplitTransactions(t *testing.T) {
 	if r, c := itemsOf(t, h, "big"); r != 0 || c != splitItems {
 		t.Fatalf("after Complete: %d running, %d completed; want 0 and %d", r, c, splitItems)
 	}
-	if begin.Multis < 3 || complete.Multis < 3 {
-		t.Fatalf("Begin took %d transactions and Complete %d; want several each below the %d-byte limit", begin.Multis, complete.Multis, splitLimit)
+	if begin.Multis != 1 || complete.Multis != 1 {
+		t.Fatalf("Begin took %d transactions and Complete %d; want one each", begin.Multis, complete.Multis)
 	}
-	if s := h.Admin; s != nil {
-		st, err := s.Status(context.Background(), "big")
-		if err != nil || len(st.Servers) != 1 || st.Servers[0].Status != "READY" {
-			t.Fatalf("status after Complete: %+v, %v; want the server READY", st.Servers, err)
-		}
+	st, err := h.Admin.Status(context.Background(), "big")
+	if err != nil || len(st.Servers) != 1 || st.Servers[0].Status != "READY" {
+		t.Fatalf("status after Complete: %+v, %v; want the server READY", st.Servers, err)
 	}
 }
 
-// resharding is a HookStore's Before hook that changes the server's
-// sharding node (as a reshard does) right before every second transaction
-// of each Begin reaches the store: a split Begin's later parts are fenced
-// out.
-type resharding struct {
-	other   store.Store // another session, for the interfering write
-	path    string
-	multis  atomic.Int64
-	bumps   atomic.Int64
-	enabled atomic.Bool
-}
-
-func (s *resharding) before(ctx context.Context, c coordtest.Call) error {
-	fenced := false
-	for _, op := range c.Ops {
-		if chk, ok := op.(*store.CheckOp); ok && chk.Path == s.path {
-			fenced = true
-		}
-	}
-	if fenced && s.enabled.Load() && s.multis.Add(1)%2 == 0 {
-		data, _, err := s.other.Get(ctx, s.path)
-		if err != nil {
-			return err
-		}
-		if _, err := s.other.Set(ctx, s.path, data, store.AnyVersion); err != nil {
-			return err
-		}
-		s.bumps.Add(1)
-	}
-	return nil
-}
-
-// TestSplitBeginFencedAndUndone: when the sharding node changes between
-// two parts of a split Begin, the later part is refused (every part
-// carries the version check) and the parts already applied are undone:
-// no running node is left, and the items completed before are completed
-// again.
-func TestSplitBeginFencedAndUndone(t *testing.T) {
+// TestSplitFailoverQueueing: the transaction that still grows with the
+// items, the leader's queueing of a crashed server's cut run, is split
+// below the request limit (each part fenced by the crashed server's
+// sharding and record versions, the record marked queued in the last) and
+// queues every item once.
+func TestSplitFailoverQueueing(t *testing.T) {
 	b := newLimitedMem(splitLimit)
 	h := coordtest.NewHarness(t, b)
-	rs := &resharding{other: b.Connect(t)}
-	srv, err := h.TryStart("s0", coordtest.Config("big", splitItems), &coordtest.HookStore{Store: b.Connect(t), Before: rs.before})
+	cfg := coordtest.Config("big", 2*splitItems, func(c *jobconfig.Config) { c.Failover = true })
+	cs := coord.NewCountingStore(b.Connect(t))
+	l, err := h.TryStart("l", cfg, cs) // the leader
 	if err != nil {
 		t.Fatal(err)
 	}
-	coordtest.CompleteAll(t, coordtest.BeginAll(t, srv)...) // every item completed once
-	rs.path = fmt.Sprintf("/%s/big/servers/s0/sharding", h.NS)
-	rs.enabled.Store(true)
+	a := h.Start("a", cfg)
+	runs := coordtest.BeginAll(t, l, a)
+	parts := coordtest.AssertPartition(t, 2*splitItems, runs...)
+	coordtest.CompleteAll(t, runs[0])
+	before := cs.Counts()
+	h.B.Kill(t, a.St)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	run, err := srv.Job.Begin(ctx, time.Now())
-	if err == nil {
-		_ = run.Complete(ctx, time.Time{})
-		t.Fatal("Begin succeeded although the sharding node changed between its parts every time")
+	var q []int
+	for len(q) != len(parts[1]) {
+		st, err := h.Admin.Status(ctx, "big")
+		if err != nil {
+			t.Fatal(err)
+		}
+		q = st.FailoverQueue
+		if ctx.Err() != nil {
+			t.Fatalf("failover queue %d items, want a's %d", len(q), len(parts[1]))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	if !errors.Is(err, store.ErrBadVersion) {
-		t.Fatalf("Begin: %v, want a version conflict (resharded while starting)", err)
+	if !slices.Equal(q, parts[1]) {
+		t.Fatalf("failover queue %v, want a's items %v", q, parts[1])
 	}
-	if rs.bumps.Load() == 0 {
-		t.Fatal("the interfering write never happened: the Begin was not split")
+	if m := cs.Counts().Sub(before).Multis; m < 3 {
+		t.Fatalf("the leader made %d transactions queueing %d items; want several below the %d-byte limit", m, len(q), splitLimit)
 	}
-	if r, c := itemsOf(t, h, "big"); r != 0 || c != splitItems {
-		t.Fatalf("after the refused Begin: %d running, %d completed; want 0 and %d", r, c, splitItems)
+	rec, _, err := h.AdminStore.Get(ctx, fmt.Sprintf("/%s/big/servers/a/run", h.NS))
+	if err != nil || !strings.Contains(string(rec), `"queued":true`) {
+		t.Fatalf("a's record after the queueing: %s, %v; want it marked queued", rec, err)
 	}
-	// Without interference the next Begin runs every item.
-	rs.enabled.Store(false)
-	runs := coordtest.BeginAll(t, srv)
-	if got := len(runs[0].Shards()); got != splitItems {
-		t.Fatalf("run has %d items, want %d", got, splitItems)
-	}
-	coordtest.CompleteAll(t, runs...)
 }

@@ -28,7 +28,7 @@ type watcherState struct {
 	needResync   bool
 	electAgain   bool
 	// pred names the election's watch waited on (0: none); idle the watch
-	// on the running node that keeps the leader from resharding promptly
+	// on the live marker that keeps the leader from resharding promptly
 	// (reshardWhenIdle; 0: none). Events of other ids are stale.
 	pred, idle uint64
 	// predAfterSession is the watch of the election a re-registration ran

@@ -2,6 +2,7 @@ package coordtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -13,36 +14,130 @@ import (
 )
 
 // CheckItemTimes compares the begin and complete times a status shows for
-// each item with the item's own nodes (execution/{item}/lastBeginTime and
-// lastCompleteTime), read directly through st: a status takes them from
-// the servers' run records where a record vouches for them, and must show
-// what the per-item nodes hold. Call it when no run begins or completes
-// (the two reads are not one snapshot); nil when every item agrees.
+// each item with the stored truth of layout 2, read directly through st:
+// the newest run record naming the item (servers/{id}/run, by its Mzxid),
+// unless a failover run began the item since (its
+// execution/{item}/lastBeginTime written after that record), whose
+// per-item times count then. Call it when no run begins or completes (the
+// reads are not one snapshot); nil when every item agrees.
 func CheckItemTimes(ctx context.Context, st store.Store, ns, job string, js coord.JobStatus) error {
-	for _, it := range js.Items {
-		for _, c := range []struct {
-			node string
-			got  *time.Time
-		}{{"lastBeginTime", it.LastBeginTime}, {"lastCompleteTime", it.LastCompleteTime}} {
-			p := store.Join(ns, job, "execution", strconv.Itoa(it.Item), c.node)
-			d, _, err := st.Get(ctx, p)
-			var want *time.Time
-			switch {
-			case errors.Is(err, store.ErrNoNode):
-			case err != nil:
-				return fmt.Errorf("read %s: %w", p, err)
-			default:
-				if ms, perr := strconv.ParseInt(strings.TrimSpace(string(d)), 10, 64); perr == nil {
-					t := time.UnixMilli(ms)
-					want = &t
-				}
+	type rec struct {
+		begin, complete string
+		mzxid           int64
+	}
+	newest := map[int]rec{}
+	servers, _, err := st.Children(ctx, store.Join(ns, job, "servers"))
+	if err != nil {
+		return fmt.Errorf("read servers: %w", err)
+	}
+	for _, s := range servers {
+		p := store.Join(ns, job, "servers", s, "run")
+		d, rst, err := st.Get(ctx, p)
+		if errors.Is(err, store.ErrNoNode) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", p, err)
+		}
+		var r struct {
+			Items    string `json:"items"`
+			Begin    string `json:"begin"`
+			Complete string `json:"complete"`
+		}
+		if err := json.Unmarshal(d, &r); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		items, err := expandRanges(r.Items)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		for _, it := range items {
+			if old, ok := newest[it]; !ok || old.mzxid < rst.Mzxid {
+				newest[it] = rec{r.Begin, r.Complete, rst.Mzxid}
 			}
-			if (want == nil) != (c.got == nil) || want != nil && !want.Equal(*c.got) {
-				return fmt.Errorf("item %d: status shows %s %s, %s holds %s", it.Item, c.node, fmtTime(c.got), p, fmtTime(want))
+		}
+	}
+	for _, it := range js.Items {
+		read := func(node string) (*time.Time, int64, error) {
+			p := store.Join(ns, job, "execution", strconv.Itoa(it.Item), node)
+			d, nst, err := st.Get(ctx, p)
+			if errors.Is(err, store.ErrNoNode) {
+				return nil, 0, nil
+			}
+			if err != nil {
+				return nil, 0, fmt.Errorf("read %s: %w", p, err)
+			}
+			return parseMillis(string(d)), nst.Mzxid, nil
+		}
+		fb, fbz, err := read("lastBeginTime")
+		if err != nil {
+			return err
+		}
+		fc, fcz, err := read("lastCompleteTime")
+		if err != nil {
+			return err
+		}
+		r, hasRec := newest[it.Item]
+		var wantBegin, wantComplete *time.Time
+		switch {
+		case fb != nil && (!hasRec || fbz > r.mzxid):
+			wantBegin = fb
+			if fc != nil && fcz > fbz {
+				wantComplete = fc
+			}
+		case hasRec && parseMillis(r.begin) != nil:
+			wantBegin = parseMillis(r.begin)
+			if r.complete != "" {
+				wantComplete = parseMillis(r.complete)
+			} else if fc != nil && fb != nil && fcz > fbz {
+				wantComplete = fc
+			}
+		}
+		for _, c := range []struct {
+			name      string
+			got, want *time.Time
+		}{{"lastBeginTime", it.LastBeginTime, wantBegin}, {"lastCompleteTime", it.LastCompleteTime, wantComplete}} {
+			if (c.want == nil) != (c.got == nil) || c.want != nil && !c.want.Equal(*c.got) {
+				return fmt.Errorf("item %d: status shows %s %s, the records and per-item nodes hold %s", it.Item, c.name, fmtTime(c.got), fmtTime(c.want))
 			}
 		}
 	}
 	return nil
+}
+
+// parseMillis decodes Unix milliseconds text; nil when malformed.
+func parseMillis(s string) *time.Time {
+	ms, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return nil
+	}
+	t := time.UnixMilli(ms)
+	return &t
+}
+
+// expandRanges decodes a record's items ("0-3,7").
+func expandRanges(s string) ([]int, error) {
+	var out []int
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return nil, err
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return nil, err
+			}
+		}
+		for i := a; i <= b; i++ {
+			out = append(out, i)
+		}
+	}
+	return out, nil
 }
 
 func fmtTime(t *time.Time) string {
