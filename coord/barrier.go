@@ -19,7 +19,7 @@ const onceRunner = "runner"
 
 // withdrawWait bounds the withdrawal of a participant's registrations
 // when its wait ends without a release; what it cannot delete in time
-// (the connection cut) is owed (barrierDebt).
+// (the connection cut) is owed (sessionDebt).
 const withdrawWait = 2 * time.Second
 
 // onceBarrier is the distribute-once barrier of one phase ("started" or
@@ -49,7 +49,7 @@ const withdrawWait = 2 * time.Second
 // the item registered (simulation: a callback ran before the last server's
 // Once, which timed out), and the latch would keep every later set of the
 // phase from running. So what the barrier cannot write is owed to the
-// session (barrierDebt): the job writes it as soon as that session is
+// session (sessionDebt, owed.go): the job writes it as soon as that session is
 // connected again, before it registers anything else, and drops it once the
 // session is gone (its ephemeral nodes went with it).
 //
@@ -72,7 +72,7 @@ type onceBarrier struct {
 	// store, never from a cache: the set's completion is decided on it.
 	disabled func(ctx context.Context, item int) (bool, error)
 	// owe hands the job a write the barrier could not make on session
-	// (the connection cut): see onceBarrier and job.oweBarrier.
+	// (the connection cut): see onceBarrier and job.owe.
 	owe func(session int64, what string, pay func(context.Context) error)
 }
 
@@ -545,61 +545,12 @@ func (j *job) onceOver(ctx context.Context, total int, phase string, items []int
 	// What an earlier Once owes this session goes first: a registration
 	// left from it must not count in the set this one joins.
 	sess, _ := j.st.Session()
-	j.payBarrierDebts(ctx, sess)
+	j.payDebts(ctx, sess)
 	b := onceBarrier{
 		st: j.st, base: j.p.abs(nGuarantee + "/" + phase), id: j.id, job: j.jname, log: j.log, total: total,
-		disabled: j.itemDisabled, owe: j.oweBarrier,
+		disabled: j.itemDisabled, owe: j.owe,
 	}
 	return b.run(ctx, items, timeout, fn)
-}
-
-// barrierDebt is a write the distribute-once barrier could not make on a
-// session whose connection was cut (onceBarrier): a withdrawal, a clear, the
-// runner latch's release.
-type barrierDebt struct {
-	session int64
-	what    string
-	pay     func(context.Context) error
-}
-
-// oweBarrier keeps a barrier's write for payBarrierDebts.
-func (j *job) oweBarrier(session int64, what string, pay func(context.Context) error) {
-	j.mu.Lock()
-	j.owed = append(j.owed, barrierDebt{session, what, pay})
-	j.mu.Unlock()
-	// The session may have resumed since the write failed, and the
-	// watcher's step for that change run before the debt was kept: it
-	// looks at the session again.
-	j.post(loopEvent{kind: evSession})
-}
-
-// payBarrierDebts makes the barrier's owed writes on their session, now
-// connected again (the watcher on a session change, a Once before it
-// registers, a leave); a debt whose session is gone is dropped (the nodes
-// it was about went with the session). One that fails is kept for the
-// next session change.
-func (j *job) payBarrierDebts(ctx context.Context, sess store.Session) {
-	if sess.State == store.StateSuspended {
-		return
-	}
-	j.mu.Lock()
-	owed := j.owed
-	j.owed = nil
-	j.mu.Unlock()
-	for i, d := range owed {
-		if sess.State != store.StateConnected || d.session != sess.ID {
-			j.log.Debug("distribute-once: a debt dropped with its session", "what", d.what, "session", d.session)
-			continue
-		}
-		if err := d.pay(ctx); err != nil {
-			j.log.Warn("distribute-once: cannot write what a barrier owes its session; retrying at the next session change or Once", "what", d.what, "err", err)
-			j.mu.Lock()
-			j.owed = append(j.owed, owed[i:]...)
-			j.mu.Unlock()
-			return
-		}
-		j.log.Debug("distribute-once: paid what a barrier owed its session", "what", d.what)
-	}
 }
 
 // itemDisabled reads item's disabled flag from the store (the barrier's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
@@ -105,4 +106,60 @@ func TestBeginBesideBeginInFlight(t *testing.T) {
 		t.Fatalf("item 0 while the first run runs: %+v, want its running node kept", stat.Items[0])
 	}
 	coordtest.CompleteAll(t, res.run)
+}
+
+// A Begin of a server that is not the leader is applied, then the
+// connection drops before its reply (the Begin fails), and the same session
+// resumes: the live marker the transaction created stays, an ephemeral of a
+// live session, with no run holding it. It is owed to the session and
+// removed as soon as the session is connected again, so the leader can
+// reshard for a joiner at once. Before, only this server's next Begin
+// removed it (a cron period later): the joiner's Begin waited out its 10 s
+// bound. In a synctest bubble.
+func TestLostBeginReplyDoesNotHoldTheReshard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := coordtest.NewHarness(t, coordtest.Mem())
+		cfg := coordtest.Config("job", 3)
+		leader := h.Start("a", cfg)
+		var armed atomic.Bool
+		hs := &coordtest.HookStore{Store: h.B.Connect(t)}
+		hs.After = func(_ context.Context, c coordtest.Call, err error) error {
+			if c.Method != "Multi" || err != nil || !armed.CompareAndSwap(true, false) {
+				return err
+			}
+			h.B.Disconnect(t, hs.Store) // applied; the reply is lost with the connection
+			return fmt.Errorf("lost reply: %w", store.ErrConnectionLoss)
+		}
+		b, err := h.TryStart("b", cfg, hs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		coordtest.CompleteAll(t, coordtest.BeginAll(t, leader, b)...)
+		synctest.Wait()
+		armed.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := b.Job.Begin(ctx, time.Now()); err == nil {
+			t.Fatal("b's Begin with its reply lost succeeded")
+		}
+		if armed.Load() {
+			t.Fatal("b's Begin sent no transaction")
+		}
+		marker := "/" + h.NS + "/job/servers/b/run/live"
+		if ok, _, err := h.AdminStore.Exists(ctx, marker); err != nil || !ok {
+			t.Fatalf("b's live marker after the lost reply: %v, %v; want it left on the suspended session", ok, err)
+		}
+		time.Sleep(2 * time.Second) // within the session timeout
+		h.B.Reconnect(t, hs.Store)
+		synctest.Wait()
+		joiner := h.Start("c", cfg)
+		run, err := joiner.Job.Begin(ctx, time.Now())
+		if err != nil {
+			t.Fatalf("joiner's Begin: %v (the leader never resharded: b's leftover marker held it)", err)
+		}
+		if len(run.Shards()) == 0 {
+			t.Fatal("joiner's run has no items after the reshard")
+		}
+		coordtest.CompleteAll(t, run)
+	})
 }

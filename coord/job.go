@@ -89,9 +89,9 @@ type Job struct {
 	layoutOK string
 	// parked: completions Complete left to the watcher (run.go).
 	parked []parkedRun
-	// owed: writes of the distribute-once barrier left to the watcher
-	// (barrier.go).
-	owed       []barrierDebt
+	// owed: writes a cut connection kept from the store, owed to their
+	// session (owed.go).
+	owed       []sessionDebt
 	lastErrSet bool
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
@@ -899,7 +899,7 @@ func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	// would make the runs look crashed (failed over again: simulation
 	// seed 52).
 	j.completeParked(ctx, sess)
-	j.payBarrierDebts(ctx, sess)
+	j.payDebts(ctx, sess)
 	return true, nil
 }
 

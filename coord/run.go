@@ -326,6 +326,12 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 		j.holdItems(items, -1)
 		if live {
 			j.holdMarker(sid, -1)
+			if ambiguous(j.st, err) {
+				// Applied, perhaps: the marker would stay on a session
+				// that resumes, with no run holding it, and hold every
+				// reshard until this server's next Begin.
+				j.oweMarkerLeftover(sid)
+			}
 		}
 		if errors.Is(err, store.ErrNodeExists) && live {
 			return j.markerInTheWay(ctx, cfg, items)
@@ -384,6 +390,42 @@ func (j *job) markerInTheWay(ctx context.Context, cfg jobconfig.Config, items []
 		all[i] = a.Item
 	}
 	return j.flagMisfire(ctx, cfg, all)
+}
+
+// ambiguous reports whether err, from a write, leaves it unknown whether the
+// write was applied: the connection or the session failed, or ctx ended,
+// while it was in flight.
+func ambiguous(st store.Store, err error) bool {
+	return lostConnection(st, err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// oweMarkerLeftover owes session sid the removal of this server's live
+// marker after a Begin's or a Complete's transaction failed on the
+// connection, once no run of this process holds the marker: the
+// transaction may have been applied (a Begin's reply lost) or not (a
+// Complete's delete not made), and the marker, an ephemeral of a session
+// that may resume, would hold the leader's reshard (firstRunning) until
+// this server's next Begin removed it (markerInTheWay), up to a cron
+// period later. Paid as soon as the session is connected again
+// (sessionDebt).
+func (j *job) oweMarkerLeftover(sid int64) {
+	p := j.p.server(j.id, nRun, nLive)
+	j.owe(sid, "delete the live marker "+p+" no run holds", func(ctx context.Context) error {
+		ok, st, err := j.st.Exists(ctx, p)
+		if err != nil {
+			return err
+		}
+		// Only a marker of that session that no run of this process
+		// holds: a later Begin's marker is its run's.
+		if !ok || st.EphemeralOwner != sid || !j.markerLeftByEndedRun(st) {
+			return nil
+		}
+		if err := j.st.Delete(ctx, p, st.Version); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+			return err
+		}
+		j.log.Info("removed the live marker left on this session by a Begin or Complete whose transaction failed on the connection", "job", j.jname)
+		return nil
+	})
 }
 
 // undoBegin reverts the parts of a split Begin that were applied before a
@@ -990,6 +1032,9 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 	// ctx ended while the session was suspended. A store error on a live
 	// session leaves it retryable.
 	parked := false
+	// cut: the last write failed on the connection (it may or may not
+	// have deleted the live marker).
+	cut := false
 	defer func() {
 		r.stop()
 		r.cancel()
@@ -999,6 +1044,10 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 			// them until the job has written its completion.
 			r.released = true
 			j.releaseRun(r)
+			if cut && r.live {
+				// Owed once the run no longer holds the marker.
+				j.oweMarkerLeftover(r.session)
+			}
 		}
 	}()
 	for attempt := 0; ; attempt++ {
@@ -1015,6 +1064,7 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 			if err == nil || errors.Is(err, ErrNotOwner) {
 				r.done = true
 			}
+			cut = err != nil && ambiguous(j.st, err)
 			if err == nil || !lostConnection(j.st, err) {
 				return err
 			}

@@ -304,7 +304,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 		j.loseRegistration(sessionProblem(sess, reg))
 	}
 	j.completeParked(ctx, sess)
-	j.payBarrierDebts(ctx, sess)
+	j.payDebts(ctx, sess)
 	if sess.State != store.StateConnected || sess.ID == reg {
 		// Not connected, or the same session resumed: its watches and
 		// ephemerals were held, not dropped.

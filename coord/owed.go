@@ -1,0 +1,70 @@
+package coord
+
+import (
+	"context"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// sessionDebt is a write a cut connection kept from the store, owed to the
+// session it was about: a cut connection does not end a session, which may
+// resume with every ephemeral node it held, so what a failed or ambiguous
+// call (its transaction may have been applied, its reply lost) left on the
+// session must be written when the session is connected again. Owed so far:
+// the distribute-once barrier's withdrawals, clears and runner latch
+// releases (onceBarrier), and the delete of a live marker left by a Begin
+// or a Complete whose transaction failed on the connection
+// (job.oweMarkerLeftover).
+//
+// pay must be idempotent and check what it deletes (versioned, owned by
+// the session, no run of this process holding it): it may run long after
+// the failure, once or, if it fails, again at the next session change.
+type sessionDebt struct {
+	session int64
+	what    string
+	pay     func(context.Context) error
+}
+
+// owe keeps a write owed to session for payDebts. It does not block.
+func (j *job) owe(session int64, what string, pay func(context.Context) error) {
+	j.mu.Lock()
+	j.owed = append(j.owed, sessionDebt{session, what, pay})
+	j.mu.Unlock()
+	// The session may have resumed since the write failed, and the
+	// watcher's step for that change run before the debt was kept: it
+	// looks at the session again.
+	j.post(loopEvent{kind: evSession})
+}
+
+// payDebts makes the writes owed to sess, now connected again (the
+// watcher on a session change, a Once before it registers, a leave); a
+// debt whose session is gone is dropped (the nodes it was about went with
+// the session).
+//
+// Blocking and cancellation: it blocks on the caller's goroutine until
+// every debt of sess is paid or one fails; the pays run under ctx, and one
+// that fails (ctx ended, the connection cut again) is kept with the rest
+// for the next session change or Once. A suspended session pays nothing.
+func (j *job) payDebts(ctx context.Context, sess store.Session) {
+	if sess.State == store.StateSuspended {
+		return
+	}
+	j.mu.Lock()
+	owed := j.owed
+	j.owed = nil
+	j.mu.Unlock()
+	for i, d := range owed {
+		if sess.State != store.StateConnected || d.session != sess.ID {
+			j.log.Debug("a write owed to a session dropped with the session", "what", d.what, "session", d.session)
+			continue
+		}
+		if err := d.pay(ctx); err != nil {
+			j.log.Warn("cannot make a write owed to this session; retrying at the next session change or Once", "what", d.what, "err", err)
+			j.mu.Lock()
+			j.owed = append(j.owed, owed[i:]...)
+			j.mu.Unlock()
+			return
+		}
+		j.log.Debug("made a write owed to this session", "what", d.what)
+	}
+}
