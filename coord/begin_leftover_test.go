@@ -163,3 +163,50 @@ func TestLostBeginReplyDoesNotHoldTheReshard(t *testing.T) {
 		coordtest.CompleteAll(t, run)
 	})
 }
+
+// A Complete whose every attempt fails on the connection (not applied)
+// leaves the run's live marker on a session that lives on; its delete is
+// owed to the session, so the leader can reshard for a joiner without
+// another Begin of that server. In a synctest bubble.
+func TestCutCompleteDoesNotHoldTheReshard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := coordtest.NewHarness(t, coordtest.Mem())
+		cfg := coordtest.Config("job", 3)
+		leader := h.Start("a", cfg)
+		var failing atomic.Int32
+		hs := &coordtest.HookStore{Store: h.B.Connect(t)}
+		hs.Before = func(_ context.Context, c coordtest.Call) error {
+			if c.Method == "Multi" && failing.Add(-1) >= 0 {
+				return fmt.Errorf("cut: %w", store.ErrConnectionLoss)
+			}
+			return nil
+		}
+		b, err := h.TryStart("b", cfg, hs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		coordtest.CompleteAll(t, coordtest.BeginAll(t, leader, b)...)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		run, err := b.Job.Begin(ctx, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		failing.Store(3) // every attempt of the Complete
+		if err := run.Complete(ctx, time.Time{}); err == nil {
+			t.Fatal("b's Complete with every attempt cut off succeeded")
+		}
+		failing.Store(0)
+		synctest.Wait()
+		joiner := h.Start("c", cfg)
+		jr, err := joiner.Job.Begin(ctx, time.Now())
+		if err != nil {
+			t.Fatalf("joiner's Begin: %v (the leader never resharded: b's leftover marker held it)", err)
+		}
+		if len(jr.Shards()) == 0 {
+			t.Fatal("joiner's run has no items after the reshard")
+		}
+		coordtest.CompleteAll(t, jr)
+	})
+}
