@@ -448,8 +448,18 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 		if err == nil && heldElsewhere {
 			held, _, lch, lerr := b.st.ExistsW(wctx, runner)
 			if lerr == nil && !held {
-				b.debug(ctx, "runner latch freed with this registration still there; registering again", "items", items, "gen", gen)
-				return errRegisterAgain
+				// The holder frees the latch after its clear's deletes:
+				// this registration is looked at again now (seen before,
+				// it may have gone since: simulation seed 9100902).
+				ok, st, err := b.st.Exists(wctx, mine)
+				if err == nil && ok && st.EphemeralOwner == sess.ID {
+					b.debug(ctx, "runner latch freed with this registration still there; registering again", "items", items, "gen", gen)
+					return errRegisterAgain
+				}
+				if err == nil {
+					continue // gone: released, or to register again
+				}
+				lerr = err
 			}
 			err, latch = lerr, lch
 		}

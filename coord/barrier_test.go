@@ -388,3 +388,93 @@ func TestOnceSecondRunOfAnItemWaitsForTheNextSet(t *testing.T) {
 		}
 	})
 }
+
+// A participant that found its set complete with the latch taken watches
+// its registration and the latch. Here a and b both see the set complete, b
+// takes the latch, and a reads its registration (still there) just before
+// b's callback returns and b clears the set and frees the latch; a then
+// finds the latch free. Its registration went with b's clear: a is
+// released, not registered again for a set nobody else joins (simulation
+// seed 9100902: it registered again and timed out). In a synctest bubble.
+func TestOnceWaiterSeesTheLatchFreedAfterItsRegistrationWent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mb := coordtest.Mem()
+		h := coordtest.NewHarness(t, mb)
+		base := "/" + h.NS + "/job/guarantee/started"
+		aReg, bReg, bRunning, aAtMine, bDone := make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var armed atomic.Bool // the hooks act only during the Once calls
+		var aOnce, bOnce, mineOnce sync.Once
+		sa := &coordtest.HookStore{Store: mb.Connect(t),
+			Before: func(_ context.Context, c coordtest.Call) error {
+				switch {
+				case !armed.Load():
+				case c.Method == "Children" && c.Path == base:
+					<-bReg
+				case c.Method == "Create" && c.Path == base+"/runner":
+					<-bRunning
+				}
+				return nil
+			},
+			After: func(_ context.Context, c coordtest.Call, err error) error {
+				switch {
+				case !armed.Load():
+				case c.Method == "Create" && c.Path == base+"/0":
+					aOnce.Do(func() { close(aReg) })
+				case c.Method == "ExistsW" && c.Path == base+"/0":
+					mineOnce.Do(func() {
+						close(aAtMine)
+						<-bDone
+					})
+				}
+				return err
+			},
+		}
+		sb := &coordtest.HookStore{Store: mb.Connect(t),
+			Before: func(_ context.Context, c coordtest.Call) error {
+				if armed.Load() && c.Method == "Children" && c.Path == base {
+					<-aReg
+				}
+				return nil
+			},
+			After: func(_ context.Context, c coordtest.Call, err error) error {
+				if armed.Load() && c.Method == "Create" && c.Path == base+"/1" {
+					bOnce.Do(func() { close(bReg) })
+				}
+				return err
+			},
+		}
+		cfg := coordtest.Config("job", 2)
+		a, err := h.TryStart("a", cfg, sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := h.TryStart("b", cfg, sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		coordtest.CompleteAll(t, coordtest.BeginAll(t, a, b)...)
+		synctest.Wait()
+		armed.Store(true)
+		var calls atomic.Int32
+		adone := make(chan error, 1)
+		go func() {
+			adone <- a.Job.Once(context.Background(), "started", []int{0}, time.Minute, func(context.Context) error {
+				calls.Add(1)
+				return nil
+			})
+		}()
+		err = b.Job.Once(context.Background(), "started", []int{1}, time.Minute, func(context.Context) error {
+			calls.Add(1)
+			close(bRunning)
+			<-aAtMine
+			return nil
+		})
+		close(bDone)
+		if err != nil {
+			t.Fatalf("b's Once: %v", err)
+		}
+		if err := <-adone; err != nil || calls.Load() != 1 {
+			t.Fatalf("a's Once: %v, %d callbacks; want nil (released by b's) and 1", err, calls.Load())
+		}
+	})
+}
