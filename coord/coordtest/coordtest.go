@@ -61,6 +61,10 @@ func (b *memBackend) Kill(t testing.TB, st store.Store) {
 
 func (b *memBackend) Expire(t testing.TB, st store.Store) { unwrap(st).(*memstore.Session).Expire() }
 
+// SessionTimeout is the timeout of the sessions Connect opens: a session
+// disconnected this long expires.
+func (b *memBackend) SessionTimeout() time.Duration { return memstore.DefaultSessionTimeout }
+
 func (b *memBackend) Disconnect(t testing.TB, st store.Store) {
 	s := unwrap(st).(*memstore.Session)
 	s.Disconnect()
