@@ -270,6 +270,16 @@ type joinReads struct {
 	statusOwner  int64    // servers/{id}/status's session, 0: absent
 	serverKids   []string // servers/{id}'s children; nil: no such node
 	ownCandidate string   // this session's election candidate, "" if none
+	run          runRead  // servers/{id}/run, for layoutOps
+}
+
+// runRead is a read of servers/{id}/run made beside a join's other reads,
+// so that the registration's layout write (layoutOps) costs no round trip
+// of its own.
+type runRead struct {
+	found   bool
+	data    []byte
+	version int32
 }
 
 // readForJoin loads the config into the tree cache (when the job has a
@@ -301,6 +311,14 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		}
 		rd.serverKids = kids
 		return wrapRead(j, j.p.server(j.id), err)
+	})
+	g.Go(func() error {
+		data, st, err := j.st.Get(gctx, j.p.server(j.id, nRun))
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		rd.run = runRead{found: err == nil, data: data, version: st.Version}
+		return wrapRead(j, j.p.server(j.id, nRun), err)
 	})
 	g.Go(func() error {
 		own, err := j.elec.ownCandidate(gctx)
@@ -464,7 +482,12 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		// candidate, in the same transaction. (The resharding flag is
 		// raised after it, by a direct create: the flag must be up after
 		// the registration, and a reshard may clear it at any time.)
+		// The record read beside the rest, unless a previous session's
+		// status is waited for below (its run may rewrite the record
+		// meanwhile): then read again after the wait.
+		pre := &rd.run
 		if rd.statusOwner != 0 && rd.statusOwner != sid && attempt == 0 {
+			pre = nil
 			ok, stat, err := j.awaitStatusGone(ctx, j.p.server(j.id, nStatus), sid)
 			if err != nil {
 				return nil, err
@@ -497,7 +520,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		if rd.statusOwner == 0 {
 			ops = append(ops, &store.CreateOp{Path: j.p.server(j.id, nStatus), Data: []byte(statusReady), Mode: store.Ephemeral})
 		}
-		lops, err := j.layoutOps(ctx, rd.serverKids)
+		lops, err := j.layoutOps(ctx, rd.serverKids, pre)
 		if err != nil {
 			return nil, err
 		}
@@ -704,7 +727,7 @@ func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 		if !ok {
 			ops = append(ops, &store.CreateOp{Path: statusPath, Data: []byte(statusReady), Mode: store.Ephemeral})
 		}
-		lops, err := j.layoutOps(ctx, kids)
+		lops, err := j.layoutOps(ctx, kids, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -1010,21 +1033,30 @@ func (j *job) writeLastErrorLocked(ctx context.Context, msg string) {
 // layoutOps are the registration's writes of the run record that says this
 // server's layout (layoutGuard): created when absent (kids: the server
 // node's children), rewritten over a record of an older release (read only
-// then).
-func (j *job) layoutOps(ctx context.Context, kids []string) ([]store.Op, error) {
+// then). pre, when not nil, is the record as read beside the join's other
+// reads (readForJoin), used instead of a read of its own; a record changed
+// since fails the transaction's create or version check, and the join
+// plans again on fresh reads.
+func (j *job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]store.Op, error) {
 	layout := encodeRunRecord(runRecord{Layout: recordLayout})
-	if !slices.Contains(kids, nRun) {
+	if pre == nil && !slices.Contains(kids, nRun) || pre != nil && !pre.found {
 		return []store.Op{&store.CreateOp{Path: j.p.server(j.id, nRun), Data: layout}}, nil
 	}
-	d, rst, err := j.st.Get(ctx, j.p.server(j.id, nRun))
-	if errors.Is(err, store.ErrNoNode) {
-		return []store.Op{&store.CreateOp{Path: j.p.server(j.id, nRun), Data: layout}}, nil
+	var rd runRead
+	if pre != nil {
+		rd = *pre
+	} else {
+		d, rst, err := j.st.Get(ctx, j.p.server(j.id, nRun))
+		if errors.Is(err, store.ErrNoNode) {
+			return []store.Op{&store.CreateOp{Path: j.p.server(j.id, nRun), Data: layout}}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nRun), err)
+		}
+		rd = runRead{found: true, data: d, version: rst.Version}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.server(j.id, nRun), err)
-	}
-	if rec, derr := decodeRunRecord(d); derr != nil || rec.Layout < recordLayout {
-		return []store.Op{&store.SetOp{Path: j.p.server(j.id, nRun), Data: layout, Version: rst.Version}}, nil
+	if rec, derr := decodeRunRecord(rd.data); derr != nil || rec.Layout < recordLayout {
+		return []store.Op{&store.SetOp{Path: j.p.server(j.id, nRun), Data: layout, Version: rd.version}}, nil
 	}
 	return nil, nil
 }

@@ -23,7 +23,7 @@ import (
 // each (the leader's wait before its reshard reads each server's live
 // marker, where it listed the items, none yet) and one to a stored job's
 // (its registration reads its run record, to rewrite one of an older
-// release).
+// release; beside the join's other reads, so no round trip of its own).
 func TestJoinCost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := memstore.NewServer()
