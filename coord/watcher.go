@@ -124,13 +124,23 @@ func (j *job) handleEvent(ctx context.Context, e loopEvent) bool {
 			j.setRetry()
 			return false
 		}
+		resyncedNow := false
 		if w.resynced {
 			w.needResync, w.resynced = false, false
-		} else if w.needResync && sess.State == store.StateConnected && !w.retryPending {
+		} else if w.needResync && sess.State == store.StateConnected {
 			// A watch failed to re-arm while the connection was down; the
-			// session resumed but the watch is still missing: resync, or
-			// the cache stays blind to it.
-			j.setRetry()
+			// session resumed but the watch is still missing: resync now,
+			// as promptly as the resumed session delivers the events of the
+			// watches it kept. A retry after retryDelay left the triggers
+			// of that delay on the stale cache (ZooKeeper simulation seeds
+			// 993076: a config edit; 991089: a resharding flag).
+			if err := j.cache.resync(ctx); err != nil {
+				j.warn(ctx, "tree cache resync after a resumed session failed; retrying", "err", err)
+				j.setRetry()
+				return false
+			}
+			j.log.Debug("tree cache resynced: a watch failed to re-arm while the connection was down")
+			w.needResync, resyncedNow = false, true
 		}
 		j.takeElection()
 		// Connected again (the same session resumed, or a new one
@@ -139,7 +149,7 @@ func (j *job) handleEvent(ctx context.Context, e loopEvent) bool {
 		// resharding) failed with it, and a resumed session brings no
 		// watch event to redo it: the others' Begins waited for the
 		// leader's next trigger (ZooKeeper simulation seed 800010).
-		return sess.State == store.StateConnected && !w.retryPending
+		return sess.State == store.StateConnected && (!w.retryPending || resyncedNow)
 	case evTick:
 		if iv := j.reconcileInterval(); iv != w.interval {
 			w.interval = iv
@@ -167,13 +177,17 @@ func (j *job) handleEvent(ctx context.Context, e loopEvent) bool {
 			return false // replaced since
 		}
 		w.retryPending = false
-		if err := j.retryRecovery(ctx, w.needResync); err != nil {
+		resynced, err := j.retryRecovery(ctx, w.needResync)
+		if err != nil {
 			j.warn(ctx, "recovery failed; retrying", "err", err)
 			j.setRetry()
 			return false
 		}
-		if cur, _ := j.st.Session(); cur.State == store.StateConnected {
-			w.needResync = false // retryRecovery resynced (it does only when connected)
+		// Only a resync clears the need for one: a session that came back
+		// after retryRecovery found it suspended has had none (its
+		// session event, queued meanwhile, resyncs).
+		if resynced || w.resynced {
+			w.needResync, w.resynced = false, false
 		}
 		if w.electAgain && w.pred == 0 {
 			// The election failed (say, on a dropped connection) and no
@@ -209,6 +223,9 @@ func (j *job) handleEvent(ctx context.Context, e loopEvent) bool {
 			}
 			w.needResync = true
 			if !errors.Is(err, errResyncNeeded) {
+				// Its watch is not armed again: nothing tells the cache of
+				// the node's next changes until a resync.
+				j.log.Debug("tree cache: re-reading a watched node failed; resyncing when connected", "node", e.ref.rel, "err", err)
 				j.setRetry()
 			}
 		}
@@ -254,17 +271,21 @@ func (j *job) takeElection() {
 }
 
 // retryRecovery re-runs what failed: a resync and, if the session changed,
-// the re-registration.
-func (j *job) retryRecovery(ctx context.Context, resync bool) error {
+// the re-registration. It reports whether it resynced the cache itself
+// (onSession's resync on a new session sets w.resynced).
+func (j *job) retryRecovery(ctx context.Context, resync bool) (bool, error) {
 	sess, _ := j.st.Session()
 	if err := j.onSession(ctx, sess); err != nil {
-		return err
+		return false, err
 	}
 	j.takeElection()
 	if resync && sess.State == store.StateConnected {
-		return j.cache.resync(ctx)
+		if err := j.cache.resync(ctx); err != nil {
+			return false, err
+		}
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
 // cancelStaleRegistration cancels the registration's runs and closes Lost

@@ -10,7 +10,7 @@ import (
 
 // Call is one store call as a HookStore's hooks see it.
 type Call struct {
-	// Method is the store method: "Create", "Get", "Children",
+	// Method is the store method: "Create", "Get", "GetW", "Children",
 	// "ChildrenW", "ExistsW" or "Multi".
 	Method string
 	// Path is the call's path ("" for Multi).
@@ -24,8 +24,8 @@ type Call struct {
 // runs before a call reaches the store and may hold it, or fail it without
 // making it (a connection lost on the way there); After runs once the call
 // has returned and may hold the reply, or replace its error (a reply lost
-// on the way back). The hooked calls are Create, Get, Children, ChildrenW,
-// ExistsW and Multi; the others go straight to the store.
+// on the way back). The hooked calls are Create, Get, GetW, Children,
+// ChildrenW, ExistsW and Multi; the others go straight to the store.
 //
 // Set the hooks before the store is used (a server's goroutines call it
 // from its start); they run on the goroutine of the call, and a hook that
@@ -130,6 +130,16 @@ func (s *HookStore) Children(ctx context.Context, path string) ([]string, store.
 		return nodeRead[[]string]{v: names, stat: stat}, err
 	})
 	return r.v, r.stat, err
+}
+
+// GetW runs the hooks around the wrapped store's GetW (the tree cache's
+// reads of the nodes whose data it keeps: the config, the flags).
+func (s *HookStore) GetW(ctx context.Context, path string) ([]byte, store.Stat, <-chan store.Event, error) {
+	r, err := hook(s, ctx, Call{Method: "GetW", Path: path}, func() (nodeRead[[]byte], error) {
+		data, stat, watch, err := s.Store.GetW(ctx, path)
+		return nodeRead[[]byte]{v: data, stat: stat, watch: watch}, err
+	})
+	return r.v, r.stat, r.watch, err
 }
 
 // ChildrenW runs the hooks around the wrapped store's ChildrenW.
