@@ -106,8 +106,9 @@ type Job struct {
 	// Watcher state.
 	elec election // leader election (its candidate is the watcher's)
 	w    watcherState
-	// flagRaised: the join raised the resharding flag just before its
-	// election, which need not raise it again (startJob only).
+	// flagRaised: the join (or the watcher's re-registration on a new
+	// session) raised the resharding flag just before its election, whose
+	// leader duties need not raise it again.
 	flagRaised bool
 	// Leader bookkeeping, guarded by mu: the live set and total last seen
 	// by the watcher, and "live/total" as the last reshard used them.
@@ -271,6 +272,7 @@ type joinReads struct {
 	serverKids   []string // servers/{id}'s children; nil: no such node
 	ownCandidate string   // this session's election candidate, "" if none
 	run          runRead  // servers/{id}/run, for layoutOps
+	flagUp       bool     // the resharding flag exists
 }
 
 // runRead is a read of servers/{id}/run made beside a join's other reads,
@@ -319,6 +321,11 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		}
 		rd.run = runRead{found: err == nil, data: data, version: st.Version}
 		return wrapRead(j, j.p.server(j.id, nRun), err)
+	})
+	g.Go(func() error {
+		ok, _, err := j.st.Exists(gctx, j.p.abs(relNecessary))
+		rd.flagUp = ok
+		return wrapRead(j, j.p.abs(relNecessary), err)
 	})
 	g.Go(func() error {
 		own, err := j.elec.ownCandidate(gctx)
@@ -478,10 +485,14 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 			ops = append(ops, writeConfigNode(j.p, copied, store.AnyVersion))
 			res.configWritten = true
 		}
-		// The registration (registerServer's nodes) and the election
-		// candidate, in the same transaction. (The resharding flag is
-		// raised after it, by a direct create: the flag must be up after
-		// the registration, and a reshard may clear it at any time.)
+		// The registration (registerServer's nodes), the election
+		// candidate and, on the first attempt, the resharding flag, in the
+		// same transaction: a reshard either committed before it (and the
+		// flag is raised again here) or reads this server (its Multi
+		// checks the membership version this transaction bumps). A later
+		// attempt (joiners racing, whose reshards keep clearing the flag)
+		// raises the flag after the transaction, by a direct create: it
+		// must be up after the registration.
 		// The record read beside the rest, unless a previous session's
 		// status is waited for below (its run may rewrite the record
 		// meanwhile): then read again after the wait.
@@ -532,7 +543,19 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		} else {
 			ownCand = rd.ownCandidate
 		}
-		res.registered, res.flagPending = true, true
+		switch {
+		case attempt > 0:
+			res.flagPending = true
+		case rd.flagUp:
+			// Still up at the commit, else plan again: a reshard that
+			// cleared it in between may have missed this server.
+			ops = append(ops, &store.CheckOp{Path: j.p.abs(relNecessary), Version: store.AnyVersion})
+		default:
+			// Raised as raiseFlag does (the flag version bumped).
+			ops = append(ops, &store.CreateOp{Path: j.p.abs(relNecessary)},
+				&store.SetOp{Path: j.p.abs(relShardingDir), Version: store.AnyVersion})
+		}
+		res.registered = true
 		return ops, nil
 	})
 	if err != nil {
@@ -809,12 +832,7 @@ func (j *job) elect(ctx context.Context) (uint64, error) {
 	j.mu.Unlock()
 	if !was {
 		j.log.Info("elected leader")
-		if !j.flagRaised { // else the join raised it just before
-			if err := j.setNecessary(ctx); err != nil {
-				return 0, err
-			}
-		}
-		j.leaderDuties(ctx, true)
+		j.leaderDuties(ctx, true) // raises the flag (unless flagRaised)
 		if s := j.reg.cfg.TestSignals; s != nil {
 			s.Elected.Send(j.event())
 		}

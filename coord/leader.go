@@ -104,11 +104,10 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 	j.reshardMu.Lock()
 	defer j.reshardMu.Unlock()
 	for attempt := 1; ; attempt++ {
-		_, members, err := j.st.Get(ctx, j.p.abs(nServers))
-		if err != nil {
-			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
-		}
-		servers, live, err := j.readServers(ctx)
+		// The membership version comes with the listing (one read): the
+		// Multi's check of it refuses a plan that missed a change made
+		// after the listing.
+		servers, live, members, err := j.readServers(ctx)
 		if err != nil {
 			return err
 		}
@@ -122,7 +121,7 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		}
 		assign := strategy.Shard(live, j.jname, total)
 		ins := []intent{
-			{kind: opCheck, rel: nServers, version: members.Version},
+			{kind: opCheck, rel: nServers, version: members},
 			{kind: opCreate, rel: relProcessing, mode: store.Ephemeral},
 		}
 		if totalCheck != nil {
@@ -190,14 +189,12 @@ func (j *job) readTotal(ctx context.Context, def int) (int, *intent, error) {
 // pruneItemsBeyond removes the execution nodes of items beyond a lowered
 // total that Admin.SetConfig left because they were running then. The
 // leader calls it after resharding, when none of them runs any more.
-// Failures are logged: the nodes are only clutter, never read by runs.
+// Failures are logged: the nodes are only clutter, never read by runs. The
+// items are listed from the tree cache (which watches the execution node):
+// a listing of the store on every reshard cost a read per job start; one
+// the cache has not seen yet is pruned at the next reshard.
 func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
-	names, _, err := j.st.Children(ctx, j.p.abs(nExecution))
-	if err != nil {
-		j.warn(ctx, "cannot list items to prune beyond the total", "total", total, "err", err)
-		return
-	}
-	for _, n := range names {
+	for _, n := range j.cache.children(nExecution) {
 		if it, ok := parseItemName(n); ok && it >= total {
 			if err := store.DeleteAll(ctx, j.st, j.p.item(it)); err != nil {
 				j.warn(ctx, "cannot prune item beyond the total", "item", it, "total", total, "err", err)
@@ -329,12 +326,18 @@ func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 		// as the reshard's own: a cache that has not yet seen a join the
 		// last reshard used would otherwise raise a spurious flag, which
 		// holds every Begin until the runs begun meanwhile complete.
-		_, direct, err := j.readServers(ctx)
+		_, direct, _, err := j.readServers(ctx)
 		if err != nil {
 			j.warn(ctx, "cannot read the servers to confirm a membership change; raising the resharding flag", "err", err)
 		} else if sharded == strings.Join(direct, ",")+"/"+strconv.Itoa(total) {
 			return false
 		}
+	}
+	if j.flagRaised {
+		// The join or re-registration raised it just before, after this
+		// server's registration: a second raise would cost a write per
+		// job start (10,000 jobs in a process, issue 15).
+		return true
 	}
 	if err := j.setNecessary(ctx); err != nil {
 		j.warn(ctx, "cannot raise the resharding flag", "err", err)

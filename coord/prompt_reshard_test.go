@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/coordtest"
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -22,17 +23,17 @@ func TestPromptReshardAfterResumedSession(t *testing.T) {
 		h := coordtest.NewHarness(t, coordtest.Mem())
 		cfg := coordtest.Config("job", 2)
 		hs := &coordtest.HookStore{Store: h.B.Connect(t)}
-		servers := "/" + h.NS + "/job/servers"
+		total := "/" + h.NS + "/job/config/" + jobconfig.FieldShardingTotalCount
 		leader, err := h.TryStart("server-0", cfg, hs)
 		if err != nil {
 			t.Fatal(err)
 		}
 		coordtest.CompleteAll(t, coordtest.BeginAll(t, leader)...) // the join's reshard
 		synctest.Wait()
-		// The next reshard's read of the membership finds the connection
-		// gone.
+		// The next reshard's read of the total (after its reads of the
+		// live markers and the membership) finds the connection gone.
 		cut := make(chan struct{})
-		hs.OnNext("Get", servers, func() {
+		hs.OnNext("Get", total, func() {
 			h.B.Disconnect(t, hs.Store)
 			close(cut)
 		})

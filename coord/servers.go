@@ -91,18 +91,20 @@ func (j *job) liveServers() []string {
 
 // readServers reads the server set directly (resharding must not act on
 // a lagging cache): every server, whether it has a sharding node, and the
-// live ones, sorted.
-func (j *job) readServers(ctx context.Context) (map[string]bool, []string, error) {
-	names, _, err := j.st.Children(ctx, j.p.abs(nServers))
+// live ones, sorted; and the membership version (touchMembership) as of
+// the listing, which every later change of the set or of a server's flags
+// bumps.
+func (j *job) readServers(ctx context.Context) (map[string]bool, []string, int32, error) {
+	names, st, err := j.st.Children(ctx, j.p.abs(nServers))
 	if err != nil {
-		return nil, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
+		return nil, nil, 0, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nServers), err)
 	}
 	all := make(map[string]bool, len(names))
 	var live []string
 	for _, s := range names {
 		state, ok, err := readServerState(ctx, j.st, j.p, s)
 		if err != nil {
-			return nil, nil, fmt.Errorf("coord: job %q: %w", j.jname, err)
+			return nil, nil, 0, fmt.Errorf("coord: job %q: %w", j.jname, err)
 		}
 		if !ok {
 			continue
@@ -113,5 +115,5 @@ func (j *job) readServers(ctx context.Context) (map[string]bool, []string, error
 		}
 	}
 	slices.Sort(live)
-	return all, live, nil
+	return all, live, st.Version, nil
 }

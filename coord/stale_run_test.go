@@ -72,7 +72,7 @@ func TestBeginBesideReshardOnJoin(t *testing.T) {
 			}
 			return err
 		}}
-		servers := "/" + h.NS + "/job/servers"
+		total := "/" + h.NS + "/job/config/" + jobconfig.FieldShardingTotalCount
 		leader, err := h.TryStart("a", cfg, hs)
 		if err != nil {
 			t.Fatal(err)
@@ -87,9 +87,9 @@ func TestBeginBesideReshardOnJoin(t *testing.T) {
 			mu.Lock()
 			afterMulti = func() { close(release) }
 			mu.Unlock()
-			// The reshard is held at its read of the membership, after
-			// its scan for running items.
-			hs.OnNext("Get", servers, func() {
+			// The reshard is held at its read of the total, after its
+			// scan for running items and its read of the membership.
+			hs.OnNext("Get", total, func() {
 				close(resharding)
 				<-release
 			})

@@ -353,7 +353,9 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	if err := j.setNecessary(ctx); err != nil {
 		return err
 	}
+	j.flagRaised = true
 	pred, err := j.elect(ctx)
+	j.flagRaised = false
 	if err != nil {
 		return err
 	}
