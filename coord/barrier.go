@@ -553,9 +553,13 @@ func (j *job) onceOver(ctx context.Context, total int, phase string, items []int
 		return nil
 	}
 	// What an earlier Once owes this session goes first: a registration
-	// left from it must not count in the set this one joins.
+	// left from it must not count in the set this one joins, nor a
+	// withdrawal made after this one registered delete its registration.
+	// Not made (the connection cut again): nothing is registered.
 	sess, _ := j.st.Session()
-	j.payDebts(ctx, sess)
+	if err := j.payDebts(ctx, sess); err != nil {
+		return err
+	}
 	b := onceBarrier{
 		st: j.st, base: j.p.abs(nGuarantee + "/" + phase), id: j.id, job: j.jname, log: j.log, total: total,
 		disabled: j.itemDisabled, owe: j.owe,

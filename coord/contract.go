@@ -218,7 +218,9 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 // (its registrations, ephemeral, went with the session); one whose ctx
 // ends gets ctx.Err() and withdraws its registrations. A withdrawal, or the
 // runner's clear, that a cut connection keeps from the store is made when
-// the session resumes, before this job registers again.
+// the session resumes, before this job registers again: a Once that cannot
+// make it (the connection cut still, or again) returns that error without
+// registering.
 // phase is "started" or "completed". The set is counted on the job's
 // current config; Run.Once counts it on the run's snapshot.
 func (j *Job) Once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {

@@ -90,8 +90,9 @@ type Job struct {
 	// parked: completions Complete left to the watcher (run.go).
 	parked []parkedRun
 	// owed: writes a cut connection kept from the store, owed to their
-	// session (owed.go).
+	// session (owed.go); paying is held by the payDebts under way.
 	owed       []sessionDebt
+	paying     chan struct{}
 	lastErrSet bool
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
@@ -940,7 +941,7 @@ func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	// would make the runs look crashed (failed over again: simulation
 	// seed 52).
 	j.completeParked(ctx, sess)
-	j.payDebts(ctx, sess)
+	_ = j.payDebts(ctx, sess) // a failure is logged: nothing pays it after the leave
 	return true, nil
 }
 

@@ -2,6 +2,7 @@ package coord
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -41,14 +42,42 @@ func (j *job) owe(session int64, what string, pay func(context.Context) error) {
 // debt whose session is gone is dropped (the nodes it was about went with
 // the session).
 //
+// Payments are one at a time: a caller waits for the one under way (the
+// watcher's, say) before it takes what is left, so that a Once registers
+// only once every write owed before it is made or has failed. A withdrawal
+// paid beside a Once of the same session deleted what that Once had just
+// registered, or taken over as its own (a node of its server and session),
+// and its set waited for the item for good (every participant timed out).
+//
 // Blocking and cancellation: it blocks on the caller's goroutine until
-// every debt of sess is paid or one fails; the pays run under ctx, and one
-// that fails (ctx ended, the connection cut again) is kept with the rest
-// for the next session change or Once. A suspended session pays nothing.
-func (j *job) payDebts(ctx context.Context, sess store.Session) {
+// the payment under way ends, then until every debt of sess is paid or one
+// fails; the pays run under ctx, and one that fails (ctx ended, the
+// connection cut again) is kept with the rest for the next session change
+// or Once, and its error returned. A suspended session pays nothing: the
+// error says what it still owes, if anything. An ended ctx returns at once.
+func (j *job) payDebts(ctx context.Context, sess store.Session) error {
 	if sess.State == store.StateSuspended {
-		return
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		for _, d := range j.owed {
+			if d.session == sess.ID {
+				return fmt.Errorf("coord: job %q: %s, owed to session 0x%x, waits for it to resume: %w", j.jname, d.what, sess.ID, store.ErrConnectionLoss)
+			}
+		}
+		return nil
 	}
+	j.mu.Lock()
+	if j.paying == nil {
+		j.paying = make(chan struct{}, 1)
+	}
+	paying := j.paying
+	j.mu.Unlock()
+	select {
+	case paying <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-paying }()
 	j.mu.Lock()
 	owed := j.owed
 	j.owed = nil
@@ -63,8 +92,9 @@ func (j *job) payDebts(ctx context.Context, sess store.Session) {
 			j.mu.Lock()
 			j.owed = append(j.owed, owed[i:]...)
 			j.mu.Unlock()
-			return
+			return fmt.Errorf("coord: job %q: %s, owed to session 0x%x: %w", j.jname, d.what, sess.ID, err)
 		}
 		j.log.Debug("made a write owed to this session", "what", d.what)
 	}
+	return nil
 }

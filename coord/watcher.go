@@ -325,7 +325,7 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 		j.loseRegistration(sessionProblem(sess, reg))
 	}
 	j.completeParked(ctx, sess)
-	j.payDebts(ctx, sess)
+	_ = j.payDebts(ctx, sess) // a failure is logged and kept for the next change
 	if sess.State != store.StateConnected || sess.ID == reg {
 		// Not connected, or the same session resumed: its watches and
 		// ephemerals were held, not dropped.
