@@ -64,8 +64,9 @@ type jobRuns interface {
 	claimFailover(ctx context.Context) bool
 }
 
-// scheduler is the one cron scheduler of a Node: one robfig/cron instance
-// for every job, and at most one run per job at a time.
+// scheduler is the one cron scheduler of a Node: one cronLoop (one
+// goroutine and timer over the jobs' robfig/cron schedules) for every job,
+// and at most one run per job at a time.
 //
 // A job costs no goroutine while idle: a runner goroutine is started when a
 // run is due and exits when no run is pending. A cron fire during a run sets
@@ -75,7 +76,7 @@ type jobRuns interface {
 //
 // All methods are safe for concurrent use.
 type scheduler struct {
-	cron   *cron.Cron
+	cron   *cronLoop
 	logger *slog.Logger
 
 	// life is start once and stop once (StopFunc). The scheduler has no
@@ -101,7 +102,7 @@ type schedJob struct {
 	misfire bool
 	spec    string
 	sched   cron.Schedule // nil: trigger only
-	entry   cron.EntryID
+	entry   *cronEntry    // nil: not scheduled
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -125,7 +126,7 @@ type schedJob struct {
 func newScheduler(logger *slog.Logger) *scheduler {
 	base, cancel := context.WithCancel(context.Background())
 	return &scheduler{
-		cron:   cron.New(cron.WithLogger(cron.DiscardLogger)),
+		cron:   newCronLoop(),
 		logger: logger,
 		base:   base,
 		cancel: cancel,
@@ -156,7 +157,7 @@ func (s *scheduler) start() {
 	if !ok {
 		return
 	}
-	s.cron.Start()
+	s.cron.start()
 	started()
 }
 
@@ -177,7 +178,7 @@ func (s *scheduler) add(name, spec string, misfire bool, runs jobRuns) error {
 	j := &schedJob{name: name, runs: runs, misfire: misfire, spec: spec, sched: sched}
 	j.ctx, j.cancel = context.WithCancel(s.base)
 	if sched != nil {
-		j.entry = s.cron.Schedule(sched, cron.FuncJob(func() { s.fire(j) }))
+		j.entry = s.cron.add(sched, func() { s.fire(j) })
 	}
 	s.jobs[name] = j
 	return nil
@@ -199,13 +200,13 @@ func (s *scheduler) reschedule(name, spec string, misfire bool) error {
 	if spec == j.spec {
 		return nil
 	}
-	if j.entry != 0 {
-		s.cron.Remove(j.entry)
-		j.entry = 0
+	if j.entry != nil {
+		s.cron.remove(j.entry)
+		j.entry = nil
 	}
 	j.spec, j.sched = spec, sched
 	if sched != nil {
-		j.entry = s.cron.Schedule(sched, cron.FuncJob(func() { s.fire(j) }))
+		j.entry = s.cron.add(sched, func() { s.fire(j) })
 	}
 	return nil
 }
@@ -435,12 +436,8 @@ func (s *scheduler) remove(ctx context.Context, name string) error {
 	}
 	delete(s.jobs, name)
 	j.removed = true
-	// A stopping scheduler's cron is stopped (halt): its entries never
-	// fire again, and removing them one by one costs a scan of all of
-	// them each (Node.Stop of 10,000 jobs spent most of its CPU there,
-	// holding mu).
-	if j.entry != 0 && !s.stopping {
-		s.cron.Remove(j.entry)
+	if j.entry != nil {
+		s.cron.remove(j.entry) // O(log jobs)
 	}
 	idles := []chan struct{}{j.idle, j.failoverIdle}
 	s.mu.Unlock()
@@ -482,8 +479,8 @@ func (s *scheduler) halt(ctx context.Context, started, hard bool) error {
 	s.stopping = true
 	s.mu.Unlock()
 	if started {
-		// Waits for cron callbacks in flight (they take mu briefly).
-		<-s.cron.Stop().Done()
+		// Waits for a cron callback in flight (it takes mu briefly).
+		s.cron.stop()
 	}
 	if hard {
 		s.cancel()

@@ -1,0 +1,211 @@
+package dataflow
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// cronLoop fires the cron schedules of a Node's jobs from one goroutine and
+// one timer. Its entries are a min-heap by next fire time, so adding or
+// removing one of n jobs costs O(log n). robfig/cron's Cron, which it
+// replaces (its Schedule interface and parsers stay), sorts all of its
+// entries again on every add, removal and fire: a Node adding 10,000 jobs
+// spent 16% of its CPU in that sort (docs/benchmarks.md, issue 15 item 1).
+//
+// As robfig/cron's Cron does, a fire at time t computes the entry's next
+// fire time from t (fires missed while the process slept are not made up),
+// an entry added while running is due at its schedule's next time after
+// the add, and entries added before start count from start. Fire functions
+// run on the loop's goroutine, one at a time, and must not block: the
+// scheduler's take its mutex briefly. A schedule whose Next is zero never
+// fires again.
+//
+// All methods are safe for concurrent use.
+type cronLoop struct {
+	mu      sync.Mutex
+	entries cronHeap
+	pending []*cronEntry // added before start
+	started bool
+	stopped bool
+
+	wake chan struct{} // capacity 1: the earliest fire time changed
+	quit chan struct{}
+	done chan struct{} // closed when the loop's goroutine has returned
+}
+
+// cronEntry is one scheduled job.
+type cronEntry struct {
+	sched cron.Schedule
+	fire  func()
+	next  time.Time
+	index int // in the heap; -1 when not in it
+}
+
+func newCronLoop() *cronLoop {
+	return &cronLoop{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+}
+
+// add schedules fire on sched and returns the entry, for remove.
+func (c *cronLoop) add(sched cron.Schedule, fire func()) *cronEntry {
+	e := &cronEntry{sched: sched, fire: fire, index: -1}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.stopped:
+	case !c.started:
+		c.pending = append(c.pending, e)
+	default:
+		if c.pushLocked(e, time.Now()) && e.index == 0 {
+			c.wakeLoop()
+		}
+	}
+	return e
+}
+
+// remove unschedules e; it never fires after remove returns, unless its
+// fire is running on the loop at that moment.
+func (c *cronLoop) remove(e *cronEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e.index >= 0 {
+		heap.Remove(&c.entries, e.index)
+		return
+	}
+	for i, p := range c.pending {
+		if p == e {
+			c.pending = append(c.pending[:i], c.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// start starts the loop's goroutine; entries added so far count from now.
+// A second start, or one after stop, does nothing.
+func (c *cronLoop) start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started || c.stopped {
+		return
+	}
+	c.started = true
+	now := time.Now()
+	for _, e := range c.pending {
+		c.pushLocked(e, now)
+	}
+	c.pending = nil
+	go c.run()
+}
+
+// stop ends the loop and waits for its goroutine, so for a fire in
+// progress. No entry fires afterwards. Safe more than once and before
+// start.
+func (c *cronLoop) stop() {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		if c.started {
+			<-c.done
+		}
+		return
+	}
+	c.stopped = true
+	started := c.started
+	for _, e := range c.entries {
+		e.index = -1
+	}
+	c.entries, c.pending = nil, nil
+	c.mu.Unlock()
+	if started {
+		close(c.quit)
+		<-c.done
+	}
+}
+
+// pushLocked schedules e at its next fire time after now; false when it
+// has none.
+func (c *cronLoop) pushLocked(e *cronEntry, now time.Time) bool {
+	e.next = e.sched.Next(now)
+	if e.next.IsZero() {
+		return false
+	}
+	heap.Push(&c.entries, e)
+	return true
+}
+
+func (c *cronLoop) wakeLoop() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *cronLoop) run() {
+	defer close(c.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var due []func()
+	for {
+		c.mu.Lock()
+		now := time.Now()
+		due = due[:0]
+		for len(c.entries) > 0 && !c.entries[0].next.After(now) {
+			e := c.entries[0]
+			due = append(due, e.fire)
+			if e.next = e.sched.Next(now); e.next.IsZero() {
+				heap.Pop(&c.entries)
+			} else {
+				heap.Fix(&c.entries, 0)
+			}
+		}
+		wait := time.Duration(-1)
+		if len(c.entries) > 0 {
+			wait = c.entries[0].next.Sub(now)
+		}
+		c.mu.Unlock()
+		if len(due) > 0 {
+			for _, f := range due {
+				f()
+			}
+			continue // the wait counts from after the fires
+		}
+		if wait >= 0 {
+			timer.Reset(wait)
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-timer.C:
+		case <-c.wake:
+		case <-c.quit:
+			return
+		}
+	}
+}
+
+// cronHeap orders entries by next fire time (container/heap).
+type cronHeap []*cronEntry
+
+func (h cronHeap) Len() int           { return len(h) }
+func (h cronHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h cronHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *cronHeap) Push(x any) {
+	e := x.(*cronEntry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+
+func (h *cronHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.index = -1
+	return e
+}
