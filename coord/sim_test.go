@@ -65,8 +65,8 @@ var simZKRegressions = []int64{
 	// same session resumed, after the quiet phase's triggers had run on the
 	// stale cache (TestConfigEditsAfterAFailedReArmOnAResumedSession and
 	// TestReshardingFlagAfterAFailedReArmOnAResumedSession pin them):
-	993076, // the config's re-read: the server's runs kept the config from before the edits (2 of 3 replays before the fix)
-	991089, // the resharding flag's: a paused leader never lowered it (2 of 5 replays before the fix)
+	993076, // the config's re-read: the server's runs kept the config from before the edits (3 of 9 replays fail before the fix, 0 of 10 after)
+	991089, // the resharding flag's: a paused leader never lowered it (3 of 11 replays fail before the fix, 0 of 10 after)
 }
 
 func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int64) {
