@@ -61,12 +61,14 @@ func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return st, fmt.Errorf("coord: read %s: %w", p.abs(relFailoverQ), err)
 	}
-	for _, n := range q {
-		if it, ok := parseItemName(n); ok {
-			st.FailoverQueue = append(st.FailoverQueue, it)
-		}
+	listing := parseFailoverDir(q)
+	for it := range listing.queued {
+		st.FailoverQueue = append(st.FailoverQueue, it)
 	}
 	slices.Sort(st.FailoverQueue)
+	if err := a.lostClaims(ctx, p, st.Items, listing.claims); err != nil {
+		return st, err
+	}
 	if st.Actions, err = a.audit(ctx, p, job); err != nil {
 		return st, err
 	}
@@ -383,4 +385,27 @@ func recordTime(s string) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// lostClaims sets FailoverLost on the items whose claim record
+// (claimrecord.go) outlived its claim: the claimant's session ended with
+// it. One read per record (records exist only while failover runs go on).
+func (a *admin) lostClaims(ctx context.Context, p jobPaths, items []ItemStatus, claims map[int]bool) error {
+	for i := range items {
+		is := &items[i]
+		if !claims[is.Item] || is.Failover != "" {
+			continue
+		}
+		data, _, err := a.st.Get(ctx, p.claim(is.Item))
+		if errors.Is(err, store.ErrNoNode) {
+			continue // completed or queued again since the listing
+		}
+		if err != nil {
+			return fmt.Errorf("coord: read %s: %w", p.claim(is.Item), err)
+		}
+		if is.FailoverLost = decodeClaimRecord(data).Server; is.FailoverLost == "" {
+			is.FailoverLost = "?"
+		}
+	}
+	return nil
 }

@@ -487,7 +487,11 @@ type ItemStatus struct {
 	Running   bool `json:"running"`
 	Completed bool `json:"completed"`
 	// Failover is the id of the server that took the item over; "" when none.
-	Failover         string     `json:"failover"`
+	Failover string `json:"failover"`
+	// FailoverLost is the id of a server whose failover claim on the item
+	// ended with its session before its run completed: the leader queues
+	// the item again (its next failover scan); "" when none.
+	FailoverLost     string     `json:"failoverLost,omitempty"`
 	Misfire          bool       `json:"misfire"`
 	Disabled         bool       `json:"disabled"`
 	LastBeginTime    *time.Time `json:"lastBeginTime"`

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
@@ -24,19 +26,22 @@ import (
 // bumping the failover directory's version. Each entry is the crashed
 // run's token: the run that re-runs the item (a claim's failover run, or
 // the item's owner's next normal run) consumes it, so a cut run runs again
-// once. It reads the tree directly (the cache may lag right after a
-// crash); it runs only on departures, on election and on reconcile ticks:
-// a few reads per server, none per item.
+// once. A failover claim whose claimant's session ended (its record
+// without its ephemeral claim) is queued again too (requeueLostClaims). It
+// reads the tree directly (the cache may lag right after a crash); it runs
+// only on departures, on election and on reconcile ticks: a few reads per
+// server and per claim record, none per item.
 func (j *job) enqueueOrphans(ctx context.Context) {
 	cfg := j.config()
 	if !failoverOn(cfg) {
 		return
 	}
-	orphans, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
+	orphans, listing, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
 	if err != nil {
 		j.warn(ctx, "failover scan failed", "err", err)
 		return
 	}
+	j.requeueLostClaims(ctx, listing, cfg.ShardingTotalCount)
 	for _, o := range orphans {
 		head := []intent{
 			{kind: opCheck, rel: relServer(o.server, nSharding), version: o.shardVersion},
@@ -63,6 +68,122 @@ func (j *job) enqueueOrphans(ctx context.Context) {
 	}
 }
 
+// lostClaim is a claim record whose claim (the ephemeral
+// execution/{item}/failover) is gone: its claimant's session ended.
+type lostClaim struct {
+	item    int
+	version int32
+	server  string
+}
+
+// requeueLostClaims queues again the items of claim records whose claim is
+// gone (claimrecord.go): the claimant's session ended mid failover run (or
+// before its run began), and nothing else would run the item before its
+// owner's next normal Begin. Per item, in transactions bumping the failover
+// directory's version (a Begin planned before fails and plans again): the
+// record deleted (checked at the version read), the queue entry created,
+// the claim's absence asserted (created and deleted: a new claim can only
+// come from a queue entry, and this one is not there yet, so this is the
+// record's own claim, gone) and the item's failover mark set (the
+// container's data, failoverDone): the owner's next epoch rises above the
+// lost claim's, so epochs only grow even when the owner, not a new claim,
+// re-runs the item. A record of an item beyond the total is only deleted.
+// Split beyond the request limit: every item's operations are independent.
+func (j *job) requeueLostClaims(ctx context.Context, listing foListing, total int) {
+	if len(listing.claims) == 0 {
+		return
+	}
+	lost, err := j.findLostClaims(ctx, listing)
+	if err != nil {
+		j.warn(ctx, "cannot read failover claims", "err", err)
+		return
+	}
+	if len(lost) == 0 {
+		return
+	}
+	groups := make([][]intent, 0, len(lost))
+	for _, c := range lost {
+		g := []intent{
+			{kind: opCheck, rel: relClaim(c.item), version: c.version},
+			{kind: opDelete, rel: relClaim(c.item)},
+		}
+		if c.item < total {
+			g = append(g,
+				intent{kind: opCreateIfAbsent, rel: relFailoverQ + "/" + strconv.Itoa(c.item)},
+				intent{kind: opCreateIfAbsent, rel: relItem(c.item)},
+				intent{kind: opCreate, rel: relItem(c.item, nFailover), mode: store.Ephemeral},
+				intent{kind: opDelete, rel: relItem(c.item, nFailover)},
+				intent{kind: opSet, rel: relItem(c.item)})
+		}
+		groups = append(groups, g)
+	}
+	// All at once, else item by item: a record consumed by the owner's
+	// Begin or completed meanwhile fails only its own transaction.
+	done := lost
+	if _, err := j.commitSplit(ctx, []intent{bumpFailoverDir()}, groups, nil); err != nil {
+		done = nil
+		for i, g := range groups {
+			if _, err := j.commitSplit(ctx, []intent{bumpFailoverDir()}, [][]intent{g}, nil); err != nil {
+				if !raced(err) {
+					j.warn(ctx, "cannot queue a lost failover claim again", "item", lost[i].item, "err", err)
+				}
+				continue
+			}
+			done = append(done, lost[i])
+		}
+	}
+	var items []int
+	for _, c := range done {
+		j.log.Info("failover claim lost with its claimant's session: item queued again", "item", c.item, "claimant", c.server)
+		if c.item < total {
+			items = append(items, c.item)
+		}
+	}
+	if s := j.reg.cfg.TestSignals; s != nil && len(items) > 0 {
+		s.FailoverQueued.Send(testsignal.Queued{Event: j.event(), Items: items})
+	}
+}
+
+// findLostClaims reads the claim records of listing and their claims
+// (pipelined): those whose claim is gone.
+func (j *job) findLostClaims(ctx context.Context, listing foListing) ([]lostClaim, error) {
+	items := make([]int, 0, len(listing.claims))
+	for it := range listing.claims {
+		items = append(items, it)
+	}
+	slices.Sort(items)
+	found := make([]*lostClaim, len(items))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(itemReaders)
+	for i, it := range items {
+		g.Go(func() error {
+			held, _, err := j.st.Exists(gctx, j.p.item(it, nFailover))
+			if err != nil || held {
+				return err
+			}
+			data, st, err := j.st.Get(gctx, j.p.claim(it))
+			if errors.Is(err, store.ErrNoNode) {
+				return nil // completed or consumed meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			found[i] = &lostClaim{item: it, version: st.Version, server: decodeClaimRecord(data).Server}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var out []lostClaim
+	for _, c := range found {
+		if c != nil {
+			out = append(out, *c)
+		}
+	}
+	return out, nil
+}
+
 // orphanRun is a crashed server's cut run the failover scan found.
 type orphanRun struct {
 	server       string
@@ -73,21 +194,26 @@ type orphanRun struct {
 }
 
 // findOrphans reads, for every offline server given items, its sharding
-// node, its run record and its live marker (a few reads per server).
-func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, error) {
+// node, its run record and its live marker (a few reads per server), and
+// the failover directory's listing, returned with them.
+func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, foListing, error) {
 	servers, _, err := j.st.Children(ctx, j.p.abs(nServers))
 	if err != nil {
-		return nil, err
+		return nil, foListing{}, err
 	}
 	queued, _, err := j.st.Children(ctx, j.p.abs(relFailoverQ))
 	if err != nil {
-		return nil, err
+		return nil, foListing{}, err
 	}
+	listing := parseFailoverDir(queued)
+	// An item queued already or claimed (its claim record: if the claim
+	// is lost, requeueLostClaims queues it) is not queued again.
 	inQueue := make(map[int]bool, len(queued))
-	for _, n := range queued {
-		if it, ok := parseItemName(n); ok {
-			inQueue[it] = true
-		}
+	for it := range listing.queued {
+		inQueue[it] = true
+	}
+	for it := range listing.claims {
+		inQueue[it] = true
 	}
 	var out []orphanRun
 	for _, s := range servers {
@@ -96,7 +222,7 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, foListing{}, err
 		}
 		if state := listedServerState(kids); state.online || !state.sharding || !slices.Contains(kids, nRun) {
 			continue // online, never given items, or never ran
@@ -106,7 +232,7 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, foListing{}, err
 		}
 		rec, derr := decodeRunRecord(data)
 		if derr != nil || rec.Layout < recordLayout || rec.Complete != "" || rec.Queued || !rec.Monitor || len(rec.Items) == 0 {
@@ -115,7 +241,7 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, error) {
 		// The marker lives while the run's session does (a server shut
 		// down by an operator, or left, with its run still going).
 		if live, _, err := j.st.Exists(ctx, j.p.server(s, nRun, nLive)); err != nil {
-			return nil, err
+			return nil, foListing{}, err
 		} else if live {
 			continue
 		}
@@ -124,7 +250,7 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, foListing{}, err
 		}
 		// Only a run planned on the current assignment: Begins are fenced
 		// by the sharding node's version, so after a reshard the items'
@@ -147,7 +273,7 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, error) {
 			out = append(out, o)
 		}
 	}
-	return out, nil
+	return out, listing, nil
 }
 
 // latchWait bounds how long a claim waits for another server's failover
@@ -162,10 +288,11 @@ const latchWait = time.Second
 // claims the first queued item (execution/{item}/failover = me, queue entry
 // deleted, ONE Multi) and releases the latch.
 func (j *job) claimFailover(ctx context.Context) (bool, error) {
-	if _, _, err := j.ready(); err != nil {
+	sid, _, err := j.ready()
+	if err != nil {
 		return false, err
 	}
-	if !failoverOn(j.config()) || len(j.cache.children(relFailoverQ)) == 0 {
+	if !failoverOn(j.config()) || queuedCount(j.cache.children(relFailoverQ)) == 0 {
 		return false, nil
 	}
 	if j.cache.flag(relServer(j.id, nPaused)) {
@@ -233,6 +360,11 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 			&store.DeleteOp{Path: j.p.queued(it), Version: store.AnyVersion},
 			&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion},
 			&store.CreateOp{Path: j.p.item(it, nFailover), Data: []byte(j.id), Mode: store.Ephemeral},
+			// The claim's persistent record (claimrecord.go): if this
+			// server's session ends before the run completes, the
+			// leader's scan finds the record without its claim and
+			// queues the item again at once.
+			&store.CreateOp{Path: j.p.claim(it), Data: encodeClaimRecord(j.id, sid)},
 			// Not disabled, in the transaction: an operator may disable it
 			// after the read above. A node created and deleted in one
 			// Multi asserts its absence.
@@ -273,7 +405,7 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 		j.claims[it] = st.Czxid
 		j.mu.Unlock()
 		j.cache.noteDeleted(relFailoverQ + "/" + strconv.Itoa(it))
-		j.cache.noteCreated(relItem(it, nFailover))
+		j.cache.noteCreated(relItem(it, nFailover), relClaim(it))
 		j.kick() // the watcher starts watching the claimed item
 		j.log.Info("claimed failover item", "item", it)
 		return true, nil
@@ -326,15 +458,28 @@ func (j *job) releaseClaims(ctx context.Context) {
 	j.mu.Unlock()
 	slices.Sort(items)
 	for _, it := range items {
-		_, err := j.st.Multi(ctx,
-			&store.DeleteOp{Path: j.p.item(it, nFailover), Version: store.AnyVersion},
-			&store.CreateOp{Path: j.p.queued(it)},
-			&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})
-		if errors.Is(err, store.ErrNodeExists) {
-			// Queued again already: drop the claim alone.
-			_, err = j.st.Multi(ctx,
+		// The claim's record goes with it (read directly: an operator's
+		// clearing may have deleted it; a record that changed since the
+		// read fails the transaction, read again).
+		var err error
+		for attempt := 0; attempt < 3; attempt++ {
+			var rec []store.Op
+			if rec, err = j.claimRecordOps(ctx, it); err != nil {
+				break
+			}
+			_, err = j.st.Multi(ctx, append(rec,
 				&store.DeleteOp{Path: j.p.item(it, nFailover), Version: store.AnyVersion},
-				&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})
+				&store.CreateOp{Path: j.p.queued(it)},
+				&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})...)
+			if errors.Is(err, store.ErrNodeExists) {
+				// Queued again already: drop the claim alone.
+				_, err = j.st.Multi(ctx, append(rec,
+					&store.DeleteOp{Path: j.p.item(it, nFailover), Version: store.AnyVersion},
+					&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})...)
+			}
+			if len(rec) == 0 || !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+				break
+			}
 		}
 		if err != nil && !errors.Is(err, store.ErrNoNode) {
 			j.log.Warn("cannot give a failover claim back to the queue", "item", it, "err", err)
@@ -344,8 +489,21 @@ func (j *job) releaseClaims(ctx context.Context) {
 		delete(j.claims, it)
 		j.mu.Unlock()
 		if err == nil {
-			j.cache.noteDeleted(relItem(it, nFailover))
+			j.cache.noteDeleted(relItem(it, nFailover), relClaim(it))
 			j.log.Info("paused: failover claim given back to the queue", "item", it)
 		}
 	}
+}
+
+// claimRecordOps returns the delete of item's claim record, versioned as
+// read directly, when it exists (none otherwise): for the writers that drop
+// a claim of this server (a pause, failover off, an item beyond the total),
+// whose transaction must take the record with the claim, or the leader
+// would queue the item again for a claim that was not lost.
+func (j *job) claimRecordOps(ctx context.Context, item int) ([]store.Op, error) {
+	ok, st, err := j.st.Exists(ctx, j.p.claim(item))
+	if err != nil || !ok {
+		return nil, err
+	}
+	return []store.Op{&store.DeleteOp{Path: j.p.claim(item), Version: st.Version}}, nil
 }

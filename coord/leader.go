@@ -135,6 +135,9 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 			ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
 		}
 		for _, q := range j.cache.children(relFailoverQ) {
+			if _, ok := parseClaimName(q); ok {
+				continue // a claim's record: it goes with its claim (claimrecord.go)
+			}
 			if it, ok := parseItemName(q); !ok || it >= total {
 				ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
 			}

@@ -24,6 +24,10 @@ const (
 	opDeleteIfPresent
 	// opCheck asserts the node's version.
 	opCheck
+	// opDeleteIfPresentRead deletes the node if it exists, asking the
+	// store, never the cache: for a node whose lagging cache entry must
+	// not leave it behind.
+	opDeleteIfPresentRead
 )
 
 // intent is one write of a transaction, by path relative to the job root.
@@ -47,9 +51,9 @@ func (j *job) commit(ctx context.Context, intents []intent) error {
 	var created, deleted []string
 	err := multiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
 		var readErr error
-		exists := func(rel string) bool {
+		exists := func(rel string, direct bool) bool {
 			// Nodes of items the cache does not watch are read directly.
-			if attempt == 0 && j.cache.known(rel) {
+			if attempt == 0 && !direct && j.cache.known(rel) {
 				return j.cache.has(rel)
 			}
 			ok, _, err := j.st.Exists(ctx, j.p.abs(rel))
@@ -73,14 +77,14 @@ func (j *job) commit(ctx context.Context, intents []intent) error {
 	return nil
 }
 
-func (j *job) resolve(intents []intent, exists func(string) bool) (ops []store.Op, created, deleted []string) {
+func (j *job) resolve(intents []intent, exists func(rel string, direct bool) bool) (ops []store.Op, created, deleted []string) {
 	// pending tracks creations and deletions earlier in the same Multi.
 	pending := map[string]bool{}
 	has := func(rel string) bool {
 		if v, ok := pending[rel]; ok {
 			return v
 		}
-		return exists(rel)
+		return exists(rel, false)
 	}
 	for _, in := range intents {
 		p := j.p.abs(in.rel)
@@ -111,6 +115,16 @@ func (j *job) resolve(intents []intent, exists func(string) bool) (ops []store.O
 			deleted = append(deleted, in.rel)
 		case opDeleteIfPresent:
 			if has(in.rel) {
+				ops = append(ops, &store.DeleteOp{Path: p, Version: store.AnyVersion})
+				pending[in.rel] = false
+				deleted = append(deleted, in.rel)
+			}
+		case opDeleteIfPresentRead:
+			v, ok := pending[in.rel]
+			if !ok {
+				v = exists(in.rel, true)
+			}
+			if v {
 				ops = append(ops, &store.DeleteOp{Path: p, Version: store.AnyVersion})
 				pending[in.rel] = false
 				deleted = append(deleted, in.rel)

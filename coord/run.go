@@ -157,7 +157,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			if attempt == 0 {
 				view = j.failoverViewAt(fo.version, st.Mzxid)
 			}
-			if items, shardVersion, view, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, found, view); err != nil {
+			if items, shardVersion, view, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, found, view, fo.claims); err != nil {
 				return nil, err
 			}
 			j.noteFailoverView(fo.version, st.Mzxid, view)
@@ -191,7 +191,9 @@ var errBeginAgain = errors.New("coord: items not running after all; begin again"
 // (leader/failover/items): the items queued for failover and the
 // directory's data version, which every failover writer bumps.
 type failoverDir struct {
-	queued  map[int]bool
+	queued map[int]bool
+	// claims are the items with a claim record (claimrecord.go).
+	claims  map[int]bool
 	version int32
 }
 
@@ -204,13 +206,8 @@ func (j *job) readFailoverDir(ctx context.Context) (failoverDir, error) {
 	if err != nil {
 		return failoverDir{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(relFailoverQ), err)
 	}
-	fo := failoverDir{queued: make(map[int]bool, len(names)), version: st.Version}
-	for _, n := range names {
-		if it, ok := parseItemName(n); ok {
-			fo.queued[it] = true
-		}
-	}
-	return fo, nil
+	l := parseFailoverDir(names)
+	return failoverDir{queued: l.queued, claims: l.claims, version: st.Version}, nil
 }
 
 // bumpFailoverDir is the intent every failover writer adds to its
@@ -292,9 +289,20 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 				{kind: opPut, rel: relItem(a.Item, nLastBeginTime), data: begin}})
 			continue
 		}
+		var g []intent
 		if fo.queued[a.Item] {
 			// This run re-runs a crashed run's item: it consumes the entry.
-			groups = append(groups, []intent{{kind: opDelete, rel: relFailoverQ + "/" + strconv.Itoa(a.Item)}})
+			g = append(g, intent{kind: opDelete, rel: relFailoverQ + "/" + strconv.Itoa(a.Item)})
+		}
+		if fo.claims[a.Item] && !j.claimed(a.Item) {
+			// A claim record whose claim is gone (assignments skips an
+			// item whose claim lives): the token of a cut failover run,
+			// consumed the same way. A claim since fails the version
+			// check above.
+			g = append(g, intent{kind: opDelete, rel: relClaim(a.Item)})
+		}
+		if len(g) > 0 {
+			groups = append(groups, g)
 		}
 	}
 	live := false
@@ -438,7 +446,13 @@ func (j *job) undoBegin(ctx context.Context, items []Assignment, applied [][]int
 		for _, in := range g {
 			switch {
 			case in.kind == opDelete && strings.HasPrefix(in.rel, relFailoverQ+"/"):
-				groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: in.rel}})
+				// A consumed claim record comes back as a queue entry: the
+				// token of a cut run, which any server may claim.
+				rel := in.rel
+				if it, ok := parseClaimName(strings.TrimPrefix(rel, relFailoverQ+"/")); ok {
+					rel = relFailoverQ + "/" + strconv.Itoa(it)
+				}
+				groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: rel}})
 			case in.kind == opCreate && strings.HasSuffix(in.rel, "/"+nRunning):
 				groups = append(groups, []intent{{kind: opDeleteIfPresent, rel: in.rel}})
 			}
@@ -688,8 +702,18 @@ func (j *job) dropClaimNode(ctx context.Context, item int, czxid int64) {
 	p := j.p.item(item, nFailover)
 	ok, st, err := j.st.Exists(ctx, p)
 	if err == nil && ok && st.Czxid == czxid {
-		_, err = j.st.Multi(ctx, &store.DeleteOp{Path: p, Version: st.Version},
-			&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})
+		// With its record (claimrecord.go), read again if it changed.
+		for attempt := 0; attempt < 3; attempt++ {
+			var rec []store.Op
+			if rec, err = j.claimRecordOps(ctx, item); err != nil {
+				break
+			}
+			_, err = j.st.Multi(ctx, append(rec, &store.DeleteOp{Path: p, Version: st.Version},
+				&store.SetOp{Path: j.p.abs(relFailoverQ), Version: store.AnyVersion})...)
+			if len(rec) == 0 || !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+				break
+			}
+		}
 	}
 	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
 		j.log.Warn("cannot drop a failover claim", "item", item, "err", err)
@@ -780,7 +804,12 @@ func (j *job) claimed(item int) bool {
 // view, this server's last direct read of them (see failoverViewCurrent);
 // with view nil, or for an item view lacks, they are read directly
 // (pipelined) and kept as the new view.
-func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool, view map[int]foItem) ([]Assignment, int32, map[int]foItem, error) {
+//
+// An item with a claim record (records) is read directly too: while its
+// claim lives the item is skipped; a record whose claim is gone (the
+// claimant's session ended) is a cut failover run, which this run re-runs
+// and consumes (markRunning deletes the record, as it does a queue entry).
+func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool, view map[int]foItem, records map[int]bool) ([]Assignment, int32, map[int]foItem, error) {
 	var out []Assignment
 	if !ok {
 		return nil, -1, view, nil
@@ -817,7 +846,7 @@ func (j *job) assignments(ctx context.Context, total int, data []byte, st store.
 		// version bump, so the view would keep the item skipped for good
 		// (memstore simulation seed 9317484). Claims are rare; marks are
 		// persistent and only set with a bump, so they stay.
-		if f, ok := view[it]; !ok || f.claimed {
+		if f, ok := view[it]; !ok || f.claimed || records[it] {
 			missing = append(missing, it)
 		}
 	}
@@ -1128,7 +1157,11 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 			{kind: opDeleteIfPresent, rel: relItem(a.Item, nRunning)},
 			{kind: opPut, rel: relItem(a.Item, nLastCompleteTime), data: now},
 			{kind: opSet, rel: relItem(a.Item)},
-			{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)}})
+			{kind: opDeleteIfPresent, rel: relItem(a.Item, nFailover)},
+			// The claim's record (claimrecord.go), read directly: left
+			// behind by a cache that lagged, the leader would take it
+			// for a lost claim and the item would run again.
+			{kind: opDeleteIfPresentRead, rel: relClaim(a.Item)}})
 	}
 	if failover {
 		head = append(head, bumpFailoverDir())

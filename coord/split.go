@@ -38,7 +38,7 @@ func (j *job) splitBudget() int { return store.RequestLimit(j.st) * 7 / 8 }
 func (j *job) intentSize(in intent) int {
 	p := j.p.abs(in.rel)
 	switch in.kind {
-	case opDelete, opDeleteIfPresent:
+	case opDelete, opDeleteIfPresent, opDeleteIfPresentRead:
 		return store.OpSize(&store.DeleteOp{Path: p})
 	case opCheck:
 		return store.OpSize(&store.CheckOp{Path: p})

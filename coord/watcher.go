@@ -424,7 +424,7 @@ func (j *job) react(ctx context.Context) {
 		j.warn(ctx, "cannot load owned items into the tree cache", "err", err)
 	}
 	cfg := j.config()
-	if cfg.Failover && len(j.cache.children(relFailoverQ)) > 0 {
+	if cfg.Failover && queuedCount(j.cache.children(relFailoverQ)) > 0 {
 		j.emit(SignalFailover)
 	}
 	if j.isLeader() {

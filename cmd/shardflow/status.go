@@ -135,7 +135,11 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 		if it.Misfire {
 			state += "+misfire"
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", it.Item, state, orDash(it.Failover),
+		failover := it.Failover
+		if failover == "" && it.FailoverLost != "" {
+			failover = it.FailoverLost + " (lost)" // its claimant's session ended mid-run
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", it.Item, state, orDash(failover),
 			fmtTime(it.LastBeginTime), fmtTime(it.LastCompleteTime), fmtTime(it.NextFireTime))
 	}
 	tw.Flush()
