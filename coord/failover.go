@@ -443,8 +443,9 @@ func (j *job) storedFailoverOn(ctx context.Context) (int32, bool, error) {
 }
 
 // releaseClaims puts the failover items this server claimed and no run of
-// it has taken back in the queue (failover node deleted, queue entry
-// created, one Multi per item), for a server that cannot run them (paused).
+// it has taken back in the queue (failover node and its record deleted,
+// queue entry created, one Multi per item), for a server that cannot run
+// them (paused, or leaving).
 // Failures are logged: an item whose claim stays is released by the next
 // Begin, or freed with this server's session.
 func (j *job) releaseClaims(ctx context.Context) {
@@ -490,7 +491,7 @@ func (j *job) releaseClaims(ctx context.Context) {
 		j.mu.Unlock()
 		if err == nil {
 			j.cache.noteDeleted(relItem(it, nFailover), relClaim(it))
-			j.log.Info("paused: failover claim given back to the queue", "item", it)
+			j.log.Info("failover claim given back to the queue (paused or leaving)", "item", it)
 		}
 	}
 }

@@ -24,119 +24,166 @@ import (
 // a synctest bubble.
 func TestLostFailoverClaimQueuedAgainWhileOwnerBusy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		lostClaimWhileOwnerBusy(t, func(h *coordtest.Harness, claimant *coordtest.Server) { h.B.Kill(t, claimant.St) })
+	})
+}
+
+// The same when the claimant's session expires and it registers again on a
+// new session at once: its claim went with the old session, its status
+// node comes back. In a synctest bubble.
+func TestExpiredFailoverClaimQueuedAgainWhileOwnerBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lostClaimWhileOwnerBusy(t, func(h *coordtest.Harness, claimant *coordtest.Server) { h.B.Expire(t, claimant.St) })
+	})
+}
+
+// lostClaimWhileOwnerBusy has a claimant lose its claim mid failover run
+// (lose) while the item's owner is in a long normal run, and checks that
+// the item is queued again and run by another server before the owner's
+// run ends. In a synctest bubble.
+func lostClaimWhileOwnerBusy(t *testing.T, lose func(*coordtest.Harness, *coordtest.Server)) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h := coordtest.NewHarness(t, coordtest.Mem())
+	cfg := coordtest.Config("job", 4, func(c *jobconfig.Config) { c.Failover = true })
+	byID := map[string]*coordtest.Server{}
+	var survivors []*coordtest.Server
+	for _, id := range []string{"l", "a", "b"} {
+		byID[id] = h.Start(id, cfg)
+		survivors = append(survivors, byID[id])
+	}
+	v := h.Start("v", cfg)
+	runs := coordtest.BeginAll(t, append(slices.Clone(survivors), v)...)
+	parts := coordtest.AssertPartition(t, 4, runs...)
+	coordtest.CompleteAll(t, runs[:3]...)
+	h.B.Kill(t, v.St)
+	item := parts[3][0]
+	h.Signals.FailoverQueued.Wait(t, 10*time.Second, "v's item queued", func(q testsignal.Queued) bool {
+		return slices.Equal(q.Items, parts[3])
+	})
+	// The leader reshards at once (nothing runs): v's item gets an
+	// owner among the survivors.
+	var owner *coordtest.Server
+	coordtest.Eventually(t, "v's item resharded to a survivor", func() bool {
+		st, err := h.Admin.Status(ctx, "job")
+		if err != nil || st.ReshardingPending {
+			return false
+		}
+		for _, ss := range st.Servers {
+			if ss.ID != "v" && slices.Contains(ss.Sharding, item) {
+				owner = byID[ss.ID]
+				return true
+			}
+		}
+		return false
+	})
+	var others []*coordtest.Server
+	for _, s := range survivors {
+		if s != owner {
+			others = append(others, s)
+		}
+	}
+	claimant, next := others[0], others[1]
+	synctest.Wait() // the claimant's cache has seen the queued item
+
+	// The claimant claims v's item and begins its failover run.
+	if ok, err := claimant.Job.ClaimFailover(ctx); err != nil || !ok {
+		t.Fatalf("%s's ClaimFailover = %v, %v; want v's item claimed", claimant.ID, ok, err)
+	}
+	frun, err := claimant.Job.Begin(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh := frun.Shards(); len(sh) != 1 || sh[0].Item != item || !sh[0].Failover {
+		t.Fatalf("%s's run = %+v, want the failover run of item %d", claimant.ID, sh, item)
+	}
+	lostEpoch := frun.Shards()[0].Epoch
+
+	// The owner begins a long normal run: the claimed item is not in it.
+	long, err := owner.Job.Begin(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(long.Shards(), func(a coord.Assignment) bool { return a.Item == item }) {
+		t.Fatalf("owner %s's run %+v holds item %d, claimed by %s", owner.ID, long.Shards(), item, claimant.ID)
+	}
+
+	// The claimant loses its claim mid failover run.
+	lose(h, claimant)
+	h.Signals.FailoverQueued.Wait(t, 10*time.Second, "the lost claim's item queued again", func(q testsignal.Queued) bool {
+		return slices.Contains(q.Items, item)
+	})
+	synctest.Wait() // the next server's cache has seen the queue
+	st, err := h.Admin.Status(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(st.FailoverQueue, item) {
+		t.Fatalf("failover queue %v, want item %d queued again", st.FailoverQueue, item)
+	}
+
+	// Another server claims and runs it, the owner's run still open.
+	if ok, err := next.Job.ClaimFailover(ctx); err != nil || !ok {
+		t.Fatalf("%s's ClaimFailover = %v, %v; want item %d claimed again", next.ID, ok, err, item)
+	}
+	again, err := next.Job.Begin(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := again.Shards()
+	if len(sh) != 1 || sh[0].Item != item || !sh[0].Failover {
+		t.Fatalf("%s's run = %+v, want the failover run of item %d", next.ID, sh, item)
+	}
+	if sh[0].Epoch <= lostEpoch {
+		t.Errorf("new failover run's epoch %d, want above the lost claim's %d", sh[0].Epoch, lostEpoch)
+	}
+	if err := again.CheckOwnership(ctx, item); err != nil {
+		t.Errorf("new failover run's CheckOwnership: %v", err)
+	}
+	coordtest.CompleteAll(t, again)
+	coordtest.CompleteAll(t, long)
+
+	// Done once: nothing queued, no claim record left behind.
+	synctest.Wait()
+	if st, err = h.Admin.Status(ctx, "job"); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.FailoverQueue) != 0 {
+		t.Errorf("failover queue %v after the failover run, want empty", st.FailoverQueue)
+	}
+	for _, is := range st.Items {
+		if is.Failover != "" || is.FailoverLost != "" {
+			t.Errorf("item %d: failover %q, lost %q after the failover run completed; want none", is.Item, is.Failover, is.FailoverLost)
+		}
+	}
+}
+
+// A server that leaves gracefully gives back the failover claims no run of
+// it has taken: held, they would keep their items from every server until
+// its session ends (and a Leave does not end it). In a synctest bubble.
+func TestLeaveGivesBackFailoverClaims(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		h := coordtest.NewHarness(t, coordtest.Mem())
-		cfg := coordtest.Config("job", 4, func(c *jobconfig.Config) { c.Failover = true })
-		byID := map[string]*coordtest.Server{}
-		var survivors []*coordtest.Server
-		for _, id := range []string{"l", "a", "b"} {
-			byID[id] = h.Start(id, cfg)
-			survivors = append(survivors, byID[id])
+		l, a, items := crashMidRun(t, h, 3)
+		if ok, err := a.Job.ClaimFailover(ctx); err != nil || !ok {
+			t.Fatalf("a's ClaimFailover = %v, %v; want v's item claimed", ok, err)
 		}
-		v := h.Start("v", cfg)
-		runs := coordtest.BeginAll(t, append(slices.Clone(survivors), v)...)
-		parts := coordtest.AssertPartition(t, 4, runs...)
-		coordtest.CompleteAll(t, runs[:3]...)
-		h.B.Kill(t, v.St)
-		item := parts[3][0]
-		h.Signals.FailoverQueued.Wait(t, 10*time.Second, "v's item queued", func(q testsignal.Queued) bool {
-			return slices.Equal(q.Items, parts[3])
-		})
-		// The leader reshards at once (nothing runs): v's item gets an
-		// owner among the survivors.
-		var owner *coordtest.Server
-		coordtest.Eventually(t, "v's item resharded to a survivor", func() bool {
-			st, err := h.Admin.Status(ctx, "job")
-			if err != nil || st.ReshardingPending {
-				return false
-			}
-			for _, ss := range st.Servers {
-				if ss.ID != "v" && slices.Contains(ss.Sharding, item) {
-					owner = byID[ss.ID]
-					return true
-				}
-			}
-			return false
-		})
-		var others []*coordtest.Server
-		for _, s := range survivors {
-			if s != owner {
-				others = append(others, s)
-			}
+		if err := a.Job.Leave(ctx); err != nil {
+			t.Fatal(err)
 		}
-		claimant, next := others[0], others[1]
-		synctest.Wait() // the claimant's cache has seen the queued item
-
-		// The claimant claims v's item and begins its failover run.
-		if ok, err := claimant.Job.ClaimFailover(ctx); err != nil || !ok {
-			t.Fatalf("%s's ClaimFailover = %v, %v; want v's item claimed", claimant.ID, ok, err)
+		synctest.Wait() // l's watcher has seen the queue
+		if ok, err := l.Job.ClaimFailover(ctx); err != nil || !ok {
+			t.Fatalf("l's ClaimFailover = %v, %v; want the item a gave back", ok, err)
 		}
-		frun, err := claimant.Job.Begin(ctx, time.Now())
+		run, err := l.Job.Begin(ctx, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sh := frun.Shards(); len(sh) != 1 || sh[0].Item != item || !sh[0].Failover {
-			t.Fatalf("%s's run = %+v, want the failover run of item %d", claimant.ID, sh, item)
-		}
-		lostEpoch := frun.Shards()[0].Epoch
-
-		// The owner begins a long normal run: the claimed item is not in it.
-		long, err := owner.Job.Begin(ctx, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slices.ContainsFunc(long.Shards(), func(a coord.Assignment) bool { return a.Item == item }) {
-			t.Fatalf("owner %s's run %+v holds item %d, claimed by %s", owner.ID, long.Shards(), item, claimant.ID)
-		}
-
-		// The claimant dies mid failover run.
-		h.B.Kill(t, claimant.St)
-		h.Signals.FailoverQueued.Wait(t, 10*time.Second, "the lost claim's item queued again", func(q testsignal.Queued) bool {
-			return slices.Contains(q.Items, item)
-		})
-		synctest.Wait() // the next server's cache has seen the queue
-		st, err := h.Admin.Status(ctx, "job")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !slices.Contains(st.FailoverQueue, item) {
-			t.Fatalf("failover queue %v, want item %d queued again", st.FailoverQueue, item)
-		}
-
-		// Another server claims and runs it, the owner's run still open.
-		if ok, err := next.Job.ClaimFailover(ctx); err != nil || !ok {
-			t.Fatalf("%s's ClaimFailover = %v, %v; want item %d claimed again", next.ID, ok, err, item)
-		}
-		again, err := next.Job.Begin(ctx, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		sh := again.Shards()
-		if len(sh) != 1 || sh[0].Item != item || !sh[0].Failover {
-			t.Fatalf("%s's run = %+v, want the failover run of item %d", next.ID, sh, item)
-		}
-		if sh[0].Epoch <= lostEpoch {
-			t.Errorf("new failover run's epoch %d, want above the lost claim's %d", sh[0].Epoch, lostEpoch)
-		}
-		if err := again.CheckOwnership(ctx, item); err != nil {
-			t.Errorf("new failover run's CheckOwnership: %v", err)
-		}
-		coordtest.CompleteAll(t, again)
-		coordtest.CompleteAll(t, long)
-
-		// Done once: nothing queued, no claim record left behind.
-		synctest.Wait()
-		if st, err = h.Admin.Status(ctx, "job"); err != nil {
-			t.Fatal(err)
-		}
-		if len(st.FailoverQueue) != 0 {
-			t.Errorf("failover queue %v after the failover run, want empty", st.FailoverQueue)
-		}
-		for _, is := range st.Items {
-			if is.Failover != "" || is.FailoverLost != "" {
-				t.Errorf("item %d: failover %q, lost %q after the failover run completed; want none", is.Item, is.Failover, is.FailoverLost)
-			}
+		defer coordtest.CompleteAll(t, run)
+		if sh := run.Shards(); len(sh) != 1 || !sh[0].Failover || sh[0].Item != items[0] {
+			t.Fatalf("l's run = %+v, want the failover run of v's item %d", sh, items[0])
 		}
 	})
 }

@@ -942,6 +942,9 @@ func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	// seed 52).
 	j.completeParked(ctx, sess)
 	_ = j.payDebts(ctx, sess) // a failure is logged: nothing pays it after the leave
+	// Claims no run has taken go back to the queue at once: held, they
+	// would keep their items from every server until this session ends.
+	j.releaseClaims(ctx)
 	return true, nil
 }
 
