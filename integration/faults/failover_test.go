@@ -28,7 +28,15 @@ const failoverHang = 3*sessionTimeout + 5*time.Second
 func openItems(evs []Event, server string, at time.Time) map[int]int64 {
 	open := map[int]int64{}
 	for _, e := range evs {
-		if e.Server != server || e.Item == nil || e.T > at.UnixMilli() {
+		if e.Server != server || e.T > at.UnixMilli() {
+			continue
+		}
+		if e.Ev == "ready" {
+			// A new process under the same id: what an earlier one (killed)
+			// left open was measured at its own kill.
+			clear(open)
+		}
+		if e.Item == nil {
 			continue
 		}
 		switch e.Ev {
@@ -46,7 +54,13 @@ func openItems(evs []Event, server string, at time.Time) map[int]int64 {
 func openFailoverRuns(evs []Event, server string, at time.Time) []int {
 	fo := map[int]bool{}
 	for _, e := range evs {
-		if e.Server != server || e.Item == nil || e.T > at.UnixMilli() {
+		if e.Server != server || e.T > at.UnixMilli() {
+			continue
+		}
+		if e.Ev == "ready" {
+			clear(fo) // an earlier process under the same id
+		}
+		if e.Item == nil {
 			continue
 		}
 		switch e.Ev {
@@ -264,6 +278,9 @@ var timelineSteps = map[string]string{
 	"elected leader":                    "elected",
 	"queued crashed items for failover": "queued",
 	"claimed failover item":             "claimed",
+	// A claim lost with its claimant's session (the victim killed in a
+	// failover run), its item queued again (coord/claimrecord.go).
+	"failover claim lost with its claimant's session: item queued again": "requeued",
 }
 
 // slogLine matches a worker's log line (slog's text handler), slogItems
