@@ -143,6 +143,25 @@ func TestItemsBegunSince(t *testing.T) {
 	}
 }
 
+// A victim restarted under the same id: the items its killed predecessor
+// left open (begun, never ended) are not the new process's.
+func TestOpenItemsOfTheCurrentProcess(t *testing.T) {
+	fo := ev("begin", "w1", 4, 9, 110)
+	fo.Failover = true
+	evs := []Event{ev("begin", "w1", 0, 1, 100), fo, {Ev: "ready", Server: "w1", T: 200},
+		ev("begin", "w1", 1, 2, 300), ev("begin", "w2", 2, 2, 300)}
+	open := openItems(evs, "w1", time.UnixMilli(400))
+	if len(open) != 1 || open[1] != 2 {
+		t.Fatalf("open %v, want only item 1 (epoch 2) of the process started at 200", open)
+	}
+	if got := openFailoverRuns(evs, "w1", time.UnixMilli(400)); len(got) != 0 {
+		t.Fatalf("open failover runs %v, want none (item 4 was the predecessor's)", got)
+	}
+	if got := openFailoverRuns(evs, "w1", time.UnixMilli(150)); len(got) != 1 || got[0] != 4 {
+		t.Fatalf("open failover runs before the restart %v, want [4]", got)
+	}
+}
+
 func TestPercentile(t *testing.T) {
 	ds := []time.Duration{5, 1, 4, 2, 3}
 	if got := percentile(ds, 50); got != 3 {
