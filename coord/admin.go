@@ -406,6 +406,11 @@ func (a *admin) pruneItemsBeyond(ctx context.Context, p jobPaths, total int) err
 		if err := store.DeleteAll(ctx, a.st, p.item(it)); err != nil && !errors.Is(err, store.ErrNoNode) {
 			return fmt.Errorf("coord: remove %s (beyond shardingTotalCount %d): %w", p.item(it), total, err)
 		}
+		// An idle claim went with the item's node: its record too
+		// (claimrecord.go), or the leader would take it for a claim lost.
+		if err := a.st.Delete(ctx, p.claim(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: delete %s: %w", p.claim(it), err)
+		}
 	}
 	return nil
 }

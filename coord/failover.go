@@ -101,6 +101,21 @@ func (j *job) requeueLostClaims(ctx context.Context, listing foListing, total in
 	if len(lost) == 0 {
 		return
 	}
+	// The stored config decides, and the transactions check the version
+	// it was read at: an operator's edit (failover or monitorExecution
+	// off, a lowered total) deletes claims itself, and what it deleted is
+	// not a claim lost (simulation seed 9424199: a claim pruned with its
+	// item beyond a lowered total was queued again once the total rose).
+	cfgVersion, cfg, err := j.storedConfig(ctx)
+	if err != nil {
+		j.warn(ctx, "cannot read the config to queue lost failover claims", "err", err)
+		return
+	}
+	if !failoverOn(cfg) {
+		return
+	}
+	total = cfg.ShardingTotalCount
+	head := []intent{bumpFailoverDir(), {kind: opCheck, rel: nConfig, version: cfgVersion}}
 	groups := make([][]intent, 0, len(lost))
 	for _, c := range lost {
 		g := []intent{
@@ -120,10 +135,10 @@ func (j *job) requeueLostClaims(ctx context.Context, listing foListing, total in
 	// All at once, else item by item: a record consumed by the owner's
 	// Begin or completed meanwhile fails only its own transaction.
 	done := lost
-	if _, err := j.commitSplit(ctx, []intent{bumpFailoverDir()}, groups, nil); err != nil {
+	if _, err := j.commitSplit(ctx, head, groups, nil); err != nil {
 		done = nil
 		for i, g := range groups {
-			if _, err := j.commitSplit(ctx, []intent{bumpFailoverDir()}, [][]intent{g}, nil); err != nil {
+			if _, err := j.commitSplit(ctx, head, [][]intent{g}, nil); err != nil {
 				if !raced(err) {
 					j.warn(ctx, "cannot queue a lost failover claim again", "item", lost[i].item, "err", err)
 				}
@@ -425,21 +440,32 @@ func failoverOn(cfg jobconfig.Config) bool { return cfg.Failover && cfg.Monitors
 // same transaction as its fields). A config that does not decode allows
 // nothing (the job stops on it anyway).
 func (j *job) storedFailoverOn(ctx context.Context) (int32, bool, error) {
+	v, cfg, err := j.storedConfig(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	return v, failoverOn(cfg), nil
+}
+
+// storedConfig reads the stored config directly (see storedFailoverOn),
+// with the config node's version it was read at. A config that does not
+// decode is the zero Config (failover off).
+func (j *job) storedConfig(ctx context.Context) (int32, jobconfig.Config, error) {
 	data, st, err := j.st.Get(ctx, j.p.abs(nConfig))
 	if err != nil {
-		return 0, false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
+		return 0, jobconfig.Config{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.abs(nConfig), err)
 	}
 	fields, ok := parseConfigCopy(data)
 	if !ok {
 		if fields, err = j.readConfigFields(ctx); err != nil {
-			return 0, false, err
+			return 0, jobconfig.Config{}, err
 		}
 	}
 	cfg, err := j.decodeConfig(fields)
 	if err != nil {
-		return st.Version, false, nil
+		return st.Version, jobconfig.Config{}, nil
 	}
-	return st.Version, failoverOn(cfg), nil
+	return st.Version, cfg, nil
 }
 
 // releaseClaims puts the failover items this server claimed and no run of

@@ -135,8 +135,14 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 			ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
 		}
 		for _, q := range j.cache.children(relFailoverQ) {
-			if _, ok := parseClaimName(q); ok {
-				continue // a claim's record: it goes with its claim (claimrecord.go)
+			if it, ok := parseClaimName(q); ok {
+				if it >= total {
+					// Its item is pruned after this reshard, claim and all
+					// (pruneItemsBeyond): the claim is dropped, not lost,
+					// and a total raised again must not queue it anew.
+					ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
+				}
+				continue // a claim's record otherwise goes with its claim (claimrecord.go)
 			}
 			if it, ok := parseItemName(q); !ok || it >= total {
 				ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
@@ -201,6 +207,12 @@ func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
 		if it, ok := parseItemName(n); ok && it >= total {
 			if err := store.DeleteAll(ctx, j.st, j.p.item(it)); err != nil {
 				j.warn(ctx, "cannot prune item beyond the total", "item", it, "total", total, "err", err)
+			}
+			// A claim's record goes with the claim the delete took
+			// (claimrecord.go): else the leader would queue the item
+			// again as a claim lost, once the total is raised again.
+			if err := j.st.Delete(ctx, j.p.claim(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+				j.warn(ctx, "cannot delete the claim record of an item beyond the total", "item", it, "err", err)
 			}
 		}
 	}
