@@ -9,10 +9,16 @@
 # the mirror named in this machine's own apt sources, so the build downloads each
 # package once and Docker stores the rootfs as one shared layer. Each image differs
 # only in its entrypoint, which honours the environment variables of the official
-# zookeeper and postgres images that the integration harness sets.
+# zookeeper and postgres images that the integration harness sets, and, like the
+# official images, each declares its data directories as volumes: a container's
+# writes then go to a Docker volume on the host's file system, not through the
+# storage driver (fuse-overlayfs on this project's machines, where ZooKeeper's
+# synced transaction log cost 25-30% of a 10,000-job start; docs/benchmarks.md).
 #
-# Idempotent: an image whose tag `docker image inspect` already finds is skipped;
-# when both exist nothing is downloaded. Set SHARDFLOW_REBUILD_IMAGES=1 to rebuild.
+# Idempotent: an image whose tag `docker image inspect` already finds, with those
+# volumes, is skipped; when both exist nothing is downloaded. An image without
+# them (built before they were declared) is rebuilt. Set SHARDFLOW_REBUILD_IMAGES=1
+# to rebuild anyway.
 #
 # Environment:
 #   SHARDFLOW_IMAGE_WORKDIR  scratch directory (default /var/tmp/shardflow-images);
@@ -40,11 +46,27 @@ if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
 command -v docker >/dev/null || die "docker not found: install the Docker engine (apt-get install docker.io) and start it"
 docker info >/dev/null 2>&1 || die "the Docker engine does not answer (docker info failed): start it (systemctl start docker) or check DOCKER_HOST"
 
+# The data volumes each image declares, as the official images do.
+ZK_VOLUMES=(/data /datalog)
+PG_VOLUMES=(/var/lib/postgresql/data)
+volumes_json() { printf '[%s]' "$(printf '"%s"\n' "$@" | paste -sd, -)"; }
+# has_volumes TAG VOLUME...: the image exists and declares every VOLUME.
+has_volumes() {
+  local tag=$1 got v
+  shift
+  got=" $(docker image inspect -f '{{range $k, $v := .Config.Volumes}}{{$k}} {{end}}' "$tag" 2>/dev/null)" || return 1
+  for v in "$@"; do [[ $got == *" $v "* ]] || return 1; done
+}
+
 need=()
 for tag in "$ZK_TAG" "$PG_TAG"; do
-  if [[ -z ${SHARDFLOW_REBUILD_IMAGES:-} ]] && docker image inspect "$tag" >/dev/null 2>&1; then
+  if [[ $tag == "$ZK_TAG" ]]; then vols=("${ZK_VOLUMES[@]}"); else vols=("${PG_VOLUMES[@]}"); fi
+  if [[ -z ${SHARDFLOW_REBUILD_IMAGES:-} ]] && has_volumes "$tag" "${vols[@]}"; then
     log "$tag present, skipping"
   else
+    if docker image inspect "$tag" >/dev/null 2>&1; then
+      log "$tag predates its data volumes (${vols[*]}): rebuilding"
+    fi
     need+=("$tag")
   fi
 done
@@ -227,6 +249,7 @@ for tag in "${need[@]}"; do
         -c 'ENTRYPOINT ["/usr/local/bin/zk-entrypoint"]' \
         -c 'ENV LANG=C.UTF-8 ZOO_CONF_DIR=/conf ZOO_DATA_DIR=/data ZOO_DATA_LOG_DIR=/datalog' \
         -c 'EXPOSE 2181 2888 3888' \
+        -c "VOLUME $(volumes_json "${ZK_VOLUMES[@]}")" \
         -m "shardflow local ZooKeeper 3.8 (Debian bookworm), built by scripts/build-images.sh" \
         "$TARBALL" "$tag" >/dev/null
       ;;
@@ -236,6 +259,7 @@ for tag in "${need[@]}"; do
         -c 'CMD ["postgres"]' \
         -c 'ENV LANG=C.UTF-8 PGDATA=/var/lib/postgresql/data PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         -c 'EXPOSE 5432' \
+        -c "VOLUME $(volumes_json "${PG_VOLUMES[@]}")" \
         -m "shardflow local PostgreSQL 15 (Debian bookworm), built by scripts/build-images.sh" \
         "$TARBALL" "$tag" >/dev/null
       ;;
