@@ -29,9 +29,10 @@ type election struct {
 	id    string // this server's id
 	// candidate is this server's candidate node (absolute), "" when none.
 	candidate string
-	// hostHeld: the transaction that created the job created candidate and
-	// the host node too (the first and only candidate then): the next
-	// proceed is elected without a request.
+	// hostHeld: the join's transaction created candidate and the host node
+	// too (the first and only candidate then: a new job, or a stored one
+	// whose latch was empty): the next proceed is elected without a
+	// request.
 	hostHeld bool
 }
 
@@ -226,10 +227,17 @@ func (e *election) Observe(ctx context.Context) <-chan string {
 // ownCandidate returns the path of a candidate under the latch that
 // belongs to this server on the current session, or "".
 func (e *election) ownCandidate(ctx context.Context) (string, error) {
+	own, _, err := e.standing(ctx)
+	return own, err
+}
+
+// standing returns ownCandidate's result and whether no candidate at all
+// stood when the latch was listed.
+func (e *election) standing(ctx context.Context) (own string, none bool, _ error) {
 	sess, _ := e.st.Session()
 	kids, _, err := e.st.Children(ctx, e.latch)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	for _, k := range kids {
 		data, st, err := e.st.Get(ctx, store.Join(e.latch, k))
@@ -237,13 +245,13 @@ func (e *election) ownCandidate(ctx context.Context) (string, error) {
 			continue
 		}
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		if string(data) == e.id && st.EphemeralOwner == sess.ID {
-			return store.Join(e.latch, k), nil
+			return store.Join(e.latch, k), false, nil
 		}
 	}
-	return "", nil
+	return "", len(kids) == 0, nil
 }
 
 // seqOf returns the sequence suffix of a candidate name (the last 10 bytes).

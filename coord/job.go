@@ -272,6 +272,7 @@ type joinReads struct {
 	statusOwner  int64    // servers/{id}/status's session, 0: absent
 	serverKids   []string // servers/{id}'s children; nil: no such node
 	ownCandidate string   // this session's election candidate, "" if none
+	noCandidate  bool     // no candidate stood at all
 	run          runRead  // servers/{id}/run, for layoutOps
 	flagUp       bool     // the resharding flag exists
 }
@@ -329,11 +330,11 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		return wrapRead(j, j.p.abs(relNecessary), err)
 	})
 	g.Go(func() error {
-		own, err := j.elec.ownCandidate(gctx)
+		own, none, err := j.elec.standing(gctx)
 		if errors.Is(err, store.ErrNoNode) {
 			return nil
 		}
-		rd.ownCandidate = own
+		rd.ownCandidate, rd.noCandidate = own, none
 		return wrapRead(j, j.p.abs(relLatch), err)
 	})
 	if err := g.Wait(); err != nil {
@@ -377,9 +378,10 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		candAt  = -1 // index of the candidate's create in the ops
 		ownCand string
 		newJob  bool
+		hostAt  bool // the ops create the host node beside the candidate
 	)
 	results, err := multiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
-		res, candAt, ownCand, newJob = joinResult{}, -1, "", false
+		res, candAt, ownCand, newJob, hostAt = joinResult{}, -1, "", false, false
 		top, _, err := j.st.Children(ctx, j.p.root)
 		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
 			// Maybe the namespace went (ErrNoParent).
@@ -541,6 +543,19 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		if rd.ownCandidate == "" {
 			candAt = len(ops)
 			ops = append(ops, &store.CreateOp{Path: store.Join(j.p.abs(relLatch), candidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential})
+			if rd.noCandidate && attempt == 0 {
+				// No candidate stood (a restarted process's jobs, one
+				// server each): take the leadership in the same
+				// transaction, as a new job's join does, instead of an
+				// election's listing and create after it. The host node
+				// of a leader still standing makes it fail and plan
+				// again without this. A candidate created between the
+				// listing and this commit stands first behind a host
+				// node this server holds: it waits on that node, as
+				// behind any leader (election.takeHost).
+				ops = append(ops, &store.CreateOp{Path: j.p.abs(relHost), Data: []byte(j.id), Mode: store.Ephemeral})
+				hostAt = true
+			}
 		} else {
 			ownCand = rd.ownCandidate
 		}
@@ -567,7 +582,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 	}
 	switch {
 	case candAt >= 0 && candAt < len(results):
-		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, newJob
+		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, newJob || hostAt
 	case ownCand != "":
 		j.elec.candidate = ownCand // this session's, from an earlier attempt
 	}
