@@ -1,11 +1,12 @@
 package dataflow
 
 import (
-	"container/heap"
 	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"github.com/shardflow/shardflow/internal/timeheap"
 )
 
 // cronLoop fires the cron schedules of a Node's jobs from one goroutine and
@@ -26,8 +27,8 @@ import (
 // All methods are safe for concurrent use.
 type cronLoop struct {
 	mu      sync.Mutex
-	entries cronHeap
-	pending []*cronEntry // added before start
+	entries *timeheap.Heap[*cronEntry] // by next fire time
+	pending []*cronEntry               // added before start
 	started bool
 	stopped bool
 
@@ -45,7 +46,12 @@ type cronEntry struct {
 }
 
 func newCronLoop() *cronLoop {
-	return &cronLoop{wake: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	return &cronLoop{
+		entries: timeheap.New(func(e *cronEntry) time.Time { return e.next }, func(e *cronEntry, i int) { e.index = i }),
+		wake:    make(chan struct{}, 1),
+		quit:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
 }
 
 // add schedules fire on sched and returns the entry, for remove.
@@ -71,7 +77,7 @@ func (c *cronLoop) remove(e *cronEntry) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e.index >= 0 {
-		heap.Remove(&c.entries, e.index)
+		c.entries.Remove(e.index)
 		return
 	}
 	for i, p := range c.pending {
@@ -113,10 +119,8 @@ func (c *cronLoop) stop() {
 	}
 	c.stopped = true
 	started := c.started
-	for _, e := range c.entries {
-		e.index = -1
-	}
-	c.entries, c.pending = nil, nil
+	c.entries.Clear()
+	c.pending = nil
 	c.mu.Unlock()
 	if started {
 		close(c.quit)
@@ -131,7 +135,7 @@ func (c *cronLoop) pushLocked(e *cronEntry, now time.Time) bool {
 	if e.next.IsZero() {
 		return false
 	}
-	heap.Push(&c.entries, e)
+	c.entries.Push(e)
 	return true
 }
 
@@ -151,18 +155,18 @@ func (c *cronLoop) run() {
 		c.mu.Lock()
 		now := time.Now()
 		due = due[:0]
-		for len(c.entries) > 0 && !c.entries[0].next.After(now) {
-			e := c.entries[0]
+		for c.entries.Len() > 0 && !c.entries.Min().next.After(now) {
+			e := c.entries.Min()
 			due = append(due, e.fire)
 			if e.next = e.sched.Next(now); e.next.IsZero() {
-				heap.Pop(&c.entries)
+				c.entries.Remove(0)
 			} else {
-				heap.Fix(&c.entries, 0)
+				c.entries.Fix(0)
 			}
 		}
 		wait := time.Duration(-1)
-		if len(c.entries) > 0 {
-			wait = c.entries[0].next.Sub(now)
+		if c.entries.Len() > 0 {
+			wait = c.entries.Min().next.Sub(now)
 		}
 		c.mu.Unlock()
 		if len(due) > 0 {
@@ -183,29 +187,4 @@ func (c *cronLoop) run() {
 			return
 		}
 	}
-}
-
-// cronHeap orders entries by next fire time (container/heap).
-type cronHeap []*cronEntry
-
-func (h cronHeap) Len() int           { return len(h) }
-func (h cronHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
-func (h cronHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-
-func (h *cronHeap) Push(x any) {
-	e := x.(*cronEntry)
-	e.index = len(*h)
-	*h = append(*h, e)
-}
-
-func (h *cronHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	e.index = -1
-	return e
 }

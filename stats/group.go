@@ -1,13 +1,13 @@
 package stats
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"sync"
 	"time"
 
 	"github.com/shardflow/shardflow/internal/startstop"
+	"github.com/shardflow/shardflow/internal/timeheap"
 )
 
 // ErrGroupStarted is returned by Group.Start on a Group that was already
@@ -26,14 +26,18 @@ type Group struct {
 	limit int
 
 	mu   sync.Mutex
-	heap reporterHeap
-	wake chan struct{} // the earliest due time changed; capacity 1
+	heap *timeheap.Heap[*Reporter] // by due time
+	wake chan struct{}             // the earliest due time changed; capacity 1
 }
 
 // NewGroup returns a Group writing at most limit reports at once (1 if
 // limit < 1). It starts nothing.
 func NewGroup(limit int) *Group {
-	return &Group{limit: max(limit, 1), wake: make(chan struct{}, 1)}
+	return &Group{
+		limit: max(limit, 1),
+		wake:  make(chan struct{}, 1),
+		heap:  timeheap.New(func(r *Reporter) time.Time { return r.due }, func(r *Reporter, i int) { r.idx = i }),
+	}
 }
 
 // Start starts the Group's goroutine and returns at once. It runs until
@@ -56,11 +60,11 @@ func (g *Group) schedule(r *Reporter, d time.Duration) {
 	g.mu.Lock()
 	r.due = time.Now().Add(d)
 	if r.idx >= 0 {
-		heap.Fix(&g.heap, r.idx)
+		g.heap.Fix(r.idx)
 	} else {
-		heap.Push(&g.heap, r)
+		g.heap.Push(r)
 	}
-	first := g.heap[0] == r
+	first := g.heap.Min() == r
 	g.mu.Unlock()
 	if first {
 		g.kick()
@@ -72,7 +76,7 @@ func (g *Group) unschedule(r *Reporter) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if r.idx >= 0 {
-		heap.Remove(&g.heap, r.idx)
+		g.heap.Remove(r.idx)
 	}
 }
 
@@ -89,11 +93,11 @@ func (g *Group) takeDue(now time.Time) []*Reporter {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var due []*Reporter
-	for len(g.heap) > 0 && !g.heap[0].due.After(now) {
-		r := g.heap[0]
+	for g.heap.Len() > 0 && !g.heap.Min().due.After(now) {
+		r := g.heap.Min()
 		due = append(due, r)
 		r.due = now.Add(r.Interval())
-		heap.Fix(&g.heap, 0)
+		g.heap.Fix(0)
 	}
 	return due
 }
@@ -107,8 +111,8 @@ func (g *Group) loop(ctx context.Context) {
 	for {
 		g.mu.Lock()
 		var next time.Time
-		if len(g.heap) > 0 {
-			next = g.heap[0].due
+		if g.heap.Len() > 0 {
+			next = g.heap.Min().due
 		}
 		g.mu.Unlock()
 		var tick <-chan time.Time
@@ -138,27 +142,4 @@ func (g *Group) loop(ctx context.Context) {
 			}()
 		}
 	}
-}
-
-// reporterHeap orders Reporters by their next report.
-type reporterHeap []*Reporter
-
-func (h reporterHeap) Len() int           { return len(h) }
-func (h reporterHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h reporterHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].idx, h[j].idx = i, j
-}
-func (h *reporterHeap) Push(x any) {
-	r := x.(*Reporter)
-	r.idx = len(*h)
-	*h = append(*h, r)
-}
-func (h *reporterHeap) Pop() any {
-	old := *h
-	r := old[len(old)-1]
-	old[len(old)-1] = nil
-	r.idx = -1
-	*h = old[:len(old)-1]
-	return r
 }

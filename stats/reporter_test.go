@@ -333,7 +333,7 @@ func TestReporterStoppedLeavesGroup(t *testing.T) {
 		time.Sleep(time.Second)
 		synctest.Wait()
 		g.mu.Lock()
-		left := len(g.heap)
+		left := g.heap.Len()
 		g.mu.Unlock()
 		if left != 0 {
 			t.Fatalf("%d Reporters left on the Group after a stopped one's tick, want 0", left)
