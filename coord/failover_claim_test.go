@@ -194,7 +194,7 @@ func TestLeaveWritesParkedCompletion(t *testing.T) {
 		h.B.Disconnect(t, a.St)
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if err := runs[1].Complete(cctx, time.Time{}); !errors.Is(err, coord.ErrSessionLost) {
-			t.Fatalf("Complete on a suspended session: %v, want ErrSessionLost (parked)", err)
+			t.Fatalf("Complete on a suspended session: %v, want ErrSessionLost (the completion owed to the session)", err)
 		}
 		cancel()
 		h.B.Reconnect(t, a.St)

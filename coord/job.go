@@ -87,8 +87,6 @@ type Job struct {
 	// layoutOK is the live server set the layout guard last passed
 	// (layoutGuard).
 	layoutOK string
-	// parked: completions Complete left to the watcher (run.go).
-	parked []parkedRun
 	// owed: writes a cut connection kept from the store, owed to their
 	// session (owed.go); paying is held by the payDebts under way.
 	owed       []sessionDebt
@@ -926,7 +924,7 @@ func (j *job) leave(ctx context.Context) error {
 
 // leaveLocal is a leave up to its store writes: the watcher stopped and
 // awaited, the registration cancelled, the job forgotten by the Registry,
-// the parked completions written. It reports whether the job's session is
+// the writes owed to the session (completions among them) made. It reports whether the job's session is
 // still the live one (its ephemerals remain: goOffline is due).
 func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	j.mu.Lock()
@@ -950,12 +948,11 @@ func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	if sess.State != store.StateConnected || sess.ID != live {
 		return false, nil // our ephemerals are gone with the session
 	}
-	// Completions parked while the session was suspended are written
-	// before going offline: the watcher that would have written them on
-	// the resume is stopped, and the running nodes, gone with the session,
+	// Completions owed since the session was suspended are written before
+	// going offline: the watcher that would have written them on the
+	// resume is stopped, and the running nodes, gone with the session,
 	// would make the runs look crashed (failed over again: simulation
 	// seed 52).
-	j.completeParked(ctx, sess)
 	_ = j.payDebts(ctx, sess) // a failure is logged: nothing pays it after the leave
 	// Claims no run has taken go back to the queue at once: held, they
 	// would keep their items from every server until this session ends.

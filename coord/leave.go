@@ -12,8 +12,8 @@ import (
 
 // Leaving many jobs at once (Registry.Close).
 //
-// A job's leave is its watcher's stop, the completions parked by a
-// suspended session, then goOffline: its election nodes and status node
+// A job's leave is its watcher's stop, the writes owed to its session
+// (completions a suspended session kept among them), then goOffline: its election nodes and status node
 // deleted, the membership version bumped and the resharding flag raised
 // (the flag version bumped), one transaction plus the flag's create beside
 // it. Leaving thousands of jobs one transaction each takes thousands of

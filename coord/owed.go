@@ -13,23 +13,32 @@ import (
 // call (its transaction may have been applied, its reply lost) left on the
 // session must be written when the session is connected again. Owed so far:
 // the distribute-once barrier's withdrawals, clears and runner latch
-// releases (onceBarrier), and the delete of a live marker left by a Begin
-// or a Complete whose transaction failed on the connection
-// (job.oweMarkerLeftover).
+// releases (onceBarrier), the delete of a live marker left by a Begin or a
+// Complete whose transaction failed on the connection
+// (job.oweMarkerLeftover), and the completion of a run whose Complete
+// ended while its session was suspended (job.oweCompletion).
 //
 // pay must be idempotent and check what it deletes (versioned, owned by
 // the session, no run of this process holding it): it may run long after
 // the failure, once or, if it fails, again at the next session change.
+// release, when set, runs once the debt is settled, paid or dropped with
+// its session (a completion's run then lets go of its items).
 type sessionDebt struct {
 	session int64
 	what    string
 	pay     func(context.Context) error
+	release func()
 }
 
 // owe keeps a write owed to session for payDebts. It does not block.
 func (j *job) owe(session int64, what string, pay func(context.Context) error) {
+	j.oweAndRelease(session, what, pay, nil)
+}
+
+// oweAndRelease is owe with a release to run once the debt is settled.
+func (j *job) oweAndRelease(session int64, what string, pay func(context.Context) error, release func()) {
 	j.mu.Lock()
-	j.owed = append(j.owed, sessionDebt{session, what, pay})
+	j.owed = append(j.owed, sessionDebt{session, what, pay, release})
 	j.mu.Unlock()
 	// The session may have resumed since the write failed, and the
 	// watcher's step for that change run before the debt was kept: it
@@ -85,6 +94,7 @@ func (j *job) payDebts(ctx context.Context, sess store.Session) error {
 	for i, d := range owed {
 		if sess.State != store.StateConnected || d.session != sess.ID {
 			j.log.Debug("a write owed to a session dropped with the session", "what", d.what, "session", d.session)
+			d.settled()
 			continue
 		}
 		if err := d.pay(ctx); err != nil {
@@ -95,6 +105,14 @@ func (j *job) payDebts(ctx context.Context, sess store.Session) error {
 			return fmt.Errorf("coord: job %q: %s, owed to session 0x%x: %w", j.jname, d.what, sess.ID, err)
 		}
 		j.log.Debug("made a write owed to this session", "what", d.what)
+		d.settled()
 	}
 	return nil
+}
+
+// settled runs the debt's release, if any.
+func (d sessionDebt) settled() {
+	if d.release != nil {
+		d.release()
+	}
 }

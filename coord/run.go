@@ -1074,8 +1074,8 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 		r.cancel()
 		if !r.released && !parked {
 			// Whatever the outcome, the pipeline is over: the items are no
-			// longer held by this run (see job.inRun). A parked run holds
-			// them until the job has written its completion.
+			// longer held by this run (see job.inRun). A run whose
+			// completion is owed holds them until it is written.
 			r.released = true
 			j.releaseRun(r)
 			if cut && r.live {
@@ -1112,15 +1112,12 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 			// Still suspended when ctx ended. The live marker would
 			// outlive the run on the resumed session and hold the leader's
 			// reshard (which waits for live markers) and with it every
-			// Begin: the job writes the completion when the session
-			// resumes (completeParked).
+			// Begin: the completion is owed to the session (owe looks at
+			// the session again, which may have resumed since it was read:
+			// a completion kept for good kept the item running, simulation
+			// seed 9978 of 9090).
 			parked, r.released = true, true
-			j.parkCompletion(r, next)
-			// The session may have resumed since it was read, and the
-			// watcher's step for that change run before the park: it
-			// looks at the session again (a completion parked for good
-			// kept the item running: simulation seed 9978 of 9090).
-			j.post(loopEvent{kind: evSession})
+			j.oweCompletion(r, next)
 			return fmt.Errorf("coord: job %q: complete: %s; completing when it resumes: %w", j.jname, sessionProblem(sess, r.session), ErrSessionLost)
 		}
 		// The run's session and its nodes are gone: nothing to complete.
@@ -1129,7 +1126,7 @@ func (r *run) complete(ctx context.Context, next time.Time) error {
 }
 
 // apply writes a run's completion on its connected session; see complete.
-// It runs on the caller's goroutine, or on the watcher's for a parked
+// It runs on the caller's goroutine, or on payDebts' for an owed
 // completion (complete has then marked the run done): it leaves r.done and
 // r.released alone.
 //
@@ -1241,45 +1238,19 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 	return nil
 }
 
-// parkedRun is a completion Complete could not write because the run's
-// session was suspended until its ctx ended.
-type parkedRun struct {
-	r    *run
-	next time.Time
-}
-
-// parkCompletion keeps r's completion for completeParked.
-func (j *job) parkCompletion(r *run, next time.Time) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.parked = append(j.parked, parkedRun{r, next})
-}
-
-// completeParked runs on the watcher when the session changes: on the
-// parked runs' own session, connected again, it writes their completions;
-// a parked run whose session is gone is dropped (its running nodes went
-// with it). A write that fails on a live session is parked again for the
-// next session change. The items are released (job.inRun) once done.
-func (j *job) completeParked(ctx context.Context, sess store.Session) {
-	if sess.State == store.StateSuspended {
-		return
-	}
-	j.mu.Lock()
-	parked := j.parked
-	j.parked = nil
-	j.mu.Unlock()
-	for _, p := range parked {
-		if sess.ID == p.r.session && sess.State == store.StateConnected {
-			if err := p.r.apply(ctx, p.next); err != nil && !errors.Is(err, ErrNotOwner) {
-				// Parked again, also when ctx ended: the watcher is
-				// stopping for a Leave, which writes it (job.leave).
-				j.warn(ctx, "cannot write a completion left by a suspended session; retrying when it resumes", "err", err)
-				j.parkCompletion(p.r, p.next)
-				continue
-			}
+// oweCompletion owes r's completion to its session, suspended when
+// Complete ended: payDebts writes it when the session resumes (on the
+// watcher, before a Once registers, or at a leave), and the run holds its
+// items and live marker until then; a session that ends instead drops it
+// (the run's nodes went with it). A run no longer the owner counts as
+// completed.
+func (j *job) oweCompletion(r *run, next time.Time) {
+	j.oweAndRelease(r.session, fmt.Sprintf("the completion of the run of items %v", r.items), func(ctx context.Context) error {
+		if err := r.apply(ctx, next); err != nil && !errors.Is(err, ErrNotOwner) {
+			return err
 		}
-		j.releaseRun(p.r)
-	}
+		return nil
+	}, func() { j.releaseRun(r) })
 }
 
 // releaseRun drops a run's hold on its items and the live marker.

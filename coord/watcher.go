@@ -324,7 +324,6 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != reg {
 		j.loseRegistration(sessionProblem(sess, reg))
 	}
-	j.completeParked(ctx, sess)
 	_ = j.payDebts(ctx, sess) // a failure is logged and kept for the next change
 	if sess.State != store.StateConnected || sess.ID == reg {
 		// Not connected, or the same session resumed: its watches and
