@@ -1,0 +1,70 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/memstore"
+)
+
+// A runner clears only the set it ran: a registration made while its
+// callback runs, by a run of another total (runs begun during a reshard
+// see different totals), is not that set's and must not read as released.
+// Before the fix the clear deleted every registration it listed after
+// bumping the generation, and the other run's Once returned nil without a
+// callback ever running during it (ZooKeeper simulation seed 1000297: s6's
+// Once of the "started" phase). In a synctest bubble.
+func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memstore.NewServer()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		barrier := func(id string, total int) onceBarrier {
+			st := srv.Connect()
+			t.Cleanup(func() { _ = st.Close() })
+			return onceBarrier{
+				st: st, base: "/ns/job/guarantee/started", id: id, job: "job", log: quiet, total: total,
+				disabled: func(context.Context, int) (bool, error) { return false, nil },
+				owe:      func(int64, string, func(context.Context) error) {},
+			}
+		}
+		a := barrier("a", 2) // a run over items 0 and 1 of 2
+		b := barrier("b", 3) // a run of item 2, begun on a total of 3
+
+		inCallback, release := make(chan struct{}), make(chan struct{})
+		aDone := make(chan error, 1)
+		go func() {
+			aDone <- a.run(t.Context(), []int{0, 1}, 5*time.Second, func(context.Context) error {
+				close(inCallback)
+				<-release
+				return nil
+			})
+		}()
+		<-inCallback
+		var bRan atomic.Bool
+		bDone := make(chan error, 1)
+		go func() {
+			bDone <- b.run(t.Context(), []int{2}, 2*time.Second, func(context.Context) error {
+				bRan.Store(true)
+				return nil
+			})
+		}()
+		synctest.Wait() // b registered item 2 and waits
+		close(release)
+		if err := <-aDone; err != nil {
+			t.Fatalf("a's Once: %v", err)
+		}
+		err := <-bDone
+		if err == nil && !bRan.Load() {
+			t.Fatal("b's Once returned nil without a callback: released by a set it had no part in")
+		}
+		if !errors.Is(err, ErrGuaranteeTimeout) {
+			t.Fatalf("b's Once = %v, want a timeout (its set, over 3 items, never completes)", err)
+		}
+	})
+}
