@@ -194,7 +194,7 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 			}
 			b.debug(ctx, "running the callback", "items", items, "gen", gen)
 			ferr := fn(ctx)
-			b.clear(ctx, sess, runner, kids)
+			b.clear(ctx, sess, runner)
 			return ferr
 		}
 	}
@@ -245,22 +245,17 @@ func (b onceBarrier) sessionGone(sess store.Session) error {
 }
 
 // clear ends the set after the callback: the generation bumped first (a
-// waiter whose registration goes must see it moved), then the
-// registrations of the set it ran (kids: the listing that found it
-// complete, its items below the total), the runner latch last, none of it cancelled by ctx. A
-// registration made since that listing is not the set's: it stays, for
-// the next set. (Deleted with the set, it read as released to its
-// participant, whose Once then returned without a callback: a run of
-// another total, begun during a reshard, registered while the runner's
-// callback ran; ZooKeeper simulation seed 1000297.) What a cut connection
-// stops is owed to sess, the session the latch was taken on (onceBarrier),
-// from where it stopped.
-func (b onceBarrier) clear(ctx context.Context, sess store.Session, runner tryLatch, kids []string) {
-	set := slices.DeleteFunc(slices.Clone(kids), func(k string) bool {
-		it, ok := parseItemName(k)
-		return !ok || it >= b.total // the runner latch, or no item of this set
-	})
-	c := &setClear{b: b, runner: runner, kids: append(set, onceRunner)}
+// waiter whose registration goes must see it moved), then the set's
+// registrations, the runner latch last, none of it cancelled by ctx. The
+// set is its items, 0..total-1: a registration of an item beyond the total
+// is another run's, begun on another total (runs begun during a reshard
+// see different totals), and stays for its own set. (Deleted with this
+// one, it read as released to its participant, whose Once returned without
+// a callback for its set: ZooKeeper simulation seed 1000297, memstore seed
+// 9805454.) What a cut connection stops is owed to sess, the session the
+// latch was taken on (onceBarrier), from where it stopped.
+func (b onceBarrier) clear(ctx context.Context, sess store.Session, runner tryLatch) {
+	c := &setClear{b: b, runner: runner}
 	if err := c.run(context.WithoutCancel(ctx)); err != nil {
 		b.log.Warn("cannot clear the guarantee set, connection lost; clearing it when the session resumes", "node", b.base, "err", err)
 		b.owe(sess.ID, "clear "+b.base, c.run)
@@ -268,12 +263,13 @@ func (b onceBarrier) clear(ctx context.Context, sess store.Session, runner tryLa
 }
 
 // setClear is the progress of one clear: a clear owed goes on where the
-// connection stopped it, deleting what is left of the set it ran.
+// connection stopped it, so that it deletes the registrations the set had
+// when its generation moved, not ones made since the session resumed.
 type setClear struct {
 	b      onceBarrier
 	runner tryLatch
 	bumped bool
-	kids   []string // the set's registrations not deleted yet, the runner latch last
+	kids   []string // nil: not read yet
 }
 
 // run makes the clear's remaining writes. A lost connection stops it (the
@@ -297,6 +293,17 @@ func (c *setClear) run(ctx context.Context) error {
 			return err
 		}
 		c.bumped = true
+	}
+	if c.kids == nil {
+		kids, _, err := b.st.Children(ctx, b.base)
+		if err := failed("read the set", err); err != nil {
+			return err
+		}
+		set := slices.DeleteFunc(kids, func(k string) bool {
+			it, ok := parseItemName(k)
+			return !ok || it >= b.total // the runner latch, or another total's item
+		})
+		c.kids = append(set, onceRunner)
 	}
 	for len(c.kids) > 0 {
 		k := c.kids[0]

@@ -13,13 +13,14 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 )
 
-// A runner clears only the set it ran: a registration made while its
+// A runner clears only its set's items: a registration made while its
 // callback runs, by a run of another total (runs begun during a reshard
-// see different totals), is not that set's and must not read as released.
-// Before the fix the clear deleted every registration it listed after
-// bumping the generation, and the other run's Once returned nil without a
-// callback ever running during it (ZooKeeper simulation seed 1000297: s6's
-// Once of the "started" phase). In a synctest bubble.
+// see different totals), of an item beyond the runner's total, is not that
+// set's and must not read as released. Before the fix the clear deleted
+// every registration it listed after bumping the generation, and the other
+// run's Once returned nil without a callback for its set (ZooKeeper
+// simulation seed 1000297: s6's Once of the "started" phase; memstore seed
+// 9805454). In a synctest bubble.
 func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := memstore.NewServer()

@@ -68,7 +68,8 @@ var simZKRegressions = []int64{
 	993076, // the config's re-read: the server's runs kept the config from before the edits (3 of 9 replays fail before the fix, 0 of 10 after)
 	991089, // the resharding flag's: a paused leader never lowered it (3 of 11 replays fail before the fix, 0 of 10 after)
 	// A runner's clear deleted a registration made during its callback by a
-	// run of another total, whose Once then returned without a callback
+	// run of another total (an item beyond the runner's), whose Once then
+	// returned without a callback for its set
 	// (TestOnceClearKeepsRegistrationsMadeDuringTheCallback pins it; 0 of 4
 	// replays failed before the fix: the timing is the server's):
 	1000297,
@@ -197,7 +198,7 @@ func TestSimulationRegressions(t *testing.T) {
 		{9117497, "five servers cut off through five commits (each Complete on a cut connection waits 2 s of the bubble's clock): memstore expired their sessions after its 10 s timeout, and the ledger, which took memstore sessions for never expiring while cut off, reported their runs' failover as one nothing called for (the sim's ledger, not a bug; replays every time)"},
 		{9317484, "layout 2: a server crashed during its failover run of an item; the item's owner (the leader) kept the claim from its last direct read of its items' claims, which stands while the failover directory's version does not move, and a claim that goes with its session bumps nothing: every later Begin of the owner skipped the item (7 of 10 replays hit it before the fix); a claim seen on an item is now read again at each Begin"},
 		{9424199, "claim records: a claim pruned with its item when the total was lowered below it (the leader's prune after its reshard deletes the item's node, claim and running node included) left its record, and once the total rose again the leader's scan queued the item as a claim lost: a second failover run for one crash, beside the claimant's run (about 1 in 4 replays hit it before the fix); the prune and the reshard now take the records of items beyond the total, and the scan's transactions check the config version it read"},
-		{9805454, "distribute-once: a run of a larger total registered its item while the runner of a set over 3 items ran its callback; the runner's clear deleted that registration with its set, and the run's Once returned without a callback (0 of 8 replays hit it before the fix; TestOnceClearKeepsRegistrationsMadeDuringTheCallback pins it, ZooKeeper seed 1000297 had the same shape)"},
+		{9805454, "distribute-once: a run of a larger total registered its item (beyond the runner's total) while the runner of a set over 3 items ran its callback; the runner's clear deleted that registration with its set, and the run's Once returned without a callback for its set (0 of 8 replays hit it before the fix; TestOnceClearKeepsRegistrationsMadeDuringTheCallback pins it, ZooKeeper seed 1000297 had the same shape)"},
 		{6311095, "a run stripped of its running node by monitorExecution=false (then true again) was resharded away while it went on; its new owner left without running it and the leader's crash scan queued the item (its lastBeginTime was the old owner's run): failed over beside the run, nothing had crashed. The scan now queues only items begun since their offline owner was given them (TestFailoverScanIgnoresPreviousOwnersRun pins it)"},
 	} {
 		t.Run(strconv.FormatInt(c.seed, 10), func(t *testing.T) {

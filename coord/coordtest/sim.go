@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,7 +60,9 @@ import (
 //     whose Begin's config (Run.Config) has failover or monitorExecution
 //     off is a violation (docs/configuration.md promises none);
 //   - distribute-once: each callback reads the registrations it serves
-//     (guarantee/{phase}); a registration (its node, by creation zxid)
+//     (guarantee/{phase}, the items below its run's total: one beyond it
+//     is a run's of another total, begun during a reshard, and waits for
+//     its own set); a registration (its node, by creation zxid)
 //     served by two callbacks is a violation (two callbacks for one set),
 //     and so is a Once call that returned nil without running the callback
 //     while no callback of its phase started during the call (released
@@ -192,6 +195,7 @@ type beginResult struct {
 type onceCall struct {
 	phase       string
 	server      string
+	total       int // the run's total: its set is items 0..total-1
 	enter, exit int64
 	ran         bool // this call ran the callback
 	err         error
@@ -608,7 +612,7 @@ func (s *sim) onceTimeout() time.Duration {
 func (s *sim) barriers(ctx context.Context, server string, st store.Store, r *coord.Run) []*onceCall {
 	var calls []*onceCall
 	for _, phase := range []string{"started", "completed"} {
-		c := &onceCall{phase: phase, server: server}
+		c := &onceCall{phase: phase, server: server, total: r.Config().ShardingTotalCount}
 		c.enter = s.ol.next()
 		c.err = r.Once(ctx, phase, s.onceTimeout(), s.onceCallback(st, c))
 		c.exit = s.ol.next()
@@ -637,8 +641,8 @@ func (s *sim) onceCallback(st store.Store, c *onceCall) func(context.Context) er
 			return nil // the runner's session went: nothing to read
 		}
 		for _, k := range kids {
-			if k == "runner" {
-				continue
+			if it, err := strconv.Atoi(k); err != nil || it >= c.total {
+				continue // the runner latch, or another total's run (not this set's)
 			}
 			ok, stat, err := st.Exists(ctx, store.Join(base, k))
 			if err != nil || !ok {
