@@ -23,17 +23,17 @@ import (
 // (the FAILOVER line) and reported in docs/benchmarks.md, never asserted.
 const failoverHang = 3*sessionTimeout + 5*time.Second
 
-// openItems returns the items server had begun and not ended by at (its
-// items running at that moment), with their epochs.
-func openItems(evs []Event, server string, at time.Time) map[int]int64 {
-	open := map[int]int64{}
+// openRuns returns, per item, the begin event of server's run of it that
+// had not ended by at (its items running at that moment). A "ready" event
+// is a new process under the same id: what an earlier one (killed) left
+// open was measured at its own kill.
+func openRuns(evs []Event, server string, at time.Time) map[int]Event {
+	open := map[int]Event{}
 	for _, e := range evs {
 		if e.Server != server || e.T > at.UnixMilli() {
 			continue
 		}
 		if e.Ev == "ready" {
-			// A new process under the same id: what an earlier one (killed)
-			// left open was measured at its own kill.
 			clear(open)
 		}
 		if e.Item == nil {
@@ -41,7 +41,7 @@ func openItems(evs []Event, server string, at time.Time) map[int]int64 {
 		}
 		switch e.Ev {
 		case "begin":
-			open[*e.Item] = e.Epoch
+			open[*e.Item] = e
 		case "end":
 			delete(open, *e.Item)
 		}
@@ -49,30 +49,21 @@ func openItems(evs []Event, server string, at time.Time) map[int]int64 {
 	return open
 }
 
+// openItems returns the items server had open at at, with their epochs.
+func openItems(evs []Event, server string, at time.Time) map[int]int64 {
+	out := map[int]int64{}
+	for it, e := range openRuns(evs, server, at) {
+		out[it] = e.Epoch
+	}
+	return out
+}
+
 // openFailoverRuns returns the items server had open at at whose run was a
 // failover run, in order.
 func openFailoverRuns(evs []Event, server string, at time.Time) []int {
-	fo := map[int]bool{}
-	for _, e := range evs {
-		if e.Server != server || e.T > at.UnixMilli() {
-			continue
-		}
-		if e.Ev == "ready" {
-			clear(fo) // an earlier process under the same id
-		}
-		if e.Item == nil {
-			continue
-		}
-		switch e.Ev {
-		case "begin":
-			fo[*e.Item] = e.Failover
-		case "end":
-			delete(fo, *e.Item)
-		}
-	}
 	var out []int
-	for it, f := range fo {
-		if f {
+	for it, e := range openRuns(evs, server, at) {
+		if e.Failover {
 			out = append(out, it)
 		}
 	}
