@@ -66,18 +66,27 @@ func TestPausedServerGivesBackFailoverClaims(t *testing.T) {
 		if ok, err := a.Job.ClaimFailover(ctx); err != nil || ok {
 			t.Fatalf("paused a's ClaimFailover = %v, %v; want no claim", ok, err)
 		}
-		if ok, err := l.Job.ClaimFailover(ctx); err != nil || !ok {
-			t.Fatalf("l's ClaimFailover = %v, %v; want the item a gave back", ok, err)
-		}
-		run, err := l.Job.Begin(ctx, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer coordtest.CompleteAll(t, run)
-		if sh := run.Shards(); len(sh) != 1 || !sh[0].Failover || sh[0].Item != items[0] {
-			t.Fatalf("l's run = %+v, want the failover run of v's item %d", sh, items[0])
-		}
+		defer coordtest.CompleteAll(t, runGivenBack(ctx, t, l, items[0]))
 	})
+}
+
+// runGivenBack has l claim the item another server gave back to the
+// failover queue and begin it: l's run must be the failover run of item
+// alone. The caller completes the run.
+func runGivenBack(ctx context.Context, t *testing.T, l *coordtest.Server, item int) *coord.Run {
+	t.Helper()
+	if ok, err := l.Job.ClaimFailover(ctx); err != nil || !ok {
+		t.Fatalf("l's ClaimFailover = %v, %v; want the item a gave back", ok, err)
+	}
+	run, err := l.Job.Begin(ctx, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh := run.Shards(); len(sh) != 1 || !sh[0].Failover || sh[0].Item != item {
+		coordtest.CompleteAll(t, run)
+		t.Fatalf("l's run = %+v, want the failover run of v's item %d", sh, item)
+	}
+	return run
 }
 
 // childrenHook runs hook once, right after the next Children of path

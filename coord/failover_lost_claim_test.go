@@ -174,16 +174,6 @@ func TestLeaveGivesBackFailoverClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait() // l's watcher has seen the queue
-		if ok, err := l.Job.ClaimFailover(ctx); err != nil || !ok {
-			t.Fatalf("l's ClaimFailover = %v, %v; want the item a gave back", ok, err)
-		}
-		run, err := l.Job.Begin(ctx, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer coordtest.CompleteAll(t, run)
-		if sh := run.Shards(); len(sh) != 1 || !sh[0].Failover || sh[0].Item != items[0] {
-			t.Fatalf("l's run = %+v, want the failover run of v's item %d", sh, items[0])
-		}
+		defer coordtest.CompleteAll(t, runGivenBack(ctx, t, l, items[0]))
 	})
 }
