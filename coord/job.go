@@ -372,14 +372,14 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 	fields := configFields(local)
 	keys := slices.Sorted(maps.Keys(fields))
 	var (
-		res     joinResult
-		candAt  = -1 // index of the candidate's create in the ops
-		ownCand string
-		newJob  bool
-		hostAt  bool // the ops create the host node beside the candidate
+		res         joinResult
+		candAt      = -1 // index of the candidate's create in the ops
+		ownCand     string
+		newJob      bool
+		hostPlanned bool // the ops create the host node beside the candidate
 	)
 	results, err := multiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
-		res, candAt, ownCand, newJob, hostAt = joinResult{}, -1, "", false, false
+		res, candAt, ownCand, newJob, hostPlanned = joinResult{}, -1, "", false, false
 		top, _, err := j.st.Children(ctx, j.p.root)
 		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
 			// Maybe the namespace went (ErrNoParent).
@@ -552,7 +552,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				// node this server holds: it waits on that node, as
 				// behind any leader (election.takeHost).
 				ops = append(ops, &store.CreateOp{Path: j.p.abs(relHost), Data: []byte(j.id), Mode: store.Ephemeral})
-				hostAt = true
+				hostPlanned = true
 			}
 		} else {
 			ownCand = rd.ownCandidate
@@ -580,7 +580,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 	}
 	switch {
 	case candAt >= 0 && candAt < len(results):
-		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, newJob || hostAt
+		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, newJob || hostPlanned
 	case ownCand != "":
 		j.elec.candidate = ownCand // this session's, from an earlier attempt
 	}
