@@ -796,6 +796,18 @@ func (c *treeCache) get(rel string) ([]byte, store.Stat, bool) {
 	return n.data, n.stat, true
 }
 
+// loadedData returns the data of a node the cache has loaded with a data
+// watch, whether or not its parent's children are loaded yet (a join
+// loads a few nodes before the rest; get asks the parent's list).
+func (c *treeCache) loadedData(rel string) ([]byte, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := c.nodes[rel]; n != nil && n.hasData && !n.stub {
+		return n.data, true
+	}
+	return nil, false
+}
+
 // dataStat returns the Stat of a node whose data the cache keeps (a data
 // watch), without asking its parent's children: the config node's parent
 // (the job root) keeps no children list.

@@ -109,6 +109,10 @@ type Job struct {
 	// session) raised the resharding flag just before its election, whose
 	// leader duties need not raise it again.
 	flagRaised bool
+	// joinResharded: the join's transaction resharded (lonejoin.go), just
+	// before its election: the new leader's duties check the membership
+	// against that reshard instead of raising the flag unconditionally.
+	joinResharded bool
 	// Leader bookkeeping, guarded by mu: the live set and total last seen
 	// by the watcher, and "live/total" as the last reshard used them.
 	lastLive    string
@@ -198,7 +202,9 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 			return nil, err
 		}
 	}
-	rest := slices.DeleteFunc(slices.Clone(j.cache.pol.roots), func(rel string) bool { return rel == nConfig })
+	rest := slices.DeleteFunc(slices.Clone(j.cache.pol.roots), func(rel string) bool {
+		return rel == nConfig || rel == relFailoverQ && jt.queueLoaded
+	})
 	if err := j.cache.loadRoots(ctx, rest); err != nil {
 		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
@@ -234,9 +240,17 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 			return nil, fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
 		}
 	}
-	j.flagRaised = true
+	if jt.lone != nil {
+		j.resharded(jt.lone.live, jt.lone.total, "join")
+		j.pruneItemsBeyond(ctx, jt.lone.total)
+		j.signalResharded(jt.lone.live, jt.lone.total)
+	}
+	// Unless the transaction resharded, it (or setNecessary) raised the
+	// flag: the leader duties of this election need not raise it again.
+	// After a lone join's reshard they find nothing changed (shardedLive).
+	j.flagRaised, j.joinResharded = jt.lone == nil, jt.lone != nil
 	pred, err := j.elect(ctx)
-	j.flagRaised = false // a later election raises it itself
+	j.flagRaised, j.joinResharded = false, false // a later election raises it itself
 	if err != nil {
 		j.regCancel()
 		// Do not leave a live-looking registration behind.
@@ -263,6 +277,11 @@ type joinResult struct {
 	// flagPending: the transaction did not raise the resharding flag
 	// (setNecessary is due).
 	flagPending bool
+	// lone: the join stood alone and its transaction resharded
+	// (lonejoin.go); nil otherwise.
+	lone *loneResult
+	// queueLoaded: the failover directory is in the cache (readForJoin).
+	queueLoaded bool
 }
 
 // joinReads is what a join of a stored job reads besides the config.
@@ -273,6 +292,10 @@ type joinReads struct {
 	noCandidate  bool     // no candidate stood at all
 	run          runRead  // servers/{id}/run, for layoutOps
 	flagUp       bool     // the resharding flag exists
+	// The servers listed and the membership version of the listing, for a
+	// join that stands alone (lonejoin.go).
+	servers        []string
+	membersVersion int32
 }
 
 // runRead is a read of servers/{id}/run made beside a join's other reads,
@@ -327,6 +350,18 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		rd.flagUp = ok
 		return wrapRead(j, j.p.abs(relNecessary), err)
 	})
+	g.Go(func() error {
+		names, st, err := j.st.Children(gctx, j.p.abs(nServers))
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		rd.servers, rd.membersVersion = names, st.Version
+		return wrapRead(j, j.p.abs(nServers), err)
+	})
+	// Loaded now rather than after the transaction, which does not change
+	// them: a join that stands alone plans on them (lonejoin.go).
+	g.Go(func() error { return j.cache.loadRoots(gctx, []string{relFailoverQ}) })
+	g.Go(func() error { return j.cache.load(gctx, relServer(j.id, nDisabled)) })
 	g.Go(func() error {
 		own, none, err := j.elec.standing(gctx)
 		if errors.Is(err, store.ErrNoNode) {
@@ -404,9 +439,6 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				&store.CreateOp{Path: j.p.server(j.id, nStatus), Data: []byte(statusReady), Mode: store.Ephemeral},
 				&store.CreateOp{Path: j.p.server(j.id, nRun), Data: encodeRunRecord(runRecord{Layout: recordLayout})},
 				touchMembership(j.p),
-				// The flag raised as raiseFlag does (the flag version bumped).
-				&store.CreateOp{Path: j.p.abs(relNecessary)},
-				&store.SetOp{Path: j.p.abs(relShardingDir), Version: store.AnyVersion},
 			)
 			// The first and only candidate of a new job, and its leader
 			// (election.hostHeld).
@@ -415,6 +447,20 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				&store.CreateOp{Path: store.Join(j.p.abs(relLatch), candidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential},
 				&store.CreateOp{Path: j.p.abs(relHost), Data: []byte(j.id), Mode: store.Ephemeral},
 			)
+			// The only server of a new job assigns its items itself
+			// (lonejoin.go); else the flag is raised as raiseFlag does (the
+			// flag version bumped).
+			lops, lone, ok, err := j.loneReshard(ctx, loneInput{cfg: local, ownDisabled: local.Disabled})
+			if err != nil {
+				return nil, err
+			}
+			if ok && j.fitsWith(ops, lops) {
+				ops = append(ops, lops...)
+				res.lone = &lone
+			} else {
+				ops = append(ops, &store.CreateOp{Path: j.p.abs(relNecessary)},
+					&store.SetOp{Path: j.p.abs(relShardingDir), Version: store.AnyVersion})
+			}
 			res.registered, res.configWritten, newJob = true, true, true
 			return ops, nil
 		}
@@ -452,6 +498,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		if err != nil {
 			return nil, err
 		}
+		res.queueLoaded = true
 		stored := j.cachedConfigFields()
 		if t, ok := stored[jobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
 			return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), strings.TrimSpace(t), local.Type())
@@ -537,6 +584,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 			return nil, err
 		}
 		ops = append(ops, lops...)
+		memberAt := len(ops)
 		ops = append(ops, touchMembership(j.p))
 		if rd.ownCandidate == "" {
 			candAt = len(ops)
@@ -557,7 +605,20 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		} else {
 			ownCand = rd.ownCandidate
 		}
+		if hostPlanned && pre != nil && rd.statusOwner == 0 && rd.servers != nil {
+			lops, lone, ok, err := j.planLoneJoin(ctx, local, stored, res.storedWins, rd)
+			if err != nil {
+				return nil, err
+			}
+			if ok && j.fitsWith(ops, lops) {
+				ops[memberAt] = membershipAt(j.p, rd.membersVersion)
+				ops = append(ops, lops...)
+				res.lone = &lone
+			}
+		}
 		switch {
+		case res.lone != nil:
+			// The flag went in its reshard (lonejoin.go).
 		case attempt > 0:
 			res.flagPending = true
 		case rd.flagUp:
@@ -846,7 +907,7 @@ func (j *job) elect(ctx context.Context) (uint64, error) {
 	j.mu.Unlock()
 	if !was {
 		j.log.Info("elected leader")
-		j.leaderDuties(ctx, true) // raises the flag (unless flagRaised)
+		j.leaderDuties(ctx, !j.joinResharded) // raises the flag (unless flagRaised or joinResharded)
 		if s := j.reg.cfg.TestSignals; s != nil {
 			s.Elected.Send(j.event())
 		}

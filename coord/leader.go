@@ -134,19 +134,8 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 			}
 			ins = append(ins, intent{kind: k, rel: relServer(s, nSharding), data: formatItems(assign[s])})
 		}
-		for _, q := range j.cache.children(relFailoverQ) {
-			if it, ok := parseClaimName(q); ok {
-				if it >= total {
-					// Its item is pruned after this reshard, claim and all
-					// (pruneItemsBeyond): the claim is dropped, not lost,
-					// and a total raised again must not queue it anew.
-					ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
-				}
-				continue // a claim's record otherwise goes with its claim (claimrecord.go)
-			}
-			if it, ok := parseItemName(q); !ok || it >= total {
-				ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
-			}
+		for _, q := range queuePrunes(j.cache.children(relFailoverQ), total) {
+			ins = append(ins, intent{kind: opDeleteIfPresent, rel: relFailoverQ + "/" + q})
 		}
 		ins = append(ins,
 			intent{kind: opDelete, rel: relNecessary},
@@ -164,16 +153,50 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 			}
 			return fmt.Errorf("coord: job %q: reshard: %w", j.jname, err)
 		}
-		j.mu.Lock()
-		j.shardedLive = strings.Join(live, ",") + "/" + strconv.Itoa(total)
-		j.mu.Unlock()
-		j.log.Info("resharded", "servers", live, "total", total)
+		j.resharded(live, total, "leader")
 		j.pruneItemsBeyond(ctx, total)
-		if s := j.reg.cfg.TestSignals; s != nil { // after the prune: the reshard is over
-			s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: total})
-		}
+		j.signalResharded(live, total) // after the prune: the reshard is over
 		return nil
 	}
+}
+
+// resharded records a committed reshard's membership and total (the
+// leader's bookkeeping, raiseIfMembershipChanged) and logs it; by says
+// whose it was (the leader's, or a lone join's).
+func (j *job) resharded(live []string, total int, by string) {
+	j.mu.Lock()
+	j.shardedLive = shardedAs(live, total)
+	j.mu.Unlock()
+	j.log.Info("resharded", "servers", live, "total", total, "by", by)
+}
+
+// signalResharded tells the tests of a reshard that is over.
+func (j *job) signalResharded(live []string, total int) {
+	if s := j.reg.cfg.TestSignals; s != nil {
+		s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: total})
+	}
+}
+
+// queuePrunes names the entries of the failover directory (its listing,
+// names) that a reshard to total deletes: queue entries of items beyond it
+// or malformed, and the claim records of items beyond it. Such an item is
+// pruned after the reshard, claim and all (pruneItemsBeyond): the claim is
+// dropped, not lost, and a total raised again must not queue it anew. A
+// claim's record otherwise goes with its claim (claimrecord.go).
+func queuePrunes(names []string, total int) []string {
+	var out []string
+	for _, q := range names {
+		if it, ok := parseClaimName(q); ok {
+			if it >= total {
+				out = append(out, q)
+			}
+			continue
+		}
+		if it, ok := parseItemName(q); !ok || it >= total {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 // readTotal reads the stored shardingTotalCount directly, with a check op on
