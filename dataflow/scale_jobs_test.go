@@ -57,6 +57,7 @@ func TestScaleJobs(t *testing.T) {
 		adders = a
 	}
 	ns := fmt.Sprintf("scalejobs%d", time.Now().UnixNano())
+	logf := func(format string, args ...any) { t.Logf("JOBS n=%d "+format, append([]any{n}, args...)...) }
 	var connect func() (store.Store, func())
 	// watches returns the watches the server holds (-1: unknown).
 	var watches func() int
@@ -94,15 +95,27 @@ func TestScaleJobs(t *testing.T) {
 			}
 			return -1
 		}
+		// The container's own address by default: through the published
+		// port, Docker's userland proxy copies every byte and took a
+		// quarter of a core at 10,000 jobs, a cost no production client
+		// pays (docs/benchmarks.md). SHARDFLOW_SCALE_ZK_ADDR=published
+		// measures through it.
+		servers := zk.Servers()
+		if os.Getenv("SHARDFLOW_SCALE_ZK_ADDR") != "published" {
+			var err error
+			if servers, err = zk.DirectServers(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		logf("ZooKeeper at %v", servers)
 		connect = func() (store.Store, func()) {
-			s, err := zkstore.Open(context.Background(), zkstore.Config{Servers: zk.Servers(), Logger: slog.New(slog.DiscardHandler)})
+			s, err := zkstore.Open(context.Background(), zkstore.Config{Servers: servers, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s, func() { _ = s.Close() }
 		}
 	}
-	logf := func(format string, args ...any) { t.Logf("JOBS n=%d "+format, append([]any{n}, args...)...) }
 
 	// One process lifetime: a session, a Node, N jobs added from 32
 	// goroutines; at rest it is measured; then it is stopped.

@@ -324,3 +324,18 @@ func containerLogs(ctr *testcontainers.DockerContainer) string {
 
 // netipLoopback is the host address containers publish their ports on.
 var netipLoopback = netip.MustParseAddr("127.0.0.1")
+
+// DirectServers returns the container's own address on Docker's bridge
+// network (ip:2181), reachable from the host without Docker's userland port
+// proxy between them, as a production client reaches its ensemble. It
+// changes when the container restarts: for measurements, not fault tests.
+func (z *ZooKeeper) DirectServers(ctx context.Context) ([]string, error) {
+	if z.ctr == nil {
+		return z.Servers(), nil
+	}
+	ip, err := z.ctr.ContainerIP(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("integration: ZooKeeper container address: %w", err)
+	}
+	return []string{net.JoinHostPort(ip, "2181")}, nil
+}
