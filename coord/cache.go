@@ -380,6 +380,26 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 	return g.Wait()
 }
 
+// loadShallow reads rel's children with a watch, as reloadChildren does,
+// but loads none of them: a join lists the servers before its transaction
+// and loads their nodes after it (joinServerRoots). It returns the listing
+// and its Stat. A missing node is dropped (nil names, no error).
+func (c *treeCache) loadShallow(ctx context.Context, rel string) ([]string, store.Stat, error) {
+	names, st, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		c.drop(rel)
+		return nil, store.Stat{}, nil
+	}
+	if err != nil {
+		return nil, store.Stat{}, err
+	}
+	c.mu.Lock()
+	n := c.node(rel)
+	n.children, n.childW, n.stub = names, ch, false
+	c.mu.Unlock()
+	return names, st, nil
+}
+
 // childReaders bounds the children of one node loaded at once.
 const childReaders = 32
 

@@ -203,8 +203,11 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		}
 	}
 	rest := slices.DeleteFunc(slices.Clone(j.cache.pol.roots), func(rel string) bool {
-		return rel == nConfig || rel == relFailoverQ && jt.queueLoaded
+		return rel == nConfig || jt.queueLoaded && (rel == relFailoverQ || rel == nServers)
 	})
+	if jt.queueLoaded {
+		rest = append(rest, j.joinServerRoots()...)
+	}
 	if err := j.cache.loadRoots(ctx, rest); err != nil {
 		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
@@ -280,7 +283,8 @@ type joinResult struct {
 	// lone: the join stood alone and its transaction resharded
 	// (lonejoin.go); nil otherwise.
 	lone *loneResult
-	// queueLoaded: the failover directory is in the cache (readForJoin).
+	// queueLoaded: the failover directory and the servers' listing are in
+	// the cache (readForJoin).
 	queueLoaded bool
 }
 
@@ -317,6 +321,22 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		g.Go(func() error { return j.cache.loadRoots(gctx, []string{nConfig}) })
 	}
 	g.Go(func() error {
+		kids, _, err := j.st.Children(gctx, j.p.server(j.id))
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return wrapRead(j, j.p.server(j.id), err)
+		}
+		if kids == nil {
+			kids = []string{}
+		}
+		rd.serverKids = kids
+		if !slices.Contains(kids, nStatus) {
+			// No status node to own (a restart after a clean Stop); one
+			// created after this listing fails the transaction's create.
+			return nil
+		}
 		ok, st, err := j.st.Exists(gctx, j.p.server(j.id, nStatus))
 		if ok {
 			rd.statusOwner = st.EphemeralOwner
@@ -325,17 +345,6 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 			}
 		}
 		return wrapRead(j, j.p.server(j.id, nStatus), err)
-	})
-	g.Go(func() error {
-		kids, _, err := j.st.Children(gctx, j.p.server(j.id))
-		if errors.Is(err, store.ErrNoNode) {
-			return nil
-		}
-		if kids == nil {
-			kids = []string{}
-		}
-		rd.serverKids = kids
-		return wrapRead(j, j.p.server(j.id), err)
 	})
 	g.Go(func() error {
 		data, st, err := j.st.Get(gctx, j.p.server(j.id, nRun))
@@ -350,16 +359,15 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		rd.flagUp = ok
 		return wrapRead(j, j.p.abs(relNecessary), err)
 	})
+	// Loaded now rather than after the transaction, which does not change
+	// them (the servers' listing, unless this server is new there; its
+	// nodes load after it, joinServerRoots): a join that stands alone
+	// plans on them (lonejoin.go).
 	g.Go(func() error {
-		names, st, err := j.st.Children(gctx, j.p.abs(nServers))
-		if errors.Is(err, store.ErrNoNode) {
-			return nil
-		}
+		names, st, err := j.cache.loadShallow(gctx, nServers)
 		rd.servers, rd.membersVersion = names, st.Version
 		return wrapRead(j, j.p.abs(nServers), err)
 	})
-	// Loaded now rather than after the transaction, which does not change
-	// them: a join that stands alone plans on them (lonejoin.go).
 	g.Go(func() error { return j.cache.loadRoots(gctx, []string{relFailoverQ}) })
 	g.Go(func() error { return j.cache.load(gctx, relServer(j.id, nDisabled)) })
 	g.Go(func() error {
@@ -374,6 +382,22 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		return joinReads{}, err
 	}
 	return rd, nil
+}
+
+// joinServerRoots are the servers' nodes a join loads after its
+// transaction, the servers' own listing loaded before it (readForJoin):
+// the servers listed then, and this server's (its node may be new; the
+// listing's watch, fired by its creation, finds it loaded).
+func (j *job) joinServerRoots() []string {
+	names := j.cache.children(nServers)
+	if !slices.Contains(names, j.id) {
+		names = append(slices.Clone(names), j.id)
+	}
+	out := make([]string, len(names))
+	for i, s := range names {
+		out[i] = nServers + "/" + s
+	}
+	return out
 }
 
 // wrapRead names the node of a failed read of a join.

@@ -73,6 +73,6 @@ func TestJoinCost(t *testing.T) {
 			synctest.Wait()
 		}
 		join("a new job", 15, 2)
-		join("a stored job", 20, 1)
+		join("a stored job", 18, 1)
 	})
 }
