@@ -439,7 +439,32 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 	)
 	results, err := multiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
 		res, candAt, ownCand, newJob, hostPlanned = joinResult{}, -1, "", false, false
-		top, _, err := j.st.Children(ctx, j.p.root)
+		var (
+			top  []string
+			rd   joinReads
+			rdOK bool
+		)
+		var err error
+		if attempt == 0 && j.reg.storedAtStart(j.jname) {
+			// A job stored when the process started (its restart): the
+			// job node's listing and the stored nodes' reads side by side,
+			// one round trip instead of two. The listing decides; the
+			// reads are used when it shows the config.
+			g, gctx := errgroup.WithContext(ctx)
+			var rdErr error
+			g.Go(func() error {
+				top, _, err = j.st.Children(gctx, j.p.root)
+				return nil
+			})
+			g.Go(func() error {
+				rd, rdErr = j.readForJoin(gctx, true)
+				return nil
+			})
+			_ = g.Wait()
+			rdOK = err == nil && rdErr == nil && slices.Contains(top, nConfig)
+		} else {
+			top, _, err = j.st.Children(ctx, j.p.root)
+		}
 		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
 			// Maybe the namespace went (ErrNoParent).
 			if err := store.CreateAll(ctx, j.st, store.Parent(j.p.root)); err != nil {
@@ -518,9 +543,10 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		}
 		// A stored job: the config (through the tree cache, which arms its
 		// watch) and what the registration needs, read side by side.
-		rd, err := j.readForJoin(ctx, slices.Contains(top, nConfig))
-		if err != nil {
-			return nil, err
+		if !rdOK {
+			if rd, err = j.readForJoin(ctx, slices.Contains(top, nConfig)); err != nil {
+				return nil, err
+			}
 		}
 		res.queueLoaded = true
 		stored := j.cachedConfigFields()

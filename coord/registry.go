@@ -37,6 +37,11 @@ type Registry struct {
 	closed bool
 	// nsReady: the namespace node is known to exist (ensureNamespace).
 	nsReady atomic.Bool
+	// nsMu serialises ensureNamespace's first run; stored holds the jobs
+	// the namespace listed then (a join of one of them reads its stored
+	// nodes without waiting for the job node's listing).
+	nsMu   sync.Mutex
+	stored map[string]bool
 }
 
 func newRegistry(st store.Store, cfg RegistryConfig) (*registry, error) {
@@ -157,11 +162,34 @@ func (r *registry) ensureNamespace(ctx context.Context) error {
 	if r.nsReady.Load() {
 		return nil
 	}
-	if err := store.CreateAll(ctx, r.st, store.Join(r.cfg.Namespace)); err != nil {
-		return fmt.Errorf("create %s: %w", store.Join(r.cfg.Namespace), err)
+	r.nsMu.Lock()
+	defer r.nsMu.Unlock()
+	if r.nsReady.Load() {
+		return nil
+	}
+	ns := store.Join(r.cfg.Namespace)
+	if err := store.CreateAll(ctx, r.st, ns); err != nil {
+		return fmt.Errorf("create %s: %w", ns, err)
+	}
+	// One listing per process: the jobs stored at its start (a restart's
+	// AddJobs), a hint only (storedAtStart).
+	if names, _, err := r.st.Children(ctx, ns); err == nil {
+		r.stored = make(map[string]bool, len(names))
+		for _, n := range names {
+			r.stored[n] = true
+		}
 	}
 	r.nsReady.Store(true)
 	return nil
+}
+
+// storedAtStart reports whether the namespace listed job when this
+// registry first looked (ensureNamespace). A hint: a join of such a job
+// reads its stored nodes beside the job node's listing, which decides.
+func (r *registry) storedAtStart(job string) bool {
+	r.nsMu.Lock()
+	defer r.nsMu.Unlock()
+	return r.stored[job]
 }
 
 // forget is called by a job's Leave.
