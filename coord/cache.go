@@ -46,6 +46,9 @@ type treeCache struct {
 	writes uint64
 	// kick wakes the watcher (to load stubs).
 	kick func()
+	// ahead: nodes loadRootsAhead is loading beside their parents; a
+	// parent's listing leaves them to it instead of reading them twice.
+	ahead map[string]bool
 	// ownData and ownItems memoize the parse of pol.ownRel's data (mu held for
 	// writing): wantedLocked is asked once per item, and parsing a sharding
 	// node of thousands of items each time made a trigger O(items^2).
@@ -95,7 +98,7 @@ func newTreeCache(w *watchFuncs, root string, pol watchPolicy, deliver func(watc
 	if pol.versionedCopy == nil {
 		pol.versionedCopy = func([]byte) (map[string]string, bool) { return nil, false }
 	}
-	return &treeCache{st: st, root: root, pol: pol, kick: kick, nodes: make(map[string]*cnode), stubs: make(map[string]bool), changed: make(chan struct{})}
+	return &treeCache{st: st, root: root, pol: pol, kick: kick, nodes: make(map[string]*cnode), stubs: make(map[string]bool), ahead: make(map[string]bool), changed: make(chan struct{})}
 }
 
 func (c *treeCache) abs(rel string) string { return store.Join(c.root, rel) }
@@ -146,6 +149,50 @@ func (c *treeCache) loadRoots(ctx context.Context, rels []string) error {
 		g.Go(func() error { return c.load(gctx, rel) })
 	}
 	return g.Wait()
+}
+
+// loadRootsAhead is loadRoots that also loads the nodes ahead, known to
+// exist below those roots (a join's own writes: its host node, its
+// sharding), side by side with the roots instead of after their parents'
+// listings: one round trip for the whole load rather than one per level.
+// A node ahead found missing while its parent's listing shows it (created
+// in between) is loaded again after.
+func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) error {
+	c.mu.Lock()
+	for _, rel := range ahead {
+		c.ahead[rel] = true
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		clear(c.ahead)
+		c.mu.Unlock()
+	}()
+	g, gctx := errgroup.WithContext(ctx)
+	for _, rel := range rels {
+		g.Go(func() error { return c.load(gctx, rel) })
+	}
+	for _, rel := range ahead {
+		g.Go(func() error { return c.load(gctx, rel) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	var again []string
+	c.mu.Lock()
+	for _, rel := range ahead {
+		if c.nodes[rel] == nil && c.hasLocked(rel) {
+			again = append(again, rel)
+		}
+		delete(c.ahead, rel)
+	}
+	c.mu.Unlock()
+	for _, rel := range again {
+		if err := c.load(ctx, rel); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // endLoad completes a full load: the items this server owns are known
@@ -363,7 +410,7 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 		if rel == c.pol.items && !c.wantedLocked(name) {
 			continue
 		}
-		if cn := c.nodes[crel]; (d || k) && (cn == nil || cn.stub) {
+		if cn := c.nodes[crel]; (d || k) && (cn == nil || cn.stub) && !c.ahead[crel] {
 			toLoad = append(toLoad, crel)
 		}
 	}

@@ -208,7 +208,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	if jt.queueLoaded {
 		rest = append(rest, j.joinServerRoots()...)
 	}
-	if err := j.cache.loadRoots(ctx, rest); err != nil {
+	if err := j.cache.loadRootsAhead(ctx, rest, j.joinAhead(jt)); err != nil {
 		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 	}
@@ -286,6 +286,8 @@ type joinResult struct {
 	// queueLoaded: the failover directory and the servers' listing are in
 	// the cache (readForJoin).
 	queueLoaded bool
+	// ownSharding: this server's sharding node existed (readForJoin).
+	ownSharding bool
 }
 
 // joinReads is what a join of a stored job reads besides the config.
@@ -382,6 +384,24 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		return joinReads{}, err
 	}
 	return rd, nil
+}
+
+// joinAhead are the nodes below the roots that the join's transaction
+// left in place for certain (its own writes), loaded beside the roots
+// (treeCache.loadRootsAhead): this server's node, flags and sharding, and
+// the host node it took.
+func (j *job) joinAhead(jt joinResult) []string {
+	var ahead []string
+	if !jt.queueLoaded { // the servers' listing loads with the roots
+		ahead = append(ahead, relServer(j.id), relServer(j.id, nDisabled))
+	}
+	if jt.lone != nil || jt.ownSharding {
+		ahead = append(ahead, relServer(j.id, nSharding))
+	}
+	if j.elec.hostHeld {
+		ahead = append(ahead, relHost)
+	}
+	return ahead
 }
 
 // joinServerRoots are the servers' nodes a join loads after its
@@ -548,7 +568,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				return nil, err
 			}
 		}
-		res.queueLoaded = true
+		res.queueLoaded, res.ownSharding = true, slices.Contains(rd.serverKids, nSharding)
 		stored := j.cachedConfigFields()
 		if t, ok := stored[jobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
 			return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), strings.TrimSpace(t), local.Type())
