@@ -121,7 +121,7 @@ func joinRel(parent, name string) string {
 // resync drops everything and loads the tree again (after a session change).
 func (c *treeCache) resync(ctx context.Context) error {
 	c.beginLoad()
-	if err := c.loadRoots(ctx, c.pol.roots); err != nil {
+	if err := c.loadRootsAhead(ctx, c.pol.roots, nil); err != nil {
 		return err
 	}
 	return c.endLoad(ctx)
@@ -155,9 +155,11 @@ func (c *treeCache) loadRoots(ctx context.Context, rels []string) error {
 // exist below those roots (a join's own writes: its host node, its
 // sharding), side by side with the roots instead of after their parents'
 // listings: one round trip for the whole load rather than one per level.
-// A node ahead found missing while its parent's listing shows it (created
-// in between) is loaded again after.
+// The roots themselves count as ahead too (the job node's listing holds
+// some of them). A node ahead found missing while its parent's listing
+// shows it (created in between) is loaded again after.
 func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) error {
+	ahead = append(slices.Clone(ahead), rels...)
 	c.mu.Lock()
 	for _, rel := range ahead {
 		c.ahead[rel] = true
@@ -169,10 +171,7 @@ func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) er
 		c.mu.Unlock()
 	}()
 	g, gctx := errgroup.WithContext(ctx)
-	for _, rel := range rels {
-		g.Go(func() error { return c.load(gctx, rel) })
-	}
-	for _, rel := range ahead {
+	for _, rel := range ahead { // the roots last in it
 		g.Go(func() error { return c.load(gctx, rel) })
 	}
 	if err := g.Wait(); err != nil {
@@ -430,12 +429,12 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 // loadShallow reads rel's children with a watch, as reloadChildren does,
 // but loads none of them: a join lists the servers before its transaction
 // and loads their nodes after it (joinServerRoots). It returns the listing
-// and its Stat. A missing node is dropped (nil names, no error).
+// and its Stat. A missing node is dropped (and store.ErrNoNode returned).
 func (c *treeCache) loadShallow(ctx context.Context, rel string) ([]string, store.Stat, error) {
 	names, st, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		c.drop(rel)
-		return nil, store.Stat{}, nil
+		return nil, store.Stat{}, err
 	}
 	if err != nil {
 		return nil, store.Stat{}, err
@@ -798,7 +797,7 @@ func (c *treeCache) has(rel string) bool {
 func (c *treeCache) hasLocked(rel string) bool {
 	if rel == "" {
 		n := c.nodes[""]
-		return n != nil && n.hasData
+		return n != nil && !n.stub
 	}
 	p := c.nodes[parentRel(rel)]
 	if p == nil {

@@ -62,7 +62,10 @@ func jobNodeWatches(rel string) (data, children bool) {
 	parts := strings.Split(rel, "/")
 	switch {
 	case rel == "":
-		return true, false
+		// The job node's children: its deletion (the job removed) fires
+		// the watch as an existence watch would, and a join's first
+		// listing of the job node arms it (no read of its own).
+		return false, true
 	case len(parts) == 1:
 		switch rel {
 		case nConfig:

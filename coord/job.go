@@ -203,7 +203,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		}
 	}
 	rest := slices.DeleteFunc(slices.Clone(j.cache.pol.roots), func(rel string) bool {
-		return rel == nConfig || jt.queueLoaded && (rel == relFailoverQ || rel == nServers)
+		return rel == nConfig || jt.queueLoaded && (rel == "" || rel == relFailoverQ || rel == nServers)
 	})
 	if jt.queueLoaded {
 		rest = append(rest, j.joinServerRoots()...)
@@ -224,7 +224,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 			}
 		}
 		j.cache.beginLoad()
-		if err := j.cache.loadRoots(ctx, j.cache.pol.roots); err != nil {
+		if err := j.cache.loadRootsAhead(ctx, j.cache.pol.roots, nil); err != nil {
 			_ = j.goOffline(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 		}
@@ -317,7 +317,6 @@ type runRead struct {
 // config node) and reads, side by side, what the registration needs.
 func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error) {
 	var rd joinReads
-	j.cache.beginLoad()
 	g, gctx := errgroup.WithContext(ctx)
 	if hasConfig {
 		g.Go(func() error { return j.cache.loadRoots(gctx, []string{nConfig}) })
@@ -367,6 +366,9 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 	// plans on them (lonejoin.go).
 	g.Go(func() error {
 		names, st, err := j.cache.loadShallow(gctx, nServers)
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
 		rd.servers, rd.membersVersion = names, st.Version
 		return wrapRead(j, j.p.abs(nServers), err)
 	})
@@ -465,6 +467,9 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 			rdOK bool
 		)
 		var err error
+		// The job node's listing arms the tree cache's watch on it (the
+		// cache is loaded anew from here).
+		j.cache.beginLoad()
 		if attempt == 0 && j.reg.storedAtStart(j.jname) {
 			// A job stored when the process started (its restart): the
 			// job node's listing and the stored nodes' reads side by side,
@@ -473,7 +478,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 			g, gctx := errgroup.WithContext(ctx)
 			var rdErr error
 			g.Go(func() error {
-				top, _, err = j.st.Children(gctx, j.p.root)
+				top, _, err = j.cache.loadShallow(gctx, "")
 				return nil
 			})
 			g.Go(func() error {
@@ -483,7 +488,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 			_ = g.Wait()
 			rdOK = err == nil && rdErr == nil && slices.Contains(top, nConfig)
 		} else {
-			top, _, err = j.st.Children(ctx, j.p.root)
+			top, _, err = j.cache.loadShallow(ctx, "")
 		}
 		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
 			// Maybe the namespace went (ErrNoParent).
@@ -493,7 +498,6 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		}
 		if errors.Is(err, store.ErrNoNode) {
 			// A new job: everything in one transaction.
-			j.cache.beginLoad()
 			ops := []store.Op{&store.CreateOp{Path: j.p.root}}
 			for _, rel := range skeletonNodes {
 				ops = append(ops, &store.CreateOp{Path: j.p.abs(rel)})

@@ -31,10 +31,11 @@ import (
 // listing and its prune list from the cache. Then a stored job 29 and 2:
 // its join, finding no candidate in the latch, takes the leadership in its
 // transaction (the host node beside the candidate) as a new job's does.
-// Then 16 and 2, and 19 and 1 (each counts its registry's one listing of
+// Then 16 and 2, and 18 and 1 (each counts its registry's one listing of
 // the namespace, once per process): a join that stands alone reshards in
 // its own transaction (lonejoin.go), so no prompt reshard follows, and a
-// stored job's join lists the servers with the watch the cache keeps.
+// stored job's join lists the servers and the job node with the watches
+// the cache keeps (the job node's is a children watch now).
 // Writes are what a ZooKeeper ensemble pays most for (each is logged and
 // synced, and the session's later requests wait behind it), so they are
 // bounded apart.
@@ -77,6 +78,6 @@ func TestJoinCost(t *testing.T) {
 			synctest.Wait()
 		}
 		join("a new job", 16, 2)
-		join("a stored job", 19, 1)
+		join("a stored job", 18, 1)
 	})
 }
