@@ -183,3 +183,35 @@ func TestFaultPostgresRestartLosesNothing(t *testing.T) {
 	}
 	checkExactlyOnce(t, r, rows)
 }
+
+// A worker started while Postgres is down waits for it, saying so, instead
+// of exiting (a worker starting beside a Postgres restart used to die on
+// its first start-up query, and its items waited for a failover that never
+// came: CI, 2026-11-26); once Postgres is back it processes every row.
+func TestFaultWorkerStartedWhilePostgresIsDownWaits(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("fault suite")
+	}
+	pg := integration.StartPostgres(t)
+	pg.RequireControl(t)
+	rows := 2000
+	c, pool := setupCluster(t, pg, 0, rows)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.workers = append(c.workers, nil)
+	c.start(0)
+	c.workers[0].RequireLine(t, `Postgres unreachable; trying again.*step=connect`, 60*time.Second)
+	select {
+	case <-c.workers[0].Done():
+		t.Fatalf("the worker exited while Postgres was down (exit code %d)", c.workers[0].ExitCode())
+	default:
+	}
+	if err := pg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, waitDone(t, pool, 120*time.Second, nil), rows)
+}

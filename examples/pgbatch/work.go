@@ -48,16 +48,22 @@ func runWork(ctx context.Context, args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("server", o.serverID)
 
-	pool, err := postgres.Connect(ctx, o.dsn, int32(o.items*o.threads+3))
-	if err != nil {
+	var pool *pgxpool.Pool
+	if err := untilReachable(ctx, logger, "connect", func() (err error) {
+		pool, err = postgres.Connect(ctx, o.dsn, int32(o.items*o.threads+3))
+		return err
+	}); err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := setup(ctx, pool); err != nil {
+	if err := untilReachable(ctx, logger, "set up the tables", func() error { return setup(ctx, pool) }); err != nil {
 		return err
 	}
-	src, err := postgres.NewSource[Source](ctx, postgres.Config{Pool: pool, Table: sourceSpec, ServerID: o.serverID, Logger: logger})
-	if err != nil {
+	var src *postgres.Source[Source]
+	if err := untilReachable(ctx, logger, "open the source", func() (err error) {
+		src, err = postgres.NewSource[Source](ctx, postgres.Config{Pool: pool, Table: sourceSpec, ServerID: o.serverID, Logger: logger})
+		return err
+	}); err != nil {
 		return err
 	}
 	job := src.Transactional(process(o.serverID))
@@ -81,8 +87,14 @@ func runWork(ctx context.Context, args []string) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("work: job config: %w", err)
 	}
-	rec, stopHistory, err := startHistory(ctx, o, pool, logger)
-	if err != nil {
+	var (
+		rec         history.Recorder
+		stopHistory func()
+	)
+	if err := untilReachable(ctx, logger, "start the history recorder", func() (err error) {
+		rec, stopHistory, err = startHistory(ctx, o, pool, logger)
+		return err
+	}); err != nil {
 		return err
 	}
 	defer stopHistory() // after node.Stop (defers run in reverse): the last runs are recorded
@@ -135,6 +147,28 @@ func runWork(ctx context.Context, args []string) error {
 			fmt.Printf("work %s: no pending row left\n", o.serverID)
 			return nil
 		}
+	}
+}
+
+// untilReachable runs a start-up step against Postgres again while it
+// fails because Postgres is unreachable or restarting
+// (postgres.IsTransient), so that a worker started beside a Postgres
+// restart waits for it rather than exiting; any other error, or ctx
+// ending, returns at once.
+func untilReachable(ctx context.Context, logger *slog.Logger, step string, fn func() error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil || !postgres.IsTransient(err) || ctx.Err() != nil {
+			return err
+		}
+		logger.Warn("pgbatch: Postgres unreachable; trying again", "step", step, "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

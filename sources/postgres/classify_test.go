@@ -50,3 +50,26 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// IsTransient: what a restart of Postgres returns is transient; a missing
+// table, a bad column and a cancelled context are not.
+func TestIsTransient(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&pgconn.PgError{Code: "57P01"}, true}, // terminating connection due to administrator command
+		{&pgconn.PgError{Code: "57P03"}, true}, // the database system is starting up
+		{&pgconn.PgError{Code: "08006"}, true}, // connection failure
+		{fmt.Errorf("looking up table: %w", &pgconn.PgError{Code: "57P01"}), true},
+		{fmt.Errorf("%w at 127.0.0.1:1: dial: %w", postgres.ErrUnreachable, io.EOF), true},
+		{&pgconn.PgError{Code: "42P01"}, false}, // undefined table
+		{&pgconn.PgError{Code: "42703"}, false}, // undefined column
+		{context.Canceled, false},
+		{nil, false},
+	} {
+		if got := postgres.IsTransient(c.err); got != c.want {
+			t.Errorf("IsTransient(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -11,6 +11,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// IsTransient reports whether err is Postgres being unreachable, starting,
+// restarting or shutting down (or a concurrency conflict): worth retrying
+// after a pause rather than giving up. A program's start-up steps against
+// Postgres (Migrate, NewSource, a history recorder) can wait out a
+// restart with it (examples/pgbatch).
+func IsTransient(err error) bool { return errors.Is(err, ErrUnreachable) || isTransient(err) }
+
 // isTransient reports whether err is worth retrying: the connection failed
 // or broke, the server is starting or shutting down, or a concurrency
 // conflict aborted the statement.
