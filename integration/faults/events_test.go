@@ -23,6 +23,9 @@ type Event struct {
 	Phase   string `json:"phase"`
 	Reason  string `json:"reason"`
 	Err     string `json:"err"`
+	// Run, on "once" events, is when the run of the callback started on
+	// its server (Unix ms).
+	Run int64 `json:"run"`
 	// T is the worker's clock at the event, Unix milliseconds. Workers run
 	// on the test's host, so T is comparable with the test's time.Now.
 	T int64 `json:"t"`

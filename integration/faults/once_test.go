@@ -25,7 +25,18 @@ const (
 	onceTimeout = 2 * time.Second
 )
 
-func window(e Event) int64 { return e.T / oncePeriod.Milliseconds() }
+// window is the run window of e: a "once" event's by the start of the run
+// it belongs to (a callback of a run slowed past its window, on a loaded
+// machine, still counts for that run: CI, 2026-11-26, where a late
+// completion was counted in the next window beside that window's own);
+// other events' by their time.
+func window(e Event) int64 {
+	t := e.T
+	if e.Run != 0 {
+		t = e.Run
+	}
+	return t / oncePeriod.Milliseconds()
+}
 
 // onceCounts counts "once" events per window and phase, the servers that
 // began items per window, and the windows in which a server reported a

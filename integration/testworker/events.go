@@ -22,7 +22,10 @@ type event struct {
 	Phase   string `json:"phase,omitempty"`
 	Reason  string `json:"reason,omitempty"`
 	Err     string `json:"err,omitempty"`
-	T       int64  `json:"t"`
+	// Run, on "once" events, is when the run the callback belongs to
+	// started on this server (Unix ms; dataflow.RunInfo.Started).
+	Run int64 `json:"run,omitempty"`
+	T   int64 `json:"t"`
 }
 
 // emitter writes events as JSON lines. Each event is marshalled and written

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
@@ -37,10 +38,18 @@ func jobConfig(o options) dataflow.JobConfig {
 // a run's start makes earlier item runs stale, its end closes the item runs
 // it left open ("end" events with reason "done", or "cancelled" when the
 // run's context ended: ownership lost or a hard stop).
-type runListener struct{ job *tickJob }
+// It also keeps the current run's start (started) for the once callbacks,
+// which the Node calls after BeforeRun on the same goroutine.
+type runListener struct {
+	job     *tickJob
+	started *atomic.Int64
+}
 
 // BeforeRun implements dataflow.JobListener.
-func (l runListener) BeforeRun(context.Context, dataflow.RunInfo) { l.job.runStarted() }
+func (l runListener) BeforeRun(_ context.Context, info dataflow.RunInfo) {
+	l.started.Store(info.Started.UnixMilli())
+	l.job.runStarted()
+}
 
 // AfterRun implements dataflow.JobListener.
 func (l runListener) AfterRun(ctx context.Context, _ dataflow.RunInfo, _ dataflow.RunResult) {
@@ -68,15 +77,16 @@ func startNode(ctx context.Context, st store.Store, o options, em *emitter, job 
 	if err != nil {
 		return nil, fmt.Errorf("new node: %w", err)
 	}
-	opts := []dataflow.JobOption{dataflow.WithListeners(runListener{job: job})}
+	started := new(atomic.Int64)
+	opts := []dataflow.JobOption{dataflow.WithListeners(runListener{job: job, started: started})}
 	if o.once {
 		opts = append(opts, dataflow.WithOnceListeners(dataflow.OnceListener{
 			BeforeAll: func(context.Context) error {
-				em.emit(event{Ev: "once", Phase: "started"})
+				em.emit(event{Ev: "once", Phase: "started", Run: started.Load()})
 				return nil
 			},
 			AfterAll: func(context.Context) error {
-				em.emit(event{Ev: "once", Phase: "completed"})
+				em.emit(event{Ev: "once", Phase: "completed", Run: started.Load()})
 				return nil
 			},
 			StartedTimeout:   o.onceTimeout,
