@@ -302,6 +302,7 @@ type joinReads struct {
 	// join that stands alone (lonejoin.go).
 	servers        []string
 	membersVersion int32
+	serversListed  bool // the servers node exists (servers may be empty)
 }
 
 // runRead is a read of servers/{id}/run made beside a join's other reads,
@@ -369,7 +370,7 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 		if errors.Is(err, store.ErrNoNode) {
 			return nil
 		}
-		rd.servers, rd.membersVersion = names, st.Version
+		rd.servers, rd.membersVersion, rd.serversListed = names, st.Version, err == nil
 		return wrapRead(j, j.p.abs(nServers), err)
 	})
 	g.Go(func() error { return j.cache.loadRoots(gctx, []string{relFailoverQ}) })
@@ -679,7 +680,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 		} else {
 			ownCand = rd.ownCandidate
 		}
-		if hostPlanned && pre != nil && rd.statusOwner == 0 && rd.servers != nil {
+		if hostPlanned && pre != nil && rd.statusOwner == 0 && rd.serversListed {
 			lops, lone, ok, err := j.planLoneJoin(ctx, local, stored, res.storedWins, rd)
 			if err != nil {
 				return nil, err
