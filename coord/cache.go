@@ -171,7 +171,7 @@ func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) er
 		c.mu.Unlock()
 	}()
 	g, gctx := errgroup.WithContext(ctx)
-	for _, rel := range ahead { // the roots last in it
+	for _, rel := range ahead {
 		g.Go(func() error { return c.load(gctx, rel) })
 	}
 	if err := g.Wait(); err != nil {
@@ -183,8 +183,8 @@ func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) er
 		if c.nodes[rel] == nil && c.hasLocked(rel) {
 			again = append(again, rel)
 		}
-		delete(c.ahead, rel)
 	}
+	clear(c.ahead) // a node loaded again below is its own parent's no longer
 	c.mu.Unlock()
 	for _, rel := range again {
 		if err := c.load(ctx, rel); err != nil {

@@ -203,9 +203,9 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		}
 	}
 	rest := slices.DeleteFunc(slices.Clone(j.cache.pol.roots), func(rel string) bool {
-		return rel == nConfig || jt.queueLoaded && (rel == "" || rel == relFailoverQ || rel == nServers)
+		return rel == nConfig || jt.preloaded && (rel == "" || rel == relFailoverQ || rel == nServers)
 	})
-	if jt.queueLoaded {
+	if jt.preloaded {
 		rest = append(rest, j.joinServerRoots()...)
 	}
 	if err := j.cache.loadRootsAhead(ctx, rest, j.joinAhead(jt)); err != nil {
@@ -283,9 +283,10 @@ type joinResult struct {
 	// lone: the join stood alone and its transaction resharded
 	// (lonejoin.go); nil otherwise.
 	lone *loneResult
-	// queueLoaded: the failover directory and the servers' listing are in
-	// the cache (readForJoin).
-	queueLoaded bool
+	// preloaded: a stored job's join loaded the job node's listing, the
+	// servers' listing and the failover directory into the cache before
+	// its transaction (readForJoin); the load after it skips them.
+	preloaded bool
 	// ownSharding: this server's sharding node existed (readForJoin).
 	ownSharding bool
 }
@@ -395,7 +396,7 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 // the host node it took.
 func (j *job) joinAhead(jt joinResult) []string {
 	var ahead []string
-	if !jt.queueLoaded { // the servers' listing loads with the roots
+	if !jt.preloaded { // the servers' listing loads with the roots
 		ahead = append(ahead, relServer(j.id), relServer(j.id, nDisabled))
 	}
 	if jt.lone != nil || jt.ownSharding {
@@ -573,15 +574,16 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				return nil, err
 			}
 		}
-		res.queueLoaded, res.ownSharding = true, slices.Contains(rd.serverKids, nSharding)
+		res.preloaded, res.ownSharding = true, slices.Contains(rd.serverKids, nSharding)
 		stored := j.cachedConfigFields()
 		if t, ok := stored[jobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
 			return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), strings.TrimSpace(t), local.Type())
 		}
+		runCfg := local // the config the job runs on after this join
 		if len(stored) > 0 && !local.Overwrite {
 			// The stored config wins; it must decode before this server
 			// registers on it.
-			if _, err := j.decodeConfig(stored); err != nil {
+			if runCfg, err = j.decodeConfig(stored); err != nil {
 				return nil, err
 			}
 			res.storedWins = true
@@ -681,7 +683,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 			ownCand = rd.ownCandidate
 		}
 		if hostPlanned && pre != nil && rd.statusOwner == 0 && rd.serversListed {
-			lops, lone, ok, err := j.planLoneJoin(ctx, local, stored, res.storedWins, rd)
+			lops, lone, ok, err := j.planLoneJoin(ctx, local, runCfg, res.storedWins, rd)
 			if err != nil {
 				return nil, err
 			}

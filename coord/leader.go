@@ -346,7 +346,7 @@ func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 	last, lastTotal, sharded := j.lastLive, j.lastTotal, j.shardedLive
 	j.lastLive, j.lastTotal = cur, total
 	j.mu.Unlock()
-	if !force && sharded == cur+"/"+strconv.Itoa(total) {
+	if !force && sharded == shardedAs(live, total) {
 		// The last reshard (which reads the servers directly) already
 		// used exactly this membership: a change seen late here.
 		return false
@@ -355,7 +355,7 @@ func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 	// even when the cache itself saw none: a server the reshard used may
 	// have died before the cache ever saw it live.
 	changed := last != "" && (last != cur || total != lastTotal) ||
-		sharded != "" && sharded != cur+"/"+strconv.Itoa(total)
+		sharded != "" && sharded != shardedAs(live, total)
 	if !force && !changed {
 		return false
 	}
@@ -367,7 +367,7 @@ func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 		_, direct, _, err := j.readServers(ctx)
 		if err != nil {
 			j.warn(ctx, "cannot read the servers to confirm a membership change; raising the resharding flag", "err", err)
-		} else if sharded == strings.Join(direct, ",")+"/"+strconv.Itoa(total) {
+		} else if sharded == shardedAs(direct, total) {
 			return false
 		}
 	}

@@ -126,18 +126,16 @@ func (j *job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, re
 }
 
 // planLoneJoin plans a stored job's lone join (its transaction takes the
-// leadership; no status node of this server stood): the reshard's
-// operations and, for a stored config that wins, a check of the config
-// version the cache read. ok false: join as before.
-func (j *job) planLoneJoin(ctx context.Context, local jobconfig.Config, stored map[string]string, storedWins bool, rd joinReads) (ops []store.Op, res loneResult, ok bool, _ error) {
-	cfg := local
+// leadership; no status node of this server stood) on cfg, the config the
+// job runs on after it: the reshard's operations and, for a stored config
+// that wins, a check of the config version the cache read. ok false: join
+// as before.
+func (j *job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, storedWins bool, rd joinReads) (ops []store.Op, res loneResult, ok bool, _ error) {
 	if storedWins {
 		st, loaded := j.cache.dataStat(nConfig)
-		dec, err := j.decodeConfig(stored)
-		if !loaded || err != nil {
+		if !loaded {
 			return nil, loneResult{}, false, nil
 		}
-		cfg = dec
 		ops = append(ops, &store.CheckOp{Path: j.p.abs(nConfig), Version: st.Version})
 	}
 	ownDisabled := local.Disabled
