@@ -7,14 +7,18 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/jobs"
+	"github.com/shardflow/shardflow/stats"
 )
 
-// serveStopTimeout bounds the graceful stop of `shardflow serve`: runs in
-// progress get this long to finish before their contexts are cancelled
-// (a script's process group is killed).
-const serveStopTimeout = 30 * time.Second
+// defaultStopGrace is --stop-grace's default: how long runs in progress
+// get to finish after SIGTERM before their contexts are cancelled (a
+// script's process group is killed). Kubernetes' default
+// terminationGracePeriodSeconds (30 s) must exceed it, hence 25 s.
+const defaultStopGrace = 25 * time.Second
 
 // runServe is `shardflow serve`: a worker process running every stored
 // SCRIPT and HTTP job of the namespace its allow-lists permit, picking up
@@ -28,6 +32,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&cf.sessionTimeout, "session-timeout", 0, "ZooKeeper session timeout: how long after a crash this worker's items fail over (default 10s)")
 	verbose := fs.Bool("v", false, "log every run (info level) instead of warnings and errors only")
 	historyPG := fs.String("history-pg", "", "Postgres DSN: record every item run there (table shardflow_history; see `shardflow history`)")
+	httpAddr := fs.String("http", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (default: none)")
+	stopGrace := fs.Duration("stop-grace", defaultStopGrace, "on SIGTERM, how long runs in progress get to finish before they are cancelled; keep it below Kubernetes' terminationGracePeriodSeconds (docs/kubernetes.md)")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
 	}
@@ -36,6 +42,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if _, err := jobs.NewAllowList(allowCmd, allowURL); err != nil {
 		return usageError{err.Error()}
+	}
+	if *stopGrace <= 0 {
+		return usagef("--stop-grace %s must be positive, e.g. 25s", *stopGrace)
+	}
+	var metrics *stats.Collector
+	var gatherer prometheus.Gatherer
+	if *httpAddr != "" {
+		c, reg, err := serveMetrics(*serverID)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		metrics, gatherer = c, reg
 	}
 	level := slog.LevelWarn
 	if *verbose {
@@ -53,13 +71,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopHistory() // after node.Stop below: the last runs are recorded
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.namespace, ServerID: *serverID, Logger: logger, History: rec})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.namespace, ServerID: *serverID, Logger: logger, History: rec, Metrics: metrics})
 	if err != nil {
 		return err
 	}
 	worker, err := jobs.NewWorker(node, jobs.WorkerConfig{AllowCommands: allowCmd, AllowURLs: allowURL, Logger: logger})
 	if err != nil {
 		return err
+	}
+	if *httpAddr != "" {
+		stopHTTP, err := startHealthServer(*httpAddr, node, gatherer, stdout, stderr)
+		if err != nil {
+			_ = node.Stop(context.Background())
+			return err
+		}
+		defer stopHTTP() // after node.Stop below: alive while draining
 	}
 	if err := node.Start(ctx); err != nil {
 		return err
@@ -72,7 +98,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		node.ServerID(), cf.namespace, []string(allowCmd), []string(allowURL))
 	<-ctx.Done()
 
-	sctx, cancel := context.WithTimeout(context.Background(), serveStopTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), *stopGrace)
 	defer cancel()
 	werr := worker.Stop(sctx)
 	nerr := node.Stop(sctx)
@@ -80,7 +106,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("serve: stopping the worker: %w", werr)
 	}
 	if nerr != nil {
-		return fmt.Errorf("serve: stopping (runs cancelled after %s): %w", serveStopTimeout, nerr)
+		return fmt.Errorf("serve: stopping (runs cancelled after --stop-grace %s): %w", *stopGrace, nerr)
 	}
 	fmt.Fprintln(stdout, "serve: stopped")
 	return nil
