@@ -12,7 +12,8 @@
 //	shardflow failed   list|requeue|upgrade-v1 --pg DSN --table TABLE [--id K,...] [--error TEXT] [--all] [--json]
 //	shardflow job add  --zk HOSTS --job NAME --type script|http --total N [--cron EXPR] [--command CMD | --url URL ...]
 //	shardflow job list|remove --zk HOSTS [--job NAME]
-//	shardflow serve    --zk HOSTS [--server-id ID] --allow-command PREFIX... [--allow-url PREFIX...]
+//	shardflow serve    --zk HOSTS [--server-id ID] --allow-command PREFIX... [--allow-url PREFIX...] [--http ADDR]
+//	shardflow version
 //
 // Every command exits 0 on success, 1 on a failure it explains, and 2 on bad
 // usage.
@@ -60,6 +61,7 @@ func commands() []command {
 		{"failed", "failed rows of a Postgres source table: failed list | failed requeue | failed upgrade-v1", runFailed},
 		{"job", "store a job without code (script, http): job add | job list | job remove", runJob},
 		{"serve", "run the stored script and HTTP jobs the allow-lists permit", runServe},
+		{"version", "print the version, commit and Go version", runVersion},
 	}
 }
 
