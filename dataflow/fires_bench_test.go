@@ -1,0 +1,184 @@
+//go:build unix
+
+package dataflow
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/integration"
+)
+
+// TestFires is the measurement behind `make bench-fires`: how many jobs
+// sharing one cron a few servers fire on time. SHARDFLOW_FIRES_SERVERS
+// worker processes (internal/fireworker, default 3), each a Node on its own
+// session of one real ZooKeeper, host SHARDFLOW_FIRES_JOBS no-op jobs (each
+// with one item per server) on the cron SHARDFLOW_FIRES_CRON (default every
+// second). Once every worker has added its jobs, it waits
+// SHARDFLOW_FIRES_WARMUP (default 5 s; the joins' resharding settles), then
+// counts the runs of the cron ticks in the next SHARDFLOW_FIRES_SECONDS
+// (default 30), waiting SHARDFLOW_FIRES_GRACE (default 5 s) after the last
+// tick for late runs, and logs one FIRES line (fireAccounting): fires/s
+// achieved against expected, misfires, and p50/p99/max from a fire's
+// scheduled time to BeforeRun, with the load average before and after.
+// SHARDFLOW_FIRES_ZK_HEAP (default 1g) is the ZooKeeper's heap. It asserts
+// outcomes only: every worker stops cleanly, no tick runs twice. Skipped
+// unless SHARDFLOW_FIRES_JOBS is set.
+func TestFires(t *testing.T) {
+	jobs := envInt(t, "SHARDFLOW_FIRES_JOBS", 0)
+	if jobs <= 0 {
+		t.Skip("set SHARDFLOW_FIRES_JOBS (make bench-fires) to run the fires measurement")
+	}
+	servers := envInt(t, "SHARDFLOW_FIRES_SERVERS", 3)
+	seconds := envInt(t, "SHARDFLOW_FIRES_SECONDS", 30)
+	warmup := time.Duration(envInt(t, "SHARDFLOW_FIRES_WARMUP", 5)) * time.Second
+	grace := time.Duration(envInt(t, "SHARDFLOW_FIRES_GRACE", 5)) * time.Second
+	spec := cmp.Or(os.Getenv("SHARDFLOW_FIRES_CRON"), "* * * * * ?")
+	heap := cmp.Or(os.Getenv("SHARDFLOW_FIRES_ZK_HEAP"), "1g")
+	if servers <= 0 || seconds <= 0 {
+		t.Fatalf("SHARDFLOW_FIRES_SERVERS=%d, SHARDFLOW_FIRES_SECONDS=%d: both must be > 0", servers, seconds)
+	}
+	sched, err := jobconfig.ParseCron(spec)
+	if err != nil {
+		t.Fatalf("SHARDFLOW_FIRES_CRON=%q: %v", spec, err)
+	}
+	logf := func(format string, args ...any) {
+		t.Logf("FIRES jobs=%d servers=%d cron=%q "+format, append([]any{jobs, servers, spec}, args...)...)
+	}
+
+	// A server of its own, with a heap for 10,000 jobs' tree (the shared
+	// test server's 256 MB is not), reached at the container's address,
+	// not through Docker's port proxy (docs/benchmarks.md, bench-jobs).
+	zk := integration.StartZooKeeper(t, integration.WithServerEnv("JVMFLAGS",
+		"-Xmx"+heap+" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"))
+	addrs, err := zk.DirectServers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := integration.BuildBinary(t, "./internal/fireworker")
+	dir := t.TempDir()
+	ns := fmt.Sprintf("fires%d", time.Now().UnixNano())
+	loadStart := loadAverage()
+	logf("ZooKeeper at %v; load average at the start %s", addrs, loadStart)
+
+	procs := make([]*integration.Process, servers)
+	outs := make([]string, servers)
+	start := time.Now()
+	for i := range procs {
+		id := fmt.Sprintf("s%d", i+1)
+		outs[i] = filepath.Join(dir, id+".runs")
+		procs[i] = integration.StartProcess(t, bin, []string{
+			"--zk", strings.Join(addrs, ","), "--namespace", ns, "--server-id", id,
+			"--jobs", strconv.Itoa(jobs), "--total", strconv.Itoa(servers), "--cron", spec, "--out", outs[i],
+		}, nil)
+	}
+	for i, p := range procs {
+		line := p.RequireLine(t, `^(ready|error)`, 15*time.Minute)
+		if strings.HasPrefix(line, "error") {
+			t.Fatalf("worker s%d: %s", i+1, line)
+		}
+		logf("worker s%d %s", i+1, line)
+	}
+	logf("all %d workers ready after %.1f s", servers, time.Since(start).Seconds())
+
+	// The window: whole ticks, from the first after the warm-up, for
+	// the given seconds.
+	from := sched.Next(time.Now().Add(warmup).Add(-time.Nanosecond))
+	to := sched.Next(from.Add(time.Duration(seconds)*time.Second - time.Nanosecond))
+	if from.IsZero() || to.IsZero() {
+		t.Fatalf("SHARDFLOW_FIRES_CRON=%q has no two ticks ahead", spec)
+	}
+	logf("window %s .. %s", from.Format(time.TimeOnly), to.Format(time.TimeOnly))
+	time.Sleep(time.Until(to.Add(grace))) // a measurement's window, not a wait for a state
+
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := p.Stop(ctx); err != nil {
+				t.Errorf("worker s%d: %v", i+1, err)
+			}
+		}()
+	}
+	wg.Wait()
+	loadEnd := loadAverage()
+	var runs []fireRun
+	for i, p := range procs {
+		for _, l := range p.Lines() {
+			if strings.HasPrefix(l, "stopped") {
+				logf("worker s%d %s", i+1, l)
+			}
+		}
+		runs = append(runs, readFireRuns(t, fmt.Sprintf("s%d", i+1), outs[i])...)
+	}
+	s := fireAccounting(runs, sched, from, to, jobs, servers)
+	logf("%s; load average at the start %s, at the end %s", s, loadStart, loadEnd)
+	if s.duplicates != 0 {
+		t.Errorf("%d cron runs ran a (server, job, tick) a second time", s.duplicates)
+	}
+}
+
+// readFireRuns parses a fireworker's output file.
+func readFireRuns(t *testing.T, server, path string) []fireRun {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("worker %s's runs: %v", server, err)
+	}
+	defer f.Close()
+	var runs []fireRun
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var job, reason int
+		var started, before int64
+		if _, err := fmt.Sscan(sc.Text(), &job, &reason, &started, &before); err != nil {
+			t.Fatalf("%s: line %q: %v", path, sc.Text(), err)
+		}
+		runs = append(runs, fireRun{server: server, job: job, reason: Reason(reason),
+			started: time.Unix(0, started), beforeRun: time.Unix(0, before)})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return runs
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// envInt reads a positive integer variable, def when unset.
+func envInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("%s=%q: want a whole number", name, v)
+	}
+	return n
+}

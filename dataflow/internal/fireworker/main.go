@@ -1,0 +1,210 @@
+// Command fireworker is one server process of the fires measurement
+// (TestFires in dataflow, `make bench-fires`): a dataflow.Node on its own
+// ZooKeeper session hosting --jobs no-op jobs that share one cron, with a
+// listener that records, for every run, when the run started (before its
+// Begin) and when BeforeRun was called (after it).
+//
+// It prints "ready jobs=N add=S" once every job is added and the Node
+// runs. On SIGTERM it stops the Node gracefully, writes one line per run to
+// --out ("job reason started_unix_ns before_run_unix_ns", reason as
+// dataflow.Reason's number), prints "stopped runs=R errors=E" and exits 0.
+// A failure to start prints "error: ..." and exits 1.
+//
+// Usage:
+//
+//	fireworker --zk 127.0.0.1:2181 --namespace ns --server-id s1 \
+//	    --jobs 1000 --total 3 --cron '* * * * * ?' --out runs.txt
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/dataflow"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	err := run(ctx)
+	stop()
+	if err != nil {
+		fmt.Printf("error: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	zk, namespace, serverID, cron, out string
+	jobs, total, adders                int
+	sessionTimeout, stopTimeout        time.Duration
+}
+
+func parseFlags() (options, error) {
+	var o options
+	flag.StringVar(&o.zk, "zk", "", "ZooKeeper servers, comma-separated host:port (required)")
+	flag.StringVar(&o.namespace, "namespace", "", "namespace (required)")
+	flag.StringVar(&o.serverID, "server-id", "", "server id (required)")
+	flag.StringVar(&o.cron, "cron", "* * * * * ?", "every job's cron, with seconds")
+	flag.StringVar(&o.out, "out", "", "file the runs are written to on SIGTERM (required)")
+	flag.IntVar(&o.jobs, "jobs", 0, "number of jobs (required, > 0)")
+	flag.IntVar(&o.total, "total", 1, "each job's shardingTotalCount")
+	flag.IntVar(&o.adders, "adders", 32, "goroutines calling AddJob")
+	flag.DurationVar(&o.sessionTimeout, "session-timeout", 10*time.Second, "ZooKeeper session timeout")
+	flag.DurationVar(&o.stopTimeout, "stop-timeout", time.Minute, "bound of the graceful stop on SIGTERM")
+	flag.Parse()
+	switch {
+	case o.zk == "", o.namespace == "", o.serverID == "", o.out == "":
+		return o, errors.New("--zk, --namespace, --server-id and --out are required")
+	case o.jobs <= 0:
+		return o, fmt.Errorf("--jobs %d: must be > 0", o.jobs)
+	case o.total <= 0:
+		return o, fmt.Errorf("--total %d: must be > 0", o.total)
+	case o.adders <= 0:
+		return o, fmt.Errorf("--adders %d: must be > 0", o.adders)
+	}
+	return o, nil
+}
+
+// noop is a job with nothing to do: a run is its coordination only.
+type noop struct{}
+
+func (noop) Fetch(context.Context, dataflow.Shard) ([]int, error) { return nil, nil }
+func (noop) Process(context.Context, dataflow.Shard, int) error   { return nil }
+
+// runRecord is one run as the listener saw it.
+type runRecord struct {
+	job       int
+	reason    dataflow.Reason
+	started   time.Time // RunInfo.Started: before the run's Begin
+	beforeRun time.Time // when BeforeRun was called: after it
+}
+
+// recorder is every job's listener: one listener for many jobs is called
+// concurrently, so it appends under a mutex (a few microseconds per run).
+type recorder struct {
+	mu   sync.Mutex
+	runs []runRecord
+}
+
+// jobListener tags the recorder with the job's index.
+type jobListener struct {
+	r   *recorder
+	job int
+}
+
+// BeforeRun implements dataflow.JobListener.
+func (l jobListener) BeforeRun(_ context.Context, info dataflow.RunInfo) {
+	now := time.Now()
+	l.r.mu.Lock()
+	l.r.runs = append(l.r.runs, runRecord{job: l.job, reason: info.Reason, started: info.Started, beforeRun: now})
+	l.r.mu.Unlock()
+}
+
+// AfterRun implements dataflow.JobListener.
+func (jobListener) AfterRun(context.Context, dataflow.RunInfo, dataflow.RunResult) {}
+
+// jobName is job i's name, the same on every server.
+func jobName(i int) string { return fmt.Sprintf("f%05d", i) }
+
+func run(ctx context.Context) error {
+	o, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("server", o.serverID)
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(o.zk, ","), SessionTimeout: o.sessionTimeout, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("connect to ZooKeeper %s: %w", o.zk, err)
+	}
+	defer func() { _ = st.Close() }()
+
+	var errCount atomic.Int64
+	node, err := dataflow.NewNode(dataflow.NodeConfig{
+		Store: st, Namespace: o.namespace, ServerID: o.serverID, Logger: logger,
+		OnError: func(job string, err error) {
+			if errCount.Add(1) <= 5 { // the first few say what went wrong
+				logger.Error("run error", "job", job, "err", err)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := node.Start(ctx); err != nil {
+		return err
+	}
+	rec := &recorder{}
+	start := time.Now()
+	if err := addJobs(node, o, rec); err != nil {
+		_ = node.Stop(context.Background())
+		return err
+	}
+	fmt.Printf("ready jobs=%d add=%.2f\n", o.jobs, time.Since(start).Seconds())
+
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
+	defer cancel()
+	if err := node.Stop(stopCtx); err != nil {
+		return fmt.Errorf("stop: %w", err)
+	}
+	rec.mu.Lock()
+	runs := rec.runs
+	rec.mu.Unlock()
+	if err := writeRuns(o.out, runs); err != nil {
+		return err
+	}
+	fmt.Printf("stopped runs=%d errors=%d\n", len(runs), errCount.Load())
+	return nil
+}
+
+// addJobs adds the jobs from o.adders goroutines: one AddJob is a few
+// round trips, so a single adder would take minutes at 10,000 jobs.
+func addJobs(node *dataflow.Node, o options, rec *recorder) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, o.adders)
+	for range o.adders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < o.jobs; i = int(next.Add(1)) - 1 {
+				cfg := dataflow.JobConfig{JobName: jobName(i), Cron: o.cron, ShardingTotalCount: o.total}
+				if err := dataflow.AddJob[int](node, cfg, noop{}, dataflow.WithListeners(jobListener{r: rec, job: i})); err != nil {
+					errs <- fmt.Errorf("add job %s: %w", cfg.JobName, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs // nil when closed empty
+}
+
+func writeRuns(path string, runs []runRecord) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	for _, r := range runs {
+		fmt.Fprintf(w, "%d %d %d %d\n", r.job, int(r.reason), r.started.UnixNano(), r.beforeRun.UnixNano())
+	}
+	if err := w.Flush(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
