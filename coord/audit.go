@@ -39,6 +39,7 @@ func (a *admin) audited(ctx context.Context, actor string, act Action, do func()
 		return err
 	}
 	act.Actor, act.Time = actor, time.Now()
+	redactAction(&act) // a secret set with `config set` is never kept in the log
 	if err := a.record(ctx, act); err != nil {
 		return fmt.Errorf("coord: %s done, but not recorded in the audit log: %w", act.Action, err)
 	}

@@ -341,9 +341,16 @@ func (a *Admin) Actor() string { return a.actor }
 // Jobs lists the job names in the namespace, sorted.
 func (a *Admin) Jobs(ctx context.Context) ([]string, error) { return a.impl.jobs(ctx) }
 
-// Status reads a job's full status (see JobStatus).
+// Status reads a job's full status (see JobStatus), with its secrets
+// redacted: the values of secret config fields (jobconfig.IsSecretField:
+// HTTP header values, URL query strings) read "REDACTED" in Config, and
+// in every error text, refusal reason and audit entry. Every view shows
+// this model; Config returns the stored values for programs that run the
+// job.
 func (a *Admin) Status(ctx context.Context, job string) (JobStatus, error) {
-	return a.impl.status(ctx, job)
+	st, err := a.impl.status(ctx, job)
+	redactStatus(&st)
+	return st, err
 }
 
 // Trigger asks every live server of the job to run now.
@@ -411,7 +418,8 @@ func (a *Admin) Remove(ctx context.Context, job, server string) error {
 	})
 }
 
-// Config reads the job's stored config.
+// Config reads the job's stored config, secrets included: for programs
+// that run the job. Views show Status, which redacts them.
 func (a *Admin) Config(ctx context.Context, job string) (jobconfig.Config, error) {
 	return a.impl.getConfig(ctx, job)
 }

@@ -22,6 +22,9 @@ const nRefused = "refused"
 // ErrJobExists: CreateJob found the job already stored.
 var ErrJobExists = errors.New("coord: job already exists in this namespace; pick another name or remove it first (`shardflow job remove`)")
 
+// ErrTooManyJobs: CreateJob found the namespace at jobconfig.MaxStoredJobs.
+var ErrTooManyJobs = errors.New("coord: too many jobs in the namespace")
+
 // RefusedServer is a server that refuses to run a stored job, and why.
 type RefusedServer struct {
 	ID     string `json:"id"`
@@ -46,6 +49,15 @@ func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
 	p := a.paths(cfg.JobName)
 	if err := store.CreateAll(ctx, a.st, store.Join(a.ns)); err != nil {
 		return fmt.Errorf("coord: create %s: %w", store.Join(a.ns), err)
+	}
+	// The children, not the decodable jobs: every one costs the watchers.
+	names, _, err := a.st.Children(ctx, store.Join(a.ns))
+	if err != nil {
+		return fmt.Errorf("coord: list %s: %w", store.Join(a.ns), err)
+	}
+	if len(names) >= jobconfig.MaxStoredJobs {
+		return fmt.Errorf("%w: namespace %q holds %d jobs, the limit (jobconfig.MaxStoredJobs); remove unused jobs (`shardflow job remove`) or use another namespace",
+			ErrTooManyJobs, a.ns, len(names))
 	}
 	fields := configFields(cfg)
 	// servers and execution too, so status reads a job nobody joined yet.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/internal/redact"
 )
 
 // ErrNotAllowed: a stored job's command or URL is not in this worker's
@@ -100,7 +101,7 @@ func (a *AllowList) CheckURL(raw string) error {
 			}
 		}
 	}
-	return fmt.Errorf("%w: URL %q matches no --allow-url prefix; start the worker with one that covers it", ErrNotAllowed, raw)
+	return fmt.Errorf("%w: URL %q matches no --allow-url prefix; start the worker with one that covers it", ErrNotAllowed, redact.URL(raw))
 }
 
 func urlMatches(p, u *url.URL) bool {

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/shardflow/shardflow/internal/redact"
 )
 
 // Response body bytes kept for a failed HTTP job's error.
@@ -23,6 +25,18 @@ type HTTPRequest struct {
 	URL string
 	// Header holds the extra headers (jobconfig.ParseHTTPHeaders).
 	Header http.Header
+	// Secrets are values hidden from the errors besides the URL's query
+	// and the header values (which always are): resolved secrets.
+	Secrets []string
+}
+
+// secretValues are the values req's errors must not show.
+func (req HTTPRequest) secretValues() []string {
+	out := append([]string(nil), req.Secrets...)
+	for _, vs := range req.Header {
+		out = append(out, vs...)
+	}
+	return out
 }
 
 // RunHTTP sends req once for one shard item, with c as its JSON body
@@ -30,7 +44,35 @@ type HTTPRequest struct {
 // nil for a 2xx status. The response body is read (up to 64 KiB) and its
 // last 1 KiB goes into the error of a non-2xx status, which wraps
 // ErrHTTPFailed. ctx bounds the whole exchange (itemTimeout, ownership).
+//
+// Errors never show a secret: the URL's query and password, the header
+// values, req.Secrets and DSN-like passwords in the body are redacted
+// (package redact), since errors reach logs, status and history.
 func RunHTTP(ctx context.Context, client *http.Client, req HTTPRequest, c ShardContext) error {
+	err := runHTTP(ctx, client, req, c)
+	if err == nil {
+		return nil
+	}
+	return &redactedError{text: redact.Text(err.Error(), req.secretValues()...), err: err}
+}
+
+// redactedError shows a redacted text and keeps the cause for errors.Is
+// (ErrHTTPFailed, a timeout's cause) without exposing its text.
+type redactedError struct {
+	text string
+	err  error
+}
+
+func (e *redactedError) Error() string { return e.text }
+
+// Is reports e's chain's matches, without Unwrap: a caller that printed
+// the unwrapped error would print the secret.
+func (e *redactedError) Is(target error) bool { return errors.Is(e.err, target) }
+
+// As is errors.As over e's chain, for typed causes (dataflow.TimeoutError).
+func (e *redactedError) As(target any) bool { return errors.As(e.err, target) }
+
+func runHTTP(ctx context.Context, client *http.Client, req HTTPRequest, c ShardContext) error {
 	method := req.Method
 	if method == "" {
 		method = http.MethodPost

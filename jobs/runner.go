@@ -10,6 +10,7 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/internal/redact"
 )
 
 // runner turns a Node's stored SCRIPT and HTTP jobs into SimpleFuncs that
@@ -19,6 +20,8 @@ import (
 type runner struct {
 	n         *dataflow.Node
 	allow     *AllowList
+	secrets   secrets
+	scriptEnv []string // --script-env: variables passed to scripts
 	logger    *slog.Logger
 	transport *http.Transport
 	client    *http.Client
@@ -27,9 +30,9 @@ type runner struct {
 	refused map[string]string // job -> reason reported in the store
 }
 
-func newRunner(n *dataflow.Node, allow *AllowList, logger *slog.Logger) *runner {
+func newRunner(n *dataflow.Node, allow *AllowList, sec secrets, logger *slog.Logger) *runner {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	r := &runner{n: n, allow: allow, logger: logger, transport: tr, refused: map[string]string{}}
+	r := &runner{n: n, allow: allow, secrets: sec, logger: logger, transport: tr, refused: map[string]string{}}
 	r.client = &http.Client{
 		Transport: tr,
 		// A redirect must stay inside the allow-list too.
@@ -73,13 +76,13 @@ func (r *runner) run(ctx context.Context, shard dataflow.Shard) error {
 	c := NewShardContext(shard, r.n.ServerID())
 	if cfg.Type() == jobconfig.JobTypeScript {
 		argv, _ := jobconfig.SplitCommandLine(cfg.ScriptCommandLine) // checked above
-		return RunScript(ctx, argv, c, r.logger)
+		return RunScript(ctx, argv, c, ScriptOptions{Env: r.scriptEnv, Logger: r.logger})
 	}
-	header, err := jobconfig.ParseHTTPHeaders(cfg.HTTPHeaders)
+	header, values, err := r.secrets.headers(cfg.HTTPHeaders)
 	if err != nil {
 		return err
 	}
-	return RunHTTP(ctx, r.client, HTTPRequest{Method: cfg.HTTPMethod, URL: cfg.HTTPURL, Header: header}, c)
+	return RunHTTP(ctx, r.client, HTTPRequest{Method: cfg.HTTPMethod, URL: cfg.HTTPURL, Header: header, Secrets: values}, c)
 }
 
 // setRefused reports (reason != "") or clears this server's refusal of
@@ -87,6 +90,7 @@ func (r *runner) run(ctx context.Context, shard dataflow.Shard) error {
 func (r *runner) setRefused(ctx context.Context, job, reason string) {
 	r.mu.Lock()
 	prev, had := r.refused[job]
+	reason = redact.Text(reason) // it is stored, shown and logged
 	if reason == "" {
 		delete(r.refused, job)
 	} else {

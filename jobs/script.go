@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/shardflow/shardflow/internal/redact"
 )
 
 // Output kept per script run for the log and the error.
@@ -24,11 +27,64 @@ const pipeDrainTimeout = 2 * time.Second
 // was killed. The error's text carries the status and the output's tail.
 var ErrScriptFailed = errors.New("jobs: script failed")
 
+// ScriptOptions are how RunScript runs a command besides its argv.
+type ScriptOptions struct {
+	// Env names the variables of this process a script gets besides
+	// BaseScriptEnv and the run context (ShardContext.Env): the worker's
+	// --script-env. Names starting with SHARDFLOW_ are passed only when
+	// they start with SecretEnvPrefix (CheckScriptEnv refuses the others).
+	Env []string
+	// Logger receives the output tail. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// BaseScriptEnv names the variables of this process every script gets
+// (when set): what programs need to run at all, no credentials.
+var BaseScriptEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR"}
+
+// CheckScriptEnv refuses --script-env names that are empty, hold '=', or
+// name a shardflow setting: a script never gets the worker's credentials
+// (SHARDFLOW_ZK_AUTH, SHARDFLOW_CONSOLE_TOKEN, ...); SHARDFLOW_SECRET_*
+// variables are for jobs and may be named.
+func CheckScriptEnv(names []string) error {
+	for _, n := range names {
+		switch {
+		case n == "" || strings.ContainsAny(n, "= \t\n\x00"):
+			return fmt.Errorf("jobs: --script-env %q is not a variable name", n)
+		case strings.HasPrefix(n, "SHARDFLOW_") && !strings.HasPrefix(n, SecretEnvPrefix):
+			return fmt.Errorf("jobs: --script-env %s: a script never gets the worker's own SHARDFLOW_* settings (credentials among them); "+
+				"export what the script needs under another name, or as %s*", n, SecretEnvPrefix)
+		}
+	}
+	return nil
+}
+
+// scriptEnv is the whole environment of a script: the allowed variables
+// of this process that are set, then the run context. It returns the
+// values of the SecretEnvPrefix variables too, for redacting the output.
+func scriptEnv(extra []string, c ShardContext) (env, secretValues []string) {
+	for _, name := range append(append([]string(nil), BaseScriptEnv...), extra...) {
+		if strings.HasPrefix(name, "SHARDFLOW_") && !strings.HasPrefix(name, SecretEnvPrefix) {
+			continue // CheckScriptEnv refuses it; never passed
+		}
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+			if strings.HasPrefix(name, SecretEnvPrefix) {
+				secretValues = append(secretValues, v)
+			}
+		}
+	}
+	return append(env, c.Env()...), secretValues
+}
+
 // RunScript runs argv once for one shard item and returns nil when it
 // exits with status 0. The command runs without a shell (argv[0] is looked
 // up in PATH when it has no slash), in its own process group, with stdin
-// from /dev/null, the environment of this process plus c.Env(), and c as
-// JSON appended as its last argument.
+// from /dev/null, a minimal environment (BaseScriptEnv, the variables
+// opts.Env names, and c.Env(): never this process's credentials), and c as
+// JSON appended as its last argument. The output tail in the log and the
+// error is redacted (package redact: URL secrets, password=..., the
+// SHARDFLOW_SECRET_* values it was given).
 //
 // When ctx ends (ownership lost, stop, itemTimeout) the whole process
 // group is killed with SIGKILL, so children and grandchildren go too; the
@@ -36,10 +92,11 @@ var ErrScriptFailed = errors.New("jobs: script failed")
 // background outlives its run. The combined stdout and stderr's last 2 KiB
 // are logged at info level and, on failure, included in the error
 // (wrapping ErrScriptFailed, or ctx's cause when ctx ended).
-func RunScript(ctx context.Context, argv []string, c ShardContext, logger *slog.Logger) error {
+func RunScript(ctx context.Context, argv []string, c ShardContext, opts ScriptOptions) error {
 	if len(argv) == 0 {
 		return fmt.Errorf("%w: empty command line", ErrScriptFailed)
 	}
+	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
@@ -49,7 +106,8 @@ func RunScript(ctx context.Context, argv []string, c ShardContext, logger *slog.
 	}
 	args := append(append([]string(nil), argv[1:]...), string(c.JSON()))
 	cmd := exec.Command(argv[0], args...)
-	cmd.Env = append(os.Environ(), c.Env()...)
+	env, secretValues := scriptEnv(opts.Env, c)
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = w, w // an *os.File: the child writes it directly
 	// Its own group, so one kill reaches its children; Pdeathsig kills the
 	// direct process if this worker dies without killing the group (a
@@ -80,7 +138,7 @@ func RunScript(ctx context.Context, argv []string, c ShardContext, logger *slog.
 	_ = r.Close()
 	<-copied
 
-	text := out.String()
+	text := redact.Text(out.String(), secretValues...)
 	attrs := []any{"job", c.JobName, "item", c.ShardingItem, "command", argv[0]}
 	if werr == nil && ctx.Err() == nil {
 		if text != "" {

@@ -25,7 +25,7 @@ func TestRunScriptEnvAndJSON(t *testing.T) {
 	arg := filepath.Join(dir, "arg")
 	// sh -c SCRIPT NAME: the JSON context, the last argument, is $1.
 	script := fmt.Sprintf(`env | grep -E '^SHARDFLOW_(JOB|ITEM|TOTAL|ITEM_PARAMETER|JOB_PARAMETER|EPOCH|SERVER_ID|FAILOVER)=' | sort > %s; printf %%s "$1" > %s; echo done`, env, arg)
-	if err := RunScript(t.Context(), []string{"/bin/sh", "-c", script, "sh"}, testShard, nil); err != nil {
+	if err := RunScript(t.Context(), []string{"/bin/sh", "-c", script, "sh"}, testShard, ScriptOptions{}); err != nil {
 		t.Fatalf("RunScript: %v", err)
 	}
 	gotEnv, _ := os.ReadFile(env)
@@ -47,14 +47,14 @@ func TestRunScriptEnvAndJSON(t *testing.T) {
 }
 
 func TestRunScriptFailureCarriesTail(t *testing.T) {
-	err := RunScript(t.Context(), []string{"/bin/sh", "-c", `seq 1 2000; echo "disk full" >&2; exit 3`, "sh"}, testShard, nil)
+	err := RunScript(t.Context(), []string{"/bin/sh", "-c", `seq 1 2000; echo "disk full" >&2; exit 3`, "sh"}, testShard, ScriptOptions{})
 	if !errors.Is(err, ErrScriptFailed) || !strings.Contains(err.Error(), "exited with status 3") || !strings.Contains(err.Error(), `disk full\n`) {
 		t.Fatalf("err = %v, want status 3 with the output's tail", err)
 	}
 	if len(err.Error()) > 3*scriptTailBytes {
 		t.Errorf("error is %d bytes; the tail must bound it", len(err.Error()))
 	}
-	err = RunScript(t.Context(), []string{"/nonexistent/cmd"}, testShard, nil)
+	err = RunScript(t.Context(), []string{"/nonexistent/cmd"}, testShard, ScriptOptions{})
 	if !errors.Is(err, ErrScriptFailed) || !strings.Contains(err.Error(), "/nonexistent/cmd") {
 		t.Fatalf("missing command: %v", err)
 	}
@@ -70,7 +70,7 @@ func TestRunScriptCancelKillsGroup(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		// The child shell starts a grandchild and waits for it.
-		errc <- RunScript(ctx, []string{"/bin/sh", "-c", fmt.Sprintf(`sleep 300 & echo $! > %s.tmp; mv %s.tmp %s; wait`, pidFile, pidFile, pidFile), "sh"}, testShard, nil)
+		errc <- RunScript(ctx, []string{"/bin/sh", "-c", fmt.Sprintf(`sleep 300 & echo $! > %s.tmp; mv %s.tmp %s; wait`, pidFile, pidFile, pidFile), "sh"}, testShard, ScriptOptions{})
 	}()
 	pid := proctest.ReadPid(t, 20*time.Second, pidFile)
 	if proctest.Gone(pid) {
@@ -89,7 +89,7 @@ func TestRunScriptCancelKillsGroup(t *testing.T) {
 // otherwise hold the output pipe and outlive the run).
 func TestRunScriptKillsLeftovers(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	err := RunScript(t.Context(), []string{"/bin/sh", "-c", fmt.Sprintf(`sleep 300 & echo $! > %s`, pidFile), "sh"}, testShard, nil)
+	err := RunScript(t.Context(), []string{"/bin/sh", "-c", fmt.Sprintf(`sleep 300 & echo $! > %s`, pidFile), "sh"}, testShard, ScriptOptions{})
 	if err != nil {
 		t.Fatalf("RunScript: %v", err)
 	}

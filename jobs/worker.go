@@ -28,6 +28,16 @@ type WorkerConfig struct {
 	// AllowURLs are the URL prefixes this worker may request (see
 	// AllowList). Default none: every HTTP job is refused.
 	AllowURLs []string
+	// ScriptEnv names the variables of the worker's environment its
+	// scripts get besides BaseScriptEnv and the SHARDFLOW_* run context
+	// (CheckScriptEnv). Default none: scripts never see the worker's
+	// credentials.
+	ScriptEnv []string
+	// SecretDir is the directory whose files a stored HTTP job's header may
+	// name as ${file:NAME} (a mounted secret volume). Default "": file
+	// references are refused. ${env:NAME} references read this process's
+	// variables named SecretEnvPrefix+"*" only.
+	SecretDir string
 	// Logger receives the worker's events. Default slog.Default().
 	Logger *slog.Logger
 	// JobOptions are given to every job the worker adds to the Node
@@ -76,10 +86,15 @@ func NewWorker(n *dataflow.Node, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckScriptEnv(cfg.ScriptEnv); err != nil {
+		return nil, err
+	}
+	run := newRunner(n, allow, secrets{dir: cfg.SecretDir}, cfg.Logger)
+	run.scriptEnv = cfg.ScriptEnv
 	return &Worker{
 		n: n, cfg: cfg, logger: cfg.Logger,
 		admin: coord.NewAdmin(n.Store(), n.Namespace()),
-		run:   newRunner(n, allow, cfg.Logger),
+		run:   run,
 		known: map[string]int64{}, hosted: map[string]bool{}, changed: make(chan struct{}),
 	}, nil
 }

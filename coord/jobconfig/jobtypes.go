@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/shardflow/shardflow/internal/redact"
 )
 
 // JobType is the kind of a job, stored in its jobType config node.
@@ -103,10 +105,10 @@ func ValidateHTTPURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fieldErr(FieldHTTPURL, fix, "%q does not parse: %v", raw, err)
+		return fieldErr(FieldHTTPURL, fix, "%q does not parse", redact.URL(raw))
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fieldErr(FieldHTTPURL, fix, "%q is not an absolute http:// or https:// URL", raw)
+		return fieldErr(FieldHTTPURL, fix, "%q is not an absolute http:// or https:// URL", redact.URL(raw))
 	}
 	return nil
 }
@@ -124,7 +126,8 @@ func ParseHTTPHeaders(text string) (http.Header, error) {
 		name, value, ok := strings.Cut(line, ":")
 		name = strings.TrimSpace(name)
 		if !ok || !validToken(name) {
-			return nil, fieldErr(FieldHTTPHeaders, fix, "line %d %q is not a header", i+1, line)
+			// The line may be a secret pasted without its name: not quoted.
+			return nil, fieldErr(FieldHTTPHeaders, fix, "line %d is not a header", i+1)
 		}
 		if strings.ContainsAny(value, "\r\x00") {
 			return nil, fieldErr(FieldHTTPHeaders, fix, "line %d has a control character in its value", i+1)

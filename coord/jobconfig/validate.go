@@ -48,7 +48,9 @@ func ValidErrorPolicy(p ErrorPolicy) bool {
 //
 // Validate checks c.WithDefaults(): a zero field that has a default is
 // fine, an explicit negative one is an error. It checks: the job name
-// (ValidateJobName); shardingTotalCount > 0; the time zone (LoadZone);
+// (ValidateJobName); shardingTotalCount > 0; the sizes of the fields
+// (MaxShardingTotalCount, MaxParameterBytes, MaxHTTPHeadersBytes,
+// MaxTextBytes); the time zone (LoadZone);
 // the cron expression (ParseCronIn, in that zone) unless it is empty, and
 // not naming a zone of its own when timeZone does; the item parameters (ParseItemParameters against the
 // total); processCountIntervalSeconds, concurrentDataProcessThreadCount,
@@ -79,8 +81,12 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if _, err := ParseItemParameters(c.ShardingItemParameters, c.ShardingTotalCount); err != nil {
-		errs = append(errs, err)
+	sizeErrs := c.validateSizes()
+	errs = append(errs, sizeErrs...)
+	if len(sizeErrs) == 0 { // an oversized value is not parsed
+		if _, err := ParseItemParameters(c.ShardingItemParameters, c.ShardingTotalCount); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, f := range []struct {
 		name  string

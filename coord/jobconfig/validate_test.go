@@ -48,6 +48,11 @@ func TestValidateErrors(t *testing.T) {
 		{"negative reconcile", func(c *Config) { c.ReconcileIntervalSeconds = -60 }, "reconcileIntervalSeconds", "got -60"},
 		{"unknown strategy", func(c *Config) { c.ShardingStrategy = "hash" }, "jobShardingStrategy", `"hash"`},
 		{"unknown policy", func(c *Config) { c.ErrorPolicy = "throw" }, "errorPolicy", `"throw"`},
+		// Sizes: the limit is named, so the operator knows what to aim for.
+		{"huge total", func(c *Config) { c.ShardingTotalCount = 20_000_000 }, "shardingTotalCount", "over the limit of 10000"},
+		{"huge job parameter", func(c *Config) { c.JobParameter = strings.Repeat("p", MaxParameterBytes+1) }, "jobParameter", "over the limit of 65536"},
+		{"huge item parameters", func(c *Config) { c.ShardingItemParameters = "0=" + strings.Repeat("p", MaxParameterBytes) }, "shardingItemParameters", "MaxParameterBytes"},
+		{"huge description", func(c *Config) { c.Description = strings.Repeat("d", MaxTextBytes+1) }, "description", "over the limit of 8192"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
