@@ -30,6 +30,9 @@ type consoleOptions struct {
 	admin     *coord.Admin
 	namespace string
 	creds     *credentials
+	// allowedHosts are the host names the console answers to besides IP
+	// literals and localhost (hostCheck).
+	allowedHosts []string
 	// history, when set, adds a history section to each job page.
 	history HistorySection
 	logger  *slog.Logger
@@ -53,6 +56,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	tokenFile := fs.String("token-file", "", "file holding the bearer token for actions (default $"+envConsoleToken+")")
 	basicFile := fs.String("basic-auth-file", "", "file holding user:password for actions (default $"+envConsoleBasicAuth+")")
 	historyPG := fs.String("history-pg", "", "Postgres DSN of the execution history: adds recent runs, failures and a chart to job pages")
+	var allowedHosts stringList = allowedHostsFromEnv()
+	fs.Var(&allowedHosts, "allowed-host", "a host name the console is reached under, besides IP addresses and localhost (repeatable; default $"+envConsoleAllowedHosts+"; * for any): other names are refused against DNS rebinding")
 	historyTable := fs.String("history-table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")
 	if err := fs.Parse(args); err != nil {
 		return usageError{err.Error()}
@@ -81,7 +86,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		defer closeHist()
 	}
-	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, history: hist, logger: cliLogger})
+	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, history: hist, logger: cliLogger, allowedHosts: allowedHosts})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	mode := "actions need a login"
 	if !creds.configured() {
@@ -123,7 +128,9 @@ func newConsole(o consoleOptions) http.Handler {
 	mux.HandleFunc("POST /api/jobs/{job}/{action}", cs.requireAuth(cs.apiAction))
 	// Cross-origin state-changing requests (a web page the operator opens
 	// posting here) are refused with 403 before any handler runs.
-	return http.NewCrossOriginProtection().Handler(securityHeaders(mux))
+	// A request under a host name not ours (DNS rebinding) is refused
+	// before anything else.
+	return newHostCheck(o.allowedHosts).wrap(http.NewCrossOriginProtection().Handler(securityHeaders(mux)))
 }
 
 // securityHeaders forbids framing and sniffing, and any script but the

@@ -145,7 +145,8 @@ func (cs *consoleServer) viewerFor(r *http.Request) Viewer {
 
 type overviewPage struct {
 	Viewer
-	Jobs []JobSummary
+	Jobs       []JobSummary
+	Unreadable []unreadableJob
 }
 
 func (cs *consoleServer) overview(w http.ResponseWriter, r *http.Request) {
@@ -154,7 +155,7 @@ func (cs *consoleServer) overview(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	p := overviewPage{Viewer: cs.viewerFor(r)}
+	p := overviewPage{Viewer: cs.viewerFor(r), Unreadable: doc.Unreadable}
 	for _, js := range doc.Jobs {
 		p.Jobs = append(p.Jobs, summarize(js))
 	}

@@ -33,7 +33,9 @@ func consoleFixture(t *testing.T, creds *credentials, history HistorySection) (h
 	t.Cleanup(func() { _ = adminSession.Close() })
 	startNode(t, srv, coord.DefaultNamespace, "console-job", 3)
 	admin := coord.NewAdmin(adminSession, "")
-	return newConsole(consoleOptions{admin: admin, namespace: coord.DefaultNamespace, creds: creds, history: history, logger: cliLogger}), admin
+	// httptest's requests name example.com in Host.
+	return newConsole(consoleOptions{admin: admin, namespace: coord.DefaultNamespace, creds: creds, history: history, logger: cliLogger,
+		allowedHosts: []string{"example.com"}}), admin
 }
 
 func testCreds(t *testing.T) *credentials {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/internal/redact"
 )
 
 // stringList is a repeatable string flag.
@@ -123,7 +124,12 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 				continue // removed meanwhile
 			}
 			if err != nil {
-				return err
+				if ctx.Err() != nil {
+					return err
+				}
+				// Listed with its error: one broken job never hides the others.
+				rows = append(rows, jobRow{Job: name, Type: "?", Error: "unreadable: " + redact.Text(err.Error())})
+				continue
 			}
 			row := jobRow{Job: name, Type: s.Config[jobconfig.FieldJobType], Cron: s.Config[jobconfig.FieldCron], Error: s.ConfigError}
 			if row.Type == "" {

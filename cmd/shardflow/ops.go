@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/jobconfig"
 )
 
 // opCommand builds one operator action command.
@@ -112,7 +113,7 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			if err := admin.SetConfig(ctx, *job, fs.Arg(0), fs.Arg(1)); err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "config set: job %s: %s = %q\n", *job, fs.Arg(0), fs.Arg(1))
+			fmt.Fprintf(stdout, "config set: job %s: %s = %q\n", *job, fs.Arg(0), jobconfig.RedactField(fs.Arg(0), fs.Arg(1)))
 			return nil
 		}
 		s, err := admin.Status(ctx, *job)

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/internal/redact"
 	"github.com/shardflow/shardflow/jobs"
 	"github.com/shardflow/shardflow/stats"
 )
@@ -25,10 +26,12 @@ const defaultStopGrace = 25 * time.Second
 // added jobs and dropping removed ones without a restart.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cf := zkFlagSet("serve", stderr)
-	var allowCmd, allowURL stringList
+	var allowCmd, allowURL, scriptEnv stringList
 	serverID := fs.String("server-id", "", "this worker's id among a job's servers (default: the first non-loopback IPv4 address; set one per process when several share a host)")
 	fs.Var(&allowCmd, "allow-command", `a command prefix this worker may run, e.g. "/opt/jobs/" (repeatable; see docs/operations.md)`)
 	fs.Var(&allowURL, "allow-url", `a URL prefix this worker may request, e.g. "https://jobs.internal/run/" (repeatable)`)
+	fs.Var(&scriptEnv, "script-env", "a variable of this worker's environment its scripts get besides PATH, HOME, LANG, ... and the SHARDFLOW_* run context (repeatable; never the worker's SHARDFLOW_* credentials)")
+	secretDir := fs.String("secret-dir", "", `directory whose files an HTTP job's header may name as ${file:NAME} (a mounted secret); ${env:NAME} reads this worker's SHARDFLOW_SECRET_* variables`)
 	fs.DurationVar(&cf.sessionTimeout, "session-timeout", 0, "ZooKeeper session timeout: how long after a crash this worker's items fail over (default 10s)")
 	verbose := fs.Bool("v", false, "log every run (info level) instead of warnings and errors only")
 	historyPG := fs.String("history-pg", "", "Postgres DSN: record every item run there (table shardflow_history; see `shardflow history`)")
@@ -41,6 +44,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("give at least one --allow-command or --allow-url: a worker runs only the stored commands and URLs it is allowed to")
 	}
 	if _, err := jobs.NewAllowList(allowCmd, allowURL); err != nil {
+		return usageError{err.Error()}
+	}
+	if err := jobs.CheckScriptEnv(scriptEnv); err != nil {
 		return usageError{err.Error()}
 	}
 	if *stopGrace <= 0 {
@@ -75,7 +81,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	worker, err := jobs.NewWorker(node, jobs.WorkerConfig{AllowCommands: allowCmd, AllowURLs: allowURL, Logger: logger})
+	worker, err := jobs.NewWorker(node, jobs.WorkerConfig{AllowCommands: allowCmd, AllowURLs: allowURL,
+		ScriptEnv: scriptEnv, SecretDir: *secretDir, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -95,7 +102,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "serve: worker %s running the stored jobs of namespace %s (allowed commands %q, URLs %q)\n",
-		node.ServerID(), cf.namespace, []string(allowCmd), []string(allowURL))
+		node.ServerID(), cf.namespace, []string(allowCmd), redactAll(allowURL))
 	<-ctx.Done()
 
 	sctx, cancel := context.WithTimeout(context.Background(), *stopGrace)
@@ -110,4 +117,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintln(stdout, "serve: stopped")
 	return nil
+}
+
+// redactAll returns the URLs with their secrets redacted, for printing.
+func redactAll(urls []string) []string {
+	out := make([]string, len(urls))
+	for i, u := range urls {
+		out[i] = redact.URL(u)
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/internal/redact"
 )
 
 // statusDocument is the JSON document `shardflow status --json` prints
@@ -18,6 +20,16 @@ import (
 type statusDocument struct {
 	Namespace string            `json:"namespace"`
 	Jobs      []coord.JobStatus `json:"jobs"`
+	// Unreadable lists the jobs whose status could not be read (a
+	// malformed node, say), beside the jobs that could: one broken job
+	// never hides the others.
+	Unreadable []unreadableJob `json:"unreadable,omitempty"`
+}
+
+// unreadableJob is a job a view lists without its status, and why.
+type unreadableJob struct {
+	Job   string `json:"job"`
+	Error string `json:"error"`
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -53,8 +65,17 @@ func collectStatus(ctx context.Context, admin *coord.Admin, namespace, job strin
 	}
 	for _, name := range names {
 		s, err := admin.Status(ctx, name)
-		if err != nil {
+		switch {
+		case err != nil && job != "":
 			return doc, fmt.Errorf("status of job %q: %w", name, err)
+		case errors.Is(err, coord.ErrNoJob):
+			continue // removed meanwhile
+		case err != nil:
+			if ctx.Err() != nil {
+				return doc, fmt.Errorf("status of job %q: %w", name, err)
+			}
+			doc.Unreadable = append(doc.Unreadable, unreadableJob{Job: name, Error: redact.Text(err.Error())})
+			continue
 		}
 		doc.Jobs = append(doc.Jobs, s)
 	}
@@ -62,7 +83,10 @@ func collectStatus(ctx context.Context, admin *coord.Admin, namespace, job strin
 }
 
 func printStatus(w io.Writer, doc statusDocument) {
-	if len(doc.Jobs) == 0 {
+	for _, u := range doc.Unreadable {
+		fmt.Fprintf(w, "job %s   UNREADABLE: %s\n", u.Job, u.Error)
+	}
+	if len(doc.Jobs) == 0 && len(doc.Unreadable) == 0 {
 		fmt.Fprintf(w, "namespace %q has no jobs\n", doc.Namespace)
 		return
 	}

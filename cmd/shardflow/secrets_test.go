@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testwait"
+)
+
+// planted are the secrets TestSecretsNeverShown stores and echoes; no
+// surface may show one.
+var planted = []string{"hdr-bearer-7f3a", "query-key-7f3b", "set-key-7f3c", "dsn-pass-7f3d", "refused-key-7f3e", "url-pass-7f3f"}
+
+// TestSecretsNeverShown plants secrets in HTTP jobs (a header, URL query
+// strings, a header set later with `config set`, a DSN password echoed by
+// the endpoint's error body) and scans every surface: `status` and its
+// JSON, `config get`, `job list` and its JSON, `config set`'s echo, the
+// worker's log (with every run logged), the console's pages and
+// /api/status. Before redaction every one of them showed the header and
+// the query string.
+func TestSecretsNeverShown(t *testing.T) {
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = io.WriteString(w, "upstream refused "+r.Header.Get("Authorization")+" "+r.Header.Get("X-Api-Key")+
+			" connecting to postgres://app:dsn-pass-7f3d@db/orders password=dsn-pass-7f3d")
+	}))
+	defer endpoint.Close()
+
+	srv := memstore.NewServer()
+	prev := dialStore
+	dialStore = func(context.Context, []string, *connFlags) (store.Store, error) { return srv.Connect(), nil }
+	t.Cleanup(func() { dialStore = prev })
+	zk := []string{"--zk", "mem:1", "--namespace", "secrets"}
+	cli := func(args ...string) string {
+		t.Helper()
+		// The connection flags before the first flag: positional
+		// arguments (config set's FIELD VALUE) come last.
+		i := 0
+		for i < len(args) && !strings.HasPrefix(args[i], "-") {
+			i++
+		}
+		full := append(append(append([]string(nil), args[:i]...), zk...), args[i:]...)
+		out, errOut, code := runCLI(t, full...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out + errOut
+	}
+	var surfaces []string
+	surfaces = append(surfaces, cli("job", "add", "--job", "hook", "--type", "http", "--total", "1",
+		"--url", endpoint.URL+"/run?api_key=query-key-7f3b", "--header", "Authorization: Bearer hdr-bearer-7f3a"))
+	surfaces = append(surfaces, cli("job", "add", "--job", "elsewhere", "--type", "http", "--total", "1",
+		"--url", "https://user:url-pass-7f3f@other.internal/run?token=refused-key-7f3e"))
+	surfaces = append(surfaces, cli("config", "set", "--job", "hook", "httpHeaders", "Authorization: Bearer hdr-bearer-7f3a\nX-Api-Key: set-key-7f3c"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var serveOut, serveErr syncBuffer
+	served := make(chan int, 1)
+	go func() {
+		served <- run(ctx, append([]string{"serve", "-v", "--server-id", "w1", "--allow-url", endpoint.URL + "/"}, zk...), &serveOut, &serveErr)
+	}()
+	defer func() {
+		cancel()
+		testwait.Recv(t, 30*time.Second, "serve to stop", served)
+	}()
+	testwait.For(t, 20*time.Second, "the worker to join hook and refuse elsewhere", func() bool {
+		out, _, _ := runCLI(t, append([]string{"job", "list", "--json"}, zk...)...)
+		var rows []jobRow
+		if json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 {
+			return false
+		}
+		return rows[0].Job == "elsewhere" && len(rows[0].Refused) == 1 && rows[1].Job == "hook" && rows[1].Servers == 1
+	})
+	cli("trigger", "--job", "hook")
+	testwait.For(t, 20*time.Second, "the failed request in the worker's log", func() bool {
+		return strings.Contains(serveErr.String(), "502")
+	})
+
+	surfaces = append(surfaces,
+		cli("status"), cli("status", "--json"), cli("config", "get", "--job", "hook"), cli("config", "get", "--job", "elsewhere"),
+		cli("job", "list"), cli("job", "list", "--json"))
+
+	admin := coord.NewAdmin(srv.Connect(), "secrets")
+	h := newConsole(consoleOptions{admin: admin, namespace: "secrets", creds: &credentials{}, logger: cliLogger, allowedHosts: []string{"example.com"}})
+	for _, path := range []string{"/", "/jobs/hook", "/jobs/elsewhere", "/api/status", "/api/status?job=hook"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+		}
+		surfaces = append(surfaces, rec.Body.String())
+	}
+	cancel()
+	testwait.Recv(t, 30*time.Second, "serve to stop", served)
+	served <- 0 // for the deferred wait
+	surfaces = append(surfaces, serveOut.String(), serveErr.String())
+
+	all := strings.Join(surfaces, "\n----\n")
+	for _, s := range planted {
+		if strings.Contains(all, s) {
+			i := strings.Index(all, s)
+			t.Errorf("secret %q shown: ...%s...", s, all[max(0, i-200):min(len(all), i+100)])
+		}
+	}
+	// The redacted views still say what the job is.
+	for _, want := range []string{"api_key=REDACTED", "Authorization: REDACTED", "upstream refused"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("no surface shows %q", want)
+		}
+	}
+}
