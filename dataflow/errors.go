@@ -38,6 +38,8 @@ var (
 	ErrJobExists = errors.New("dataflow: a job with this name is already added to this node; remove it first or pick another JobName")
 	// ErrNodeStopped: the Node is stopping or stopped and accepts no jobs or triggers.
 	ErrNodeStopped = errors.New("dataflow: node is stopped; create a new Node")
+	// ErrNoStore: NewNode was given no NodeConfig.Store.
+	ErrNoStore = errors.New("dataflow: NodeConfig.Store is nil; pass zkstore.Open(ctx, zkstore.Config{Servers: ...}) for a ZooKeeper cluster, or memstore.NewServer().Connect() for one process with no cluster")
 	// ErrBadCron: a job's Cron does not parse.
 	ErrBadCron = errors.New("dataflow: invalid cron expression; use six fields with seconds, e.g. \"0/5 * * * * ?\"")
 )

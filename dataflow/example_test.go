@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
 )
 
@@ -42,13 +43,13 @@ func (d done) AfterRun(_ context.Context, _ dataflow.RunInfo, r dataflow.RunResu
 // job's shard items without ZooKeeper.
 func ExampleAddJob() {
 	ctx := context.Background()
-	node, err := dataflow.NewNode(dataflow.NodeConfig{ServerID: "example"})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "example"})
 	if err != nil {
 		panic(err)
 	}
 	job := &cities{}
 	finished := make(done, 1)
-	err = dataflow.AddJob(node, dataflow.JobConfig{
+	err = dataflow.AddJob(ctx, node, dataflow.JobConfig{
 		JobName:                "cities",
 		ShardingTotalCount:     2,
 		ShardingItemParameters: "0=Beijing,1=Shanghai",
@@ -124,14 +125,14 @@ func ExampleRunBatchJob() {
 // server of the job). ItemTimeout bounds each item's call.
 func ExampleAddSimpleJob() {
 	ctx := context.Background()
-	node, err := dataflow.NewNode(dataflow.NodeConfig{ServerID: "example"})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "example"})
 	if err != nil {
 		panic(err)
 	}
 	var mu sync.Mutex
 	var lines []string
 	finished := make(done, 1)
-	err = dataflow.AddSimpleJob(node, dataflow.JobConfig{
+	err = dataflow.AddSimpleJob(ctx, node, dataflow.JobConfig{
 		JobName:                "report",
 		ShardingTotalCount:     3,
 		ShardingItemParameters: "0=eu,1=us,2=asia",

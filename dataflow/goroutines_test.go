@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
 
@@ -28,7 +29,7 @@ const idleJobGoroutinesPer10 = 1
 // machine.
 func TestNodeIdleJobGoroutines(t *testing.T) {
 	const jobs = 1000
-	n, err := NewNode(NodeConfig{ServerID: "g", Logger: slog.New(slog.DiscardHandler)})
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "g", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestNodeIdleJobGoroutines(t *testing.T) {
 	for i := range jobs {
 		g.Go(func() error {
 			cfg := JobConfig{JobName: fmt.Sprintf("idle%d", i), ShardingTotalCount: 4, Cron: "0 0 0 * * ?"}
-			return AddJob(n, cfg, Job[int](idleJob{}))
+			return AddJob(t.Context(), n, cfg, Job[int](idleJob{}))
 		})
 	}
 	if err := g.Wait(); err != nil {

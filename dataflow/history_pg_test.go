@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
 	"github.com/shardflow/shardflow/integration"
@@ -32,7 +33,7 @@ func TestNodeHistoryOnPostgres(t *testing.T) {
 	}
 	defer func() { _ = buf.Stop(context.Background()) }()
 
-	n, l := startNodeWithJob(t, NodeConfig{ServerID: "server-0", History: buf}, JobConfig{JobName: "fo", ShardingTotalCount: 2}, &itemJob{})
+	n, l := startNodeWithJob(t, NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "server-0", History: buf}, JobConfig{JobName: "fo", ShardingTotalCount: 2}, &itemJob{})
 	defer stopNode(t, n)
 	// Manual.
 	if err := n.Trigger("fo"); err != nil {

@@ -4,10 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/history"
-	"github.com/shardflow/shardflow/stats"
 )
 
 // Every item run reaches NodeConfig.History with its source: a trigger is
@@ -16,8 +17,8 @@ import (
 // failure update the per-item last-success metric.
 func TestNodeRecordsHistoryPerItem(t *testing.T) {
 	mem := history.NewMemory(0)
-	metrics := stats.NewCollector("h-0")
-	n, l := startNodeWithJob(t, NodeConfig{ServerID: "h-0", History: mem, Metrics: metrics},
+	metrics := prometheus.NewRegistry()
+	n, l := startNodeWithJob(t, NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "h-0", History: mem, Metrics: metrics},
 		JobConfig{JobName: "h", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}, failSome{})
 	defer stopNode(t, n)
 	if err := n.Trigger("h"); err != nil {
@@ -41,7 +42,7 @@ func TestNodeRecordsHistoryPerItem(t *testing.T) {
 			t.Errorf("record %+v: begin/end outside the run %v + %v", r, ev.res.Started, ev.res.Duration)
 		}
 	}
-	if got := testutil.CollectAndCount(metrics, "shardflow_item_last_success_timestamp_seconds"); got != 2 {
+	if got := gatherCount(t, metrics, "shardflow_item_last_success_timestamp_seconds"); got != 2 {
 		t.Errorf("%d item last-success series, want 2 (items 0 and 1; item 2 failed)", got)
 	}
 
@@ -56,4 +57,14 @@ func TestNodeRecordsHistoryPerItem(t *testing.T) {
 	if len(slow) != 2 || slow[0].Source != history.SourceMisfire || slow[1].Source != history.SourceNormal {
 		t.Fatalf("records of the slow job (newest first) %+v; want a misfire run after a normal one", slow)
 	}
+}
+
+// gatherCount returns how many series of the metric named name reg gathers.
+func gatherCount(t *testing.T, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	n, err := testutil.GatherAndCount(reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

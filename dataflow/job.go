@@ -48,6 +48,10 @@ type BatchJob[T any] interface {
 type Shard struct {
 	// JobName is the job's name.
 	JobName string
+	// ServerID is the id of the server running the item (NodeConfig.ServerID
+	// with its default applied): sources and sinks record it as the owner of
+	// their writes (sources/postgres's claimed_by).
+	ServerID string
 	// Item is the shard item, 0..Total-1.
 	Item int
 	// Total is the job's ShardingTotalCount.

@@ -9,11 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord"
-	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/internal/startstop"
@@ -32,8 +32,6 @@ const stopLeavers = 32
 
 // Timeouts of coordination calls the Node makes without a caller's ctx.
 const (
-	// joinTimeout bounds Registry.Join in AddJob.
-	joinTimeout = 30 * time.Second
 	// completeTimeout bounds Run.Complete, which runs even when the run's
 	// context is cancelled (the items' running nodes must be cleared).
 	completeTimeout = 30 * time.Second
@@ -45,15 +43,20 @@ const (
 // NodeConfig configures a Node. Zero fields take the stated defaults.
 type NodeConfig struct {
 	// Store is the coordination store session shared by all jobs of the
-	// Node; the Node does not close it. Default nil: an embedded in-process
-	// memstore server and session owned (and closed) by the Node, for a
-	// single process with no ZooKeeper.
+	// Node: zkstore.Open for ZooKeeper, or memstore.NewServer().Connect()
+	// for a single process with no cluster (every Node on one memstore
+	// server shares it; a Node alone on one owns every item). Required:
+	// NewNode refuses nil, so that no production process silently runs on
+	// a private in-memory store. The Node does not close it.
 	Store store.Store
 	// Namespace is the root node of the jobs. Default "shardflow".
 	Namespace string
 	// ServerID identifies this process among a job's servers (see
-	// coord.RegistryConfig.ServerID). Default: the first non-loopback IPv4
-	// address; set it (e.g. the pod name) when processes share an address.
+	// coord.RegistryConfig.ServerID). It is set once here and carried
+	// everywhere else: Shard.ServerID (which sources/postgres writes to
+	// claimed_by), the servers nodes, history records and the metrics'
+	// server label. Default: the first non-loopback IPv4 address; set it
+	// (e.g. the pod name) when processes share an address.
 	ServerID string
 	// Logger receives the Node's events. Default slog.Default().
 	Logger *slog.Logger
@@ -63,9 +66,11 @@ type NodeConfig struct {
 	// under ErrorPolicyReturn. It is called from the job's run goroutine;
 	// keep it short. Default nil: such errors are logged at error level.
 	OnError func(job string, err error)
-	// Metrics, when set, gets each job's counter (Track) and each run's
-	// duration and outcome (ObserveRun). Default nil: no metrics.
-	Metrics *stats.Collector
+	// Metrics, when set, is where the Node registers its Prometheus
+	// collector (a stats.Collector labelled server=ServerID; see its doc
+	// for the metrics) at NewNode, and unregisters it at the end of Stop.
+	// Default nil: no metrics.
+	Metrics prometheus.Registerer
 	// History, when set, receives one record per shard item run (job,
 	// server, item, epoch, source, begin, end, counts, first error), after
 	// the run is completed. It must not block: use a history.Buffer (see
@@ -94,14 +99,14 @@ type NodeConfig struct {
 // every job are reported by one shared stats.Group, and the scheduler adds
 // one runner goroutine per job only while a run is due or in progress.
 type Node struct {
-	cfg      NodeConfig
-	logger   *slog.Logger
-	st       store.Store
-	ownStore *memstore.Session // the embedded default, closed by Stop
-	reg      *coord.Registry
-	sched    *scheduler
-	reports  *stats.Group // ticks every job's count reporter
-	tracer   trace.Tracer // nil: no tracing
+	cfg     NodeConfig
+	logger  *slog.Logger
+	st      store.Store
+	metrics *stats.Collector // nil: no metrics
+	reg     *coord.Registry
+	sched   *scheduler
+	reports *stats.Group // ticks every job's count reporter
+	tracer  trace.Tracer // nil: no tracing
 
 	ctx    context.Context // the Node's lifetime; cancelled at the end of Stop
 	cancel context.CancelFunc
@@ -140,26 +145,29 @@ type hostedJob struct {
 	haltCancel context.CancelFunc
 }
 
-// NewNode returns a Node for cfg. It connects nothing but the embedded store
-// (when cfg.Store is nil) and starts no goroutine; jobs join the cluster in
-// AddJob and are scheduled from Start.
+// NewNode returns a Node for cfg. It connects nothing and starts no
+// goroutine; jobs join the cluster in AddJob and are scheduled from Start.
+// Errors: ErrNoStore when cfg.Store is nil, a bad ServerID or Namespace,
+// or the metrics' registration.
 func NewNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Store == nil {
+		return nil, ErrNoStore
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, logger: cfg.Logger, st: cfg.Store, jobs: map[string]*hostedJob{}}
-	if n.st == nil {
-		n.ownStore = memstore.NewServer().Connect()
-		n.st = n.ownStore
-	}
 	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", Logger: cfg.Logger, TestSignals: cfg.TestSignals})
 	if err != nil {
-		if n.ownStore != nil {
-			_ = n.ownStore.Close()
-		}
 		return nil, fmt.Errorf("dataflow: NewNode: %w", err)
 	}
 	n.reg = reg
+	if cfg.Metrics != nil {
+		n.metrics = stats.NewCollector(reg.ServerID())
+		if err := cfg.Metrics.Register(n.metrics); err != nil {
+			return nil, fmt.Errorf("dataflow: NewNode: NodeConfig.Metrics: registering the collector of server %q: %w; give each Node its own prometheus.Registerer (or prometheus.WrapRegistererWith)", reg.ServerID(), err)
+		}
+	}
 	n.sched = newScheduler(cfg.Logger)
 	n.reports = stats.NewGroup(reportWriters)
 	n.tracer = tracerOf(cfg.TracerProvider)
@@ -171,8 +179,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 // ServerID returns the effective server id.
 func (n *Node) ServerID() string { return n.reg.ServerID() }
 
-// Store returns the Node's coordination store session (the embedded one
-// when NodeConfig.Store was nil), for code that works beside the Node's
+// Store returns the Node's coordination store session, for code that works beside the Node's
 // jobs, such as package jobs' Worker. Do not close it.
 func (n *Node) Store() store.Store { return n.st }
 
@@ -276,8 +283,8 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 			n.logger.Warn("dataflow: closing registry", "err", cerr)
 		}
 		n.cancel()
-		if n.ownStore != nil {
-			_ = n.ownStore.Close()
+		if n.metrics != nil {
+			n.cfg.Metrics.Unregister(n.metrics)
 		}
 		n.stopErr = err
 	})
@@ -290,32 +297,33 @@ func (n *Node) shutdown(ctx context.Context, hard bool) error {
 // AddJob adds a per-item job to n: it validates cfg (after defaults),
 // joins the cluster (the stored config wins unless cfg.Overwrite; see
 // coord.Registry.Join) and schedules the job on the stored config's cron.
-// It blocks for the join, up to 30 s; when this server id is still
+// It blocks for the join, bounded by ctx; when this server id is still
 // registered by its own previous, dying session (a quick restart after a
 // crash), the join waits for that session to expire, up to the store's
-// session timeout, instead of failing. Errors: a *jobconfig.FieldError
-// (wrapping jobconfig.ErrInvalid), ErrJobExists, ErrNodeStopped, ErrBadCron,
-// or a coord error such as coord.ErrServerIDInUse.
-func AddJob[T any](n *Node, cfg JobConfig, job Job[T], opts ...JobOption) error {
+// session timeout, instead of failing, so give ctx at least that long.
+// Errors: a *jobconfig.FieldError (wrapping jobconfig.ErrInvalid),
+// ErrJobExists, ErrNodeStopped, ErrBadCron, ctx.Err(), or a coord error
+// such as coord.ErrServerIDInUse.
+func AddJob[T any](ctx context.Context, n *Node, cfg JobConfig, job Job[T], opts ...JobOption) error {
 	if job == nil {
 		return fmt.Errorf("dataflow: AddJob %q: job is nil; pass a Job implementation", cfg.JobName)
 	}
-	return n.add(cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
+	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
 		return RunJob(ctx, job, shards, pc)
 	}, opts)
 }
 
 // AddBatchJob is AddJob for a BatchJob.
-func AddBatchJob[T any](n *Node, cfg JobConfig, job BatchJob[T], opts ...JobOption) error {
+func AddBatchJob[T any](ctx context.Context, n *Node, cfg JobConfig, job BatchJob[T], opts ...JobOption) error {
 	if job == nil {
 		return fmt.Errorf("dataflow: AddBatchJob %q: job is nil; pass a BatchJob implementation", cfg.JobName)
 	}
-	return n.add(cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
+	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
 		return RunBatchJob(ctx, job, shards, pc)
 	}, opts)
 }
 
-func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, PipelineConfig) RunResult, opts []JobOption) error {
+func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Context, []Shard, PipelineConfig) RunResult, opts []JobOption) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("dataflow: AddJob %q: %w", cfg.JobName, err)
@@ -338,8 +346,11 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	n.jobs[h.name] = nil // reserve the name while joining
 	n.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(n.ctx, joinTimeout)
+	// The join ends with ctx, or when the Node's teardown begins.
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stopJoin := context.AfterFunc(n.ctx, cancel)
+	defer stopJoin()
 	cj, err := n.reg.Join(ctx, cfg)
 	if err == nil {
 		h.cj = cj
@@ -354,8 +365,10 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	if err == nil && n.stopping {
 		// Stop began while joining and did not see this job: undo.
 		n.mu.Unlock()
-		_ = n.sched.remove(ctx, h.name)
-		_ = cj.Leave(ctx)
+		uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
+		_ = n.sched.remove(uctx, h.name)
+		_ = cj.Leave(uctx)
+		ucancel()
 		n.mu.Lock()
 		err = ErrNodeStopped
 	}
@@ -365,8 +378,8 @@ func (n *Node) add(cfg JobConfig, pipeline func(context.Context, []Shard, Pipeli
 	}
 	n.jobs[h.name] = h
 	h.reporter = stats.NewReporter(h.counter, cj, cj.Config().ProcessCountInterval(), n.logger)
-	if n.cfg.Metrics != nil {
-		n.cfg.Metrics.Track(h.name, h.counter)
+	if n.metrics != nil {
+		n.metrics.Track(h.name, h.counter)
 	}
 	select {
 	case <-n.life.Started(): // set under mu by Start
@@ -424,8 +437,8 @@ func (n *Node) detach(ctx context.Context, h *hostedJob, leave bool) error {
 				errs = append(errs, fmt.Errorf("leave: %w", err))
 			}
 		}
-		if n.cfg.Metrics != nil {
-			n.cfg.Metrics.Forget(h.name)
+		if n.metrics != nil {
+			n.metrics.Forget(h.name)
 		}
 		n.mu.Lock()
 		if n.jobs[h.name] == h {
@@ -543,8 +556,8 @@ func (n *Node) reportRunError(ctx context.Context, job string, run *coord.Run, e
 		return
 	}
 	run.ReportError(ctx, err.Error())
-	if n.cfg.Metrics != nil {
-		n.cfg.Metrics.ObserveReportedError(job)
+	if n.metrics != nil {
+		n.metrics.ObserveReportedError(job)
 	}
 }
 
@@ -631,6 +644,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 			JobName: h.name, Item: item, Total: cfg.ShardingTotalCount,
 			ItemParameter: run.ItemParameter(item), JobParameter: cfg.JobParameter,
 			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
+			ServerID: info.ServerID,
 		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }).
 			WithReporter(func(ctx context.Context, err error) { n.reportRunError(ctx, h.name, run, err) })
 	}

@@ -45,7 +45,7 @@ func TestNodeFailoverBesideBusyRun(t *testing.T) {
 	ls := []*afterListener{newAfterListener(), newAfterListener()}
 	for i, n := range nodes {
 		cfg := JobConfig{JobName: "fobusy", ShardingTotalCount: 2, Failover: true}
-		if err := AddJob(n, cfg, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
+		if err := AddJob(t.Context(), n, cfg, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
 			t.Fatal(err)
 		}
 		if err := n.Start(t.Context()); err != nil {

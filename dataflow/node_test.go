@@ -13,14 +13,15 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/internal/testsignal"
 	"github.com/shardflow/shardflow/internal/testwait"
-	"github.com/shardflow/shardflow/stats"
 )
 
 // itemJob processes one value per shard item and run: its item number. It
@@ -108,7 +109,7 @@ func startNodeWithJob(t *testing.T, cfg NodeConfig, jcfg JobConfig, job Job[int]
 		t.Fatal(err)
 	}
 	l := newAfterListener()
-	err = AddJob(n, jcfg, job, WithListeners(l))
+	err = AddJob(t.Context(), n, jcfg, job, WithListeners(l))
 	if err == nil {
 		err = n.Start(t.Context())
 	}
@@ -122,7 +123,7 @@ func startNodeWithJob(t *testing.T, cfg NodeConfig, jcfg JobConfig, job Job[int]
 func TestNodeEmbeddedRunAndListeners(t *testing.T) {
 	var mu sync.Mutex
 	var hookErrs []error
-	n, err := NewNode(NodeConfig{ServerID: "solo", OnError: func(_ string, err error) {
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "solo", OnError: func(_ string, err error) {
 		mu.Lock()
 		hookErrs = append(hookErrs, err)
 		mu.Unlock()
@@ -134,10 +135,10 @@ func TestNodeEmbeddedRunAndListeners(t *testing.T) {
 	j := &itemJob{}
 	l := newAfterListener()
 	cfg := JobConfig{JobName: "solo-job", ShardingTotalCount: 4, ShardingItemParameters: "0=a,3=d"}
-	if err := AddJob(n, cfg, Job[int](j), WithListeners(l)); err != nil {
+	if err := AddJob(t.Context(), n, cfg, Job[int](j), WithListeners(l)); err != nil {
 		t.Fatal(err)
 	}
-	if err := AddJob(n, cfg, Job[int](j)); !errors.Is(err, ErrJobExists) {
+	if err := AddJob(t.Context(), n, cfg, Job[int](j)); !errors.Is(err, ErrJobExists) {
 		t.Fatalf("duplicate AddJob: %v, want ErrJobExists", err)
 	}
 	if err := n.Start(t.Context()); err != nil {
@@ -177,16 +178,16 @@ func TestNodeEmbeddedRunAndListeners(t *testing.T) {
 }
 
 func TestNodeAddJobValidates(t *testing.T) {
-	n, err := NewNode(NodeConfig{ServerID: "v"})
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "v"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopNode(t, n)
-	err = AddJob(n, JobConfig{JobName: "bad", ShardingTotalCount: 0}, Job[int](&itemJob{}))
+	err = AddJob(t.Context(), n, JobConfig{JobName: "bad", ShardingTotalCount: 0}, Job[int](&itemJob{}))
 	if !errors.Is(err, jobconfig.ErrInvalid) {
 		t.Fatalf("AddJob with ShardingTotalCount 0: %v, want jobconfig.ErrInvalid", err)
 	}
-	err = AddJob(n, JobConfig{JobName: "badcron", ShardingTotalCount: 1, Cron: "every tuesday"}, Job[int](&itemJob{}))
+	err = AddJob(t.Context(), n, JobConfig{JobName: "badcron", ShardingTotalCount: 1, Cron: "every tuesday"}, Job[int](&itemJob{}))
 	if err == nil {
 		t.Fatal("AddJob with a bad cron succeeded")
 	}
@@ -196,11 +197,11 @@ func TestNodeAddJobValidates(t *testing.T) {
 }
 
 func TestNodeStopBeforeStartAndTwice(t *testing.T) {
-	n, err := NewNode(NodeConfig{ServerID: "s"})
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := AddJob(n, JobConfig{JobName: "j", ShardingTotalCount: 1}, Job[int](&itemJob{})); err != nil {
+	if err := AddJob(t.Context(), n, JobConfig{JobName: "j", ShardingTotalCount: 1}, Job[int](&itemJob{})); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
@@ -211,7 +212,7 @@ func TestNodeStopBeforeStartAndTwice(t *testing.T) {
 	if err := n.Start(t.Context()); !errors.Is(err, ErrNodeStopped) {
 		t.Fatalf("Start after Stop: %v", err)
 	}
-	if err := AddJob(n, JobConfig{JobName: "k", ShardingTotalCount: 1}, Job[int](&itemJob{})); !errors.Is(err, ErrNodeStopped) {
+	if err := AddJob(t.Context(), n, JobConfig{JobName: "k", ShardingTotalCount: 1}, Job[int](&itemJob{})); !errors.Is(err, ErrNodeStopped) {
 		t.Fatalf("AddJob after Stop: %v", err)
 	}
 }
@@ -220,7 +221,7 @@ func TestNodeStopBeforeStartAndTwice(t *testing.T) {
 // StopAndCancel a Stop or a second StopAndCancel returns nil and Start
 // returns ErrNodeStopped.
 func TestNodeStartTwiceAndStopAndCancelTwice(t *testing.T) {
-	n, err := NewNode(NodeConfig{ServerID: "s"})
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,14 +251,14 @@ func TestNodeStartTwiceAndStopAndCancelTwice(t *testing.T) {
 
 func TestNodeErrorPolicyReturnReachesHook(t *testing.T) {
 	errc := make(chan error, 4)
-	n, err := NewNode(NodeConfig{ServerID: "e", OnError: func(_ string, err error) { errc <- err }})
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "e", OnError: func(_ string, err error) { errc <- err }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopNode(t, n)
 	l := newAfterListener()
 	job := failingJob{}
-	if err := AddJob(n, JobConfig{JobName: "fails", ShardingTotalCount: 2, ErrorPolicy: ErrorPolicyReturn}, Job[int](job), WithListeners(l)); err != nil {
+	if err := AddJob(t.Context(), n, JobConfig{JobName: "fails", ShardingTotalCount: 2, ErrorPolicy: ErrorPolicyReturn}, Job[int](job), WithListeners(l)); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Start(t.Context()); err != nil {
@@ -317,7 +318,7 @@ func TestNodeClusterShardsDisjointAndFailsOverOnStop(t *testing.T) {
 	ls := make([]*afterListener, 3)
 	for i, n := range nodes {
 		jobs[i], ls[i] = &itemJob{}, newAfterListener()
-		if err := AddJob(n, JobConfig{JobName: "shared", ShardingTotalCount: total}, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
+		if err := AddJob(t.Context(), n, JobConfig{JobName: "shared", ShardingTotalCount: total}, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
 			t.Fatal(err)
 		}
 		if err := n.Start(t.Context()); err != nil {
@@ -438,7 +439,7 @@ func TestNodeLostSessionCancelsRun(t *testing.T) {
 func startBlockingRun(t *testing.T, n *Node) *itemJob {
 	t.Helper()
 	j := &itemJob{block: true, blocked: make(chan struct{}, 4), unblock: make(chan error, 4)}
-	if err := AddJob(n, JobConfig{JobName: "blocking", ShardingTotalCount: 1}, Job[int](j)); err != nil {
+	if err := AddJob(t.Context(), n, JobConfig{JobName: "blocking", ShardingTotalCount: 1}, Job[int](j)); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Start(t.Context()); err != nil {
@@ -454,7 +455,7 @@ func startBlockingRun(t *testing.T, n *Node) *itemJob {
 func TestNodeGracefulStopTimeoutAndHardStop(t *testing.T) {
 	for _, hard := range []bool{false, true} {
 		t.Run(fmt.Sprintf("hard=%v", hard), func(t *testing.T) {
-			n, err := NewNode(NodeConfig{ServerID: "stopper"})
+			n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "stopper"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -490,7 +491,7 @@ func TestNodeReactsToOperator(t *testing.T) {
 	admin := coord.NewAdmin(adminSess, "ops")
 
 	l := newAfterListener()
-	if err := AddJob(n, JobConfig{JobName: "opjob", ShardingTotalCount: 2}, Job[int](&itemJob{}), WithListeners(l)); err != nil {
+	if err := AddJob(t.Context(), n, JobConfig{JobName: "opjob", ShardingTotalCount: 2}, Job[int](&itemJob{}), WithListeners(l)); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Start(t.Context()); err != nil {
@@ -551,7 +552,7 @@ func TestNodeOnceListenersRunOncePerRun(t *testing.T) {
 	ls := make([]*afterListener, 3)
 	for i, n := range nodes {
 		ls[i] = newAfterListener()
-		if err := AddJob(n, JobConfig{JobName: "oncejob", ShardingTotalCount: 6}, Job[int](&itemJob{}), WithListeners(ls[i]), WithOnceListeners(once)); err != nil {
+		if err := AddJob(t.Context(), n, JobConfig{JobName: "oncejob", ShardingTotalCount: 6}, Job[int](&itemJob{}), WithListeners(ls[i]), WithOnceListeners(once)); err != nil {
 			t.Fatal(err)
 		}
 		if err := n.Start(t.Context()); err != nil {
@@ -604,14 +605,14 @@ func (batchSum) ProcessBatch(_ context.Context, _ Shard, vs []int) (int, error) 
 }
 
 func TestNodeBatchJobAndLocalMisfire(t *testing.T) {
-	n, err := NewNode(NodeConfig{ServerID: "batch"})
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "batch"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopNode(t, n)
 	l := newAfterListener()
 	cfg := JobConfig{JobName: "batch", ShardingTotalCount: 3, FetchDataCount: 10, ConcurrentDataProcessThreadCount: 3}
-	if err := AddBatchJob(n, cfg, BatchJob[int](batchSum{}), WithListeners(l)); err != nil {
+	if err := AddBatchJob(t.Context(), n, cfg, BatchJob[int](batchSum{}), WithListeners(l)); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Start(t.Context()); err != nil {
@@ -646,7 +647,7 @@ func fireDuringRun(t *testing.T, n *Node, extra int) *afterListener {
 	t.Helper()
 	gate := &gateJob{started: make(chan struct{}, 4), release: make(chan struct{})}
 	gl := newAfterListener()
-	if err := AddJob(n, JobConfig{JobName: "slow", ShardingTotalCount: 1}, Job[int](gate), WithListeners(gl)); err != nil {
+	if err := AddJob(t.Context(), n, JobConfig{JobName: "slow", ShardingTotalCount: 1}, Job[int](gate), WithListeners(gl)); err != nil {
 		t.Fatal(err)
 	}
 	n.sched.mu.Lock()
@@ -696,7 +697,7 @@ func TestNodeGracefulStopEndsWaitInBegin(t *testing.T) {
 		ls := make([]*afterListener, 2)
 		for i, n := range nodes {
 			ls[i] = newAfterListener()
-			if err := AddJob(n, JobConfig{JobName: "w", ShardingTotalCount: 4}, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
+			if err := AddJob(t.Context(), n, JobConfig{JobName: "w", ShardingTotalCount: 4}, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
 				t.Fatal(err)
 			}
 			if err := n.Start(t.Context()); err != nil {
@@ -791,7 +792,7 @@ func TestNodeFailoverToIdleServer(t *testing.T) {
 			for i, n := range nodes {
 				n.cfg.History = mems[i] // set before Start, read only by runs
 				cfg := JobConfig{JobName: "fo", ShardingTotalCount: 2, Failover: true}
-				if err := AddJob(n, cfg, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
+				if err := AddJob(t.Context(), n, cfg, Job[int](jobs[i]), WithListeners(ls[i])); err != nil {
 					t.Fatal(err)
 				}
 				if err := n.Start(t.Context()); err != nil {
@@ -868,7 +869,7 @@ func TestNodeStatsAndMetrics(t *testing.T) {
 	srv := memstore.NewServer()
 	sess := srv.Connect()
 	defer sess.Close()
-	metrics := stats.NewCollector("server-0")
+	metrics := prometheus.NewRegistry()
 	n, l := startNodeWithJob(t, NodeConfig{Store: sess, Namespace: "stats", ServerID: "server-0", Metrics: metrics},
 		JobConfig{JobName: "m", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}, failSome{})
 	defer stopNode(t, n)
@@ -890,7 +891,7 @@ shardflow_runs_total{job="m",result="failure",server="server-0"} 0
 shardflow_runs_total{job="m",result="success",server="server-0"} 1
 `
 	testwait.ForNoError(t, 30*time.Second, "metrics show the run", func() error {
-		return testutil.CollectAndCompare(metrics, strings.NewReader(want), "shardflow_items_processed_total", "shardflow_runs_total")
+		return testutil.GatherAndCompare(metrics, strings.NewReader(want), "shardflow_items_processed_total", "shardflow_runs_total")
 	})
 
 	if err := n.RemoveJob(t.Context(), "m"); err != nil {

@@ -48,11 +48,11 @@ func (n *Node) report(rctx context.Context, h *hostedJob, info RunInfo, res RunR
 		}
 		n.cfg.History.Record(recs...)
 	}
-	if n.cfg.Metrics != nil {
-		n.cfg.Metrics.ObserveRun(h.name, res.Duration, res.Err)
+	if n.metrics != nil {
+		n.metrics.ObserveRun(h.name, res.Duration, res.Err)
 		for _, it := range res.Items {
 			ok := it.Err == nil && it.Failure == 0 && !cancelled
-			n.cfg.Metrics.ObserveItem(h.name, it.Item, it.Started.Add(it.Duration), ok)
+			n.metrics.ObserveItem(h.name, it.Item, it.Started.Add(it.Duration), ok)
 		}
 	}
 }

@@ -23,7 +23,7 @@ func TestNodeRestartWaitsForOwnDyingSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := AddJob(first, JobConfig{JobName: "r", ShardingTotalCount: 2}, Job[int](&itemJob{})); err != nil {
+	if err := AddJob(t.Context(), first, JobConfig{JobName: "r", ShardingTotalCount: 2}, Job[int](&itemJob{})); err != nil {
 		t.Fatal(err)
 	}
 	defer stopNode(t, first)
@@ -37,7 +37,7 @@ func TestNodeRestartWaitsForOwnDyingSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopNode(t, second)
-	err = AddJob(second, JobConfig{JobName: "r", ShardingTotalCount: 2}, Job[int](&itemJob{}))
+	err = AddJob(t.Context(), second, JobConfig{JobName: "r", ShardingTotalCount: 2}, Job[int](&itemJob{}))
 	if !errors.Is(err, coord.ErrServerIDInUse) || !strings.Contains(err.Error(), "NodeConfig.ServerID") || strings.Contains(err.Error(), "RegistryConfig") {
 		t.Fatalf("live duplicate: AddJob = %v, want ErrServerIDInUse naming NodeConfig.ServerID", err)
 	}
@@ -51,7 +51,7 @@ func TestNodeRestartWaitsForOwnDyingSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopNode(t, restarted)
-	if err := AddJob(restarted, JobConfig{JobName: "r", ShardingTotalCount: 2}, Job[int](&itemJob{})); err != nil {
+	if err := AddJob(t.Context(), restarted, JobConfig{JobName: "r", ShardingTotalCount: 2}, Job[int](&itemJob{})); err != nil {
 		t.Fatalf("restart while the old session dies: AddJob = %v, want it to wait and succeed", err)
 	}
 }

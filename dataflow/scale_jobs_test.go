@@ -143,7 +143,7 @@ func TestScaleJobs(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-					if err := AddJob(node, scaleJobConfig(i), Job[int](idleJob{})); err != nil {
+					if err := AddJob(t.Context(), node, scaleJobConfig(i), Job[int](idleJob{})); err != nil {
 						errs <- err
 						return
 					}

@@ -30,7 +30,7 @@ type SimpleFunc func(ctx context.Context, shard Shard) error
 // means SIMPLE; SCRIPT and HTTP are accepted too (packages jobtypes/script
 // and jobtypes/httpjob build their SimpleFunc); DATAFLOW is refused.
 // StreamingProcess must be false. Errors are those of AddJob.
-func AddSimpleJob(n *Node, cfg JobConfig, fn SimpleFunc, opts ...JobOption) error {
+func AddSimpleJob(ctx context.Context, n *Node, cfg JobConfig, fn SimpleFunc, opts ...JobOption) error {
 	if fn == nil {
 		return fmt.Errorf("dataflow: AddSimpleJob %q: fn is nil; pass the function to run per shard item", cfg.JobName)
 	}
@@ -40,7 +40,7 @@ func AddSimpleJob(n *Node, cfg JobConfig, fn SimpleFunc, opts ...JobOption) erro
 	if cfg.JobType == JobTypeDataflow {
 		return fmt.Errorf("dataflow: AddSimpleJob %q: jobType is DATAFLOW; add a dataflow job with AddJob, or leave JobType empty", cfg.JobName)
 	}
-	return n.add(cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
+	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
 		return RunSimpleJob(ctx, fn, shards, pc)
 	}, opts)
 }

@@ -164,7 +164,7 @@ func TestNodeSimpleJob(t *testing.T) {
 		ls := []*afterListener{newAfterListener(), newAfterListener()}
 		cfg := JobConfig{JobName: "once", ShardingTotalCount: 4, ShardingItemParameters: "0=a,3=d", JobParameter: "p", ItemTimeout: 50 * time.Millisecond}
 		for i, n := range nodes {
-			if err := AddSimpleJob(n, cfg, fn, WithListeners(ls[i])); err != nil {
+			if err := AddSimpleJob(t.Context(), n, cfg, fn, WithListeners(ls[i])); err != nil {
 				t.Fatal(err)
 			}
 			if err := n.Start(t.Context()); err != nil {
@@ -209,19 +209,19 @@ func TestNodeSimpleJob(t *testing.T) {
 }
 
 func TestAddSimpleJobRefuses(t *testing.T) {
-	n, err := NewNode(NodeConfig{ServerID: "r"})
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "r"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stopNode(t, n)
-	if err := AddSimpleJob(n, JobConfig{JobName: "x", ShardingTotalCount: 1}, nil); err == nil || !strings.Contains(err.Error(), "fn is nil") {
+	if err := AddSimpleJob(t.Context(), n, JobConfig{JobName: "x", ShardingTotalCount: 1}, nil); err == nil || !strings.Contains(err.Error(), "fn is nil") {
 		t.Errorf("nil fn: %v", err)
 	}
 	ok := func(context.Context, Shard) error { return nil }
-	if err := AddSimpleJob(n, JobConfig{JobName: "x", ShardingTotalCount: 1, JobType: JobTypeDataflow}, ok); err == nil || !strings.Contains(err.Error(), "AddJob") {
+	if err := AddSimpleJob(t.Context(), n, JobConfig{JobName: "x", ShardingTotalCount: 1, JobType: JobTypeDataflow}, ok); err == nil || !strings.Contains(err.Error(), "AddJob") {
 		t.Errorf("DATAFLOW type: %v", err)
 	}
-	if err := AddSimpleJob(n, JobConfig{JobName: "x", ShardingTotalCount: 1, StreamingProcess: true}, ok); err == nil || !strings.Contains(err.Error(), "streamingProcess") {
+	if err := AddSimpleJob(t.Context(), n, JobConfig{JobName: "x", ShardingTotalCount: 1, StreamingProcess: true}, ok); err == nil || !strings.Contains(err.Error(), "streamingProcess") {
 		t.Errorf("streaming simple job: %v", err)
 	}
 }

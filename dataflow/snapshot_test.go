@@ -59,7 +59,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 	}
 	log, ls := &shardLog{}, newAfterListener()
 	cfg := JobConfig{JobName: job, ShardingTotalCount: 4, ShardingItemParameters: "0=a,1=b,2=c,3=d"}
-	if err := AddJob(n, cfg, Job[int](log), WithListeners(ls)); err != nil {
+	if err := AddJob(t.Context(), n, cfg, Job[int](log), WithListeners(ls)); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Start(t.Context()); err != nil {

@@ -18,7 +18,7 @@ func TestNodeFiresInJobTimeZone(t *testing.T) {
 	n := nodes[0]
 	defer stopNode(t, n)
 	cfg := JobConfig{JobName: "noon", ShardingTotalCount: 1, Cron: "0 0 12 * * ?", TimeZone: "Asia/Tokyo"}
-	if err := AddJob(n, cfg, Job[int](&itemJob{})); err != nil {
+	if err := AddJob(t.Context(), n, cfg, Job[int](&itemJob{})); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Start(t.Context()); err != nil {

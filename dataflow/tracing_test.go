@@ -10,6 +10,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/shardflow/shardflow/coord/memstore"
 )
 
 // tracedJob streams two batches per item, then nothing; each Process
@@ -44,7 +46,7 @@ func TestNodeTracing(t *testing.T) {
 			sr := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 			defer func() { _ = tp.Shutdown(context.Background()) }()
-			n, err := NewNode(NodeConfig{ServerID: "t-0", TracerProvider: tp})
+			n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "t-0", TracerProvider: tp})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +54,7 @@ func TestNodeTracing(t *testing.T) {
 			l := newAfterListener()
 			cfg := JobConfig{JobName: "traced", ShardingTotalCount: 2, StreamingProcess: true, PipelinedFetch: pipelined,
 				ConcurrentDataProcessThreadCount: 2}
-			if err := AddJob(n, cfg, Job[int](&tracedJob{fetches: map[int]int{}}), WithListeners(l)); err != nil {
+			if err := AddJob(t.Context(), n, cfg, Job[int](&tracedJob{fetches: map[int]int{}}), WithListeners(l)); err != nil {
 				t.Fatal(err)
 			}
 			if err := n.Start(t.Context()); err != nil {

@@ -243,7 +243,7 @@ func (w *Worker) consider(ctx context.Context, name string) {
 		return
 	}
 	cfg.Overwrite = false // the stored config is the job
-	if err := dataflow.AddSimpleJob(w.n, cfg, w.run.run, w.cfg.JobOptions...); err != nil {
+	if err := dataflow.AddSimpleJob(ctx, w.n, cfg, w.run.run, w.cfg.JobOptions...); err != nil {
 		w.logger.Error("jobs: adding a stored job", "job", name, "err", err)
 		w.run.setRefused(ctx, name, err.Error())
 		return

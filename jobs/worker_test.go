@@ -281,7 +281,7 @@ func TestWorkerRunsStoredHTTPJob(t *testing.T) {
 // nothing; Start runs once; Stop waits for the watch goroutine and may be
 // called again; a Start after Stop starts nothing.
 func TestWorkerLifecycle(t *testing.T) {
-	n, err := dataflow.NewNode(dataflow.NodeConfig{Namespace: "lifecycle", ServerID: "w0"})
+	n, err := dataflow.NewNode(dataflow.NodeConfig{Store: memstore.NewServer().Connect(), Namespace: "lifecycle", ServerID: "w0"})
 	if err != nil {
 		t.Fatal(err)
 	}

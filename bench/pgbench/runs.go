@@ -76,7 +76,7 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 		}
 		nodes = append(nodes, nd)
 		counting := countingJob{BatchJob: job, n: &counted, want: n, done: func() { closeOnce.Do(func() { close(done) }) }}
-		if err := dataflow.AddBatchJob[postgres.Row[workRow]](nd, cfg, counting); err != nil {
+		if err := dataflow.AddBatchJob[postgres.Row[workRow]](ctx, nd, cfg, counting); err != nil {
 			return result{}, err
 		}
 	}

@@ -195,7 +195,7 @@ func (d *demo) run(ctx context.Context) error {
 			Logger:    d.logger,
 		})
 		if err == nil {
-			err = dataflow.AddJob[source.Record[int64]](s.node, cfg, s.job)
+			err = dataflow.AddJob[source.Record[int64]](ctx, s.node, cfg, s.job)
 		}
 		if err == nil {
 			err = s.node.Start(ctx)

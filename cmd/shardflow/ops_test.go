@@ -35,7 +35,7 @@ func startNode(t *testing.T, srv *memstore.Server, ns, job string, total int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := dataflow.AddJob[int](node, dataflow.JobConfig{JobName: job, ShardingTotalCount: total}, nopJob{}); err != nil {
+	if err := dataflow.AddJob[int](t.Context(), node, dataflow.JobConfig{JobName: job, ShardingTotalCount: total}, nopJob{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := node.Start(context.Background()); err != nil {

@@ -26,10 +26,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/sinks/memory"
 	source "github.com/shardflow/shardflow/sources/memory"
-	"github.com/shardflow/shardflow/stats"
 )
 
 // Invoice is the item type of the job.
@@ -111,10 +111,9 @@ func run(once bool, listen string) (sum summary, err error) {
 	}
 	job := &settle{src: src, ledger: memory.NewSink[int64]()}
 
-	metrics := stats.NewCollector("embedded-1")
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics)
-	node, err := dataflow.NewNode(dataflow.NodeConfig{ServerID: "embedded-1", Metrics: metrics})
+	// The embedded store, chosen explicitly: one process, no cluster.
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "embedded-1", Metrics: reg})
 	if err != nil {
 		return sum, err
 	}
@@ -129,7 +128,7 @@ func run(once bool, listen string) (sum summary, err error) {
 		StreamingProcess:                 true,
 		ProcessCountIntervalSeconds:      10,
 	}
-	if err := dataflow.AddJob[source.Record[Invoice]](node, cfg, job, dataflow.WithListeners(finished)); err != nil {
+	if err := dataflow.AddJob[source.Record[Invoice]](ctx, node, cfg, job, dataflow.WithListeners(finished)); err != nil {
 		return sum, err
 	}
 	if err := node.Start(ctx); err != nil {

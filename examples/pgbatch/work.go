@@ -114,7 +114,7 @@ func runWork(ctx context.Context, args []string) error {
 	for {
 		// A previous process with this server id (killed) may still hold
 		// its session until the session timeout.
-		err = dataflow.AddBatchJob[postgres.Row[Source]](node, cfg, job)
+		err = dataflow.AddBatchJob[postgres.Row[Source]](ctx, node, cfg, job)
 		if err == nil {
 			break
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
@@ -65,7 +66,7 @@ func TestRecordingSurvivesStoppedPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = buf.Stop(context.Background()) }()
-	n, err := dataflow.NewNode(dataflow.NodeConfig{ServerID: "solo", History: buf})
+	n, err := dataflow.NewNode(dataflow.NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "solo", History: buf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestRecordingSurvivesStoppedPostgres(t *testing.T) {
 		}
 	}()
 	done := make(runs, 16)
-	if err := dataflow.AddJob(n, dataflow.JobConfig{JobName: "j", ShardingTotalCount: 1}, dataflow.Job[int](oneItem{}), dataflow.WithListeners(done)); err != nil {
+	if err := dataflow.AddJob(t.Context(), n, dataflow.JobConfig{JobName: "j", ShardingTotalCount: 1}, dataflow.Job[int](oneItem{}), dataflow.WithListeners(done)); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.Start(t.Context()); err != nil {

@@ -94,7 +94,7 @@ func startNode(ctx context.Context, st store.Store, o options, em *emitter, job 
 		}))
 	}
 	for {
-		err = dataflow.AddJob[tick](node, jobConfig(o), job, opts...)
+		err = dataflow.AddJob[tick](ctx, node, jobConfig(o), job, opts...)
 		if err == nil {
 			break
 		}

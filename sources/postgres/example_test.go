@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
 	sinkpg "github.com/shardflow/shardflow/sinks/postgres"
 	"github.com/shardflow/shardflow/sources/postgres"
@@ -37,13 +38,20 @@ func Example_transactional() {
 		_, err := sinkpg.CopyAppend(ctx, tx, sinkpg.Target{Table: "settlements", Columns: []string{"order_id", "epoch"}}, pgx.CopyFromRows(rows))
 		return err
 	})
-	node, err := dataflow.NewNode(dataflow.NodeConfig{ServerID: "pod-1"})
+	// Every replica joins the same ZooKeeper ensemble: it decides which
+	// replica owns which of the 8 items.
+	zk, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{"zk-0:2181", "zk-1:2181", "zk-2:2181"}})
+	if err != nil {
+		log.Fatal(err) // names the servers it could not reach
+	}
+	defer zk.Close()
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: zk, ServerID: "pod-1"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	cfg := dataflow.JobConfig{JobName: "settle", Cron: "0/5 * * * * ?", ShardingTotalCount: 8,
 		FetchDataCount: 500, StreamingProcess: true, Failover: true}
-	if err := dataflow.AddBatchJob[postgres.Row[Order]](node, cfg, job); err != nil {
+	if err := dataflow.AddBatchJob[postgres.Row[Order]](ctx, node, cfg, job); err != nil {
 		log.Fatal(err)
 	}
 	if err := node.Start(ctx); err != nil {

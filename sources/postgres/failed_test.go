@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/shardflow/shardflow/sources/postgres"
@@ -45,7 +46,7 @@ func TestListAndRequeueFailedRowsWhileAWorkerRuns(t *testing.T) {
 		}
 		return nil
 	})
-	startNode(t, dataflow.NodeConfig{ServerID: "w1"}, dataflow.JobConfig{JobName: "job", Cron: "* * * * * ?",
+	startNode(t, dataflow.NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "w1"}, dataflow.JobConfig{JobName: "job", Cron: "* * * * * ?",
 		ShardingTotalCount: 4, FetchDataCount: 50, ConcurrentDataProcessThreadCount: 2, StreamingProcess: true}, job)
 	var gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }

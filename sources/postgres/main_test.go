@@ -96,7 +96,7 @@ func startNode(t *testing.T, cfg dataflow.NodeConfig, jcfg dataflow.JobConfig, j
 			t.Error(err)
 		}
 	})
-	if err := dataflow.AddBatchJob(node, jcfg, job); err != nil {
+	if err := dataflow.AddBatchJob(t.Context(), node, jcfg, job); err != nil {
 		t.Fatal(err)
 	}
 	if err := node.Start(t.Context()); err != nil {

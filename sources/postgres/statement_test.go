@@ -18,7 +18,6 @@ import (
 	"github.com/shardflow/shardflow/internal/testwait"
 	sinkpg "github.com/shardflow/shardflow/sinks/postgres"
 	"github.com/shardflow/shardflow/sources/postgres"
-	"github.com/shardflow/shardflow/stats"
 )
 
 // errorLog is a slog.Handler sending the message and attributes of every
@@ -76,7 +75,7 @@ func TestMistypedSinkBurnsNoRow(t *testing.T) {
 	srv := memstore.NewServer()
 	st := srv.Connect()
 	t.Cleanup(func() { _ = st.Close() }) // after the Node's Stop
-	metrics := stats.NewCollector("w1")
+	metrics := prometheus.NewPedanticRegistry()
 	node := startNode(t, dataflow.NodeConfig{Store: st, ServerID: "w1", Logger: logger, Metrics: metrics},
 		dataflow.JobConfig{JobName: "settle", ShardingTotalCount: 1, FetchDataCount: 100, ConcurrentDataProcessThreadCount: 4, StreamingProcess: true},
 		src.Transactional(settle("settlementz")))
@@ -126,10 +125,8 @@ func TestMistypedSinkBurnsNoRow(t *testing.T) {
 	})
 }
 
-func reported(t *testing.T, c *stats.Collector) float64 {
+func reported(t *testing.T, reg *prometheus.Registry) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
