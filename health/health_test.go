@@ -13,13 +13,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/health"
 	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testsignal"
-	"github.com/shardflow/shardflow/stats"
 )
 
 // idle is a job with nothing to do; the tests only need it joined.
@@ -85,10 +85,8 @@ func want(t *testing.T, base, path string, code int, has string) {
 func TestEndpointsFollowTheNodesLife(t *testing.T) {
 	ctx, cancel := testCtx(t)
 	defer cancel()
-	metrics := stats.NewCollector("h1")
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics)
-	node, err := dataflow.NewNode(dataflow.NodeConfig{ServerID: "h1", Logger: quiet(), Metrics: metrics})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "h1", Logger: quiet(), Metrics: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +94,7 @@ func TestEndpointsFollowTheNodesLife(t *testing.T) {
 	want(t, base, health.LivenessPath, http.StatusOK, "ok")
 	want(t, base, health.ReadinessPath, http.StatusServiceUnavailable, "not started")
 
-	if err := dataflow.AddJob[int](node, jobConfig("life"), idle{}); err != nil {
+	if err := dataflow.AddJob[int](ctx, node, jobConfig("life"), idle{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := node.Start(ctx); err != nil {
@@ -114,7 +112,7 @@ func TestEndpointsFollowTheNodesLife(t *testing.T) {
 
 // Without a Gatherer /metrics is not served, and only GET is.
 func TestMetricsOptional(t *testing.T) {
-	node, err := dataflow.NewNode(dataflow.NodeConfig{ServerID: "h2", Logger: quiet()})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "h2", Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +151,7 @@ func TestReadinessFollowsTheStoreOnZooKeeper(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Stop(context.Background())
-	if err := dataflow.AddJob[int](node, jobConfig("zk"), idle{}); err != nil {
+	if err := dataflow.AddJob[int](ctx, node, jobConfig("zk"), idle{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := node.Start(ctx); err != nil {

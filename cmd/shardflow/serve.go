@@ -12,7 +12,6 @@ import (
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/redact"
 	"github.com/shardflow/shardflow/jobs"
-	"github.com/shardflow/shardflow/stats"
 )
 
 // defaultStopGrace is --stop-grace's default: how long runs in progress
@@ -52,14 +51,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *stopGrace <= 0 {
 		return usagef("--stop-grace %s must be positive, e.g. 25s", *stopGrace)
 	}
-	var metrics *stats.Collector
+	// metrics stays a nil interface without --http: no metrics.
+	var metrics prometheus.Registerer
 	var gatherer prometheus.Gatherer
 	if *httpAddr != "" {
-		c, reg, err := serveMetrics(*serverID)
-		if err != nil {
-			return usageError{err.Error()}
-		}
-		metrics, gatherer = c, reg
+		reg := serveMetrics()
+		metrics, gatherer = reg, reg
 	}
 	level := slog.LevelWarn
 	if *verbose {

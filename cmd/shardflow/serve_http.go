@@ -12,27 +12,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/health"
-	"github.com/shardflow/shardflow/stats"
 )
 
-// serveMetrics returns the Collector serve's Node reports to and the
-// registry /metrics exposes: the jobs' metrics labelled with the server id
-// the Node will take (the flag, else the Registry's default), beside the Go
-// runtime's and the process's.
-func serveMetrics(serverID string) (*stats.Collector, *prometheus.Registry, error) {
-	if serverID == "" {
-		id, err := coord.DefaultServerID()
-		if err != nil {
-			return nil, nil, fmt.Errorf("--server-id is empty and no non-loopback IPv4 address was found (%v); set --server-id (e.g. the pod name)", err)
-		}
-		serverID = id
-	}
-	c := stats.NewCollector(serverID)
+// serveMetrics returns the registry /metrics exposes: the Go runtime's
+// and the process's metrics; serve's Node registers its jobs' metrics in
+// it, labelled with the Node's own server id.
+func serveMetrics() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return c, reg, nil
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // startHealthServer serves package health's endpoints for node on addr
