@@ -147,7 +147,7 @@ func run(ctx context.Context) error {
 	}
 	rec := &recorder{}
 	start := time.Now()
-	if err := addJobs(node, o, rec); err != nil {
+	if err := addJobs(ctx, node, o, rec); err != nil {
 		_ = node.Stop(context.Background())
 		return err
 	}
@@ -171,7 +171,7 @@ func run(ctx context.Context) error {
 
 // addJobs adds the jobs from o.adders goroutines: one AddJob is a few
 // round trips, so a single adder would take minutes at 10,000 jobs.
-func addJobs(node *dataflow.Node, o options, rec *recorder) error {
+func addJobs(ctx context.Context, node *dataflow.Node, o options, rec *recorder) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, o.adders)
@@ -181,7 +181,7 @@ func addJobs(node *dataflow.Node, o options, rec *recorder) error {
 			defer wg.Done()
 			for i := int(next.Add(1)) - 1; i < o.jobs; i = int(next.Add(1)) - 1 {
 				cfg := dataflow.JobConfig{JobName: jobName(i), Cron: o.cron, ShardingTotalCount: o.total}
-				if err := dataflow.AddJob[int](node, cfg, noop{}, dataflow.WithListeners(jobListener{r: rec, job: i})); err != nil {
+				if err := dataflow.AddJob[int](ctx, node, cfg, noop{}, dataflow.WithListeners(jobListener{r: rec, job: i})); err != nil {
 					errs <- fmt.Errorf("add job %s: %w", cfg.JobName, err)
 					return
 				}
