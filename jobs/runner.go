@@ -49,17 +49,24 @@ func newRunner(n *dataflow.Node, allow *AllowList, sec secrets, logger *slog.Log
 // check returns nil if this worker may run cfg: a SCRIPT or HTTP job whose
 // command or URL the allow-list permits.
 func (r *runner) check(cfg jobconfig.Config) error {
+	_, err := r.resolve(cfg)
+	return err
+}
+
+// resolve is check that also returns a SCRIPT job's program as checked
+// (its real path), which is what runs.
+func (r *runner) resolve(cfg jobconfig.Config) (string, error) {
 	switch cfg.Type() {
 	case jobconfig.JobTypeScript:
 		argv, err := jobconfig.SplitCommandLine(cfg.ScriptCommandLine)
 		if err != nil {
-			return err
+			return "", err
 		}
-		return r.allow.CheckCommand(argv)
+		return r.allow.ResolveCommand(argv)
 	case jobconfig.JobTypeHTTP:
-		return r.allow.CheckURL(cfg.HTTPURL)
+		return "", r.allow.CheckURL(cfg.HTTPURL)
 	}
-	return fmt.Errorf("jobs: job %q is a %s job; a worker runs only SCRIPT and HTTP jobs", cfg.JobName, cfg.Type())
+	return "", fmt.Errorf("jobs: job %q is a %s job; a worker runs only SCRIPT and HTTP jobs", cfg.JobName, cfg.Type())
 }
 
 // run is the SimpleFunc of every stored job.
@@ -68,7 +75,8 @@ func (r *runner) run(ctx context.Context, shard dataflow.Shard) error {
 	if !ok {
 		return fmt.Errorf("jobs: job %q is not on this node", shard.JobName)
 	}
-	if err := r.check(cfg); err != nil {
+	prog, err := r.resolve(cfg)
+	if err != nil {
 		r.setRefused(ctx, shard.JobName, err.Error())
 		return err
 	}
@@ -76,7 +84,7 @@ func (r *runner) run(ctx context.Context, shard dataflow.Shard) error {
 	c := NewShardContext(shard, r.n.ServerID())
 	if cfg.Type() == jobconfig.JobTypeScript {
 		argv, _ := jobconfig.SplitCommandLine(cfg.ScriptCommandLine) // checked above
-		return RunScript(ctx, argv, c, ScriptOptions{Env: r.scriptEnv, Logger: r.logger})
+		return RunScript(ctx, argv, c, ScriptOptions{Path: prog, Env: r.scriptEnv, Logger: r.logger})
 	}
 	header, values, err := r.secrets.headers(cfg.HTTPHeaders)
 	if err != nil {

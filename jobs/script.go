@@ -29,6 +29,10 @@ var ErrScriptFailed = errors.New("jobs: script failed")
 
 // ScriptOptions are how RunScript runs a command besides its argv.
 type ScriptOptions struct {
+	// Path is the program to run, when the caller resolved it
+	// (AllowList.ResolveCommand: the real path it checked); argv[0] stays
+	// the program's name. Default: argv[0] looked up in PATH.
+	Path string
 	// Env names the variables of this process a script gets besides
 	// BaseScriptEnv and the run context (ShardContext.Env): the worker's
 	// --script-env. Names starting with SHARDFLOW_ are passed only when
@@ -106,6 +110,9 @@ func RunScript(ctx context.Context, argv []string, c ShardContext, opts ScriptOp
 	}
 	args := append(append([]string(nil), argv[1:]...), string(c.JSON()))
 	cmd := exec.Command(argv[0], args...)
+	if opts.Path != "" {
+		cmd.Path, cmd.Err = opts.Path, nil
+	}
 	env, secretValues := scriptEnv(opts.Env, c)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = w, w // an *os.File: the child writes it directly

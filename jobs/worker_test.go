@@ -115,7 +115,7 @@ func (c *cluster) trigger(t *testing.T, job string) (success, failure int64) {
 
 func TestWorkerRunsStoredScriptJob(t *testing.T) {
 	dir := t.TempDir()
-	c := newCluster(t, "stored", 2, []string{"/bin/sh"}, nil)
+	c := newCluster(t, "stored", 2, []string{"/bin/sh -c * sh"}, nil)
 	script := fmt.Sprintf(`touch "%s/$SHARDFLOW_ITEM.$SHARDFLOW_SERVER_ID.$$"`, dir)
 	cfg := jobconfig.Config{JobName: "touch", ShardingTotalCount: 4, JobType: jobconfig.JobTypeScript,
 		ScriptCommandLine: "/bin/sh -c '" + script + "' sh"}

@@ -56,7 +56,7 @@ func TestJobAddServeTriggerRemove(t *testing.T) {
 	var serveOut, serveErr syncBuffer
 	served := make(chan int, 1)
 	go func() {
-		served <- run(ctx, append([]string{"serve", "--server-id", "w1", "--allow-command", "/bin/sh -c"}, zk...), &serveOut, &serveErr)
+		served <- run(ctx, append([]string{"serve", "--server-id", "w1", "--allow-command", "/bin/sh -c * *"}, zk...), &serveOut, &serveErr)
 	}()
 	defer func() {
 		cancel()

@@ -27,7 +27,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs, cf := zkFlagSet("serve", stderr)
 	var allowCmd, allowURL, scriptEnv stringList
 	serverID := fs.String("server-id", "", "this worker's id among a job's servers (default: the first non-loopback IPv4 address; set one per process when several share a host)")
-	fs.Var(&allowCmd, "allow-command", `a command prefix this worker may run, e.g. "/opt/jobs/" (repeatable; see docs/operations.md)`)
+	fs.Var(&allowCmd, "allow-command", `a command line this worker may run: words, "*" one argument, a last "..." any further ones, e.g. "/opt/jobs/export --day=*" (repeatable; see docs/operations.md)`)
 	fs.Var(&allowURL, "allow-url", `a URL prefix this worker may request, e.g. "https://jobs.internal/run/" (repeatable)`)
 	fs.Var(&scriptEnv, "script-env", "a variable of this worker's environment its scripts get besides PATH, HOME, LANG, ... and the SHARDFLOW_* run context (repeatable; never the worker's SHARDFLOW_* credentials)")
 	secretDir := fs.String("secret-dir", "", `directory whose files an HTTP job's header may name as ${file:NAME} (a mounted secret); ${env:NAME} reads this worker's SHARDFLOW_SECRET_* variables`)

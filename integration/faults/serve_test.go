@@ -47,7 +47,7 @@ func TestServeScriptJobs(t *testing.T) {
 		return out.String()
 	}
 	serve := func(id string) *integration.Process {
-		return integration.StartProcess(t, bin, append([]string{"serve", "--server-id", id, "--allow-command", "/bin/sh -c",
+		return integration.StartProcess(t, bin, append([]string{"serve", "--server-id", id, "--allow-command", "/bin/sh -c ...",
 			"--session-timeout", "4s", "-v"}, conn...), nil)
 	}
 	s1, s2 := serve("s1"), serve("s2")
