@@ -16,9 +16,3 @@ func (j *Job) Registered() bool {
 	return sess.State == store.StateConnected && sess.ID == j.regSession &&
 		j.regCtx != nil && j.regCtx.Err() == nil && !j.offline && !j.removed && !j.left
 }
-
-// DefaultServerID returns the server id a Registry takes when
-// RegistryConfig.ServerID is empty: the host's first non-loopback IPv4
-// address. Programs that label metrics by server use it to agree with the
-// Registry.
-func DefaultServerID() (string, error) { return firstIPv4() }
