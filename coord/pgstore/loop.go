@@ -19,6 +19,10 @@ const (
 	pruneKeep  = 100_000
 )
 
+// hookBeforeBeat, when set by a test, runs on the session goroutine before
+// every heartbeat: blocking in it pauses the session as SIGSTOP would.
+var hookBeforeBeat func(*Store)
+
 // retryDelay is the pause between two connection attempts while suspended.
 const retryDelay = 100 * time.Millisecond
 
@@ -64,6 +68,9 @@ func (s *Store) loop(conn *pgx.Conn) {
 			continue
 		}
 		if wait := hb - time.Since(lastHB); wait <= 0 {
+			if hookBeforeBeat != nil {
+				hookBeforeBeat(s)
+			}
 			sent := time.Now()
 			if err := s.beat(ctx, conn, beats%pruneEvery == 0); err != nil {
 				s.suspend(conn, err)

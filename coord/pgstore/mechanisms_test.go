@@ -1,0 +1,382 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardflow/shardflow/coord/pgstore"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/testwait"
+)
+
+// hooks installs pgstore's test hooks for this test and removes them after
+// every store it opens has closed (call it before opening them).
+func hooks(t *testing.T, afterZxid func(string, int64), beforeBeat func(*pgstore.Store)) {
+	t.Helper()
+	pgstore.SetHooks(afterZxid, beforeBeat)
+	t.Cleanup(func() { pgstore.SetHooks(nil, nil) })
+}
+
+func adminConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(testCtx(t), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// TestZxidsFollowCommitOrder holds a writer between taking its zxid and
+// committing while a second writer runs. The second may not commit with a
+// larger zxid before the first commits: it waits on the txn row's lock. (With
+// ids from a sequence, taken before commit, the second commits first and the
+// first then commits a SMALLER zxid: a fencing epoch going back.)
+func TestZxidsFollowCommitOrder(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	held, release := make(chan int64, 1), make(chan struct{})
+	var once sync.Once
+	hooks(t, func(what string, zxid int64) {
+		if what == "set /a" {
+			once.Do(func() {
+				held <- zxid
+				<-release
+			})
+		}
+	}, nil)
+	a := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	b := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	for _, p := range []string{"/a", "/b"} {
+		if _, err := a.Create(testCtx(t), p, nil, store.Persistent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	aDone := make(chan error, 1)
+	go func() {
+		_, err := a.Set(testCtx(t), "/a", []byte("a"), store.AnyVersion)
+		aDone <- err
+	}()
+	zA := testwait.Recv(t, 10*time.Second, "writer A holding its zxid", held)
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := b.Set(testCtx(t), "/b", []byte("b"), store.AnyVersion)
+		bDone <- err
+	}()
+	// B either commits (the bug) or waits on a lock (the mechanism).
+	conn := adminConn(t, dsn)
+	bFirst := false
+	err := testwait.Poll(testCtx(t), func(ctx context.Context) error {
+		select {
+		case err := <-bDone:
+			if err != nil {
+				t.Fatalf("writer B: %v", err)
+			}
+			bFirst = true
+			return nil
+		default:
+		}
+		var waiting int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%"+schema+"%txn%'").Scan(&waiting); err != nil {
+			return err
+		}
+		if waiting == 0 {
+			return errors.New("writer B neither committed nor waits on a lock")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := testwait.Recv(t, 10*time.Second, "writer A's commit", aDone); err != nil {
+		t.Fatalf("writer A: %v", err)
+	}
+	if !bFirst {
+		if err := testwait.Recv(t, 10*time.Second, "writer B's commit", bDone); err != nil {
+			t.Fatalf("writer B: %v", err)
+		}
+	}
+	_, sa, _ := a.Get(testCtx(t), "/a")
+	_, sb, _ := a.Get(testCtx(t), "/b")
+	if sa.Mzxid != zA {
+		t.Fatalf("/a Mzxid %d, want the held writer's %d", sa.Mzxid, zA)
+	}
+	if bFirst {
+		t.Fatalf("writer B committed zxid %d while writer A, holding zxid %d, had not committed: a later commit then carries a smaller id", sb.Mzxid, sa.Mzxid)
+	}
+	if sb.Mzxid <= sa.Mzxid {
+		t.Fatalf("B committed after A with zxid %d, not above A's %d", sb.Mzxid, sa.Mzxid)
+	}
+}
+
+// TestPausedSessionIsExpiredByTheDatabase pauses a store's session goroutine
+// (no heartbeats, as under SIGSTOP) past its timeout. The database's clock
+// expires it: a peer's heartbeat reaps it, deleting its ephemeral node in one
+// transaction (the peer's watch fires), a write the paused store tries is
+// refused with ErrSessionExpired (fails without the session check in every
+// write transaction), and once resumed the store reports StateLost, then a
+// new session.
+func TestPausedSessionIsExpiredByTheDatabase(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	var victim *pgstore.Store
+	var mu sync.Mutex
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hooks(t, nil, func(s *pgstore.Store) {
+		mu.Lock()
+		v := victim
+		mu.Unlock()
+		if s == v {
+			once.Do(func() {
+				close(paused)
+				<-resume
+			})
+		}
+	})
+	peer := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	v := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	if _, err := v.Create(testCtx(t), "/eph", nil, store.Ephemeral); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := v.Create(testCtx(t), "/data", nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	_, _, ch, err := peer.ExistsW(testCtx(t), "/eph")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := v.Session()
+	mu.Lock()
+	victim = v
+	mu.Unlock()
+	testwait.Recv(t, 10*time.Second, "the victim's session goroutine paused", paused)
+	ev := testwait.Recv(t, 5*testSessionTimeout, "the peer's watch on the expired ephemeral", ch)
+	if ev.Type != store.EventNodeDeleted || ev.Path != "/eph" {
+		t.Fatalf("peer's watch: %v %s, want deleted /eph", ev.Type, ev.Path)
+	}
+	if _, err := v.Set(testCtx(t), "/data", []byte("late"), store.AnyVersion); !errors.Is(err, store.ErrSessionExpired) {
+		t.Fatalf("a write of the expired (paused) session: %v, want ErrSessionExpired", err)
+	}
+	if data, _, _ := peer.Get(testCtx(t), "/data"); len(data) != 0 {
+		t.Fatalf("/data holds %q: the expired session's write committed", data)
+	}
+	_, changed := v.Session()
+	close(resume)
+	<-changed
+	if cur, _ := v.Session(); cur.State != store.StateLost || cur.ID != before.ID {
+		t.Fatalf("after the pause: %v 0x%x, want lost 0x%x first", cur.State, cur.ID, before.ID)
+	}
+	after := awaitState(t, v, 10*time.Second, "a new session", func(s store.Session) bool {
+		return s.State == store.StateConnected && s.ID != before.ID
+	})
+	if _, err := v.Create(testCtx(t), "/eph", nil, store.Ephemeral); err != nil {
+		t.Fatalf("re-create the ephemeral on the new session 0x%x: %v", after.ID, err)
+	}
+}
+
+// TestShortDisconnectResumesAndReplaysWatches cuts a store's connections for
+// less than its timeout while a peer changes a node it watches: the store is
+// StateSuspended, resumes the SAME session, and the watch fires on
+// reconnection, from the events table (fails without the replay: the
+// notification was sent while the listening connection was down).
+func TestShortDisconnectResumesAndReplaysWatches(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	p := integration.NewProxy(t, hostOf(t, dsn))
+	peer := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	w := open(t, pgstore.Config{DSN: dsnVia(t, dsn, p.Addr()), Schema: schema, SessionTimeout: 10 * time.Second, MaxConns: 1})
+	if _, err := peer.Create(testCtx(t), "/n", nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Create(testCtx(t), "/eph", nil, store.Ephemeral); err != nil {
+		t.Fatal(err)
+	}
+	_, _, ch, err := w.GetW(testCtx(t), "/n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := w.Session()
+	p.Cut()
+	awaitState(t, w, 10*time.Second, "suspended", func(s store.Session) bool { return s.State == store.StateSuspended })
+	if _, err := peer.Set(testCtx(t), "/n", []byte("x"), store.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := w.Get(testCtx(t), "/n"); !errors.Is(err, store.ErrConnectionLoss) {
+		t.Fatalf("Get while suspended: %v, want ErrConnectionLoss", err)
+	}
+	p.Restore()
+	after := awaitState(t, w, 10*time.Second, "connected again", func(s store.Session) bool { return s.State == store.StateConnected })
+	if after.ID != before.ID {
+		t.Fatalf("session 0x%x after a short disconnect, want the same 0x%x", after.ID, before.ID)
+	}
+	ev := testwait.Recv(t, 10*time.Second, "the watch on a node changed while disconnected", ch)
+	if ev.Type != store.EventNodeDataChanged || ev.Path != "/n" {
+		t.Fatalf("watch: %v %s, want data-changed /n", ev.Type, ev.Path)
+	}
+	if ok, st, _ := peer.Exists(testCtx(t), "/eph"); !ok || st.EphemeralOwner != before.ID {
+		t.Fatalf("the resumed session's ephemeral: exists %v owner 0x%x, want it owned by 0x%x", ok, st.EphemeralOwner, before.ID)
+	}
+}
+
+// TestWatchesCheckedWhenMissedEventsWerePruned empties the events table
+// while a store is disconnected: on reconnection it cannot replay, so it
+// checks every armed watch against its node (ZooKeeper's set-watches) and
+// fires the ones whose node changed (fails without that fallback).
+func TestWatchesCheckedWhenMissedEventsWerePruned(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	p := integration.NewProxy(t, hostOf(t, dsn))
+	peer := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	w := open(t, pgstore.Config{DSN: dsnVia(t, dsn, p.Addr()), Schema: schema, SessionTimeout: 10 * time.Second, MaxConns: 1})
+	for _, n := range []string{"/changed", "/same", "/parent"} {
+		if _, err := peer.Create(testCtx(t), n, nil, store.Persistent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, _, changed, err := w.GetW(testCtx(t), "/changed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, same, err := w.GetW(testCtx(t), "/same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, kids, err := w.ChildrenW(testCtx(t), "/parent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, born, err := w.ExistsW(testCtx(t), "/born")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Cut()
+	awaitState(t, w, 10*time.Second, "suspended", func(s store.Session) bool { return s.State == store.StateSuspended })
+	if _, err := peer.Set(testCtx(t), "/changed", []byte("x"), store.AnyVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.Create(testCtx(t), "/parent/c", nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.Create(testCtx(t), "/born", nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminConn(t, dsn).Exec(testCtx(t), "DELETE FROM "+schema+".events"); err != nil {
+		t.Fatal(err)
+	}
+	p.Restore()
+	for _, c := range []struct {
+		ch   <-chan store.Event
+		typ  store.EventType
+		path string
+	}{{changed, store.EventNodeDataChanged, "/changed"}, {kids, store.EventNodeChildrenChanged, "/parent"}, {born, store.EventNodeCreated, "/born"}} {
+		ev := testwait.Recv(t, 10*time.Second, "watch on "+c.path, c.ch)
+		if ev.Type != c.typ || ev.Path != c.path {
+			t.Fatalf("watch on %s: %v %s, want %v", c.path, ev.Type, ev.Path, c.typ)
+		}
+	}
+	select {
+	case ev := <-same:
+		t.Fatalf("watch on the unchanged /same fired: %v", ev.Type)
+	default:
+	}
+}
+
+// TestLargeTransactionNotifiesThroughTheTable makes a Multi whose events do
+// not fit a notification's payload (Postgres refuses over 8000 bytes): it
+// commits, and a watcher still sees its events, read from the events table.
+func TestLargeTransactionNotifiesThroughTheTable(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	st := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	w := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	long := strings.Repeat("x", 200)
+	var ops []store.Op
+	for i := range 60 {
+		ops = append(ops, &store.CreateOp{Path: "/" + long + string(rune('A'+i%26)) + strings.Repeat("y", i/26), Mode: store.Persistent})
+	}
+	last := ops[len(ops)-1].(*store.CreateOp).Path
+	_, _, ch, err := w.ExistsW(testCtx(t), last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Multi(testCtx(t), ops...); err != nil {
+		t.Fatalf("Multi of %d creates: %v", len(ops), err)
+	}
+	ev := testwait.Recv(t, 10*time.Second, "the watch on the last node of a large Multi", ch)
+	if ev.Type != store.EventNodeCreated || ev.Path != last {
+		t.Fatalf("watch: %v %s, want created", ev.Type, ev.Path)
+	}
+}
+
+// TestMultiOverTheRequestLimit: a Multi larger than MaxRequestBytes fails
+// with ErrTooLarge and applies nothing, and the store states its limit
+// (store.RequestLimiter), so coord splits below it as on ZooKeeper.
+func TestMultiOverTheRequestLimit(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	st := open(t, pgstore.Config{DSN: dsn, Schema: schema, MaxRequestBytes: 4096})
+	if got := store.RequestLimit(st); got != 4096 {
+		t.Fatalf("RequestLimit %d, want 4096", got)
+	}
+	ops := []store.Op{
+		&store.CreateOp{Path: "/small", Mode: store.Persistent},
+		&store.CreateOp{Path: "/big", Data: make([]byte, 5000), Mode: store.Persistent},
+	}
+	if _, err := st.Multi(testCtx(t), ops...); !errors.Is(err, store.ErrTooLarge) {
+		t.Fatalf("Multi over the limit: %v, want ErrTooLarge", err)
+	}
+	if ok, _, _ := st.Exists(testCtx(t), "/small"); ok {
+		t.Fatal("a refused Multi created /small")
+	}
+}
+
+// TestGrants: a role without the documented grants gets ErrPermission
+// naming them and creates nothing; with them (the schema made by its owner)
+// it works.
+func TestGrants(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	conn := adminConn(t, dsn)
+	role := schema + "_role"
+	if _, err := conn.Exec(testCtx(t), "CREATE ROLE "+role+" LOGIN PASSWORD 'pw'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx := context.Background()
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP OWNED BY "+role)
+		_, _ = c.Exec(ctx, "DROP ROLE IF EXISTS "+role)
+	})
+	u := strings.Replace(dsn, "shardflow:shardflow@", role+":pw@", 1)
+	_, err := pgstore.Open(testCtx(t), pgstore.Config{DSN: u, Schema: schema, Logger: testLogger()})
+	if !errors.Is(err, pgstore.ErrPermission) || !strings.Contains(err.Error(), "CREATE on the database") {
+		t.Fatalf("Open without grants: %v, want ErrPermission naming the grants", err)
+	}
+	var n int
+	if err := conn.QueryRow(testCtx(t), "SELECT count(*) FROM pg_namespace WHERE nspname = $1", schema).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("schema %s after a refused Open: count %d (%v), want none", schema, n, err)
+	}
+	owner := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	if _, err := owner.Create(testCtx(t), "/x", nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{
+		"GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA " + schema + " TO " + role,
+		"GRANT USAGE ON SEQUENCE " + schema + ".session_ids TO " + role,
+	} {
+		if _, err := conn.Exec(testCtx(t), g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := open(t, pgstore.Config{DSN: u, Schema: schema})
+	if _, err := st.Create(testCtx(t), "/x/y", nil, store.Ephemeral); err != nil {
+		t.Fatalf("Create with the documented grants: %v", err)
+	}
+}
