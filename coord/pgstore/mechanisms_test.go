@@ -128,7 +128,8 @@ func TestPausedSessionIsExpiredByTheDatabase(t *testing.T) {
 	var victim *pgstore.Store
 	var mu sync.Mutex
 	paused, resume := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var once, resumeOnce sync.Once
+	unpause := func() { resumeOnce.Do(func() { close(resume) }) }
 	hooks(t, nil, func(s *pgstore.Store) {
 		mu.Lock()
 		v := victim
@@ -142,6 +143,7 @@ func TestPausedSessionIsExpiredByTheDatabase(t *testing.T) {
 	})
 	peer := open(t, pgstore.Config{DSN: dsn, Schema: schema})
 	v := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	t.Cleanup(unpause) // before v's Close, on a failure
 	if _, err := v.Create(testCtx(t), "/eph", nil, store.Ephemeral); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +170,7 @@ func TestPausedSessionIsExpiredByTheDatabase(t *testing.T) {
 		t.Fatalf("/data holds %q: the expired session's write committed", data)
 	}
 	_, changed := v.Session()
-	close(resume)
+	unpause()
 	<-changed
 	if cur, _ := v.Session(); cur.State != store.StateLost || cur.ID != before.ID {
 		t.Fatalf("after the pause: %v 0x%x, want lost 0x%x first", cur.State, cur.ID, before.ID)
