@@ -33,6 +33,10 @@ type consoleOptions struct {
 	// allowedHosts are the host names the console answers to besides IP
 	// literals and localhost (hostCheck).
 	allowedHosts []string
+	// trustedProxies are the addresses of reverse proxies whose
+	// X-Forwarded-Proto is believed: "https" from one makes the session
+	// cookie Secure (as a TLS connection does).
+	trustedProxies []*net.IPNet
 	// history, when set, adds a history section to each job page.
 	history HistorySection
 	logger  *slog.Logger
@@ -47,6 +51,7 @@ type consoleOptions struct {
 type consoleServer struct {
 	consoleOptions
 	sessions *sessions
+	throttle *throttle
 }
 
 // runConsole serves the web console until ctx ends.
@@ -58,8 +63,19 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	historyPG := fs.String("history-pg", "", "Postgres DSN of the execution history: adds recent runs, failures and a chart to job pages")
 	var allowedHosts stringList = allowedHostsFromEnv()
 	fs.Var(&allowedHosts, "allowed-host", "a host name the console is reached under, besides IP addresses and localhost (repeatable; default $"+envConsoleAllowedHosts+"; * for any): other names are refused against DNS rebinding")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate file: serve HTTPS (with --tls-key); session cookies are then Secure")
+	tlsKey := fs.String("tls-key", "", "PEM private key file of --tls-cert")
+	var proxies stringList
+	fs.Var(&proxies, "trusted-proxy", "address or CIDR of a TLS-terminating reverse proxy whose X-Forwarded-Proto: https makes session cookies Secure (repeatable)")
 	historyTable := fs.String("history-table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")
 	if err := fs.Parse(args); err != nil {
+		return usageError{err.Error()}
+	}
+	if (*tlsCert == "") != (*tlsKey == "") {
+		return usagef("--tls-cert and --tls-key go together: give both to serve HTTPS")
+	}
+	trusted, err := parseTrustedProxies(proxies)
+	if err != nil {
 		return usageError{err.Error()}
 	}
 	creds, err := loadCredentials(*tokenFile, *basicFile)
@@ -86,15 +102,28 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		defer closeHist()
 	}
-	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, history: hist, logger: cliLogger, allowedHosts: allowedHosts})
+	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, history: hist, logger: cliLogger, allowedHosts: allowedHosts, trustedProxies: trusted})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	mode := "actions need a login"
 	if !creds.configured() {
 		mode = "read-only: set --token-file or --basic-auth-file to enable actions"
 	}
-	fmt.Fprintf(stdout, "console on http://%s (namespace %q; %s)\n", ln.Addr(), cf.namespace, mode)
+	scheme := "http"
+	if *tlsCert != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(stdout, "console on %s://%s (namespace %q; %s)\n", scheme, ln.Addr(), cf.namespace, mode)
+	if scheme == "http" && len(trusted) == 0 && creds.configured() && !loopbackListen(*listen) {
+		fmt.Fprintln(stderr, "console: warning: credentials and session cookies travel in clear text; serve HTTPS (--tls-cert, --tls-key) or behind a TLS proxy (--trusted-proxy)")
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if *tlsCert != "" {
+			errc <- srv.ServeTLS(ln, *tlsCert, *tlsKey)
+			return
+		}
+		errc <- srv.Serve(ln)
+	}()
 	select {
 	case <-ctx.Done():
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -110,13 +139,19 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // newConsole returns the console's handler, separate from serving so tests
 // can drive it with httptest.
 func newConsole(o consoleOptions) http.Handler {
+	_, h := buildConsole(o)
+	return h
+}
+
+// buildConsole is newConsole that also returns the server, for tests.
+func buildConsole(o consoleOptions) (*consoleServer, http.Handler) {
 	if o.logger == nil {
 		o.logger = slog.Default()
 	}
 	if o.creds == nil {
 		o.creds = &credentials{}
 	}
-	cs := &consoleServer{consoleOptions: o, sessions: newSessions()}
+	cs := &consoleServer{consoleOptions: o, sessions: newSessions(), throttle: newThrottle()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", cs.overview)
 	mux.HandleFunc("GET /jobs/{job}", cs.jobPage)
@@ -130,16 +165,18 @@ func newConsole(o consoleOptions) http.Handler {
 	// posting here) are refused with 403 before any handler runs.
 	// A request under a host name not ours (DNS rebinding) is refused
 	// before anything else.
-	return newHostCheck(o.allowedHosts).wrap(http.NewCrossOriginProtection().Handler(securityHeaders(mux)))
+	return cs, newHostCheck(o.allowedHosts).wrap(http.NewCrossOriginProtection().Handler(securityHeaders(mux)))
 }
 
-// securityHeaders forbids framing and sniffing, and any script but the
-// pages' own inline confirm() handlers.
+// securityHeaders forbids framing, sniffing and every script (the pages
+// have none: a destructive button asks for a "sure" checkbox instead of a
+// confirm() prompt), and every style but the layout's own (by its hash).
 func securityHeaders(h http.Handler) http.Handler {
+	csp := "default-src 'none'; style-src '" + layoutStyleHash + "'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Frame-Options", "DENY")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
-		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src-attr 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+		w.Header().Set("Content-Security-Policy", csp)
 		w.Header().Set("Referrer-Policy", "same-origin")
 		h.ServeHTTP(w, r)
 	})
@@ -155,8 +192,15 @@ func (cs *consoleServer) requireAuth(h http.HandlerFunc) http.HandlerFunc {
 			http.Error(w, "console: read-only: no credentials configured; restart it with --token-file or --basic-auth-file to act", http.StatusForbidden)
 			return
 		}
+		if blocked, left := cs.throttle.blocked(clientAddr(r)); blocked {
+			refuseThrottled(w, left)
+			return
+		}
 		who, ok := cs.authenticate(r)
 		if !ok {
+			if r.Header.Get("Authorization") != "" {
+				cs.throttle.fail(clientAddr(r)) // a wrong token or password, not a missing one
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="shardflow", Basic realm="shardflow"`)
 			http.Error(w, "console: authentication required: send a bearer token or basic-auth credentials, or log in at /login", http.StatusUnauthorized)
 			return
@@ -203,10 +247,10 @@ func (cs *consoleServer) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if action == "remove" && r.FormValue("server") == "" {
-		http.Redirect(w, r, "/?done="+url.QueryEscape("removed job "+job), http.StatusSeeOther)
+		http.Redirect(w, r, "/?done=job-removed", http.StatusSeeOther)
 		return
 	}
-	http.Redirect(w, r, "/jobs/"+url.PathEscape(job)+"?done="+url.QueryEscape(describeForm(action, r)), http.StatusSeeOther)
+	http.Redirect(w, r, "/jobs/"+url.PathEscape(job)+"?done="+url.QueryEscape(action), http.StatusSeeOther)
 }
 
 // perform runs one operator action from r's form through the Admin acting
@@ -226,21 +270,6 @@ func (cs *consoleServer) perform(r *http.Request, action string) error {
 		item = n
 	}
 	return doAction(r.Context(), admin, action, job, r.FormValue("server"), item)
-}
-
-// describeForm is the confirmation shown after an action.
-func describeForm(action string, r *http.Request) string {
-	switch {
-	case action == "config":
-		return fmt.Sprintf("set %s = %q", r.FormValue("field"), r.FormValue("value"))
-	case r.FormValue("item") != "":
-		return action + " item " + r.FormValue("item")
-	case r.FormValue("server") != "":
-		return action + " server " + r.FormValue("server")
-	case action == "trigger":
-		return "triggered"
-	}
-	return action + " on every server"
 }
 
 func errorStatus(err error) int {

@@ -22,6 +22,11 @@ const (
 	envConsoleBasicAuth = "SHARDFLOW_CONSOLE_BASIC_AUTH" // user:password
 )
 
+// minPasswordLen is the shortest basic-auth password accepted: with login
+// throttling (5 tries a minute per address) 12 characters cannot be
+// guessed.
+const minPasswordLen = 12
+
 // sessionCookie names the browser session cookie set by /login.
 const sessionCookie = "shardflow_session"
 
@@ -84,6 +89,9 @@ func loadCredentials(tokenFile, basicFile string) (*credentials, error) {
 		user, pass, ok := strings.Cut(basic, ":")
 		if !ok || user == "" || pass == "" {
 			return nil, errors.New("console: basic-auth credentials must be user:password (from --basic-auth-file or " + envConsoleBasicAuth + ")")
+		}
+		if len(pass) < minPasswordLen {
+			return nil, fmt.Errorf("console: the basic-auth password is %d characters; use at least %d (e.g. `openssl rand -base64 18`)", len(pass), minPasswordLen)
 		}
 		c.user, c.password = user, digest(pass)
 	}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"crypto/sha256"
 	"embed"
+	"encoding/base64"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -23,6 +25,23 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"pathesc": url.PathEscape,
 	"actArgs": actArgs,
 }).ParseFS(templateFS, "templates/*.html"))
+
+// layoutStyleHash is the CSP source of the layout's one <style> element
+// ("sha256-..."), so the policy allows that style and nothing else.
+var layoutStyleHash = func() string {
+	b, err := templateFS.ReadFile("templates/layout.html")
+	if err != nil {
+		panic(err)
+	}
+	s := string(b)
+	start := strings.Index(s, "<style>") + len("<style>")
+	end := strings.Index(s, "</style>")
+	if start < len("<style>") || end < start {
+		panic("console: templates/layout.html has no <style> element")
+	}
+	sum := sha256.Sum256([]byte(s[start:end]))
+	return "sha256-" + base64.StdEncoding.EncodeToString(sum[:])
+}()
 
 // timeOf accepts the time.Time and *time.Time of the status model.
 func timeOf(v any) (time.Time, bool) {
@@ -136,7 +155,7 @@ type Viewer struct {
 }
 
 func (cs *consoleServer) viewerFor(r *http.Request) Viewer {
-	v := Viewer{Namespace: cs.namespace, CanAct: cs.creds.configured(), Message: r.URL.Query().Get("done"), Now: time.Now()}
+	v := Viewer{Namespace: cs.namespace, CanAct: cs.creds.configured(), Message: doneMessages[r.URL.Query().Get("done")], Now: time.Now()}
 	if who, ok := cs.authenticate(r); ok {
 		v.User = who
 	}
@@ -177,7 +196,21 @@ type jobView struct {
 type configRow struct{ Name, Value string }
 
 func (cs *consoleServer) jobPage(w http.ResponseWriter, r *http.Request) {
-	cs.renderJob(w, r, r.PathValue("job"), r.URL.Query().Get("done"), "", http.StatusOK)
+	cs.renderJob(w, r, r.PathValue("job"), doneMessages[r.URL.Query().Get("done")], "", http.StatusOK)
+}
+
+// doneMessages are the only confirmations a page shows, by the code in
+// its ?done= (a link can carry any text; the page shows only these).
+var doneMessages = map[string]string{
+	"trigger":     "triggered: every live server runs the job now",
+	"pause":       "paused",
+	"resume":      "resumed",
+	"disable":     "disabled",
+	"enable":      "enabled",
+	"shutdown":    "shut down",
+	"remove":      "removed",
+	"config":      "config saved",
+	"job-removed": "job removed",
 }
 
 // renderJob renders a job page with a message or an error (code).
@@ -237,6 +270,10 @@ func (cs *consoleServer) loginView(r *http.Request, errText string) loginView {
 // login checks a token or user:password from the login form and sets a
 // session cookie (HttpOnly, SameSite=Strict).
 func (cs *consoleServer) login(w http.ResponseWriter, r *http.Request) {
+	if blocked, left := cs.throttle.blocked(clientAddr(r)); blocked {
+		refuseThrottled(w, left)
+		return
+	}
 	var who string
 	switch {
 	case r.FormValue("token") != "" && cs.creds.checkToken(r.FormValue("token")):
@@ -247,12 +284,14 @@ func (cs *consoleServer) login(w http.ResponseWriter, r *http.Request) {
 		msg := "wrong credentials"
 		if !cs.creds.configured() {
 			msg = "this console is read-only: it was started without credentials"
+		} else {
+			cs.throttle.fail(clientAddr(r))
 		}
 		cs.render(w, "login.html", cs.loginView(r, msg), http.StatusUnauthorized)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: cs.sessions.create(who), Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: cs.secureRequest(r), MaxAge: int(sessionTTL / time.Second)})
 	http.Redirect(w, r, safeNext(r.FormValue("next")), http.StatusSeeOther)
 }
 
@@ -260,16 +299,28 @@ func (cs *consoleServer) logout(w http.ResponseWriter, r *http.Request) {
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		cs.sessions.drop(c.Value)
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: cs.secureRequest(r)})
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// safeNext keeps a post-login redirect on this console.
+// safeNext keeps a post-login redirect on this console: a local path
+// (with a query) and nothing a browser could read as another host. Control
+// characters (browsers drop a tab: "/\t/evil" is "//evil"), backslashes,
+// "//" and anything with a scheme or host fall back to "/".
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
+	for i := 0; i < len(next); i++ {
+		if next[i] < 0x20 || next[i] == 0x7f || next[i] == '\\' {
+			return "/"
+		}
+	}
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
 		return "/"
 	}
-	return next
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || !strings.HasPrefix(u.Path, "/") || strings.HasPrefix(u.Path, "//") {
+		return "/"
+	}
+	return u.RequestURI()
 }
 
 func (cs *consoleServer) render(w http.ResponseWriter, name string, data any, code int) {

@@ -24,9 +24,16 @@ const testToken = "0123456789abcdef-test-token"
 
 // consoleFixture runs one Node ("w1") with job "console-job" (3 items) on a
 // memstore server and returns the console over another session of the same
-// tree, with a bearer token and basic auth alice:secret configured (creds
+// tree, with a bearer token and basic auth alice:secret-password configured (creds
 // nil: read-only).
 func consoleFixture(t *testing.T, creds *credentials, history HistorySection) (http.Handler, *coord.Admin) {
+	t.Helper()
+	h, _, admin := consoleServerFixture(t, creds, history)
+	return h, admin
+}
+
+// consoleServerFixture is consoleFixture that also returns the server.
+func consoleServerFixture(t *testing.T, creds *credentials, history HistorySection) (http.Handler, *consoleServer, *coord.Admin) {
 	t.Helper()
 	srv := memstore.NewServer()
 	adminSession := srv.Connect()
@@ -34,14 +41,15 @@ func consoleFixture(t *testing.T, creds *credentials, history HistorySection) (h
 	startNode(t, srv, coord.DefaultNamespace, "console-job", 3)
 	admin := coord.NewAdmin(adminSession, "")
 	// httptest's requests name example.com in Host.
-	return newConsole(consoleOptions{admin: admin, namespace: coord.DefaultNamespace, creds: creds, history: history, logger: cliLogger,
-		allowedHosts: []string{"example.com"}}), admin
+	cs, h := buildConsole(consoleOptions{admin: admin, namespace: coord.DefaultNamespace, creds: creds, history: history, logger: cliLogger,
+		allowedHosts: []string{"example.com"}})
+	return h, cs, admin
 }
 
 func testCreds(t *testing.T) *credentials {
 	t.Helper()
 	t.Setenv(envConsoleToken, testToken)
-	t.Setenv(envConsoleBasicAuth, "alice:secret")
+	t.Setenv(envConsoleBasicAuth, "alice:secret-password")
 	c, err := loadCredentials("", "")
 	if err != nil {
 		t.Fatal(err)
@@ -121,14 +129,14 @@ func TestConsoleAuthAndCrossOrigin(t *testing.T) {
 		t.Fatalf("audit entry %+v, want pause by console:token", a)
 	}
 	// Basic auth, then a browser login with a session cookie.
-	req := map[string]string{"Authorization": "Basic " + basic("alice", "secret")}
+	req := map[string]string{"Authorization": "Basic " + basic("alice", "secret-password")}
 	if rec := post(h, "/api/jobs/console-job/resume", nil, req); rec.Code != http.StatusNoContent {
 		t.Fatalf("resume with basic auth: %d %q", rec.Code, rec.Body)
 	}
 	if rec := post(h, "/api/jobs/console-job/resume", nil, map[string]string{"Authorization": "Basic " + basic("alice", "nope")}); rec.Code != http.StatusUnauthorized {
 		t.Fatalf("wrong password: %d, want 401", rec.Code)
 	}
-	rec = post(h, "/login", url.Values{"user": {"alice"}, "password": {"secret"}, "next": {"/jobs/console-job"}}, nil)
+	rec = post(h, "/login", url.Values{"user": {"alice"}, "password": {"secret-password"}, "next": {"/jobs/console-job"}}, nil)
 	cookie := rec.Result().Cookies()
 	if rec.Code != http.StatusSeeOther || len(cookie) != 1 || !cookie[0].HttpOnly || cookie[0].SameSite != http.SameSiteStrictMode {
 		t.Fatalf("login: %d, cookies %+v", rec.Code, cookie)
@@ -177,7 +185,7 @@ func TestConsolePagesOfferActionsWhereTheyApply(t *testing.T) {
 	}
 	body := page()
 	for _, want := range []string{`data-op="pause"`, `data-op="pause:w1"`, `data-op="trigger"`, `data-op="disable:item2"`,
-		`data-op="config:fetchDataCount"`, `data-op="shutdown:w1"`, "confirm(", " UTC", "servers"} {
+		`data-op="config:fetchDataCount"`, `data-op="shutdown:w1"`, `name="confirm" value="yes" required`, " UTC", "servers"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("job page lacks %q", want)
 		}

@@ -167,8 +167,8 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if r.Error != "" {
 				target = "config error: " + r.Error
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", r.Job, r.Type, orDash(r.Cron), r.Total, orDash(r.Timeout),
-				r.Servers, orDash(strings.Join(r.Refused, ",")), orDash(target))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", printable(r.Job), printable(r.Type), printable(orDash(r.Cron)), r.Total, orDash(r.Timeout),
+				r.Servers, printable(orDash(strings.Join(r.Refused, ","))), printable(orDash(target)))
 		}
 		return tw.Flush()
 	})

@@ -84,7 +84,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], stdout, stderr)
+		out, errOut := stdout, stderr
+		if c.name != "demo" { // the demo redraws its table with escapes of its own
+			eo, ee := newEscapeWriter(stdout), newEscapeWriter(stderr)
+			defer eo.Flush()
+			defer ee.Flush()
+			out, errOut = eo, ee
+			stderr = ee
+		}
+		err := c.run(ctx, args[1:], out, errOut)
 		var ue usageError
 		switch {
 		case err == nil:

@@ -132,9 +132,9 @@ func printConfig(w io.Writer, s coord.JobStatus) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		fmt.Fprintf(w, "%s=%s\n", k, s.Config[k])
+		fmt.Fprintf(w, "%s=%s\n", k, printable(s.Config[k]))
 	}
 	if s.ConfigError != "" {
-		fmt.Fprintf(w, "# error: %s\n", s.ConfigError)
+		fmt.Fprintf(w, "# error: %s\n", printable(s.ConfigError))
 	}
 }

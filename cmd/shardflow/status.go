@@ -84,7 +84,7 @@ func collectStatus(ctx context.Context, admin *coord.Admin, namespace, job strin
 
 func printStatus(w io.Writer, doc statusDocument) {
 	for _, u := range doc.Unreadable {
-		fmt.Fprintf(w, "job %s   UNREADABLE: %s\n", u.Job, u.Error)
+		fmt.Fprintf(w, "job %s   UNREADABLE: %s\n", printable(u.Job), printable(u.Error))
 	}
 	if len(doc.Jobs) == 0 && len(doc.Unreadable) == 0 {
 		fmt.Fprintf(w, "namespace %q has no jobs\n", doc.Namespace)
@@ -99,7 +99,7 @@ func printStatus(w io.Writer, doc statusDocument) {
 }
 
 func printJobStatus(w io.Writer, js coord.JobStatus) {
-	fmt.Fprintf(w, "job %s   leader %s", js.Job, orDash(js.Leader))
+	fmt.Fprintf(w, "job %s   leader %s", printable(js.Job), printable(orDash(js.Leader)))
 	if js.ReshardingPending {
 		fmt.Fprint(w, "   resharding pending")
 	}
@@ -109,10 +109,10 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 	fmt.Fprintf(w, "   next fire %s", fmtTime(js.NextFireTime))
 	fmt.Fprintln(w)
 	if js.ConfigError != "" {
-		fmt.Fprintf(w, "  CONFIG ERROR: %s\n", js.ConfigError)
+		fmt.Fprintf(w, "  CONFIG ERROR: %s\n", printable(js.ConfigError))
 	}
 	for _, r := range js.Refused {
-		fmt.Fprintf(w, "  REFUSED by %s: %s\n", r.ID, r.Reason)
+		fmt.Fprintf(w, "  REFUSED by %s: %s\n", printable(r.ID), printable(r.Reason))
 	}
 	keys := make([]string, 0, len(js.Config))
 	for k := range js.Config {
@@ -122,7 +122,7 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 	var cfg []string
 	for _, k := range keys {
 		if v := js.Config[k]; v != "" {
-			cfg = append(cfg, k+"="+v)
+			cfg = append(cfg, k+"="+printable(v))
 		}
 	}
 	fmt.Fprintf(w, "  config: %s\n", strings.Join(cfg, " "))
@@ -139,9 +139,9 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 		if s.Shutdown {
 			flags = append(flags, "shutdown")
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%s\t%s\n", s.ID, s.Status, joinInts(s.Sharding),
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%s\t%s\n", printable(s.ID), printable(s.Status), joinInts(s.Sharding),
 			s.ProcessSuccessCount, s.TotalSuccessCount, s.ProcessFailureCount, s.TotalFailureCount,
-			orDash(strings.Join(flags, ",")), orDash(s.LastError))
+			orDash(strings.Join(flags, ",")), printable(orDash(s.LastError)))
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -159,9 +159,9 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 		if it.Misfire {
 			state += "+misfire"
 		}
-		failover := it.Failover
+		failover := printable(it.Failover)
 		if failover == "" && it.FailoverLost != "" {
-			failover = it.FailoverLost + " (lost)" // its claimant's session ended mid-run
+			failover = printable(it.FailoverLost) + " (lost)" // its claimant's session ended mid-run
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", it.Item, state, orDash(failover),
 			fmtTime(it.LastBeginTime), fmtTime(it.LastCompleteTime), fmtTime(it.NextFireTime))
@@ -170,7 +170,7 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 	if len(js.Actions) > 0 {
 		fmt.Fprintln(w, "  recent operator actions:")
 		for _, a := range js.Actions[:min(len(js.Actions), 5)] {
-			fmt.Fprintf(w, "    %s  %s  %s\n", fmtTime(&a.Time), a.Actor, describeAction(a))
+			fmt.Fprintf(w, "    %s  %s  %s\n", fmtTime(&a.Time), printable(a.Actor), printable(describeAction(a)))
 		}
 	}
 }
