@@ -155,13 +155,15 @@ bench-jobs: ## JOBS idle jobs (default 1000) on one Node on real ZooKeeper (STOR
 	$(TEST_ENV) SHARDFLOW_SCALE_JOBS=$${JOBS:-1000} SHARDFLOW_SCALE_STORE=$${STORE:-zk} SHARDFLOW_SCALE_ZK_HEAP=$${ZK_HEAP:-} SHARDFLOW_SCALE_ZK_ADDR=$${ZK_ADDR:-} $(GO) test -count=1 -timeout 20m -run '^TestScaleJobs$$' -v ./dataflow/ | grep -E 'JOBS|^(---|ok|FAIL)|_test.go'
 
 # make bench-fires: the scheduler at scale (issue 31). DURATION is the
-# measured window in seconds (not SECONDS: bash's own variable).
+# measured window in seconds (not SECONDS: bash's own variable). STORE is
+# read from the environment, as bench-jobs does: the Makefile's own STORE
+# (mem) is the simulation's.
 .PHONY: bench-fires
-bench-fires: ## JOBS jobs (default 1000) on one CRON (default every second) over SERVERS processes (default 3) on real ZooKeeper for DURATION s (default 30): fires/s against expected, misfires, fire->BeforeRun p50/p99/max (WARMUP, GRACE s; ZK_HEAP, default 1g)
+bench-fires: ## JOBS jobs (default 1000) on one CRON (default every second) over SERVERS processes (default 3) on real ZooKeeper for DURATION s (default 30): fires/s against expected, misfires, fire->BeforeRun p50/p99/max (WARMUP, GRACE s; ZK_HEAP, default 1g; STORE=pg: on Postgres)
 	uptime
 	@set -o pipefail; $(TEST_ENV) SHARDFLOW_FIRES_JOBS=$(or $(JOBS),1000) SHARDFLOW_FIRES_SERVERS=$(or $(SERVERS),3) \
 		SHARDFLOW_FIRES_CRON='$(or $(CRON),* * * * * ?)' SHARDFLOW_FIRES_SECONDS=$(or $(DURATION),30) \
-		SHARDFLOW_FIRES_WARMUP=$(WARMUP) SHARDFLOW_FIRES_GRACE=$(GRACE) SHARDFLOW_FIRES_ZK_HEAP=$(ZK_HEAP) \
+		SHARDFLOW_FIRES_WARMUP=$(WARMUP) SHARDFLOW_FIRES_GRACE=$(GRACE) SHARDFLOW_FIRES_ZK_HEAP=$(ZK_HEAP) SHARDFLOW_FIRES_STORE=$${STORE:-zk} \
 		$(GO) test -count=1 -timeout 60m -run '^TestFires$$' -v ./dataflow/ | grep -E 'FIRES|^(---|ok|FAIL)|_test.go'
 	uptime
 

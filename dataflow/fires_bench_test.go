@@ -31,7 +31,9 @@ import (
 // tick for late runs, and logs one FIRES line (fireAccounting): fires/s
 // achieved against expected, misfires, and p50/p99/max from a fire's
 // scheduled time to BeforeRun, with the load average before and after.
-// SHARDFLOW_FIRES_ZK_HEAP (default 1g) is the ZooKeeper's heap. It asserts
+// SHARDFLOW_FIRES_ZK_HEAP (default 1g) is the ZooKeeper's heap;
+// SHARDFLOW_FIRES_STORE=pg runs the workers on a Postgres container
+// (coord/pgstore) instead. It asserts
 // outcomes only: every worker stops cleanly, no tick runs twice. Skipped
 // unless SHARDFLOW_FIRES_JOBS is set.
 func TestFires(t *testing.T) {
@@ -45,6 +47,10 @@ func TestFires(t *testing.T) {
 	grace := time.Duration(envInt(t, "SHARDFLOW_FIRES_GRACE", 5)) * time.Second
 	spec := cmp.Or(os.Getenv("SHARDFLOW_FIRES_CRON"), "* * * * * ?")
 	heap := cmp.Or(os.Getenv("SHARDFLOW_FIRES_ZK_HEAP"), "1g")
+	storeKind := cmp.Or(os.Getenv("SHARDFLOW_FIRES_STORE"), "zk")
+	if storeKind != "zk" && storeKind != "pg" {
+		t.Fatalf("SHARDFLOW_FIRES_STORE=%q: use zk (ZooKeeper) or pg (Postgres)", storeKind)
+	}
 	if servers <= 0 || seconds <= 0 {
 		t.Fatalf("SHARDFLOW_FIRES_SERVERS=%d, SHARDFLOW_FIRES_SECONDS=%d: both must be > 0", servers, seconds)
 	}
@@ -53,23 +59,15 @@ func TestFires(t *testing.T) {
 		t.Fatalf("SHARDFLOW_FIRES_CRON=%q: %v", spec, err)
 	}
 	logf := func(format string, args ...any) {
-		t.Logf("FIRES jobs=%d servers=%d cron=%q "+format, append([]any{jobs, servers, spec}, args...)...)
+		t.Logf("FIRES store=%s jobs=%d servers=%d cron=%q "+format, append([]any{storeKind, jobs, servers, spec}, args...)...)
 	}
 
-	// A server of its own, with a heap for 10,000 jobs' tree (the shared
-	// test server's 256 MB is not), reached at the container's address,
-	// not through Docker's port proxy (docs/benchmarks.md, bench-jobs).
-	zk := integration.StartZooKeeper(t, integration.WithServerEnv("JVMFLAGS",
-		"-Xmx"+heap+" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"))
-	addrs, err := zk.DirectServers(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	storeArgs, where := fireStore(t, storeKind, heap)
 	bin := integration.BuildBinary(t, "./internal/fireworker")
 	dir := t.TempDir()
 	ns := fmt.Sprintf("fires%d", time.Now().UnixNano())
 	loadStart := loadAverage()
-	logf("ZooKeeper at %v; load average at the start %s", addrs, loadStart)
+	logf("%s; load average at the start %s", where, loadStart)
 
 	procs := make([]*integration.Process, servers)
 	outs := make([]string, servers)
@@ -77,10 +75,10 @@ func TestFires(t *testing.T) {
 	for i := range procs {
 		id := fmt.Sprintf("s%d", i+1)
 		outs[i] = filepath.Join(dir, id+".runs")
-		procs[i] = integration.StartProcess(t, bin, []string{
-			"--zk", strings.Join(addrs, ","), "--namespace", ns, "--server-id", id,
+		procs[i] = integration.StartProcess(t, bin, append(storeArgs,
+			"--namespace", ns, "--server-id", id,
 			"--jobs", strconv.Itoa(jobs), "--total", strconv.Itoa(servers), "--cron", spec, "--out", outs[i],
-		}, nil)
+		), nil)
 	}
 	for i, p := range procs {
 		line := p.RequireLine(t, `^(ready|error)`, 15*time.Minute)
@@ -129,6 +127,27 @@ func TestFires(t *testing.T) {
 	if s.duplicates != 0 {
 		t.Errorf("%d cron runs ran a (server, job, tick) a second time", s.duplicates)
 	}
+}
+
+// fireStore starts the coordination store's server, one of the
+// measurement's own, and returns the workers' flags for it and where it is.
+func fireStore(t *testing.T, kind, heap string) (args []string, where string) {
+	if kind == "pg" {
+		// A database of its own on a server of its own (fsync off, the
+		// harness's), reached through the published port.
+		dsn := integration.StartPostgres(t).NewDatabase(t)
+		return []string{"--store", "pg", "--pg", dsn}, "Postgres container"
+	}
+	// A server with a heap for 10,000 jobs' tree (the shared test server's
+	// 256 MB is not), reached at the container's address, not through
+	// Docker's port proxy (docs/benchmarks.md, bench-jobs).
+	zk := integration.StartZooKeeper(t, integration.WithServerEnv("JVMFLAGS",
+		"-Xmx"+heap+" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto"))
+	addrs, err := zk.DirectServers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--store", "zk", "--zk", strings.Join(addrs, ",")}, fmt.Sprintf("ZooKeeper at %v", addrs)
 }
 
 // readFireRuns parses a fireworker's output file.

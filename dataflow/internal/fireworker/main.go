@@ -1,6 +1,6 @@
 // Command fireworker is one server process of the fires measurement
 // (TestFires in dataflow, `make bench-fires`): a dataflow.Node on its own
-// ZooKeeper session hosting --jobs no-op jobs that share one cron, with a
+// session of ZooKeeper (--store zk) or Postgres (--store pg) hosting --jobs no-op jobs that share one cron, with a
 // listener that records, for every run, when the run started (before its
 // Begin) and when BeforeRun was called (after it).
 //
@@ -14,6 +14,7 @@
 //
 //	fireworker --zk 127.0.0.1:2181 --namespace ns --server-id s1 \
 //	    --jobs 1000 --total 3 --cron '* * * * * ?' --out runs.txt
+//	fireworker --store pg --pg postgres://... (the rest as above)
 package main
 
 import (
@@ -31,6 +32,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/pgstore"
+	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
 )
@@ -46,14 +49,17 @@ func main() {
 }
 
 type options struct {
-	zk, namespace, serverID, cron, out string
+	store, zk, pg, namespace, serverID string
+	cron, out                          string
 	jobs, total, adders                int
 	sessionTimeout, stopTimeout        time.Duration
 }
 
 func parseFlags() (options, error) {
 	var o options
-	flag.StringVar(&o.zk, "zk", "", "ZooKeeper servers, comma-separated host:port (required)")
+	flag.StringVar(&o.store, "store", "zk", "coordination store: zk (ZooKeeper, --zk) or pg (Postgres, --pg)")
+	flag.StringVar(&o.zk, "zk", "", "ZooKeeper servers, comma-separated host:port (with --store zk)")
+	flag.StringVar(&o.pg, "pg", "", "Postgres DSN (with --store pg)")
 	flag.StringVar(&o.namespace, "namespace", "", "namespace (required)")
 	flag.StringVar(&o.serverID, "server-id", "", "server id (required)")
 	flag.StringVar(&o.cron, "cron", "* * * * * ?", "every job's cron, with seconds")
@@ -65,8 +71,14 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.stopTimeout, "stop-timeout", time.Minute, "bound of the graceful stop on SIGTERM")
 	flag.Parse()
 	switch {
-	case o.zk == "", o.namespace == "", o.serverID == "", o.out == "":
-		return o, errors.New("--zk, --namespace, --server-id and --out are required")
+	case o.store != "zk" && o.store != "pg":
+		return o, fmt.Errorf("--store %q: use zk or pg", o.store)
+	case o.store == "zk" && o.zk == "":
+		return o, errors.New("--zk is required with --store zk: ZooKeeper servers as host:port[,host:port]")
+	case o.store == "pg" && o.pg == "":
+		return o, errors.New("--pg is required with --store pg: a Postgres DSN")
+	case o.namespace == "", o.serverID == "", o.out == "":
+		return o, errors.New("--namespace, --server-id and --out are required")
 	case o.jobs <= 0:
 		return o, fmt.Errorf("--jobs %d: must be > 0", o.jobs)
 	case o.total <= 0:
@@ -124,9 +136,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("server", o.serverID)
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(o.zk, ","), SessionTimeout: o.sessionTimeout, Logger: logger})
+	st, err := openStore(ctx, o, logger)
 	if err != nil {
-		return fmt.Errorf("connect to ZooKeeper %s: %w", o.zk, err)
+		return err
 	}
 	defer func() { _ = st.Close() }()
 
@@ -167,6 +179,22 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("stopped runs=%d errors=%d\n", len(runs), errCount.Load())
 	return nil
+}
+
+// openStore opens the session of --store.
+func openStore(ctx context.Context, o options, logger *slog.Logger) (store.Store, error) {
+	if o.store == "pg" {
+		st, err := pgstore.Open(ctx, pgstore.Config{DSN: o.pg, SessionTimeout: o.sessionTimeout, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("connect to Postgres: %w", err)
+		}
+		return st, nil
+	}
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(o.zk, ","), SessionTimeout: o.sessionTimeout, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("connect to ZooKeeper %s: %w", o.zk, err)
+	}
+	return st, nil
 }
 
 // addJobs adds the jobs from o.adders goroutines: one AddJob is a few
