@@ -102,8 +102,8 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 	// One config snapshot for the whole trigger: an edit that arrives
 	// while this Begin runs applies to the next trigger, whole.
 	cfg, params := j.snapshot()
-	if cfg.MaxTimeDiffSeconds > 0 {
-		if err := j.checkClock(ctx, now, time.Duration(cfg.MaxTimeDiffSeconds)*time.Second); err != nil {
+	if cfg.MaxTimeDiff > 0 {
+		if err := j.checkClock(ctx, now, cfg.MaxTimeDiff); err != nil {
 			return nil, err
 		}
 	}

@@ -20,7 +20,7 @@ import (
 func TestRunOnReplacedAssignmentStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := coordtest.NewHarness(t, coordtest.Mem())
-		cfg := coordtest.Config("job", 2, func(c *jobconfig.Config) { c.MonitorExecution = jobconfig.Bool(false) })
+		cfg := coordtest.Config("job", 2, func(c *jobconfig.Config) { c.DisableMonitorExecution = true })
 		leader := h.Start("a", cfg)
 		run := coordtest.BeginAll(t, leader)[0] // the join's reshard: both items
 		synctest.Wait()

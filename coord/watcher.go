@@ -6,6 +6,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
@@ -364,11 +365,10 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 }
 
 func (j *job) reconcileInterval() time.Duration {
-	s := j.config().ReconcileIntervalSeconds
-	if s <= 0 {
-		s = 60
+	if d := j.config().ReconcileInterval; d > 0 {
+		return d
 	}
-	return time.Duration(s) * time.Second
+	return jobconfig.DefaultReconcileInterval
 }
 
 // react derives actions from the cache after a change: job removal,

@@ -377,7 +377,7 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 		return fmt.Errorf("dataflow: AddJob %q: %w", h.name, err)
 	}
 	n.jobs[h.name] = h
-	h.reporter = stats.NewReporter(h.counter, cj, cj.Config().ProcessCountInterval(), n.logger)
+	h.reporter = stats.NewReporter(h.counter, cj, cj.Config().ProcessCountInterval, n.logger)
 	if n.metrics != nil {
 		n.metrics.Track(h.name, h.counter)
 	}
@@ -516,7 +516,7 @@ func (n *Node) onSignal(h *hostedJob, sig coord.Signal) {
 		if err := n.sched.reschedule(h.name, cfg.CronSpec(), cfg.MisfireEnabled()); err != nil && !errors.Is(err, ErrNoJob) {
 			n.reportError(h.name, fmt.Errorf("dataflow: apply stored config: %w", err))
 		}
-		h.reporter.SetInterval(cfg.ProcessCountInterval())
+		h.reporter.SetInterval(cfg.ProcessCountInterval)
 	case coord.SignalTrigger:
 		if err := n.sched.trigger(h.name, ReasonTrigger); err != nil && !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
 			n.reportError(h.name, err)

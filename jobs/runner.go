@@ -58,13 +58,13 @@ func (r *runner) check(cfg jobconfig.Config) error {
 func (r *runner) resolve(cfg jobconfig.Config) (string, error) {
 	switch cfg.Type() {
 	case jobconfig.JobTypeScript:
-		argv, err := jobconfig.SplitCommandLine(cfg.ScriptCommandLine)
+		argv, err := jobconfig.SplitCommandLine(cfg.Script.CommandLine)
 		if err != nil {
 			return "", err
 		}
 		return r.allow.ResolveCommand(argv)
 	case jobconfig.JobTypeHTTP:
-		return "", r.allow.CheckURL(cfg.HTTPURL)
+		return "", r.allow.CheckURL(cfg.HTTP.URL)
 	}
 	return "", fmt.Errorf("jobs: job %q is a %s job; a worker runs only SCRIPT and HTTP jobs", cfg.JobName, cfg.Type())
 }
@@ -83,14 +83,14 @@ func (r *runner) run(ctx context.Context, shard dataflow.Shard) error {
 	r.setRefused(ctx, shard.JobName, "")
 	c := NewShardContext(shard, r.n.ServerID())
 	if cfg.Type() == jobconfig.JobTypeScript {
-		argv, _ := jobconfig.SplitCommandLine(cfg.ScriptCommandLine) // checked above
+		argv, _ := jobconfig.SplitCommandLine(cfg.Script.CommandLine) // checked above
 		return RunScript(ctx, argv, c, ScriptOptions{Path: prog, Env: r.scriptEnv, Logger: r.logger})
 	}
-	header, values, err := r.secrets.headers(cfg.HTTPHeaders)
+	header, values, err := r.secrets.headers(cfg.HTTP.Headers)
 	if err != nil {
 		return err
 	}
-	return RunHTTP(ctx, r.client, HTTPRequest{Method: cfg.HTTPMethod, URL: cfg.HTTPURL, Header: header, Secrets: values}, c)
+	return RunHTTP(ctx, r.client, HTTPRequest{Method: cfg.HTTP.Method, URL: cfg.HTTP.URL, Header: header, Secrets: values}, c)
 }
 
 // setRefused reports (reason != "") or clears this server's refusal of

@@ -118,7 +118,7 @@ func TestWorkerRunsStoredScriptJob(t *testing.T) {
 	c := newCluster(t, "stored", 2, []string{"/bin/sh -c * sh"}, nil)
 	script := fmt.Sprintf(`touch "%s/$SHARDFLOW_ITEM.$SHARDFLOW_SERVER_ID.$$"`, dir)
 	cfg := jobconfig.Config{JobName: "touch", ShardingTotalCount: 4, JobType: jobconfig.JobTypeScript,
-		ScriptCommandLine: "/bin/sh -c '" + script + "' sh"}
+		Script: jobconfig.ScriptSettings{CommandLine: "/bin/sh -c '" + script + "' sh"}}
 	if err := c.admin.CreateJob(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestWorkerRefusesCommandOutsideAllowList(t *testing.T) {
 	marker := filepath.Join(dir, "ran")
 	c := newCluster(t, "refuse", 2, []string{"/opt/jobs/"}, nil)
 	cfg := jobconfig.Config{JobName: "evil", ShardingTotalCount: 2, JobType: jobconfig.JobTypeScript,
-		ScriptCommandLine: "/usr/bin/touch " + marker}
+		Script: jobconfig.ScriptSettings{CommandLine: "/usr/bin/touch " + marker}}
 	if err := c.admin.CreateJob(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestWorkerRefusesCommandOutsideAllowList(t *testing.T) {
 		t.Fatalf("the refused command ran: %v", err)
 	}
 	// config set refuses a command line that does not split.
-	bad := jobconfig.Config{JobName: "broken", ShardingTotalCount: 1, JobType: jobconfig.JobTypeScript, ScriptCommandLine: "/opt/jobs/x"}
+	bad := jobconfig.Config{JobName: "broken", ShardingTotalCount: 1, JobType: jobconfig.JobTypeScript, Script: jobconfig.ScriptSettings{CommandLine: "/opt/jobs/x"}}
 	if err := c.admin.CreateJob(t.Context(), bad); err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +234,7 @@ func TestWorkerRunsStoredHTTPJob(t *testing.T) {
 	defer srv.Close()
 	c := newCluster(t, "http", 2, nil, []string{srv.URL + "/jobs/"})
 	cfg := jobconfig.Config{JobName: "hook", ShardingTotalCount: 3, JobType: jobconfig.JobTypeHTTP,
-		HTTPURL: srv.URL + "/jobs/run", HTTPMethod: "PUT", HTTPHeaders: "X-Team: ops"}
+		HTTP: jobconfig.HTTPSettings{URL: srv.URL + "/jobs/run", Method: "PUT", Headers: "X-Team: ops"}}
 	if err := c.admin.CreateJob(t.Context(), cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestWorkerRunsStoredHTTPJob(t *testing.T) {
 	for i, n := range c.nodes {
 		testwait.For(t, wait, fmt.Sprintf("node %d to see the new URL", i), func() bool {
 			cfg, _ := n.JobConfig("hook")
-			return strings.HasSuffix(cfg.HTTPURL, "/admin/drop")
+			return strings.HasSuffix(cfg.HTTP.URL, "/admin/drop")
 		})
 	}
 	if success, failure := c.trigger(t, "hook"); success != 0 || failure != 3 {

@@ -165,8 +165,7 @@ func (d *demo) run(ctx context.Context) error {
 		ConcurrentDataProcessThreadCount: 4,
 		StreamingProcess:                 true,
 		Failover:                         true,
-		ProcessCountIntervalSeconds:      1,
-		Misfire:                          jobconfig.Bool(true),
+		ProcessCountInterval:             time.Second,
 		Description:                      "shardflow demo: claim generated records, simulate work, record effects",
 		Overwrite:                        true,
 		// The demo fails records on purpose and shows them in its table;

@@ -46,9 +46,9 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	typ := fs.String("type", "", "job type: script or http (required)")
 	fs.StringVar(&cfg.Cron, "cron", "", `cron with seconds, e.g. "0/30 * * * * ?" (default: none, a one-off job run by `+"`shardflow trigger`)")
 	fs.IntVar(&cfg.ShardingTotalCount, "total", 0, "number of shard items (required)")
-	fs.StringVar(&cfg.ScriptCommandLine, "command", "", "script jobs: the command line run once per owned item (no shell unless it names one)")
-	fs.StringVar(&cfg.HTTPURL, "url", "", "http jobs: the URL requested once per owned item")
-	fs.StringVar(&cfg.HTTPMethod, "method", "", "http jobs: the request method (default POST)")
+	fs.StringVar(&cfg.Script.CommandLine, "command", "", "script jobs: the command line run once per owned item (no shell unless it names one)")
+	fs.StringVar(&cfg.HTTP.URL, "url", "", "http jobs: the URL requested once per owned item")
+	fs.StringVar(&cfg.HTTP.Method, "method", "", "http jobs: the request method (default POST)")
 	fs.Var(&headers, "header", `http jobs: a request header "Name: value" (repeatable)`)
 	fs.DurationVar(&cfg.ItemTimeout, "timeout", 0, "per-item run timeout, e.g. 30s (default: none)")
 	fs.StringVar(&cfg.ShardingItemParameters, "item-parameters", "", `item parameters, e.g. "0=eu,1=us"`)
@@ -61,12 +61,12 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	switch strings.ToLower(*typ) {
 	case "script":
 		cfg.JobType = jobconfig.JobTypeScript
-		if cfg.HTTPURL != "" || len(headers) > 0 || cfg.HTTPMethod != "" {
+		if cfg.HTTP.URL != "" || len(headers) > 0 || cfg.HTTP.Method != "" {
 			return usagef("--url, --method and --header are for --type http")
 		}
 	case "http":
 		cfg.JobType = jobconfig.JobTypeHTTP
-		if cfg.ScriptCommandLine != "" {
+		if cfg.Script.CommandLine != "" {
 			return usagef("--command is for --type script")
 		}
 	default:
@@ -75,7 +75,7 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cfg.JobName == "" {
 		return usagef("--job is required: name the new job")
 	}
-	cfg.HTTPHeaders = strings.Join(headers, "\n")
+	cfg.HTTP.Headers = strings.Join(headers, "\n")
 	if err := cfg.WithDefaults().Validate(); err != nil {
 		return usageError{err.Error()}
 	}

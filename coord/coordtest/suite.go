@@ -117,7 +117,7 @@ type Server struct {
 
 // Config returns a job config for tests: no cron, total items, the given tweaks.
 func Config(job string, total int, tweak ...func(*jobconfig.Config)) jobconfig.Config {
-	c := jobconfig.Config{JobName: job, ShardingTotalCount: total, ReconcileIntervalSeconds: 60}
+	c := jobconfig.Config{JobName: job, ShardingTotalCount: total, ReconcileInterval: time.Minute}
 	for _, f := range tweak {
 		f(&c)
 	}
@@ -724,7 +724,7 @@ func testSessionExpiry(t *testing.T, h *Harness) {
 }
 
 func testClockSkew(t *testing.T, h *Harness) {
-	a := h.Start("a", Config("job", 2, func(c *jobconfig.Config) { c.MaxTimeDiffSeconds = 5 }))
+	a := h.Start("a", Config("job", 2, func(c *jobconfig.Config) { c.MaxTimeDiff = 5 * time.Second }))
 	h.B.SkewServerClock(t, time.Hour)
 	defer h.B.SkewServerClock(t, 0)
 	_, err := a.Job.Begin(testCtx(t), h.Now())
@@ -1041,7 +1041,7 @@ func testOnceTimeout(t *testing.T, h *Harness) {
 }
 
 func testReconcile(t *testing.T, h *Harness) {
-	a := h.Start("a", Config("job", 4, func(c *jobconfig.Config) { c.ReconcileIntervalSeconds = 1 }))
+	a := h.Start("a", Config("job", 4, func(c *jobconfig.Config) { c.ReconcileInterval = time.Second }))
 	runs := BeginAll(t, a)
 	CompleteAll(t, runs...)
 	st := h.B.Connect(t)
@@ -1262,7 +1262,7 @@ func testSuspendedRunAbandoned(t *testing.T, h *Harness) {
 
 func testPruneOfflineServers(t *testing.T, h *Harness) {
 	h.Grace = time.Millisecond
-	fast := func(c *jobconfig.Config) { c.ReconcileIntervalSeconds = 1 }
+	fast := func(c *jobconfig.Config) { c.ReconcileInterval = time.Second }
 	h.Start("a", Config("job", 2, fast)) // leader
 	b := h.Start("b", Config("job", 2, fast))
 	c := h.Start("c", Config("job", 2, fast))

@@ -24,9 +24,13 @@ const (
 
 // Config is one job's configuration. Build it as a struct literal; zero
 // fields take the defaults stated on each field (WithDefaults fills them in),
-// and Validate reports the first bad field by name with the fix.
+// and Validate reports every bad field by name with the fix. Every zero
+// value is safe: Booleans default to false, intervals are time.Duration.
 //
-// Boolean fields whose default is true are pointers; nil means the default.
+// The stored form keeps ElasticJob-Lite's field names and units (Fields,
+// FromFields): ProcessCountInterval is stored as processCountIntervalSeconds,
+// DisableMisfire as misfire (inverted), and so on; the Field* constants name
+// them, and `shardflow config set` takes those names.
 type Config struct {
 	// JobName identifies the job; unique within a namespace. A rename is a
 	// new job. Required: letters, digits, '-', '_' and '.', at most 128 bytes.
@@ -48,13 +52,16 @@ type Config struct {
 	ShardingItemParameters string
 	// JobParameter is handed to every shard. Default "".
 	JobParameter string
-	// MonitorExecution records running and completed nodes per item; needed
-	// for misfire-on-overlap, waiting before resharding, and failover.
-	// Default true.
-	MonitorExecution *bool
-	// ProcessCountIntervalSeconds is how often each server writes its
-	// processSuccessCount and processFailureCount. Default 300, must be > 0.
-	ProcessCountIntervalSeconds int
+	// DisableMonitorExecution stops recording running and completed nodes
+	// per item, which misfire-on-overlap, waiting before resharding, and
+	// failover need. Stored as monitorExecution (its negation). Default
+	// false: execution is monitored.
+	DisableMonitorExecution bool
+	// ProcessCountInterval is how often each server writes its
+	// processSuccessCount and processFailureCount. Stored as
+	// processCountIntervalSeconds, so whole seconds. Default 5m; must be
+	// >= 1s.
+	ProcessCountInterval time.Duration
 	// ConcurrentDataProcessThreadCount is the number of workers processing
 	// fetched items of one shard item. Default 2 x GOMAXPROCS, must be > 0.
 	ConcurrentDataProcessThreadCount int
@@ -72,16 +79,19 @@ type Config struct {
 	// pending"). Ignored without StreamingProcess. Default false: fetch,
 	// then process the whole batch, then fetch again (ElasticJob's way).
 	PipelinedFetch bool
-	// MaxTimeDiffSeconds is the tolerated skew, in seconds, between the local
-	// clock and the coordination service's. A run is refused when the skew is
-	// larger. Default 0: no check (ElasticJob's -1; any value <= 0 disables it).
-	MaxTimeDiffSeconds int
+	// MaxTimeDiff is the tolerated skew between the local clock and the
+	// coordination service's. A run is refused when the skew is larger.
+	// Stored as maxTimeDiffSeconds, so whole seconds. Default 0: no check
+	// (ElasticJob's -1; any value <= 0 disables it).
+	MaxTimeDiff time.Duration
 	// Failover re-runs a crashed server's running items on a live one at
 	// once. Default false.
 	Failover bool
-	// Misfire runs once more after a run that overlapped a trigger.
-	// Default true.
-	Misfire *bool
+	// DisableMisfire drops the triggers that fire during a run instead of
+	// running once more right after it. Stored as misfire (its negation).
+	// Default false: a run that overlapped a trigger is followed by one
+	// catch-up run.
+	DisableMisfire bool
 	// Description is free text for operators. Default "".
 	Description string
 	// Overwrite makes this config replace the one stored in the
@@ -96,29 +106,23 @@ type Config struct {
 	// ErrorPolicy is what happens to errors from Fetch and Process.
 	// Default ErrorPolicyLog.
 	ErrorPolicy ErrorPolicy
-	// ReconcileIntervalSeconds is how often the leader checks that no item
-	// is owned by a dead server. Default 60; must be > 0.
-	ReconcileIntervalSeconds int
+	// ReconcileInterval is how often the leader checks that no item is
+	// owned by a dead server. Stored as reconcileIntervalSeconds, so whole
+	// seconds. Default 1m; must be >= 1s.
+	ReconcileInterval time.Duration
 
 	// JobType is the kind of job: JobTypeDataflow (Fetch/Process, the
 	// default), JobTypeSimple (one function call per item), JobTypeScript
 	// (a command per item) or JobTypeHTTP (a request per item). It is
 	// stored in the jobType node and fixed when the job is first stored.
+	// dataflow.AddJob and AddSimpleJob set it; leave it empty in Go code.
 	JobType JobType
-	// ScriptCommandLine is the command a SCRIPT job runs once per owned
-	// item: words split as a shell would split them (quotes and backslash
-	// escapes), but no shell runs unless the command names one. Required
-	// for SCRIPT jobs.
-	ScriptCommandLine string
-	// HTTPURL is the absolute http:// or https:// URL an HTTP job sends one
-	// request per owned item to. Required for HTTP jobs.
-	HTTPURL string
-	// HTTPMethod is the HTTP job's request method. Default "POST" for HTTP
-	// jobs.
-	HTTPMethod string
-	// HTTPHeaders are the HTTP job's extra request headers, one
-	// "Name: value" per line. Default "".
-	HTTPHeaders string
+	// Script holds a SCRIPT job's settings (package jobs runs them); empty
+	// for every other job type.
+	Script ScriptSettings
+	// HTTP holds an HTTP job's settings (package jobs runs them); empty for
+	// every other job type.
+	HTTP HTTPSettings
 	// ItemTimeout bounds each shard item's run on every job type: when it
 	// passes, the item's context is cancelled (a script's process group is
 	// killed) and the item counts a failure that reports "timed out after
@@ -127,16 +131,33 @@ type Config struct {
 	ItemTimeout time.Duration
 }
 
-// Bool returns a pointer to b, for MonitorExecution and Misfire literals.
-func Bool(b bool) *bool { return &b }
-
-// ProcessCountInterval returns ProcessCountIntervalSeconds as a duration.
-func (c Config) ProcessCountInterval() time.Duration {
-	return time.Duration(c.ProcessCountIntervalSeconds) * time.Second
+// ScriptSettings are the settings of a SCRIPT job, stored in the job's
+// config node beside the common fields.
+type ScriptSettings struct {
+	// CommandLine is the command run once per owned item: words split as a
+	// shell would split them (quotes and backslash escapes), but no shell
+	// runs unless the command names one. Stored as scriptCommandLine.
+	// Required for SCRIPT jobs.
+	CommandLine string
 }
 
-// MonitorsExecution reports MonitorExecution with its default applied.
-func (c Config) MonitorsExecution() bool { return c.MonitorExecution == nil || *c.MonitorExecution }
+// HTTPSettings are the settings of an HTTP job, stored in the job's config
+// node beside the common fields.
+type HTTPSettings struct {
+	// URL is the absolute http:// or https:// URL one request per owned item
+	// goes to. Stored as httpUrl. Required for HTTP jobs.
+	URL string
+	// Method is the request method. Stored as httpMethod. Default "POST".
+	Method string
+	// Headers are extra request headers, one "Name: value" per line.
+	// Stored as httpHeaders. Default "".
+	Headers string
+}
 
-// MisfireEnabled reports Misfire with its default applied.
-func (c Config) MisfireEnabled() bool { return c.Misfire == nil || *c.Misfire }
+// MonitorsExecution reports whether execution is monitored
+// (!DisableMonitorExecution).
+func (c Config) MonitorsExecution() bool { return !c.DisableMonitorExecution }
+
+// MisfireEnabled reports whether misfire catch-up runs are on
+// (!DisableMisfire).
+func (c Config) MisfireEnabled() bool { return !c.DisableMisfire }

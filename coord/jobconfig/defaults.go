@@ -2,17 +2,18 @@ package jobconfig
 
 import (
 	"runtime"
+	"time"
 
 	"github.com/shardflow/shardflow/coord/sharding"
 )
 
 // Defaults of the fields whose zero value means "use the default".
 const (
-	DefaultProcessCountIntervalSeconds = 300
-	DefaultFetchDataCount              = 1
-	DefaultShardingStrategy            = sharding.NameAverage
-	DefaultErrorPolicy                 = ErrorPolicyLog
-	DefaultReconcileIntervalSeconds    = 60
+	DefaultProcessCountInterval = 5 * time.Minute
+	DefaultFetchDataCount       = 1
+	DefaultShardingStrategy     = sharding.NameAverage
+	DefaultErrorPolicy          = ErrorPolicyLog
+	DefaultReconcileInterval    = time.Minute
 )
 
 // DefaultConcurrentDataProcessThreadCount returns the default worker count,
@@ -20,14 +21,13 @@ const (
 func DefaultConcurrentDataProcessThreadCount() int { return 2 * runtime.GOMAXPROCS(0) }
 
 // WithDefaults returns a copy of c with every zero field that has a default
-// set to it: ProcessCountIntervalSeconds 300, ConcurrentDataProcessThreadCount
+// set to it: ProcessCountInterval 5m, ConcurrentDataProcessThreadCount
 // 2 x GOMAXPROCS, FetchDataCount 1, ShardingStrategy "average", ErrorPolicy
-// "log", ReconcileIntervalSeconds 60, JobType DATAFLOW, an HTTP job's
-// HTTPMethod POST, and nil MonitorExecution and Misfire to pointers to true. Negative values are kept, for Validate to report.
-// The pointers of c are not shared with the copy.
+// "log", ReconcileInterval 1m, JobType DATAFLOW and an HTTP job's
+// HTTP.Method POST. Negative values are kept, for Validate to report.
 func (c Config) WithDefaults() Config {
-	if c.ProcessCountIntervalSeconds == 0 {
-		c.ProcessCountIntervalSeconds = DefaultProcessCountIntervalSeconds
+	if c.ProcessCountInterval == 0 {
+		c.ProcessCountInterval = DefaultProcessCountInterval
 	}
 	if c.ConcurrentDataProcessThreadCount == 0 {
 		c.ConcurrentDataProcessThreadCount = DefaultConcurrentDataProcessThreadCount()
@@ -41,14 +41,12 @@ func (c Config) WithDefaults() Config {
 	if c.ErrorPolicy == "" {
 		c.ErrorPolicy = DefaultErrorPolicy
 	}
-	if c.ReconcileIntervalSeconds == 0 {
-		c.ReconcileIntervalSeconds = DefaultReconcileIntervalSeconds
+	if c.ReconcileInterval == 0 {
+		c.ReconcileInterval = DefaultReconcileInterval
 	}
 	c.JobType = c.Type()
-	if c.JobType == JobTypeHTTP && c.HTTPMethod == "" {
-		c.HTTPMethod = DefaultHTTPMethod
+	if c.JobType == JobTypeHTTP && c.HTTP.Method == "" {
+		c.HTTP.Method = DefaultHTTPMethod
 	}
-	c.MonitorExecution = Bool(c.MonitorsExecution())
-	c.Misfire = Bool(c.MisfireEnabled())
 	return c
 }

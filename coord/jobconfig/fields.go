@@ -51,6 +51,7 @@ const (
 	kindInt
 	kindBool
 	kindDuration
+	kindSeconds // a time.Duration stored as whole seconds, ElasticJob's way
 )
 
 // fieldSpec describes how one config field is encoded and decoded.
@@ -60,7 +61,7 @@ type fieldSpec struct {
 	str     func(*Config) *string
 	num     func(*Config) *int
 	flag    func(*Config) *bool
-	ptr     func(*Config) **bool // bools whose default is true
+	negated bool // the stored Boolean is the negation of flag's: misfire is !DisableMisfire
 	dur     func(*Config) *time.Duration
 }
 
@@ -70,25 +71,25 @@ var fieldSpecs = map[string]fieldSpec{
 	FieldShardingTotalCount:               {kind: kindInt, example: "8", num: func(c *Config) *int { return &c.ShardingTotalCount }},
 	FieldShardingItemParameters:           {kind: kindString, example: `"0=Beijing,1=Shanghai"`, str: func(c *Config) *string { return &c.ShardingItemParameters }},
 	FieldJobParameter:                     {kind: kindString, example: `"full"`, str: func(c *Config) *string { return &c.JobParameter }},
-	FieldMonitorExecution:                 {kind: kindBool, example: "true", ptr: func(c *Config) **bool { return &c.MonitorExecution }},
-	FieldProcessCountIntervalSeconds:      {kind: kindInt, example: "300", num: func(c *Config) *int { return &c.ProcessCountIntervalSeconds }},
+	FieldMonitorExecution:                 {kind: kindBool, example: "true", negated: true, flag: func(c *Config) *bool { return &c.DisableMonitorExecution }},
+	FieldProcessCountIntervalSeconds:      {kind: kindSeconds, example: "300", dur: func(c *Config) *time.Duration { return &c.ProcessCountInterval }},
 	FieldConcurrentDataProcessThreadCount: {kind: kindInt, example: "8", num: func(c *Config) *int { return &c.ConcurrentDataProcessThreadCount }},
 	FieldFetchDataCount:                   {kind: kindInt, example: "100", num: func(c *Config) *int { return &c.FetchDataCount }},
 	FieldStreamingProcess:                 {kind: kindBool, example: "false", flag: func(c *Config) *bool { return &c.StreamingProcess }},
 	FieldPipelinedFetch:                   {kind: kindBool, example: "true", flag: func(c *Config) *bool { return &c.PipelinedFetch }},
-	FieldMaxTimeDiffSeconds:               {kind: kindInt, example: "60", num: func(c *Config) *int { return &c.MaxTimeDiffSeconds }},
+	FieldMaxTimeDiffSeconds:               {kind: kindSeconds, example: "60", dur: func(c *Config) *time.Duration { return &c.MaxTimeDiff }},
 	FieldFailover:                         {kind: kindBool, example: "true", flag: func(c *Config) *bool { return &c.Failover }},
-	FieldMisfire:                          {kind: kindBool, example: "true", ptr: func(c *Config) **bool { return &c.Misfire }},
+	FieldMisfire:                          {kind: kindBool, example: "true", negated: true, flag: func(c *Config) *bool { return &c.DisableMisfire }},
 	FieldDescription:                      {kind: kindString, example: `"nightly order sync"`, str: func(c *Config) *string { return &c.Description }},
 	FieldOverwrite:                        {kind: kindBool, example: "false", flag: func(c *Config) *bool { return &c.Overwrite }},
 	FieldJobShardingStrategy:              {kind: kindString, example: "average", str: func(c *Config) *string { return &c.ShardingStrategy }},
 	FieldDisabled:                         {kind: kindBool, example: "false", flag: func(c *Config) *bool { return &c.Disabled }},
 	FieldErrorPolicy:                      {kind: kindString, example: "log", str: func(c *Config) *string { return (*string)(&c.ErrorPolicy) }},
-	FieldReconcileIntervalSeconds:         {kind: kindInt, example: "60", num: func(c *Config) *int { return &c.ReconcileIntervalSeconds }},
-	FieldScriptCommandLine:                {kind: kindString, example: `"/opt/jobs/sync --full"`, str: func(c *Config) *string { return &c.ScriptCommandLine }},
-	FieldHTTPURL:                          {kind: kindString, example: `"https://jobs.internal/run"`, str: func(c *Config) *string { return &c.HTTPURL }},
-	FieldHTTPMethod:                       {kind: kindString, example: "POST", str: func(c *Config) *string { return &c.HTTPMethod }},
-	FieldHTTPHeaders:                      {kind: kindString, example: `"Authorization: Bearer T"`, str: func(c *Config) *string { return &c.HTTPHeaders }},
+	FieldReconcileIntervalSeconds:         {kind: kindSeconds, example: "60", dur: func(c *Config) *time.Duration { return &c.ReconcileInterval }},
+	FieldScriptCommandLine:                {kind: kindString, example: `"/opt/jobs/sync --full"`, str: func(c *Config) *string { return &c.Script.CommandLine }},
+	FieldHTTPURL:                          {kind: kindString, example: `"https://jobs.internal/run"`, str: func(c *Config) *string { return &c.HTTP.URL }},
+	FieldHTTPMethod:                       {kind: kindString, example: "POST", str: func(c *Config) *string { return &c.HTTP.Method }},
+	FieldHTTPHeaders:                      {kind: kindString, example: `"Authorization: Bearer T"`, str: func(c *Config) *string { return &c.HTTP.Headers }},
 	FieldItemTimeout:                      {kind: kindDuration, example: "30s", dur: func(c *Config) *time.Duration { return &c.ItemTimeout }},
 }
 
@@ -99,13 +100,15 @@ func FieldNames() []string { return slices.Sorted(maps.Keys(fieldSpecs)) }
 // Fields encodes c as the children of its config node: field name -> text.
 // Every settable field is present, plus jobType (Type()); the job name is
 // the node's path and is not included. Integers are decimal, Booleans "true"
-// or "false", strings verbatim.
+// or "false", strings verbatim, ItemTimeout Go duration text, and the other
+// durations whole seconds under ElasticJob's names (ProcessCountInterval as
+// processCountIntervalSeconds). DisableMisfire and DisableMonitorExecution
+// are stored as ElasticJob's misfire and monitorExecution, negated.
 //
 // Fields does not apply WithDefaults: a zero number or empty string is
 // written as is and keeps meaning "the default" wherever the config is read,
 // so a default that depends on the reading server (the worker count,
-// 2 x GOMAXPROCS) stays per server. A nil MonitorExecution or Misfire is
-// written as its default, "true".
+// 2 x GOMAXPROCS) stays per server.
 func (c Config) Fields() map[string]string {
 	m := make(map[string]string, len(fieldSpecs)+1)
 	for name, spec := range fieldSpecs {
@@ -121,12 +124,10 @@ func (s fieldSpec) get(c *Config) string {
 		return strconv.Itoa(*s.num(c))
 	case kindDuration:
 		return s.dur(c).String()
+	case kindSeconds:
+		return strconv.FormatInt(int64(*s.dur(c)/time.Second), 10)
 	case kindBool:
-		if s.ptr != nil {
-			p := *s.ptr(c)
-			return strconv.FormatBool(p == nil || *p)
-		}
-		return strconv.FormatBool(*s.flag(c))
+		return strconv.FormatBool(*s.flag(c) != s.negated)
 	default:
 		return *s.str(c)
 	}
@@ -152,16 +153,18 @@ func (s fieldSpec) set(c *Config, text string) (problem string) {
 			return fmt.Sprintf("%q is not a duration such as \"30s\"", text)
 		}
 		*s.dur(c) = d
+	case kindSeconds:
+		n, err := strconv.Atoi(strings.TrimSpace(text))
+		if err != nil {
+			return fmt.Sprintf("%q is not a whole number of seconds", text)
+		}
+		*s.dur(c) = time.Duration(n) * time.Second
 	case kindBool:
 		b, err := strconv.ParseBool(strings.TrimSpace(text))
 		if err != nil {
 			return fmt.Sprintf("%q is not true or false", text)
 		}
-		if s.ptr != nil {
-			*s.ptr(c) = Bool(b)
-		} else {
-			*s.flag(c) = b
-		}
+		*s.flag(c) = b != s.negated
 	default:
 		*s.str(c) = text
 	}
@@ -170,8 +173,8 @@ func (s fieldSpec) set(c *Config, text string) (problem string) {
 
 // FromFields decodes the children of a job's config node (as Fields writes
 // them) into a Config named job. Missing fields keep their zero value,
-// which means the default (see WithDefaults); MonitorExecution and Misfire
-// are always set, to true when missing. Unknown fields are ignored, so
+// which means the default (see WithDefaults): a missing misfire or
+// monitorExecution means true, as in ElasticJob. Unknown fields are ignored, so
 // newer writers stay readable. A missing jobType means DATAFLOW; one that
 // is not a known job type is refused.
 //
@@ -211,8 +214,6 @@ func FromFields(job string, m map[string]string) (Config, error) {
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
-	c.MonitorExecution = Bool(c.MonitorsExecution())
-	c.Misfire = Bool(c.MisfireEnabled())
 	return c, nil
 }
 
@@ -234,9 +235,6 @@ func SetField(c Config, name, value string) (Config, error) {
 		return c, fieldErr(name, fix, "is not a config field")
 	}
 	next := c
-	// Fresh pointers, so the edit never writes through c's.
-	next.MonitorExecution = clonePtr(c.MonitorExecution)
-	next.Misfire = clonePtr(c.Misfire)
 	if p := spec.set(&next, value); p != "" {
 		return c, fieldErr(name, "give a value such as "+spec.example, "%s", p)
 	}
@@ -254,11 +252,4 @@ func SetField(c Config, name, value string) (Config, error) {
 		return c, errors.Join(introduced...)
 	}
 	return next, nil
-}
-
-func clonePtr(p *bool) *bool {
-	if p == nil {
-		return nil
-	}
-	return Bool(*p)
 }

@@ -30,8 +30,8 @@ func TestFieldsNames(t *testing.T) {
 func TestFieldsEncoding(t *testing.T) {
 	c := Config{
 		JobName: "j", Cron: "0 * * * * ?", ShardingTotalCount: 4, ShardingItemParameters: "0=a",
-		JobParameter: "p", MonitorExecution: Bool(false), ProcessCountIntervalSeconds: 10,
-		FetchDataCount: 100, StreamingProcess: true, PipelinedFetch: true, MaxTimeDiffSeconds: -1, Failover: true,
+		JobParameter: "p", DisableMonitorExecution: true, ProcessCountInterval: 10 * time.Second,
+		FetchDataCount: 100, StreamingProcess: true, PipelinedFetch: true, MaxTimeDiff: -time.Second, Failover: true,
 		Description: " d ", Overwrite: true, ShardingStrategy: "odd-even", Disabled: true,
 		ErrorPolicy: ErrorPolicyReturn, JobType: JobTypeDataflow, ItemTimeout: 90 * time.Second,
 		TimeZone: "Asia/Shanghai",
@@ -54,7 +54,6 @@ func TestFieldsEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FromFields: %v", err)
 	}
-	c.Misfire = Bool(true) // nil decodes as the explicit default
 	if !reflect.DeepEqual(back, c) {
 		t.Errorf("FromFields(Fields()) = %+v, want %+v", back, c)
 	}
@@ -65,7 +64,7 @@ func TestFromFieldsDefaultsAndUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("FromFields: %v", err)
 	}
-	want := Config{JobName: "j", ShardingTotalCount: 3, Failover: true, MonitorExecution: Bool(true), Misfire: Bool(true), JobType: JobTypeDataflow}
+	want := Config{JobName: "j", ShardingTotalCount: 3, Failover: true, JobType: JobTypeDataflow}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("FromFields = %+v, want %+v", c, want)
 	}
@@ -104,14 +103,14 @@ func TestSetField(t *testing.T) {
 		t.Fatalf("SetField total = %d, %v (base %d)", c.ShardingTotalCount, err, base.ShardingTotalCount)
 	}
 	c, err = SetField(base, "misfire", "false")
-	if err != nil || c.Misfire == nil || *c.Misfire || base.Misfire != nil {
-		t.Fatalf("SetField misfire = %v, %v", c.Misfire, err)
+	if err != nil || !c.DisableMisfire || base.DisableMisfire {
+		t.Fatalf("SetField misfire false = DisableMisfire %v, %v", c.DisableMisfire, err)
 	}
-	withPtr := base
-	withPtr.MonitorExecution = Bool(true)
-	c, err = SetField(withPtr, "monitorExecution", "false")
-	if err != nil || *c.MonitorExecution || !*withPtr.MonitorExecution {
-		t.Fatalf("SetField wrote through the receiver's pointer or failed: %v", err)
+	if c, err = SetField(c, "monitorExecution", "false"); err != nil || !c.DisableMonitorExecution {
+		t.Fatalf("SetField monitorExecution false = DisableMonitorExecution %v, %v", c.DisableMonitorExecution, err)
+	}
+	if c, err = SetField(base, "processCountIntervalSeconds", "42"); err != nil || c.ProcessCountInterval != 42*time.Second {
+		t.Fatalf("SetField processCountIntervalSeconds 42 = %s, %v", c.ProcessCountInterval, err)
 	}
 	if c, err = SetField(base, "cron", ""); err != nil || c.Cron != "" {
 		t.Fatalf("SetField clearing cron: %v", err)

@@ -18,13 +18,13 @@ const (
 	JobTypeDataflow JobType = "DATAFLOW"
 	// JobTypeSimple: one call of a function per owned item per trigger.
 	JobTypeSimple JobType = "SIMPLE"
-	// JobTypeScript: ScriptCommandLine runs once per owned item per trigger.
+	// JobTypeScript: Script.CommandLine runs once per owned item per trigger.
 	JobTypeScript JobType = "SCRIPT"
-	// JobTypeHTTP: one request to HTTPURL per owned item per trigger.
+	// JobTypeHTTP: one request to HTTP.URL per owned item per trigger.
 	JobTypeHTTP JobType = "HTTP"
 )
 
-// DefaultHTTPMethod is HTTPMethod's default for HTTP jobs.
+// DefaultHTTPMethod is HTTP.Method's default for HTTP jobs.
 const DefaultHTTPMethod = http.MethodPost
 
 // JobTypes lists the job types shardflow runs.
@@ -79,17 +79,17 @@ func (c Config) validateJobType() []error {
 	}
 	switch c.JobType {
 	case JobTypeScript:
-		if _, err := SplitCommandLine(c.ScriptCommandLine); err != nil {
+		if _, err := SplitCommandLine(c.Script.CommandLine); err != nil {
 			errs = append(errs, err)
 		}
 	case JobTypeHTTP:
-		if err := ValidateHTTPURL(c.HTTPURL); err != nil {
+		if err := ValidateHTTPURL(c.HTTP.URL); err != nil {
 			errs = append(errs, err)
 		}
-		if !validToken(c.HTTPMethod) {
-			errs = append(errs, fieldErr(FieldHTTPMethod, `use a method such as "POST" or "GET"`, "%q is not an HTTP method", c.HTTPMethod))
+		if !validToken(c.HTTP.Method) {
+			errs = append(errs, fieldErr(FieldHTTPMethod, `use a method such as "POST" or "GET"`, "%q is not an HTTP method", c.HTTP.Method))
 		}
-		if _, err := ParseHTTPHeaders(c.HTTPHeaders); err != nil {
+		if _, err := ParseHTTPHeaders(c.HTTP.Headers); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -60,15 +60,15 @@ func TestParseHTTPHeaders(t *testing.T) {
 func TestValidateJobTypes(t *testing.T) {
 	ok := []Config{
 		{JobName: "s", ShardingTotalCount: 2, JobType: JobTypeSimple},
-		{JobName: "s", ShardingTotalCount: 2, JobType: JobTypeScript, ScriptCommandLine: "/bin/true"},
-		{JobName: "h", ShardingTotalCount: 2, JobType: JobTypeHTTP, HTTPURL: "http://127.0.0.1:8080/run", HTTPHeaders: "A: b"},
+		{JobName: "s", ShardingTotalCount: 2, JobType: JobTypeScript, Script: ScriptSettings{CommandLine: "/bin/true"}},
+		{JobName: "h", ShardingTotalCount: 2, JobType: JobTypeHTTP, HTTP: HTTPSettings{URL: "http://127.0.0.1:8080/run", Headers: "A: b"}},
 	}
 	for _, c := range ok {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%s job: %v", c.JobType, err)
 		}
 	}
-	if m := (Config{JobName: "h", JobType: JobTypeHTTP}).WithDefaults().HTTPMethod; m != "POST" {
+	if m := (Config{JobName: "h", JobType: JobTypeHTTP}).WithDefaults().HTTP.Method; m != "POST" {
 		t.Errorf("HTTP job's default method = %q, want POST", m)
 	}
 	bad := []struct {
@@ -78,9 +78,9 @@ func TestValidateJobTypes(t *testing.T) {
 		{Config{JobType: "BATCH"}, "jobType", `"BATCH" is not a job type`},
 		{Config{JobType: JobTypeScript}, "scriptCommandLine", "is empty"},
 		{Config{JobType: JobTypeHTTP}, "httpUrl", "is empty"},
-		{Config{JobType: JobTypeHTTP, HTTPURL: "ftp://x/y"}, "httpUrl", "not an absolute http"},
-		{Config{JobType: JobTypeHTTP, HTTPURL: "/relative"}, "httpUrl", "not an absolute http"},
-		{Config{JobType: JobTypeHTTP, HTTPURL: "http://x", HTTPMethod: "GE T"}, "httpMethod", "not an HTTP method"},
+		{Config{JobType: JobTypeHTTP, HTTP: HTTPSettings{URL: "ftp://x/y"}}, "httpUrl", "not an absolute http"},
+		{Config{JobType: JobTypeHTTP, HTTP: HTTPSettings{URL: "/relative"}}, "httpUrl", "not an absolute http"},
+		{Config{JobType: JobTypeHTTP, HTTP: HTTPSettings{URL: "http://x", Method: "GE T"}}, "httpMethod", "not an HTTP method"},
 		{Config{JobType: JobTypeSimple, StreamingProcess: true}, "streamingProcess", "SIMPLE job"},
 		{Config{ItemTimeout: -1}, "itemTimeout", "must be >= 0"},
 	}
@@ -94,13 +94,12 @@ func TestValidateJobTypes(t *testing.T) {
 }
 
 func TestJobTypeRoundTrip(t *testing.T) {
-	c := Config{JobName: "j", ShardingTotalCount: 2, JobType: JobTypeHTTP, HTTPURL: "https://x/run",
-		HTTPMethod: "PUT", HTTPHeaders: "A: b\nC: d", ItemTimeout: 1500 * 1e6}
+	c := Config{JobName: "j", ShardingTotalCount: 2, JobType: JobTypeHTTP, HTTP: HTTPSettings{URL: "https://x/run",
+		Method: "PUT", Headers: "A: b\nC: d"}, ItemTimeout: 1500 * 1e6}
 	back, err := FromFields("j", c.Fields())
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.MonitorExecution, c.Misfire = Bool(true), Bool(true)
 	if !reflect.DeepEqual(back, c) {
 		t.Errorf("round trip = %+v, want %+v", back, c)
 	}

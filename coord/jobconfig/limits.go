@@ -39,13 +39,13 @@ func (c Config) validateSizes() []error {
 	}{
 		{FieldShardingItemParameters, c.ShardingItemParameters, MaxParameterBytes, "MaxParameterBytes"},
 		{FieldJobParameter, c.JobParameter, MaxParameterBytes, "MaxParameterBytes"},
-		{FieldHTTPHeaders, c.HTTPHeaders, MaxHTTPHeadersBytes, "MaxHTTPHeadersBytes"},
+		{FieldHTTPHeaders, c.HTTP.Headers, MaxHTTPHeadersBytes, "MaxHTTPHeadersBytes"},
 		{FieldCron, c.Cron, MaxTextBytes, "MaxTextBytes"},
 		{FieldTimeZone, c.TimeZone, MaxTextBytes, "MaxTextBytes"},
 		{FieldDescription, c.Description, MaxTextBytes, "MaxTextBytes"},
-		{FieldScriptCommandLine, c.ScriptCommandLine, MaxTextBytes, "MaxTextBytes"},
-		{FieldHTTPURL, c.HTTPURL, MaxTextBytes, "MaxTextBytes"},
-		{FieldHTTPMethod, c.HTTPMethod, MaxTextBytes, "MaxTextBytes"},
+		{FieldScriptCommandLine, c.Script.CommandLine, MaxTextBytes, "MaxTextBytes"},
+		{FieldHTTPURL, c.HTTP.URL, MaxTextBytes, "MaxTextBytes"},
+		{FieldHTTPMethod, c.HTTP.Method, MaxTextBytes, "MaxTextBytes"},
 		{FieldJobShardingStrategy, c.ShardingStrategy, MaxTextBytes, "MaxTextBytes"},
 	} {
 		if len(f.value) > f.max {

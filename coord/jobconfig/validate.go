@@ -53,8 +53,9 @@ func ValidErrorPolicy(p ErrorPolicy) bool {
 // MaxTextBytes); the time zone (LoadZone);
 // the cron expression (ParseCronIn, in that zone) unless it is empty, and
 // not naming a zone of its own when timeZone does; the item parameters (ParseItemParameters against the
-// total); processCountIntervalSeconds, concurrentDataProcessThreadCount,
-// fetchDataCount and reconcileIntervalSeconds > 0; jobShardingStrategy
+// total); processCountIntervalSeconds and reconcileIntervalSeconds whole
+// seconds >= 1s, maxTimeDiffSeconds whole seconds;
+// concurrentDataProcessThreadCount and fetchDataCount > 0; jobShardingStrategy
 // registered in package sharding; errorPolicy one of log, return, ignore;
 // jobType known, streamingProcess only for DATAFLOW jobs, itemTimeout >= 0,
 // a SCRIPT job's scriptCommandLine (SplitCommandLine), an HTTP job's
@@ -88,15 +89,14 @@ func (c Config) Validate() error {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, c.validateIntervals()...)
 	for _, f := range []struct {
 		name  string
 		value int
 		def   string
 	}{
-		{FieldProcessCountIntervalSeconds, c.ProcessCountIntervalSeconds, fmt.Sprint(DefaultProcessCountIntervalSeconds)},
 		{FieldConcurrentDataProcessThreadCount, c.ConcurrentDataProcessThreadCount, "2 x GOMAXPROCS"},
 		{FieldFetchDataCount, c.FetchDataCount, fmt.Sprint(DefaultFetchDataCount)},
-		{FieldReconcileIntervalSeconds, c.ReconcileIntervalSeconds, fmt.Sprint(DefaultReconcileIntervalSeconds)},
 	} {
 		if f.value <= 0 {
 			errs = append(errs, fieldErr(f.name, "set a positive number, or 0 for the default "+f.def, "must be > 0, got %d", f.value))

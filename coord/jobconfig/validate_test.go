@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func valid() Config {
@@ -17,7 +18,7 @@ func TestValidateOK(t *testing.T) {
 		"max name":      {JobName: strings.Repeat("x", MaxJobNameLen), ShardingTotalCount: 1},
 		"odd-even":      {JobName: "j", ShardingTotalCount: 1, ShardingStrategy: "odd-even"},
 		"return policy": {JobName: "j", ShardingTotalCount: 1, ErrorPolicy: ErrorPolicyReturn},
-		"negative skew": {JobName: "j", ShardingTotalCount: 1, MaxTimeDiffSeconds: -1},
+		"negative skew": {JobName: "j", ShardingTotalCount: 1, MaxTimeDiff: -time.Second},
 	}
 	for name, c := range cases {
 		if err := c.Validate(); err != nil {
@@ -42,10 +43,12 @@ func TestValidateErrors(t *testing.T) {
 		{"bad cron", func(c *Config) { c.Cron = "every day" }, "cron", "fields"},
 		{"bad item params", func(c *Config) { c.ShardingItemParameters = "0=a=b" }, "shardingItemParameters", "exactly item=value"},
 		{"item beyond total", func(c *Config) { c.ShardingItemParameters = "3=x" }, "shardingItemParameters", "not below shardingTotalCount 3"},
-		{"negative interval", func(c *Config) { c.ProcessCountIntervalSeconds = -1 }, "processCountIntervalSeconds", "got -1"},
+		{"negative interval", func(c *Config) { c.ProcessCountInterval = -time.Second }, "processCountIntervalSeconds", "got -1s"},
+		{"sub-second interval", func(c *Config) { c.ProcessCountInterval = time.Millisecond }, "processCountIntervalSeconds", "must be >= 1s"},
+		{"fractional skew", func(c *Config) { c.MaxTimeDiff = 1500 * time.Millisecond }, "maxTimeDiffSeconds", "whole seconds, e.g. 2s"},
 		{"negative threads", func(c *Config) { c.ConcurrentDataProcessThreadCount = -4 }, "concurrentDataProcessThreadCount", "got -4"},
 		{"negative fetch", func(c *Config) { c.FetchDataCount = -1 }, "fetchDataCount", "got -1"},
-		{"negative reconcile", func(c *Config) { c.ReconcileIntervalSeconds = -60 }, "reconcileIntervalSeconds", "got -60"},
+		{"negative reconcile", func(c *Config) { c.ReconcileInterval = -time.Minute }, "reconcileIntervalSeconds", "got -1m0s"},
 		{"unknown strategy", func(c *Config) { c.ShardingStrategy = "hash" }, "jobShardingStrategy", `"hash"`},
 		{"unknown policy", func(c *Config) { c.ErrorPolicy = "throw" }, "errorPolicy", `"throw"`},
 		// Sizes: the limit is named, so the operator knows what to aim for.

@@ -126,7 +126,7 @@ func run(once bool, listen string) (sum summary, err error) {
 		FetchDataCount:                   250,
 		ConcurrentDataProcessThreadCount: 4,
 		StreamingProcess:                 true,
-		ProcessCountIntervalSeconds:      10,
+		ProcessCountInterval:             10 * time.Second,
 	}
 	if err := dataflow.AddJob[source.Record[Invoice]](ctx, node, cfg, job, dataflow.WithListeners(finished)); err != nil {
 		return sum, err

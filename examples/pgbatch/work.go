@@ -81,8 +81,8 @@ func runWork(ctx context.Context, args []string) error {
 		ConcurrentDataProcessThreadCount: o.threads,
 		StreamingProcess:                 true,
 		Failover:                         true,
-		ReconcileIntervalSeconds:         5,
-		ProcessCountIntervalSeconds:      60,
+		ReconcileInterval:                5 * time.Second,
+		ProcessCountInterval:             time.Minute,
 	}.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("work: job config: %w", err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
-	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/dataflow"
 )
@@ -24,13 +23,13 @@ func jobConfig(o options) dataflow.JobConfig {
 		ConcurrentDataProcessThreadCount: o.threads,
 		StreamingProcess:                 o.streaming,
 		Failover:                         o.failover,
-		Misfire:                          jobconfig.Bool(o.misfire),
+		DisableMisfire:                   !o.misfire,
 		Overwrite:                        o.overwrite,
 		// Errors are reported as events by the job itself.
 		ErrorPolicy: dataflow.ErrorPolicyIgnore,
 		// Counts are irrelevant to the fault suites; keep the writes rare.
-		ProcessCountIntervalSeconds: 60,
-		ReconcileIntervalSeconds:    5,
+		ProcessCountInterval: time.Minute,
+		ReconcileInterval:    5 * time.Second,
 	}
 }
 

@@ -69,7 +69,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cfg := jobconfig.Config{JobName: *job, ShardingTotalCount: *total, ReconcileIntervalSeconds: 60, Failover: true}
+	cfg := jobconfig.Config{JobName: *job, ShardingTotalCount: *total, ReconcileInterval: time.Minute, Failover: true}
 	j, err := reg.Join(ctx, cfg)
 	if err != nil {
 		return err
