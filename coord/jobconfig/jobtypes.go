@@ -113,7 +113,7 @@ func ValidateHTTPURL(raw string) error {
 	return nil
 }
 
-// ParseHTTPHeaders parses HTTPHeaders: one "Name: value" per line, blank
+// ParseHTTPHeaders parses HTTP.Headers: one "Name: value" per line, blank
 // lines skipped. The error wraps ErrInvalid and names httpHeaders.
 func ParseHTTPHeaders(text string) (http.Header, error) {
 	const fix = `write one "Name: value" per line, e.g. "Authorization: Bearer T"`
