@@ -75,6 +75,7 @@ func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
 	if st.Refused, err = a.refused(ctx, p); err != nil {
 		return st, err
 	}
+	st.Health, st.HealthReasons = health(st)
 	return st, nil
 }
 
@@ -98,8 +99,9 @@ func nextFire(cfg jobconfig.Config, cerr error, now time.Time) *time.Time {
 // storedRecord is a server's run record as a status read found it, with
 // the Mzxid of its node.
 type storedRecord struct {
-	rec   runRecord
-	mzxid int64
+	rec    runRecord
+	server string
+	mzxid  int64
 	// live: the server's live marker exists (its monitored run is going).
 	live bool
 }
@@ -121,7 +123,7 @@ func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerS
 			}
 			if err == nil {
 				if r, derr := decodeRunRecord(d); derr == nil {
-					rec = &storedRecord{rec: r, mzxid: nst.Mzxid}
+					rec = &storedRecord{rec: r, server: s, mzxid: nst.Mzxid}
 					if nst.NumChildren > 0 {
 						if rec.live, _, err = a.st.Exists(ctx, p.server(s, nRun, nLive)); err != nil {
 							return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s, nRun, nLive), err)
@@ -131,13 +133,14 @@ func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerS
 			}
 			continue
 		}
-		v, ok, err := a.getOpt(ctx, p.server(s, k))
-		if err != nil {
-			return ss, nil, err
-		}
-		if !ok {
+		d, stat, err := a.st.Get(ctx, p.server(s, k))
+		if errors.Is(err, store.ErrNoNode) {
 			continue
 		}
+		if err != nil {
+			return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s, k), err)
+		}
+		v := string(d)
 		switch k {
 		case nHostName:
 			ss.HostName = v
@@ -151,12 +154,14 @@ func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerS
 			if items != nil {
 				ss.Sharding = items
 			}
+		case nSuccessTotal:
+			ss.TotalSuccessCount, _ = parseCount([]byte(v))
+			asOf := stat.Mtime
+			ss.CountsAsOf = &asOf
 		case nSuccess:
 			ss.ProcessSuccessCount, _ = parseCount([]byte(v))
 		case nFailure:
 			ss.ProcessFailureCount, _ = parseCount([]byte(v))
-		case nSuccessTotal:
-			ss.TotalSuccessCount, _ = parseCount([]byte(v))
 		case nFailureTotal:
 			ss.TotalFailureCount, _ = parseCount([]byte(v))
 		case nDisabled:
@@ -365,6 +370,9 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 			continue
 		}
 		is.LastBeginTime = recordTime(rec.rec.Begin)
+		if f, ok := rec.rec.Failing[is.Item]; ok {
+			is.ConsecutiveFailures, is.FailingSince, is.LastError, is.FailingOn = f.Runs, recordTime(f.Since), f.Error, rec.server
+		}
 		if rec.rec.Complete != "" {
 			is.LastCompleteTime = recordTime(rec.rec.Complete)
 			is.Completed = rec.rec.Monitor

@@ -31,6 +31,8 @@ var adminTests = []struct {
 	{"StatusTimesFromRunRecords", testAdminStatusTimesFromRunRecords},
 	{"CumulativeCounts", testAdminCumulativeCounts},
 	{"Audit", testAdminAudit},
+	{"FailingItems", testAdminFailingItems},
+	{"CountsWithComplete", testAdminCountsWithComplete},
 }
 
 func TestAdmin(t *testing.T) {

@@ -301,7 +301,39 @@ func (r *Run) ReportError(ctx context.Context, msg string) { r.j.recordLastError
 // lost session's nodes are gone with it (ErrSessionLost). Items pruned
 // beyond a lowered total meanwhile are skipped.
 func (r *Run) Complete(ctx context.Context, next time.Time) error {
-	return r.complete(ctx, next)
+	return r.complete(ctx, next, RunOutcome{})
+}
+
+// CompleteWith is Complete recording the run's outcome with the
+// completion, in the same transaction: the failing items (status shows
+// each with its count of consecutive failed runs, since when, and its last
+// error; JobStatus.Health is not "ok" while one fails) and, when
+// out.Counts is set, the interval counts (as Job.ReportCounts writes
+// them). Complete is CompleteWith an outcome of no error and no counts.
+// Only the first call of a run records its outcome; a retry after an error
+// writes the same.
+func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) error {
+	return r.complete(ctx, next, out)
+}
+
+// RunOutcome is what a run's Complete records besides its completion.
+type RunOutcome struct {
+	// Errors maps each item of the run whose run ended in an error (a
+	// failed fetch or commit, a timeout, a panic, a lost connection) to
+	// the error's text; the run's other items succeeded. Texts longer than
+	// 4 KiB keep their first KiB and their end, where the cause is.
+	Errors map[int]string
+	// Counts, when not nil, are the interval counts reported with the
+	// completion; CompleteWith sets Counts.Written when they were written
+	// (when not, report them again later: nothing is lost).
+	Counts *CountReport
+}
+
+// CountReport is one report of a server's interval counts.
+type CountReport struct {
+	Success, Failure int64
+	// Written is set once the counts are in the store.
+	Written bool
 }
 
 // Admin is the operator API over a namespace: status, trigger, pause, resume,
@@ -462,7 +494,28 @@ type JobStatus struct {
 	// Refused lists the servers refusing to run this stored job (a
 	// command or URL outside their allow-list, an invalid config).
 	Refused []RefusedServer `json:"refused,omitempty"`
+	// Health sums the status up: HealthOK, HealthDegraded or HealthFailing.
+	Health string `json:"health"`
+	// HealthReasons say why Health is not HealthOK, one line each (empty
+	// when it is).
+	HealthReasons []string `json:"healthReasons"`
 }
+
+// Job health values (JobStatus.Health).
+const (
+	// HealthOK: no item's last run failed, and nothing below applies.
+	HealthOK = "ok"
+	// HealthDegraded: no item fails, but no server is online, the job is
+	// paused on some or all of them, a server reports an error it goes on
+	// from (ServerStatus.LastError: a source backing off a failing
+	// statement, a refused Begin), a server refuses the stored job, or a
+	// failover claim was lost with its claimant.
+	HealthDegraded = "degraded"
+	// HealthFailing: an item's last run ended in an error
+	// (ItemStatus.ConsecutiveFailures > 0), or the stored config is
+	// invalid.
+	HealthFailing = "failing"
+)
 
 // ServerStatus is one server of a job.
 type ServerStatus struct {
@@ -485,6 +538,10 @@ type ServerStatus struct {
 	// LastError is the last run error this server reported (clock skew, bad
 	// config); "" when none.
 	LastError string `json:"lastError"`
+	// CountsAsOf is when the counts above were last written (each run's
+	// Complete, every processCountIntervalSeconds, and the server's
+	// graceful stop); null when never.
+	CountsAsOf *time.Time `json:"countsAsOf"`
 }
 
 // ItemStatus is one shard item of a job: every item in
@@ -507,6 +564,20 @@ type ItemStatus struct {
 	// NextFireTime is the job's next cron fire time; null for a disabled
 	// item or a job without cron.
 	NextFireTime *time.Time `json:"nextFireTime"`
+	// ConsecutiveFailures is how many runs of the item in a row, up to
+	// its last, ended in an error (counted on its current owner); 0 when
+	// its last run succeeded.
+	ConsecutiveFailures int `json:"consecutiveFailures"`
+	// FailingSince is when the first of those runs ended; null when the
+	// item is not failing.
+	FailingSince *time.Time `json:"failingSince"`
+	// LastError is the error of the item's last failed run, whole (an
+	// error over 4 KiB keeps its first KiB and its end, where the cause
+	// is); "" when the item is not failing.
+	LastError string `json:"lastError"`
+	// FailingOn is the server whose runs of the item failed; "" when the
+	// item is not failing.
+	FailingOn string `json:"failingOn"`
 }
 
 // MaxAuditEntries bounds a job's audit log: older entries are dropped.

@@ -97,6 +97,12 @@ type Job struct {
 	localDisabled bool
 	offlineSeen   map[string]time.Time // leader: when a server was first seen offline
 
+	// failing: this server's items whose last run ended in an error
+	// (failing.go); failingSeeded: set from its own record at its first
+	// join, or by a run's outcome since.
+	failing       map[int]itemFailure
+	failingSeeded bool
+
 	// Cumulative counts (reportCounts), loaded once from the store.
 	totalsMu       sync.Mutex
 	totalS, totalF int64
@@ -387,6 +393,7 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 	if err := g.Wait(); err != nil {
 		return joinReads{}, err
 	}
+	j.seedFailing(rd.run)
 	return rd, nil
 }
 

@@ -41,6 +41,12 @@ type Run struct {
 	// live: Begin created the live marker servers/{id}/run/live (a
 	// monitored normal run); Complete deletes it.
 	live bool
+	// failing: the run's failing items, as its Complete writes them in its
+	// record (set once by complete from the RunOutcome).
+	failing map[int]itemFailure
+	// counts: the interval counts its Complete reports (nil: none); only
+	// complete's own writes carry them, never an owed completion.
+	counts *CountReport
 }
 
 // run is Run's name in the implementation files.
@@ -309,6 +315,7 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 	if len(items) > 0 {
 		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusRunning)})
 		if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
+			rec.Failing = j.failingOf(rec.Items)
 			tail = append(tail, intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
 			if monitor {
 				live = true
@@ -1049,11 +1056,16 @@ func (r *run) fenceErr(what string, err error) error {
 	return fmt.Errorf("coord: job %q: %s: %w", j.jname, what, err)
 }
 
-func (r *run) complete(ctx context.Context, next time.Time) error {
+func (r *run) complete(ctx context.Context, next time.Time, out RunOutcome) error {
 	j := r.j
 	if r.done {
 		return nil
 	}
+	if r.failing == nil {
+		r.failing = j.noteOutcome(r.items, out.Errors, j.reg.cfg.Now())
+	}
+	r.counts = out.Counts
+	defer func() { r.counts = nil }()
 	if r.released && j.heldByAnotherRun(r.items) {
 		// A retry after a refused Complete, too late: a later Begin removed
 		// this run's leftover running nodes and runs the items now.
@@ -1176,7 +1188,24 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 	}
 	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok {
 		rec.Next = nextText
+		rec.Failing = r.failing
 		tail = append(tail, intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
+	}
+	if c := r.counts; c != nil && !c.Written && !j.isRemoved() {
+		// The interval counts go with the completion (no write of their
+		// own); the totals are held until the outcome is known.
+		j.totalsMu.Lock()
+		defer j.totalsMu.Unlock()
+		ins, ts, tf, err := j.countIntents(ctx, c.Success, c.Failure)
+		if err != nil {
+			return err
+		}
+		tail = append(tail, ins...)
+		defer func() {
+			if c.Written {
+				j.totalS, j.totalF = ts, tf
+			}
+		}()
 	}
 	withMarker := tail
 	if r.live {
@@ -1235,7 +1264,17 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 		}
 		return fmt.Errorf("coord: job %q: complete: %w", j.jname, err)
 	}
+	if r.counts != nil {
+		r.counts.Written = true
+	}
 	return nil
+}
+
+// isRemoved reports whether the job was removed from the namespace.
+func (j *job) isRemoved() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.removed
 }
 
 // oweCompletion owes r's completion to its session, suspended when
@@ -1336,14 +1375,29 @@ func (j *job) recordNextFireTime(ctx context.Context, next time.Time) error {
 func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
 	j.totalsMu.Lock()
 	defer j.totalsMu.Unlock()
+	ins, ts, tf, err := j.countIntents(ctx, success, failure)
+	if err != nil {
+		return err
+	}
+	if err := j.commit(ctx, ins); err != nil {
+		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.server(j.id), err)
+	}
+	j.totalS, j.totalF = ts, tf
+	return nil
+}
+
+// countIntents are the writes of a report of the interval's counts and
+// the totals they make (loaded from the store the first time). The caller
+// holds totalsMu and sets totalS and totalF once the writes are made.
+func (j *job) countIntents(ctx context.Context, success, failure int64) ([]intent, int64, int64, error) {
 	if !j.totalsLoaded {
 		s, err := j.readCount(ctx, nSuccessTotal)
 		if err != nil {
-			return err
+			return nil, 0, 0, err
 		}
 		f, err := j.readCount(ctx, nFailureTotal)
 		if err != nil {
-			return err
+			return nil, 0, 0, err
 		}
 		j.totalS, j.totalF, j.totalsLoaded = s, f, true
 	}
@@ -1354,11 +1408,7 @@ func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
 		{kind: opPut, rel: relServer(j.id, nSuccessTotal), data: []byte(strconv.FormatInt(ts, 10))},
 		{kind: opPut, rel: relServer(j.id, nFailureTotal), data: []byte(strconv.FormatInt(tf, 10))},
 	}
-	if err := j.commit(ctx, ins); err != nil {
-		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.server(j.id), err)
-	}
-	j.totalS, j.totalF = ts, tf
-	return nil
+	return ins, ts, tf, nil
 }
 
 // readCount reads one of this server's count nodes directly; absent is 0.

@@ -57,6 +57,9 @@ type runRecord struct {
 	// Queued says the leader queued the items of this (crashed) run for
 	// failover: they are queued once.
 	Queued bool
+	// Failing are the items of Items whose last run on this server ended in
+	// an error (failing.go); nil when none.
+	Failing map[int]itemFailure
 }
 
 type runRecordJSON struct {
@@ -68,13 +71,15 @@ type runRecordJSON struct {
 	Monitor  bool   `json:"monitor,omitempty"`
 	Epoch    int64  `json:"epoch,omitempty"`
 	Queued   bool   `json:"queued,omitempty"`
+	// Failing groups the failing items by state (failing.go).
+	Failing []failingJSON `json:"failing,omitempty"`
 }
 
 // encodeRunRecord encodes r, its items as ranges ("0-3332,4000"), so a
 // record of thousands of contiguous items stays a few bytes.
 func encodeRunRecord(r runRecord) []byte {
 	b, _ := json.Marshal(runRecordJSON{Layout: r.Layout, Items: formatRanges(r.Items), Begin: r.Begin, Complete: r.Complete,
-		Next: r.Next, Monitor: r.Monitor, Epoch: r.Epoch, Queued: r.Queued})
+		Next: r.Next, Monitor: r.Monitor, Epoch: r.Epoch, Queued: r.Queued, Failing: encodeFailing(r.Failing, r.Items)})
 	return b
 }
 
@@ -88,8 +93,12 @@ func decodeRunRecord(data []byte) (runRecord, error) {
 	if err != nil {
 		return runRecord{}, err
 	}
+	failing, err := decodeFailing(j.Failing)
+	if err != nil {
+		return runRecord{}, err
+	}
 	return runRecord{Layout: j.Layout, Items: items, Begin: j.Begin, Complete: j.Complete, Next: j.Next,
-		Monitor: j.Monitor, Epoch: j.Epoch, Queued: j.Queued}, nil
+		Monitor: j.Monitor, Epoch: j.Epoch, Queued: j.Queued, Failing: failing}, nil
 }
 
 // formatRanges encodes sorted, distinct items as comma-separated ranges.

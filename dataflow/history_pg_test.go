@@ -50,8 +50,8 @@ func TestNodeHistoryOnPostgres(t *testing.T) {
 	n.mu.Lock()
 	h := n.jobs["fo"]
 	n.mu.Unlock()
-	n.report(context.Background(), h, RunInfo{JobName: "fo", ServerID: "server-0", Reason: ReasonCron, Items: []int{1}},
-		RunResult{Items: []ItemResult{{Item: 1, Epoch: 7, Failover: true, Success: 1, Started: time.Now(), Duration: time.Millisecond}}}, false)
+	n.report(h, RunInfo{JobName: "fo", ServerID: "server-0", Reason: ReasonCron, Items: []int{1}},
+		RunResult{Items: []ItemResult{{Item: 1, Epoch: 7, Failover: true, Success: 1, Started: time.Now(), Duration: time.Millisecond}}}, nil)
 	if err := buf.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -689,7 +689,18 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
 	defer cancel()
-	if err := run.Complete(cctx, n.sched.nextFire(h.name, time.Now())); err != nil {
+	// The run's outcome and the counts so far go with the completion, in
+	// its one transaction: status shows a failing item, and the counts,
+	// as soon as the run ends, not a report interval later.
+	out := coord.RunOutcome{Errors: itemErrors(rctx, res, cancelled, nil)}
+	if s, f := h.counter.Drain(); s != 0 || f != 0 || len(assigned) > 0 {
+		out.Counts = &coord.CountReport{Success: s, Failure: f}
+	}
+	err = run.CompleteWith(cctx, n.sched.nextFire(h.name, time.Now()), out)
+	if out.Counts != nil && !out.Counts.Written {
+		h.counter.Restore(out.Counts.Success, out.Counts.Failure) // the next report carries them
+	}
+	if err != nil {
 		err = fmt.Errorf("dataflow: complete run: %w", err)
 		if rctx.Err() != nil {
 			// Ownership was lost: the run was cancelled and its items
@@ -699,10 +710,14 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 			n.reportError(h.name, err)
 		}
 		res.Err = errors.Join(res.Err, err)
+		// History and metrics say why the items that went well are not
+		// recorded as completed; the next Begin's record carries the
+		// outcome to status.
+		out.Errors = itemErrors(rctx, res, cancelled, err)
 	}
 	res.Started, res.Duration = started, time.Since(started)
 
-	n.report(rctx, h, info, res, cancelled)
+	n.report(h, info, res, out.Errors)
 	endSpan(runSpan, res.Success, res.Failure, res.Err)
 	for _, l := range h.opts.listeners {
 		n.callListener(h.name, "AfterRun", func() { l.AfterRun(rctx, info, res) })

@@ -890,14 +890,39 @@ shardflow_items_processed_total{job="m",result="success",server="server-0"} 2
 shardflow_runs_total{job="m",result="failure",server="server-0"} 0
 shardflow_runs_total{job="m",result="success",server="server-0"} 1
 `
+	want += `
+# HELP shardflow_item_consecutive_failed_runs Runs of the shard item in a row on this server, up to its last, that ended in an error; 0 once one did not. Alert when it reaches N.
+# TYPE shardflow_item_consecutive_failed_runs gauge
+shardflow_item_consecutive_failed_runs{item="0",job="m",server="server-0"} 0
+shardflow_item_consecutive_failed_runs{item="1",job="m",server="server-0"} 0
+shardflow_item_consecutive_failed_runs{item="2",job="m",server="server-0"} 1
+# HELP shardflow_item_run_errors_total Runs of the shard item on this server that ended in an error (a failed fetch or commit, a timeout, a panic, a lost connection).
+# TYPE shardflow_item_run_errors_total counter
+shardflow_item_run_errors_total{item="0",job="m",server="server-0"} 0
+shardflow_item_run_errors_total{item="1",job="m",server="server-0"} 0
+shardflow_item_run_errors_total{item="2",job="m",server="server-0"} 1
+`
 	testwait.ForNoError(t, 30*time.Second, "metrics show the run", func() error {
-		return testutil.GatherAndCompare(metrics, strings.NewReader(want), "shardflow_items_processed_total", "shardflow_runs_total")
+		return testutil.GatherAndCompare(metrics, strings.NewReader(want), "shardflow_items_processed_total", "shardflow_runs_total",
+			"shardflow_item_consecutive_failed_runs", "shardflow_item_run_errors_total")
 	})
+	// Status has the counts and the failing item as soon as the run has
+	// completed (its Complete wrote them), not a report interval later.
+	st, err := coord.NewAdmin(sess, "stats").Status(t.Context(), "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.Servers[0]; s.TotalSuccessCount != 2 || s.TotalFailureCount != 1 || s.CountsAsOf == nil {
+		t.Fatalf("server after the run %+v, want totals 2/1 with their time", s)
+	}
+	if it := st.Items[2]; it.ConsecutiveFailures != 1 || !strings.Contains(it.LastError, errBoom.Error()) || st.Health != coord.HealthFailing {
+		t.Fatalf("item 2 after its failed run %+v (health %s), want failing once with %v", it, st.Health, errBoom)
+	}
 
 	if err := n.RemoveJob(t.Context(), "m"); err != nil {
 		t.Fatal(err)
 	}
-	st, err := coord.NewAdmin(sess, "stats").Status(t.Context(), "m")
+	st, err = coord.NewAdmin(sess, "stats").Status(t.Context(), "m")
 	if err != nil {
 		t.Fatal(err)
 	}

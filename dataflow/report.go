@@ -22,10 +22,11 @@ func (r Reason) Source() history.Source {
 }
 
 // report is the end of every run: one INFO line, one history record per
-// item, the run and item metrics. rctx is the run's context: when it was
-// cancelled before the pipeline ended, items without an error of their own
-// record why.
-func (n *Node) report(rctx context.Context, h *hostedJob, info RunInfo, res RunResult, cancelled bool) {
+// item, the run and item metrics.
+//
+// errs are the run's failed items with their errors (itemErrors), as its
+// Complete recorded them: history, metrics and status agree.
+func (n *Node) report(h *hostedJob, info RunInfo, res RunResult, errs map[int]string) {
 	src := info.Reason.Source()
 	n.logger.Info("dataflow: run", "job", h.name, "items", info.Items, "source", string(src),
 		"success", res.Success, "failure", res.Failure, "duration", res.Duration, "err", res.Err)
@@ -38,12 +39,7 @@ func (n *Node) report(rctx context.Context, h *hostedJob, info RunInfo, res RunR
 			if it.Failover {
 				rec.Source = history.SourceFailover
 			}
-			switch {
-			case it.Err != nil:
-				rec.Error = it.Err.Error()
-			case cancelled:
-				rec.Error = fmt.Sprintf("run cancelled: %v", context.Cause(rctx))
-			}
+			rec.Error = errs[it.Item]
 			recs[i] = rec
 		}
 		n.cfg.History.Record(recs...)
@@ -51,8 +47,36 @@ func (n *Node) report(rctx context.Context, h *hostedJob, info RunInfo, res RunR
 	if n.metrics != nil {
 		n.metrics.ObserveRun(h.name, res.Duration, res.Err)
 		for _, it := range res.Items {
-			ok := it.Err == nil && it.Failure == 0 && !cancelled
+			_, failed := errs[it.Item]
+			n.metrics.ObserveItemRun(h.name, it.Item, failed)
+			ok := !failed && it.Failure == 0
 			n.metrics.ObserveItem(h.name, it.Item, it.Started.Add(it.Duration), ok)
 		}
 	}
+}
+
+// itemErrors are the errors of a run's failed items, by item, for its
+// Complete, history and metrics: an item's own error, or, for a run
+// cancelled before its pipeline ended (ownership lost, a hard stop), or
+// whose Complete failed (completeErr), why.
+func itemErrors(rctx context.Context, res RunResult, cancelled bool, completeErr error) map[int]string {
+	var out map[int]string
+	for _, it := range res.Items {
+		var msg string
+		switch {
+		case it.Err != nil:
+			msg = it.Err.Error()
+		case cancelled:
+			msg = fmt.Sprintf("run cancelled: %v", context.Cause(rctx))
+		case completeErr != nil:
+			msg = completeErr.Error()
+		default:
+			continue
+		}
+		if out == nil {
+			out = map[int]string{}
+		}
+		out[it.Item] = msg
+	}
+	return out
 }

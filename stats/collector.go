@@ -24,6 +24,8 @@ var RunDurationBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60,
 //	shardflow_last_run_timestamp_seconds{job}                      gauge, end of the last run
 //	shardflow_last_success_timestamp_seconds{job}                  gauge, end of the last run without error
 //	shardflow_item_last_success_timestamp_seconds{job,item}        gauge, end of the item's last run without failure
+//	shardflow_item_run_errors_total{job,item}                      counter, runs of the item that ended in an error (ObserveItemRun)
+//	shardflow_item_consecutive_failed_runs{job,item}               gauge, runs of the item in a row on this server that ended in an error; 0 after one that did not
 //
 // Every metric carries the constant label server. Item counts are read from
 // the Counters at scrape time, so the pipeline's hot path pays nothing more;
@@ -32,6 +34,7 @@ var RunDurationBuckets = []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60,
 // forgotten. All methods are safe for concurrent use.
 type Collector struct {
 	items, runs, duration, lastRun, lastSuccess, itemLastSuccess, reported *prometheus.Desc
+	itemErrors, itemConsecutive                                            *prometheus.Desc
 
 	now func() time.Time // end time of observed runs; time.Now but in tests
 
@@ -48,6 +51,13 @@ type jobMetrics struct {
 	durBuckets       []uint64 // cumulative counts are built at scrape time
 	lastRun, lastOK  time.Time
 	itemOK           map[int]time.Time // item -> end of its last run without failure
+	itemRuns         map[int]*itemRuns // item -> its run errors, once it has run
+}
+
+// itemRuns are one item's run errors on this server.
+type itemRuns struct {
+	errors      uint64
+	consecutive int
 }
 
 // NewCollector returns a Collector whose metrics carry server as the
@@ -67,6 +77,10 @@ func NewCollector(server string) *Collector {
 			"Unix time at which the job's last run without error on this server ended; alert when it grows old.", []string{"job"}, labels),
 		itemLastSuccess: prometheus.NewDesc("shardflow_item_last_success_timestamp_seconds",
 			"Unix time at which the shard item's last run on this server without a failure ended.", []string{"job", "item"}, labels),
+		itemErrors: prometheus.NewDesc("shardflow_item_run_errors_total",
+			"Runs of the shard item on this server that ended in an error (a failed fetch or commit, a timeout, a panic, a lost connection).", []string{"job", "item"}, labels),
+		itemConsecutive: prometheus.NewDesc("shardflow_item_consecutive_failed_runs",
+			"Runs of the shard item in a row on this server, up to its last, that ended in an error; 0 once one did not. Alert when it reaches N.", []string{"job", "item"}, labels),
 		reported: prometheus.NewDesc("shardflow_reported_errors_total",
 			"Errors runs of dataflow jobs on this server reported and went on from (Shard.ReportError), such as a source backing off a failing statement.", []string{"job"}, labels),
 		now:  time.Now,
@@ -137,6 +151,30 @@ func (c *Collector) ObserveItem(job string, item int, end time.Time, ok bool) {
 	}
 }
 
+// ObserveItemRun records whether a run of job's shard item ended in an
+// error: the Node calls it for each item of each run. A failed run counts
+// in shardflow_item_run_errors_total and adds one to the item's
+// consecutive failed runs; a run without error sets them back to 0.
+func (c *Collector) ObserveItemRun(job string, item int, failed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.job(job)
+	if m.itemRuns == nil {
+		m.itemRuns = make(map[int]*itemRuns)
+	}
+	r := m.itemRuns[item]
+	if r == nil {
+		r = &itemRuns{}
+		m.itemRuns[item] = r
+	}
+	if failed {
+		r.errors++
+		r.consecutive++
+		return
+	}
+	r.consecutive = 0
+}
+
 // ObserveReportedError counts one error a run of job reported and went on
 // from (Shard.ReportError): the Node calls it.
 func (c *Collector) ObserveReportedError(job string) {
@@ -147,7 +185,7 @@ func (c *Collector) ObserveReportedError(job string) {
 
 // Describe sends the descriptors of every metric the Collector exposes.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.items, c.runs, c.duration, c.lastRun, c.lastSuccess, c.itemLastSuccess, c.reported} {
+	for _, d := range []*prometheus.Desc{c.items, c.runs, c.duration, c.lastRun, c.lastSuccess, c.itemLastSuccess, c.reported, c.itemErrors, c.itemConsecutive} {
 		ch <- d
 	}
 }
@@ -165,6 +203,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, item := range slices.Sorted(maps.Keys(m.itemOK)) {
 			ch <- prometheus.MustNewConstMetric(c.itemLastSuccess, prometheus.GaugeValue, unixSeconds(m.itemOK[item]), name, strconv.Itoa(item))
+		}
+		for _, item := range slices.Sorted(maps.Keys(m.itemRuns)) {
+			r, label := m.itemRuns[item], strconv.Itoa(item)
+			ch <- prometheus.MustNewConstMetric(c.itemErrors, prometheus.CounterValue, float64(r.errors), name, label)
+			ch <- prometheus.MustNewConstMetric(c.itemConsecutive, prometheus.GaugeValue, float64(r.consecutive), name, label)
 		}
 		if m.reported > 0 {
 			ch <- prometheus.MustNewConstMetric(c.reported, prometheus.CounterValue, float64(m.reported), name)

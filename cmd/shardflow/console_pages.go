@@ -91,8 +91,10 @@ func actArgs(job, action, server string, item int, label, confirm string) actBut
 // JobSummary is one job's line in the overview and the head of its page.
 type JobSummary struct {
 	Job          string
-	Health       string // "ok", "config error", "no live server", "paused", ...
+	Health       string // coord.JobStatus.Health, "ok, resharding" or "ok, failover pending"
 	Healthy      bool
+	// HealthReasons say why the job is not ok (coord.JobStatus.HealthReasons).
+	HealthReasons []string
 	Leader       string
 	Live         int
 	Servers      int
@@ -125,21 +127,15 @@ func summarize(js coord.JobStatus) JobSummary {
 			s.LastComplete = it.LastCompleteTime
 		}
 	}
+	// The job's health is coord's (JobStatus.Health), the same the CLI and
+	// the API show; transient states that are fine say what is going on.
+	s.Health, s.Healthy, s.HealthReasons = js.Health, js.Health == coord.HealthOK, js.HealthReasons
 	switch {
-	case js.ConfigError != "":
-		s.Health = "config error"
-	case s.Live == 0:
-		s.Health = "no live server"
-	case pausedLive == s.Live:
-		s.Health = "paused"
-	case pausedLive > 0:
-		s.Health = "partly paused"
+	case !s.Healthy:
 	case len(js.FailoverQueue) > 0:
-		s.Health = "failover pending"
+		s.Health = "ok, failover pending"
 	case js.ReshardingPending:
-		s.Health, s.Healthy = "resharding", true
-	default:
-		s.Health, s.Healthy = "ok", true
+		s.Health = "ok, resharding"
 	}
 	return s
 }

@@ -219,9 +219,10 @@ func TestConsolePagesOfferActionsWhereTheyApply(t *testing.T) {
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "0..2") {
 		t.Fatalf("disable item 99: %d\n%s", rec.Code, rec.Body)
 	}
-	// The overview: health, counts and next fire.
+	// The overview: health (coord's, with why), counts and next fire.
 	rec = get(h, "/", nil)
-	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `href="/jobs/console-job"`) || !strings.Contains(rec.Body.String(), ">paused<") {
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `href="/jobs/console-job"`) ||
+		!strings.Contains(rec.Body.String(), `data-health="degraded" title="paused on every online server">degraded<`) {
 		t.Fatalf("overview: %d\n%s", rec.Code, rec.Body)
 	}
 	var doc statusDocument

@@ -99,7 +99,7 @@ func printStatus(w io.Writer, doc statusDocument) {
 }
 
 func printJobStatus(w io.Writer, js coord.JobStatus) {
-	fmt.Fprintf(w, "job %s   leader %s", printable(js.Job), printable(orDash(js.Leader)))
+	fmt.Fprintf(w, "job %s   health %s   leader %s", printable(js.Job), js.Health, printable(orDash(js.Leader)))
 	if js.ReshardingPending {
 		fmt.Fprint(w, "   resharding pending")
 	}
@@ -110,6 +110,13 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 	fmt.Fprintln(w)
 	if js.ConfigError != "" {
 		fmt.Fprintf(w, "  CONFIG ERROR: %s\n", printable(js.ConfigError))
+	}
+	if js.Health != coord.HealthOK {
+		for _, r := range js.HealthReasons {
+			if !strings.HasPrefix(r, "item ") && !strings.HasPrefix(r, "stored config invalid") {
+				fmt.Fprintf(w, "  %s: %s\n", strings.ToUpper(js.Health), printable(r))
+			}
+		}
 	}
 	for _, r := range js.Refused {
 		fmt.Fprintf(w, "  REFUSED by %s: %s\n", printable(r.ID), printable(r.Reason))
@@ -127,7 +134,7 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 	}
 	fmt.Fprintf(w, "  config: %s\n", strings.Join(cfg, " "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  SERVER\tSTATUS\tITEMS\tSUCCESS (LAST/TOTAL)\tFAILURE (LAST/TOTAL)\tFLAGS\tLAST ERROR")
+	fmt.Fprintln(tw, "  SERVER\tSTATUS\tITEMS\tSUCCESS (LAST/TOTAL)\tFAILURE (LAST/TOTAL)\tCOUNTS AS OF\tFLAGS\tLAST ERROR")
 	for _, s := range js.Servers {
 		var flags []string
 		if s.Disabled {
@@ -139,8 +146,8 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 		if s.Shutdown {
 			flags = append(flags, "shutdown")
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%s\t%s\n", printable(s.ID), printable(s.Status), joinInts(s.Sharding),
-			s.ProcessSuccessCount, s.TotalSuccessCount, s.ProcessFailureCount, s.TotalFailureCount,
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%s\t%s\t%s\n", printable(s.ID), printable(s.Status), joinInts(s.Sharding),
+			s.ProcessSuccessCount, s.TotalSuccessCount, s.ProcessFailureCount, s.TotalFailureCount, fmtTime(s.CountsAsOf),
 			orDash(strings.Join(flags, ",")), printable(orDash(s.LastError)))
 	}
 	tw.Flush()
@@ -153,8 +160,13 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 			state = "disabled"
 		case it.Running:
 			state = "running"
+		case it.ConsecutiveFailures > 0:
+			state = "failing"
 		case it.Completed:
 			state = "completed"
+		}
+		if it.ConsecutiveFailures > 0 && it.Running {
+			state += "+failing"
 		}
 		if it.Misfire {
 			state += "+misfire"
@@ -167,6 +179,18 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 			fmtTime(it.LastBeginTime), fmtTime(it.LastCompleteTime), fmtTime(it.NextFireTime))
 	}
 	tw.Flush()
+	// Each failing item's last error, whole, on its own lines: not cut
+	// to a column, not quoted (control characters escaped, line by line).
+	for _, it := range js.Items {
+		if it.ConsecutiveFailures > 0 {
+			lines := strings.Split(it.LastError, "\n")
+			for i, l := range lines {
+				lines[i] = printable(l)
+			}
+			fmt.Fprintf(w, "  item %d failing for %d runs since %s on %s; last error:\n    %s\n", it.Item, it.ConsecutiveFailures,
+				fmtTime(it.FailingSince), printable(it.FailingOn), strings.Join(lines, "\n    "))
+		}
+	}
 	if len(js.Actions) > 0 {
 		fmt.Fprintln(w, "  recent operator actions:")
 		for _, a := range js.Actions[:min(len(js.Actions), 5)] {
