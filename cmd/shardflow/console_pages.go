@@ -90,21 +90,21 @@ func actArgs(job, action, server string, item int, label, confirm string) actBut
 
 // JobSummary is one job's line in the overview and the head of its page.
 type JobSummary struct {
-	Job          string
-	Health       string // coord.JobStatus.Health, "ok, resharding" or "ok, failover pending"
-	Healthy      bool
+	Job     string
+	Health  string // coord.JobStatus.Health, "ok, resharding" or "ok, failover pending"
+	Healthy bool
 	// HealthReasons say why the job is not ok (coord.JobStatus.HealthReasons).
 	HealthReasons []string
-	Leader       string
-	Live         int
-	Servers      int
-	LastComplete *time.Time
-	NextFire     *time.Time
-	LastSuccess  int64
-	LastFailure  int64
-	TotalSuccess int64
-	TotalFailure int64
-	ConfigError  string
+	Leader        string
+	Live          int
+	Servers       int
+	LastComplete  *time.Time
+	NextFire      *time.Time
+	LastSuccess   int64
+	LastFailure   int64
+	TotalSuccess  int64
+	TotalFailure  int64
+	ConfigError   string
 }
 
 func summarize(js coord.JobStatus) JobSummary {
