@@ -505,15 +505,14 @@ type JobStatus struct {
 const (
 	// HealthOK: no item's last run failed, and nothing below applies.
 	HealthOK = "ok"
-	// HealthDegraded: no item fails, but no server is online, the job is
-	// paused on some or all of them, a server reports an error it goes on
-	// from (ServerStatus.LastError: a source backing off a failing
-	// statement, a refused Begin), a server refuses the stored job, or a
-	// failover claim was lost with its claimant.
+	// HealthDegraded: nothing fails, but no server is online, the job is
+	// paused on some or all of them, a server refuses the stored job, or
+	// a failover claim was lost with its claimant.
 	HealthDegraded = "degraded"
 	// HealthFailing: an item's last run ended in an error
-	// (ItemStatus.ConsecutiveFailures > 0), or the stored config is
-	// invalid.
+	// (ItemStatus.ConsecutiveFailures > 0), a server reports an error
+	// (ServerStatus.LastError: a source backing off a failing statement,
+	// a refused Begin), or the stored config is invalid.
 	HealthFailing = "failing"
 )
 

@@ -35,6 +35,9 @@ func health(st JobStatus) (string, []string) {
 	}
 	for _, s := range st.Servers {
 		if s.LastError != "" {
+			// A source backing off a failing statement, a refused Begin:
+			// the server's items make no progress.
+			failing = true
 			reasons = append(reasons, fmt.Sprintf("server %s reports: %s", s.ID, s.LastError))
 		}
 	}
