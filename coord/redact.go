@@ -11,8 +11,8 @@ import (
 // redactStatus hides the job's secrets in a status read, the one model
 // every view shows (the console's pages and APIs, `status`, `config get`,
 // `job list`): secret config fields through jobconfig.RedactFields, and
-// every free text (config error, servers' last errors, refusal reasons,
-// audit values) through redact.Text with the stored secrets' values, so a
+// every free text (config error, servers' and items' last errors, health
+// reasons, refusal reasons, audit values) through redact.Text with the stored secrets' values, so a
 // secret echoed into an error message is hidden too.
 func redactStatus(st *JobStatus) {
 	secrets := secretValues(st.Config)
@@ -23,6 +23,12 @@ func redactStatus(st *JobStatus) {
 	}
 	for i := range st.Refused {
 		st.Refused[i].Reason = redact.Text(st.Refused[i].Reason, secrets...)
+	}
+	for i := range st.Items {
+		st.Items[i].LastError = redact.Text(st.Items[i].LastError, secrets...)
+	}
+	for i := range st.HealthReasons {
+		st.HealthReasons[i] = redact.Text(st.HealthReasons[i], secrets...)
 	}
 	for i := range st.Actions {
 		redactAction(&st.Actions[i], secrets...)
