@@ -167,6 +167,12 @@ bench-fires: ## JOBS jobs (default 1000) on one CRON (default every second) over
 		$(GO) test -count=1 -timeout 60m -run '^TestFires$$' -v ./dataflow/ | grep -E 'FIRES|^(---|ok|FAIL)|_test.go'
 	uptime
 
+.PHONY: bench-rolling
+bench-rolling: ## a rolling restart of 3 pgbatch workers on real ZooKeeper and Postgres, 10 replacements while rows keep coming (REPLACEMENTS, ROWS of backlog to change): lost, duplicate effects, failover runs, ownerless time p99/max
+	uptime
+	@set -o pipefail; $(TEST_ENV) SHARDFLOW_ROLLING_REPLACEMENTS=$(or $(REPLACEMENTS),10) SHARDFLOW_ROLLING_ROWS=$(or $(ROWS),100000) $(GO) test -count=1 -timeout 20m -run '^TestRollingRestart$$' -v ./examples/pgbatch/ | grep -E 'ROLLING|verify:|^(---|ok|FAIL)|_test.go'
+	uptime
+
 # make image: the shardflow image, built with no registry: a static binary
 # (CGO_ENABLED=0, the time zone database embedded) on FROM scratch
 # (deploy/Dockerfile), the build context only the binary and the host's CA

@@ -20,12 +20,12 @@ import (
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
-// TestMain runs the three tests at once (integration.DefaultParallel): each
+// TestMain runs the four tests at once (integration.DefaultParallel): each
 // has its own database and namespace (and the restart test its own
 // Postgres), and most of their time is the workers' and Postgres', not this
 // process's.
 func TestMain(m *testing.M) {
-	integration.DefaultParallel(3)
+	integration.DefaultParallel(4)
 	integration.Main(m)
 }
 

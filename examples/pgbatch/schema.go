@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -53,9 +54,18 @@ func setup(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // process is the job's effect: one pgbatch_result row per source row,
-// written with the transaction that marks the rows done.
-func process(worker string) postgres.TxProcessFunc[Source] {
+// written with the transaction that marks the rows done. delay > 0 holds
+// each batch's transaction open that long first (slow work: a stop's grace
+// period then cuts batches in flight, whose transactions roll back).
+func process(worker string, delay time.Duration) postgres.TxProcessFunc[Source] {
 	return func(ctx context.Context, tx pgx.Tx, shard dataflow.Shard, items []Source) error {
+		if delay > 0 {
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		rows := make([][]any, len(items))
 		for i, s := range items {
 			rows[i] = []any{s.ID, len(s.Payload), worker, shard.Epoch}

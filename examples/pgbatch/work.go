@@ -26,6 +26,8 @@ type workOptions struct {
 	follow, history              bool
 	items, batch, threads        int
 	sessionTimeout               time.Duration
+	stopGrace                    time.Duration
+	batchDelay                   time.Duration
 }
 
 func runWork(ctx context.Context, args []string) error {
@@ -42,6 +44,8 @@ func runWork(ctx context.Context, args []string) error {
 	fs.IntVar(&o.batch, "batch", 500, "FetchDataCount: rows per fetch")
 	fs.IntVar(&o.threads, "threads", 2, "ConcurrentDataProcessThreadCount: transactions per item at once")
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "ZooKeeper session timeout")
+	fs.DurationVar(&o.batchDelay, "batch-delay", 0, "hold each batch's transaction open this long before writing (simulated slow work)")
+	fs.DurationVar(&o.stopGrace, "stop-grace", 30*time.Second, "on SIGTERM, how long runs in progress get to finish before they are cancelled (their batch rolls back)")
 	_ = fs.Parse(args)
 	if o.zk == "" {
 		return errors.New("work: --zk is empty; name the ZooKeeper servers (host:port,...)")
@@ -66,7 +70,7 @@ func runWork(ctx context.Context, args []string) error {
 	}); err != nil {
 		return err
 	}
-	job := src.Transactional(process(o.serverID))
+	job := src.Transactional(process(o.serverID, o.batchDelay))
 
 	st, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(o.zk, ","), SessionTimeout: o.sessionTimeout, Logger: logger})
 	if err != nil {
@@ -105,9 +109,12 @@ func runWork(ctx context.Context, args []string) error {
 	defer func() {
 		// Graceful: streaming loops end after their batch; a batch's
 		// transaction commits or rolls back whole either way.
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), o.stopGrace)
 		defer cancel()
-		if err := node.Stop(sctx); err != nil {
+		switch err := node.Stop(sctx); {
+		case errors.Is(err, context.DeadlineExceeded):
+			fmt.Printf("work %s: --stop-grace %s ended: runs cancelled, their batches rolled back\n", o.serverID, o.stopGrace)
+		case err != nil:
 			logger.Warn("pgbatch: stopping the node", "err", err)
 		}
 	}()
