@@ -221,14 +221,21 @@ func (n *Node) Start(ctx context.Context) error {
 // Started returns a channel closed once Start has succeeded.
 func (n *Node) Started() <-chan struct{} { return n.life.Started() }
 
-// Stop stops the Node gracefully: no new runs start (cron fires, triggers
-// and pending catch-ups are dropped; streaming loops end after their
-// current batch), runs in progress are waited for, then every job's last
-// counts are reported, jobs leave the cluster and the embedded store is
-// closed. If ctx ends before the runs finish, their contexts are cancelled,
-// the cancelled runs are waited for, teardown completes, and ctx.Err() is
+// Stop stops the Node gracefully: Ready fails from the start; no new runs
+// start (cron fires, triggers and pending catch-ups are dropped; streaming
+// loops end after their current batch), runs in progress are waited for
+// and completed, then every job's last counts are reported, jobs leave the
+// cluster and the embedded store is closed. Leaving reshards the jobs'
+// items to the live servers at once, not after a session timeout, and
+// never queues them for failover: a stop is not a crash. ctx is the grace
+// period (as `shardflow serve --stop-grace`; keep it below Kubernetes'
+// terminationGracePeriodSeconds): if it ends before the runs finish, their
+// contexts are cancelled, the cancelled runs are waited for and completed
+// (their items' next owner runs them again: with a transactional source
+// the cut batch rolled back), teardown completes, and ctx.Err() is
 // returned. Safe before Start and more than once (later calls wait for the
-// first and return nil).
+// first and return nil). TestNodeStopDrains and, over processes and
+// Postgres, examples/pgbatch's TestRollingRestart check this.
 func (n *Node) Stop(ctx context.Context) error {
 	return n.shutdown(ctx, false)
 }
