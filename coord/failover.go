@@ -307,6 +307,10 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	// A claim of this server whose reply was lost is this claim's item.
+	if adopted, err := j.settleUnsureClaims(ctx, sid); err != nil || adopted {
+		return adopted, err
+	}
 	if !failoverOn(j.config()) || queuedCount(j.cache.children(relFailoverQ)) == 0 {
 		return false, nil
 	}
@@ -410,10 +414,17 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 			if errors.Is(err, store.ErrNoNode) {
 				continue // consumed by a run of its owner, or claimed already
 			}
+			if ambiguous(j.st, err) {
+				// Applied, perhaps, with its reply lost: the claim would
+				// live on this session unknown to this server, and the
+				// item would run nowhere (claimsettle.go).
+				j.noteUnsureClaim(it, sid)
+			}
 			return false, fmt.Errorf("coord: job %q: claim failover item %d: %w", j.jname, it, err)
 		}
 		_, st, err := j.st.Exists(ctx, j.p.item(it, nFailover))
 		if err != nil {
+			j.noteUnsureClaim(it, sid) // claimed: its epoch is read again
 			return false, fmt.Errorf("coord: job %q: read claimed item %d: %w", j.jname, it, err)
 		}
 		j.mu.Lock()

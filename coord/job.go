@@ -66,6 +66,11 @@ type Job struct {
 	// a Begin beside that run (the Node runs failover beside a busy run)
 	// must not take them again.
 	claimsTaken map[int]bool
+	// claimsUnsure are the items whose claim transaction failed on the
+	// connection (a reply lost: it may have been applied), to the session
+	// it was made on: resolved by a direct read before the next claim or
+	// Begin (claimsettle.go).
+	claimsUnsure map[int]int64
 	// inRun counts, per item, the runs of this process that Begin is
 	// marking or marked running and whose Complete has not returned yet. A running node of
 	// this server's session on an item outside inRun is a leftover of a run
@@ -1057,6 +1062,7 @@ func (j *job) loseRegistration(why string) {
 	j.elec.forget()
 	j.claims = make(map[int]int64)
 	j.claimsTaken = nil
+	j.claimsUnsure = nil
 }
 
 func (j *job) leave(ctx context.Context) error {

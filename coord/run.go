@@ -126,7 +126,13 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 			fo          failoverDir
 		)
 		shardMzxid = 0
-		items, shardVersion = j.failoverAssignments(ctx, cfg)
+		// A claim of this server whose reply was lost is run as claimed.
+		if _, err := j.settleUnsureClaims(ctx, sid); err != nil {
+			return nil, err
+		}
+		if items, shardVersion, err = j.failoverAssignments(ctx, cfg); err != nil {
+			return nil, err
+		}
 		if len(items) == 0 {
 			// Failover items run first and need no resharding; otherwise
 			// reshard (leader) or wait for it.
@@ -657,7 +663,7 @@ func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVers
 // takes them (releaseClaims gives them back if the Begin fails). On a
 // config without failover (failoverOn) it drops every claim no run has
 // taken and returns none.
-func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]Assignment, int32) {
+func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]Assignment, int32, error) {
 	var out []Assignment
 	j.mu.Lock()
 	claims := make(map[int]int64, len(j.claims))
@@ -690,7 +696,15 @@ func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]
 		for it, epoch := range claims {
 			// Read directly unless the cache has loaded the item: the
 			// watcher starts watching a claimed item only after the claim.
-			if disabled, err := j.itemHas(ctx, relItem(it, nDisabled)); err != nil || disabled {
+			// A failed read fails the Begin: skipped here, the claimed item
+			// would go to the normal run (ZooKeeper simulation seed
+			// 1005053: an epoch below that run's when its failover run
+			// came after).
+			disabled, err := j.itemHas(ctx, relItem(it, nDisabled))
+			if err != nil {
+				return nil, -1, err
+			}
+			if disabled {
 				continue
 			}
 			out = append(out, Assignment{Item: it, Epoch: epoch, Failover: true})
@@ -698,7 +712,7 @@ func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]
 		slices.SortFunc(out, func(a, b Assignment) int { return a.Item - b.Item })
 	}
 	j.takeClaims(out, true)
-	return out, -1
+	return out, -1, nil
 }
 
 // dropClaimNode deletes item's failover node if it is this server's claim
@@ -805,8 +819,9 @@ func (j *job) claimed(item int) bool {
 	return ok
 }
 
-// assignments computes this server's sharding items minus items failed
-// over to others and disabled items, with the sharding node's version.
+// assignments computes this server's sharding items minus items with a
+// failover claim (another server's, or this server's, which its failover
+// run runs) and disabled items, with the sharding node's version.
 // The claims of its items and their failover marks (the epochs) come from
 // view, this server's last direct read of them (see failoverViewCurrent);
 // with view nil, or for an item view lacks, they are read directly
@@ -897,8 +912,12 @@ func (j *job) assignments(ctx context.Context, total int, data []byte, st store.
 	}
 	for _, it := range cand {
 		f := view[it]
-		if f.claimed && !j.claimed(it) {
-			continue // failed over to another server
+		if f.claimed {
+			// Failed over to another server, or claimed by this one and
+			// run by its failover run only: a normal run of it would
+			// consume nothing, and the failover run after it would carry
+			// the lower epoch (ZooKeeper simulation seed 1005053).
+			continue
 		}
 		out = append(out, Assignment{Item: it, Epoch: max(st.Mzxid, f.mark)})
 	}

@@ -11,7 +11,7 @@ import (
 // Call is one store call as a HookStore's hooks see it.
 type Call struct {
 	// Method is the store method: "Create", "Get", "GetW", "Children",
-	// "ChildrenW", "ExistsW" or "Multi".
+	// "ChildrenW", "Exists", "ExistsW" or "Multi".
 	Method string
 	// Path is the call's path ("" for Multi).
 	Path string
@@ -25,7 +25,7 @@ type Call struct {
 // making it (a connection lost on the way there); After runs once the call
 // has returned and may hold the reply, or replace its error (a reply lost
 // on the way back). The hooked calls are Create, Get, GetW, Children,
-// ChildrenW, ExistsW and Multi; the others go straight to the store.
+// ChildrenW, Exists, ExistsW and Multi; the others go straight to the store.
 //
 // Set the hooks before the store is used (a server's goroutines call it
 // from its start); they run on the goroutine of the call, and a hook that
@@ -149,6 +149,16 @@ func (s *HookStore) ChildrenW(ctx context.Context, path string) ([]string, store
 		return nodeRead[[]string]{v: names, stat: stat, watch: watch}, err
 	})
 	return r.v, r.stat, r.watch, err
+}
+
+// Exists runs the hooks around the wrapped store's Exists (Begin's direct
+// reads of item flags the cache has not loaded).
+func (s *HookStore) Exists(ctx context.Context, path string) (bool, store.Stat, error) {
+	r, err := hook(s, ctx, Call{Method: "Exists", Path: path}, func() (nodeRead[bool], error) {
+		ok, stat, err := s.Store.Exists(ctx, path)
+		return nodeRead[bool]{v: ok, stat: stat}, err
+	})
+	return r.v, r.stat, err
 }
 
 // ExistsW runs the hooks around the wrapped store's ExistsW (the tree
