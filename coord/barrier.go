@@ -255,7 +255,7 @@ func (b onceBarrier) sessionGone(sess store.Session) error {
 // 9805454.) What a cut connection stops is owed to sess, the session the
 // latch was taken on (onceBarrier), from where it stopped.
 func (b onceBarrier) clear(ctx context.Context, sess store.Session, runner tryLatch) {
-	c := &setClear{b: b, runner: runner}
+	c := &setClear{b: b, runner: runner, session: sess.ID}
 	if err := c.run(context.WithoutCancel(ctx)); err != nil {
 		b.log.Warn("cannot clear the guarantee set, connection lost; clearing it when the session resumes", "node", b.base, "err", err)
 		b.owe(sess.ID, "clear "+b.base, c.run)
@@ -266,15 +266,26 @@ func (b onceBarrier) clear(ctx context.Context, sess store.Session, runner tryLa
 // connection stopped it, so that it deletes the registrations the set had
 // when its generation moved, not ones made since the session resumed.
 type setClear struct {
-	b      onceBarrier
-	runner tryLatch
-	bumped bool
-	kids   []string // nil: not read yet
+	b       onceBarrier
+	runner  tryLatch
+	session int64 // the session the set ran on (the latch's)
+	bumped  bool
+	kids    []string // nil: not read yet
 }
 
 // run makes the clear's remaining writes. A lost connection stops it (the
 // error: the rest is owed); any other failure is logged and the clear goes
 // on, as nothing will retry it.
+//
+// Only on the session the set ran on: when that session ended during the
+// callback (the store has opened another), its registrations and the latch
+// went with it, and what is under the phase node now belongs to later sets,
+// registered at the same generation since nothing bumped it. Bumping it and
+// deleting them released those participants without a callback (ZooKeeper
+// simulation seed 1107147, after the expiry of the runner's session during
+// its callback). The set's other participants then time out, as when a
+// runner dies. The bump also checks the latch, an ephemeral of that
+// session: a session the service ended before the store noticed fails it.
 func (c *setClear) run(ctx context.Context) error {
 	b := c.b
 	failed := func(what string, err error) error {
@@ -287,14 +298,34 @@ func (c *setClear) run(ctx context.Context) error {
 		b.log.Warn("cannot clear guarantee node", "what", what, "err", err)
 		return nil
 	}
+	sessionEnded := func() bool {
+		cur, _ := b.st.Session()
+		if cur.ID == c.session {
+			return false
+		}
+		b.debug(ctx, "the set's session ended during the callback: nothing of it to clear", "session", c.session)
+		return true
+	}
 	if !c.bumped {
-		_, err := b.st.Set(ctx, b.base, nil, store.AnyVersion)
+		if sessionEnded() {
+			return nil
+		}
+		_, err := b.st.Multi(ctx,
+			&store.CheckOp{Path: c.runner.path, Version: store.AnyVersion},
+			&store.SetOp{Path: b.base, Version: store.AnyVersion})
+		if errors.Is(err, store.ErrNoNode) {
+			b.debug(ctx, "the set's runner latch is gone with its session: nothing of it to clear", "session", c.session)
+			return nil
+		}
 		if err := failed("mark the set run", err); err != nil {
 			return err
 		}
 		c.bumped = true
 	}
 	if c.kids == nil {
+		if sessionEnded() {
+			return nil
+		}
 		kids, _, err := b.st.Children(ctx, b.base)
 		if err := failed("read the set", err); err != nil {
 			return err
