@@ -113,9 +113,19 @@ func startZKContainer(t testing.TB, cfg zkConfig, shared bool, nw *testcontainer
 		"ZOO_ADMINSERVER_ENABLED":    "false",
 		// maxSessionTimeout: up to 60 s sessions (default 20 ticks, 10 s),
 		// for tests whose sessions only their own faults may end.
-		"ZOO_CFG_EXTRA":  "quorumListenOnAllIPs=true maxSessionTimeout=60000",
+		// forceSync=no: the transaction log is written without an fsync
+		// per write (a test server's data must survive a restart of the
+		// server, which the page cache does, not of the machine): on a
+		// shared disk the fsyncs, not the protocol, set the pace of
+		// every write.
+		"ZOO_CFG_EXTRA":  "quorumListenOnAllIPs=true maxSessionTimeout=60000 forceSync=no",
 		"ZOO_INIT_LIMIT": "10",
 		"ZOO_SYNC_LIMIT": "5",
+		// No cap on connections per client address (default 60): every
+		// test connection reaches the container from one address, and
+		// the seeded simulation runs many schedules of up to 9 sessions
+		// each against one server.
+		"ZOO_MAX_CLIENT_CNXNS": "0",
 	}
 	if zooServers != "" {
 		env["ZOO_SERVERS"] = zooServers

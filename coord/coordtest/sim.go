@@ -273,6 +273,9 @@ type sim struct {
 	fo     ledger // failover accounting
 	cron   string
 	status coord.JobStatus // read by the last settled check
+	// closing: the stores of crashed servers closing beside the schedule
+	// (ZooKeeper), awaited when it ends.
+	closing sync.WaitGroup
 }
 
 func (s *sim) violate(format string, args ...any) {
@@ -978,7 +981,12 @@ func (s *sim) finish(res beginResult) {
 	s.step("commit %s %v", sv.id, r.Shards())
 	s.checkOnce(res)
 	octx := s.ctx()
-	if sv.crashed {
+	if sv.crashed || sv.disconnected && !s.mem {
+		// A crashed server's checks, and on ZooKeeper a cut-off server's
+		// (each waits for a connection the step will not bring back: the
+		// whole bound, 20 s, for nothing), get a short bound. On memstore
+		// a cut-off server's keep the usual one: fake time, and the
+		// schedules' clocks stay as the seeds found them.
 		var cancel context.CancelFunc
 		octx, cancel = context.WithTimeout(octx, time.Second)
 		defer cancel()
@@ -1008,6 +1016,9 @@ func (s *sim) finish(res beginResult) {
 	// ZooKeeper may take seconds).
 	cctx := octx
 	if sv.disconnected && !sv.crashed {
+		if !s.mem {
+			cctx = s.ctx() // its own 2 s, not what the checks left
+		}
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(cctx, 2*time.Second)
 		defer cancel()
@@ -1042,6 +1053,22 @@ func (s *sim) stop(sv *simServer, crash bool) {
 	}
 	// A Begin still waiting ends with the server: its ctx is cancelled.
 	s.await(sv)
+	if crash && !s.mem {
+		// A killed process is gone: the schedule goes on at once. Its
+		// handles close beside it (stopAll waits for them): on ZooKeeper
+		// the registry's offline writes wait for a connection that never
+		// returns, up to the bound, and the client's Close waits out
+		// go-zookeeper's second for the close request's reply.
+		reg, st := sv.reg, sv.st
+		s.closing.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = reg.Close(ctx)
+			_ = st.Close()
+		})
+		sv.job, sv.reg, sv.st = nil, nil, nil
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := sv.reg.Close(ctx); err != nil && !crash && !sv.disconnected {
@@ -1070,6 +1097,7 @@ func (s *sim) stopAll() {
 	if s.skewed {
 		s.h.B.SkewServerClock(s.t, 0)
 	}
+	s.closing.Wait()
 }
 
 // quiet heals every fault, then triggers until the assignment settles.

@@ -74,15 +74,24 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore ends a Cut: connections held during the cut are closed (so clients
-// retry at once) and new connections are forwarded again.
+// Restore ends a Cut: connections held during the cut are forwarded now,
+// with what their clients sent meanwhile, as a healed partition completes
+// them, and new connections are forwarded again. A client waiting on a held
+// connection (a ZooKeeper client's handshake) carries on at once; closing
+// it instead would send the client into its reconnect back-off (go-zookeeper
+// pauses a second before each later attempt).
 func (p *Proxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+	if p.closed {
+		return
+	}
 	for c := range p.held {
-		_ = c.Close()
 		delete(p.held, c)
+		p.conns[c] = struct{}{}
+		p.wg.Add(1)
+		go p.forward(c)
 	}
 }
 

@@ -55,8 +55,8 @@ func roundTrip(conn net.Conn, msg string, timeout time.Duration) (string, error)
 }
 
 // Forwarding; a cut that drops the live connection and leaves a new one
-// hanging (a partition, not a refusal); a restore after which a new
-// connection goes through again.
+// hanging (a partition, not a refusal); a restore after which the held
+// connection and a new one go through.
 func TestProxyCutAndRestore(t *testing.T) {
 	p := New(t, echoServer(t))
 	live, err := net.Dial("tcp", p.Addr())
@@ -83,6 +83,12 @@ func TestProxyCutAndRestore(t *testing.T) {
 	}
 
 	p.Restore()
+	// The connection held during the cut goes through now, with what was
+	// sent on it meanwhile (a healed partition delivers it): the first line
+	// echoed is the one sent during the cut.
+	if got, err := roundTrip(held, "healed", 5*time.Second); err != nil || got != "lost" {
+		t.Fatalf("held connection after Restore: %q, %v; want the echo of what was sent during the cut", got, err)
+	}
 	fresh, err := net.Dial("tcp", p.Addr())
 	if err != nil {
 		t.Fatal(err)
