@@ -16,7 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
@@ -101,6 +104,38 @@ func checkExactlyOnce(t *testing.T, r Report, rows int) {
 	}
 }
 
+// requireEveryItemRanSince is the suite's closing liveness check: after
+// the last fault (since), every enabled item of the job begins again (its
+// lastBeginTime in the coordination status), not only every row done: an
+// item stuck after the faults (a failover claim no run takes) whose rows
+// were all processed before would pass waitDone.
+func (c *cluster) requireEveryItemRanSince(t *testing.T, since time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{c.zk}, SessionTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("open a ZooKeeper session on %s: %v", c.zk, err)
+	}
+	defer func() { _ = st.Close() }()
+	admin := coord.NewAdmin(st, c.ns)
+	testwait.ForNoError(t, 60*time.Second, "every item begun again after the last fault", func() error {
+		js, err := admin.Status(ctx, "pgbatch")
+		if err != nil {
+			return err
+		}
+		if len(js.Items) == 0 {
+			return fmt.Errorf("no items in the status")
+		}
+		for _, is := range js.Items {
+			if !is.Disabled && (is.LastBeginTime == nil || !is.LastBeginTime.After(since)) {
+				return fmt.Errorf("item %d last begun at %v, not after %v", is.Item, is.LastBeginTime, since)
+			}
+		}
+		return nil
+	})
+}
+
 func TestFaultKillPauseExactlyOnce(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -119,6 +154,7 @@ func TestFaultKillPauseExactlyOnce(t *testing.T) {
 	const maxKills = 8
 	kills, paused := 0, false
 	lastKill := time.Now()
+	lastFault := time.Now()
 	r := waitDone(t, pool, 150*time.Second, func() {
 		if !paused && kills >= 2 {
 			// SIGSTOP one worker past its session timeout, then SIGCONT it:
@@ -133,6 +169,7 @@ func TestFaultKillPauseExactlyOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("paused and resumed pid %d for %s", w.Pid(), 2*sessionTimeout+time.Second)
+			lastFault = time.Now()
 			return
 		}
 		if kills < maxKills && time.Since(lastKill) > 3*time.Second {
@@ -143,6 +180,7 @@ func TestFaultKillPauseExactlyOnce(t *testing.T) {
 			c.start(i)
 			kills++
 			lastKill = time.Now()
+			lastFault = lastKill
 		}
 	})
 	t.Logf("%d kills, pause done %v", kills, paused)
@@ -150,6 +188,7 @@ func TestFaultKillPauseExactlyOnce(t *testing.T) {
 		t.Logf("the run finished before the chaos did much: %d kills; raise SHARDFLOW_PGBATCH_ROWS", kills)
 	}
 	checkExactlyOnce(t, r, rows)
+	c.requireEveryItemRanSince(t, lastFault)
 }
 
 func TestFaultPostgresRestartLosesNothing(t *testing.T) {
@@ -160,9 +199,10 @@ func TestFaultPostgresRestartLosesNothing(t *testing.T) {
 	pg := integration.StartPostgres(t)
 	pg.RequireControl(t)
 	rows := faultRows() / 2
-	_, pool := setupCluster(t, pg, 2, rows)
+	c, pool := setupCluster(t, pg, 2, rows)
 	restarted := false
 	start := time.Now()
+	lastFault := start
 	r := waitDone(t, pool, 150*time.Second, func() {
 		if restarted || time.Since(start) < 2*time.Second {
 			return
@@ -177,11 +217,13 @@ func TestFaultPostgresRestartLosesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Log("Postgres restarted")
+		lastFault = time.Now()
 	})
 	if !restarted {
 		t.Log("the run finished before the restart; raise SHARDFLOW_PGBATCH_ROWS")
 	}
 	checkExactlyOnce(t, r, rows)
+	c.requireEveryItemRanSince(t, lastFault)
 }
 
 // A worker started while Postgres is down waits for it, saying so, instead
@@ -213,5 +255,7 @@ func TestFaultWorkerStartedWhilePostgresIsDownWaits(t *testing.T) {
 	if err := pg.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	up := time.Now()
 	checkExactlyOnce(t, waitDone(t, pool, 120*time.Second, nil), rows)
+	c.requireEveryItemRanSince(t, up)
 }

@@ -142,11 +142,13 @@ func TestFailoverAfterKillIdleSurvivors(t *testing.T) {
 // when some item does not run again within failoverHang. p50 and max are
 // logged in a parseable FAILOVER line and, with SHARDFLOW_BENCH_OUT set,
 // written to $SHARDFLOW_BENCH_OUT/failover-{label}.txt. The victim is
-// restarted with restartArgs after each kill.
+// restarted with restartArgs after each kill; after the last restart every
+// item must run again.
 func measureFailover(t *testing.T, c *cluster, label string, ids, victims []string, kills int, restartArgs ...string) {
 	t.Helper()
 	var latencies []time.Duration
 	var lines []string
+	var healed time.Time // the last restart's ownership settled
 	for k := range kills {
 		victim := victims[k%len(victims)]
 		w := c.worker(victim)
@@ -229,6 +231,10 @@ func measureFailover(t *testing.T, c *cluster, label string, ids, victims []stri
 		// expired first (ErrServerIDInUse otherwise; the worker retries).
 		c.start(victim, restartArgs...)
 		c.requireOwnership(settle, ids...)
+		healed = time.Now()
+	}
+	if kills > 0 {
+		c.requireEveryItemRanAgain(healed)
 	}
 	p50, pmax := percentile(latencies, 50), percentile(latencies, 100)
 	load := "unknown"

@@ -114,6 +114,19 @@ func allCommittedSince(since time.Time, total int) func([]Event) bool {
 	}
 }
 
+// requireEveryItemRanAgain is a suite's closing liveness check: after its
+// last fault healed (since), every item of 0..total-1 is begun again and
+// work on it is committed (a fenced commit), by any live server: nothing is
+// stuck (a failover claim no run takes, an owner skipping its item), not
+// only nothing lost.
+func (c *cluster) requireEveryItemRanAgain(since time.Time) {
+	c.t.Helper()
+	c.log.waitFor(c.t, settle, "every item ran again after the last fault (begun and committed)", func(evs []Event) bool {
+		_, missing := itemsBegunSince(evs, since, c.total)
+		return len(missing) == 0 && allCommittedSince(since, c.total)(evs)
+	})
+}
+
 // staleCommits returns every commit whose fencing check started after
 // another server had printed a begin of the same item with a larger epoch,
 // yet passed: the check syncs before it reads, so it must see the newer

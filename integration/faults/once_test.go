@@ -140,6 +140,7 @@ func TestDistributeOnce(t *testing.T) {
 	}
 	t.Logf("once-wait timeouts reported after the kill: %d", timeouts)
 	checkOncePerRun(t, all, 2, recovered, time.Now())
+	c.requireEveryItemRanAgain(recovered)
 	c.checkInvariants("w1", "w2")
 }
 

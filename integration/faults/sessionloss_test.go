@@ -60,6 +60,7 @@ func TestPausePastSessionTimeout(t *testing.T) {
 	if w3.exited() {
 		t.Fatalf("w3 exited after SIGCONT: %v", w3.exitErr())
 	}
+	c.requireEveryItemRanAgain(resumed)
 	var fenced int
 	for _, e := range c.log.all() {
 		if e.Server == "w3" && e.Ev == "fenced" && e.T >= resumed.UnixMilli() {
@@ -190,6 +191,7 @@ func TestConnectionCut(t *testing.T) {
 	if w3.exited() {
 		t.Fatalf("w3 exited after the cut: %v", w3.exitErr())
 	}
+	c.requireEveryItemRanAgain(restored)
 	c.checkInvariants("w1", "w2", "w3")
 }
 
