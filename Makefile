@@ -81,16 +81,18 @@ test-integration: setup zk-overlay ## run only the integration harness's own tes
 
 # make sim: the seeded protocol simulation (coordtest.Simulate). SEED empty:
 # derived from the clock; schedule i runs seed SEED+i. STORE=zk runs it on a
-# real ZooKeeper container.
+# real ZooKeeper container. REPEAT=R runs each seed R times and prints
+# "repeat: seed N failed F of R" for each.
 SEED ?=
 SCHEDULES ?= 300
 STORE ?= mem
+REPEAT ?= 1
 .PHONY: sim
-sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STORE=zk]; last line: schedules=K violations=V seed=N
+sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STORE=zk] [REPEAT=R]; last line: schedules=K violations=V seed=N
 	@out=$$(mktemp); \
-	SIM_SEED=$(SEED) SIM_SCHEDULES=$(SCHEDULES) SIM_STORE=$(STORE) $(TEST_ENV) $(ZK_WORK) \
+	SIM_SEED=$(SEED) SIM_SCHEDULES=$(SCHEDULES) SIM_STORE=$(STORE) SIM_REPEAT=$(REPEAT) $(TEST_ENV) $(ZK_WORK) \
 		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper)?$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
-	awk '/sim_test.go/ {p = 1; print; next} /^[ \t]/ {if (p) print; next} {p = 0} /^(FAIL|panic)/' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
+	awk '/sim_test.go/ {p = 1; print; next} /^[ \t]/ {if (p) print; next} {p = 0} /^(FAIL|panic)/' $$out; grep '^repeat:' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
 
 .PHONY: join-zk
 join-zk: zk-overlay ## K processes (2..10) joining one job at once on real ZooKeeper, 100 rounds (JOIN_ROUNDS to change)
