@@ -234,7 +234,11 @@ func (w *Worker) consider(ctx context.Context, name string) {
 	if t, _ := jobconfig.ParseJobType(string(data)); !t.Stored() {
 		return
 	}
-	cfg, err := w.admin.Config(ctx, name)
+	err = checkDefinitionACL(ctx, w.n.Store(), w.n.Namespace(), name)
+	var cfg jobconfig.Config
+	if err == nil {
+		cfg, err = w.admin.Config(ctx, name)
+	}
 	if err == nil {
 		err = w.run.check(cfg)
 	}

@@ -28,6 +28,14 @@ type connFlags struct {
 	// sessionTimeout is the ZooKeeper session timeout of long-lived
 	// commands (serve registers the flag); 0 is zkstore's default.
 	sessionTimeout time.Duration
+	authFile       string
+	// operatorDigest and workerDigest split the ACLs between operators and
+	// workers (zkstore.Config.OperatorDigest, WorkerDigest).
+	operatorDigest string
+	workerDigest   string
+	// allowOpenNamespace skips the refusal of a world-writable namespace
+	// (the acl command, which fixes it).
+	allowOpenNamespace bool
 }
 
 // Environment variables read when the matching flag is absent, as the
@@ -36,6 +44,9 @@ const (
 	envZooKeeper = "SHARDFLOW_ZK"        // --zk
 	envNamespace = "SHARDFLOW_NAMESPACE" // --namespace
 	envAuth      = "SHARDFLOW_ZK_AUTH"   // --auth
+	// envOperatorDigest and envWorkerDigest: --operator-digest, --worker-digest.
+	envOperatorDigest = "SHARDFLOW_ZK_OPERATOR_DIGEST"
+	envWorkerDigest   = "SHARDFLOW_ZK_WORKER_DIGEST"
 )
 
 // register adds the connection flags; their defaults come from the
@@ -48,7 +59,10 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 		ns = coord.DefaultNamespace
 	}
 	fs.StringVar(&c.namespace, "namespace", ns, "namespace: the root node of the jobs (default $"+envNamespace+", else shardflow)")
-	fs.StringVar(&c.auth, "auth", os.Getenv(envAuth), "digest credentials user:password, if the nodes carry ACLs (default $"+envAuth+")")
+	fs.StringVar(&c.auth, "auth", os.Getenv(envAuth), "digest credentials user:password, if the nodes carry ACLs (default $"+envAuth+"; prefer --auth-file or the variable: arguments are visible to every local user)")
+	fs.StringVar(&c.authFile, "auth-file", "", "file holding the digest credentials user:password (first line), instead of --auth")
+	fs.StringVar(&c.operatorDigest, "operator-digest", os.Getenv(envOperatorDigest), "with --worker-digest: the operators' digest id (`shardflow acl digest`); workers then cannot change job definitions (default $"+envOperatorDigest+")")
+	fs.StringVar(&c.workerDigest, "worker-digest", os.Getenv(envWorkerDigest), "with --operator-digest: the workers' digest id (default $"+envWorkerDigest+")")
 	fs.DurationVar(&c.timeout, "connect-timeout", 15*time.Second, "how long to try to reach ZooKeeper")
 }
 
@@ -71,9 +85,18 @@ func (c *connFlags) open(ctx context.Context) (store.Store, *coord.Admin, error)
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := c.loadAuthFile(); err != nil {
+		return nil, nil, err
+	}
 	st, err := dialStore(ctx, servers, c)
 	if err != nil {
 		return nil, nil, err
+	}
+	if !c.allowOpenNamespace {
+		if err := refuseOpenNamespace(ctx, st, c.namespace); err != nil {
+			_ = st.Close()
+			return nil, nil, err
+		}
 	}
 	return st, coord.NewAdmin(st, c.namespace), nil
 }
@@ -114,10 +137,55 @@ var dialStore = func(ctx context.Context, servers []string, c *connFlags) (store
 		ConnectTimeout: c.timeout,
 		SessionTimeout: c.sessionTimeout,
 		Auth:           c.auth,
+		OperatorDigest: c.operatorDigest,
+		WorkerDigest:   c.workerDigest,
 		Logger:         cliLogger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper: %w", err)
 	}
 	return st, nil
+}
+
+// loadAuthFile reads --auth-file into auth: credentials kept out of the
+// process's arguments.
+func (c *connFlags) loadAuthFile() error {
+	if c.authFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(c.authFile)
+	if err != nil {
+		return usagef("--auth-file: %v", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	if c.auth = strings.TrimSpace(line); !strings.Contains(c.auth, ":") {
+		return usagef("--auth-file %s must hold user:password on its first line", c.authFile)
+	}
+	return nil
+}
+
+// openNamespaceChecker is the ACL capability of a store (zkstore).
+type openNamespaceChecker interface {
+	Authenticated() bool
+	WorldWritable(ctx context.Context, path string) (bool, error)
+}
+
+// refuseOpenNamespace refuses to use a namespace anyone may write when
+// this process authenticates (--auth): ACLs are then meant to protect it,
+// and a namespace made before --auth (or squatted) does not; anyone could
+// add jobs that every worker runs.
+func refuseOpenNamespace(ctx context.Context, st store.Store, namespace string) error {
+	as, ok := st.(openNamespaceChecker)
+	if !ok || !as.Authenticated() {
+		return nil
+	}
+	open, err := as.WorldWritable(ctx, store.Join(namespace))
+	if err != nil {
+		return fmt.Errorf("read the ACL of namespace %s: %w", store.Join(namespace), err)
+	}
+	if open {
+		return fmt.Errorf("namespace %s is world-writable (ACL world:anyone), though --auth is set: anyone who reaches ZooKeeper can add or change jobs. "+
+			"Check its jobs, then run `shardflow acl fix --namespace %s` with the operator's --auth to re-apply the ACLs", store.Join(namespace), namespace)
+	}
+	return nil
 }

@@ -12,6 +12,7 @@
 //	shardflow failed   list|requeue|upgrade-v1 --pg DSN --table TABLE [--id K,...] [--error TEXT] [--all] [--json]
 //	shardflow job add  --zk HOSTS --job NAME --type script|http --total N [--cron EXPR] [--command CMD | --url URL ...]
 //	shardflow job list|remove --zk HOSTS [--job NAME]
+//	shardflow acl      digest USER:PASSWORD | check | fix  --zk HOSTS --auth-file FILE [--operator-digest ID --worker-digest ID]
 //	shardflow serve    --zk HOSTS [--server-id ID] --allow-command PREFIX... [--allow-url PREFIX...] [--http ADDR]
 //	shardflow version
 //
@@ -61,6 +62,7 @@ func commands() []command {
 		{"failed", "failed rows of a Postgres source table: failed list | failed requeue | failed upgrade-v1", runFailed},
 		{"job", "store a job without code (script, http): job add | job list | job remove", runJob},
 		{"serve", "run the stored script and HTTP jobs the allow-lists permit", runServe},
+		{"acl", "ZooKeeper ACLs of the namespace: acl digest USER:PASSWORD | acl check | acl fix", runACL},
 		{"version", "print the version, commit and Go version", runVersion},
 	}
 }

@@ -76,6 +76,17 @@ type Config struct {
 	// CLI) can read but not write them. Ignored without Auth.
 	WorldReadable bool
 
+	// OperatorDigest and WorkerDigest (both "user:base64hash" digest ids,
+	// see Digest) split the namespace between two identities: operators
+	// (job add, config set, acl fix) and workers (shardflow serve). With
+	// both set (and Auth, this process's own identity, one of them), every
+	// node this store creates carries ACLFor's ACL: the operator may do
+	// anything, the worker may only read the namespace node, job nodes and
+	// their config subtrees, so a compromised worker cannot define, change
+	// or remove jobs. Default "": one identity (Auth) for everything.
+	OperatorDigest string
+	WorkerDigest   string
+
 	// Logger receives state transitions (Info/Warn) and the ZooKeeper
 	// client's own messages (Debug). Default slog.Default().
 	Logger *slog.Logger
@@ -135,6 +146,9 @@ func (c Config) validate() error {
 		if err := store.ValidatePath(c.Root); err != nil {
 			return fmt.Errorf("%w: Root: %w", ErrInvalidConfig, err)
 		}
+	}
+	if (c.OperatorDigest == "") != (c.WorkerDigest == "") || (c.OperatorDigest != "" && c.Auth == "") {
+		return fmt.Errorf("%w: OperatorDigest and WorkerDigest go together, with Auth (this process's identity)", ErrInvalidConfig)
 	}
 	if c.Auth != "" {
 		user, _, ok := strings.Cut(c.Auth, ":")

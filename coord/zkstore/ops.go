@@ -81,7 +81,7 @@ func (s *Store) Create(ctx context.Context, path string, data []byte, mode store
 	}
 	var created string
 	c, err := s.call(ctx, func(c *client) error {
-		p, err := c.conn.Create(s.full(path), data, flags, s.acl)
+		p, err := c.conn.Create(s.full(path), data, flags, s.cfg.aclFor(path))
 		created = p
 		return err
 	}, nil)
@@ -382,7 +382,7 @@ func (s *Store) zkOp(op store.Op) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &zk.CreateRequest{Path: s.full(o.Path), Data: o.Data, Acl: s.acl, Flags: flags}, nil
+		return &zk.CreateRequest{Path: s.full(o.Path), Data: o.Data, Acl: s.cfg.aclFor(o.Path), Flags: flags}, nil
 	case *store.SetOp:
 		return &zk.SetDataRequest{Path: s.full(o.Path), Data: o.Data, Version: o.Version}, nil
 	case *store.DeleteOp:

@@ -27,7 +27,6 @@ import (
 type Store struct {
 	cfg     Config
 	log     *slog.Logger
-	acl     []zk.ACL
 	watches *watchRegistry
 
 	mu     sync.Mutex
@@ -88,7 +87,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		quit:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
-	s.acl = buildACL(cfg)
 	s.sess = store.Session{State: store.StateConnecting, Timeout: cfg.SessionTimeout}
 
 	c, err := s.newClient(1)
@@ -119,19 +117,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// buildACL returns the ACL of every node this store creates.
-func buildACL(cfg Config) []zk.ACL {
-	if cfg.Auth == "" {
-		return zk.WorldACL(zk.PermAll)
-	}
-	user, password, _ := strings.Cut(cfg.Auth, ":")
-	acl := zk.DigestACL(zk.PermAll, user, password)
-	if cfg.WorldReadable {
-		acl = append(acl, zk.WorldACL(zk.PermRead)...)
-	}
-	return acl
-}
-
 // awaitReady waits until the store is StateConnected on client c and c's
 // credentials are installed.
 func (s *Store) awaitReady(ctx context.Context, c *client) error {
@@ -155,7 +140,7 @@ func (s *Store) createRoot(ctx context.Context) error {
 		p += "/" + part
 		full := p
 		_, err := s.call(ctx, func(c *client) error {
-			_, err := c.conn.Create(full, nil, zk.FlagPersistent, s.acl)
+			_, err := c.conn.Create(full, nil, zk.FlagPersistent, s.cfg.aclFor("/"))
 			return err
 		}, nil)
 		if err != nil && !errors.Is(err, zk.ErrNodeExists) {
