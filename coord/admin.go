@@ -99,28 +99,72 @@ func (a *admin) raiseResharding(ctx context.Context, p jobPaths) error {
 	return nil
 }
 
-func (a *admin) trigger(ctx context.Context, job string) error {
+// trigger writes a trigger node for server, or for every server of the job
+// that would run on it, and returns the servers asked. A named server must
+// be able to run: online, not shut down, disabled or paused (each refused
+// with the reason); with server "" the others are skipped, and none left is
+// refused.
+func (a *admin) trigger(ctx context.Context, job, server string) ([]string, error) {
 	p, err := a.requireJob(ctx, job)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	names, err := a.servers(ctx, p, job, "")
+	names, err := a.servers(ctx, p, job, server)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	live, err := a.onlineServers(ctx, p, names)
-	if err != nil {
-		return err
-	}
-	if len(live) == 0 {
-		return fmt.Errorf("coord: trigger job %q: no live server; start one first", job)
-	}
-	for _, s := range live {
-		if _, err := a.st.Create(ctx, p.server(s, nTrigger), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
-			return fmt.Errorf("coord: trigger %s: %w", p.server(s, nTrigger), err)
+	var asked, skipped []string
+	for _, s := range names {
+		why, err := a.cannotRun(ctx, p, s)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case why == "":
+			asked = append(asked, s)
+		case server != "":
+			return nil, fmt.Errorf("%w: trigger job %q on server %q: the server %s", ErrCannotRun, job, s, why)
+		default:
+			skipped = append(skipped, s+" "+why)
 		}
 	}
-	return nil
+	if len(asked) == 0 {
+		if len(skipped) == 0 {
+			return nil, fmt.Errorf("%w: trigger job %q: no server has joined it; start one first", ErrCannotRun, job)
+		}
+		return nil, fmt.Errorf("%w: trigger job %q: no server can run it: %s", ErrCannotRun, job, strings.Join(skipped, "; "))
+	}
+	for _, s := range asked {
+		if _, err := a.st.Create(ctx, p.server(s, nTrigger), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
+			return nil, fmt.Errorf("coord: trigger %s: %w", p.server(s, nTrigger), err)
+		}
+	}
+	return asked, nil
+}
+
+// cannotRun says why server s would not run a trigger ("" when it would):
+// offline, shut down, disabled (it owns no items) or paused.
+func (a *admin) cannotRun(ctx context.Context, p jobPaths, s string) (string, error) {
+	state, ok, err := readServerState(ctx, a.st, p, s)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case !ok || !state.online:
+		return "is offline (no process holds it); start it first", nil
+	case state.shutdown:
+		return "is shut down; restart its process first", nil
+	case state.disabled:
+		return "is disabled, so it owns no items; enable it first", nil
+	}
+	paused, ok, err := a.getOpt(ctx, p.server(s, nPaused))
+	if err != nil {
+		return "", err
+	}
+	if ok && flagTrue([]byte(paused)) {
+		return "is paused; resume it first", nil
+	}
+	return "", nil
 }
 
 func (a *admin) setServerFlag(ctx context.Context, job, server, flag string, on bool) error {

@@ -33,6 +33,7 @@ var adminTests = []struct {
 	{"Audit", testAdminAudit},
 	{"FailingItems", testAdminFailingItems},
 	{"CountsWithComplete", testAdminCountsWithComplete},
+	{"TriggerServer", testAdminTriggerServer},
 }
 
 func TestAdmin(t *testing.T) {
@@ -402,7 +403,7 @@ func testAdminAudit(t *testing.T, h *coordtest.Harness) {
 		t.Errorf("oldest entry %+v, want alice's pause of server a, timed", a)
 	}
 	for range coord.MaxAuditEntries + 5 {
-		if err := alice.Trigger(ctx, "j"); err != nil {
+		if err := alice.Resume(ctx, "j", "a"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -533,5 +534,48 @@ func testAdminStatusTimesFromRunRecords(t *testing.T, h *coordtest.Harness) {
 	st = mustStatus(t, h, "j") // compares every item's times with its nodes
 	if got := st.Items[3].LastBeginTime; got == nil || got.UnixMilli() != 12345 {
 		t.Fatalf("item 3 lastBeginTime %v after its node was re-created, want 12345 ms", got)
+	}
+}
+
+// testAdminTriggerServer: a trigger of one server asks that server alone; a
+// server that is not registered, paused or disabled is refused with the
+// reason, and a job none of whose servers can run refuses a trigger of all
+// (issue 25: `trigger --server ghost` printed "done").
+func testAdminTriggerServer(t *testing.T, h *coordtest.Harness) {
+	ctx := ctxT(t)
+	a := h.Start("a", coordtest.Config("j", 4))
+	h.Start("b", coordtest.Config("j", 4))
+	asked, err := h.Admin.TriggerServer(ctx, "j", "a")
+	if err != nil || !slices.Equal(asked, []string{"a"}) {
+		t.Fatalf("TriggerServer(a) = %v, %v; want [a]", asked, err)
+	}
+	coordtest.WaitSignal(t, a.Job, coord.SignalTrigger)
+	if st := mustStatus(t, h, "j"); st.Actions[0].Action != "trigger" || st.Actions[0].Server != "a" {
+		t.Fatalf("audit %+v, want trigger of server a", st.Actions[0])
+	}
+	if _, err := h.Admin.TriggerServer(ctx, "j", "ghost"); !errors.Is(err, coord.ErrNoServer) {
+		t.Fatalf("TriggerServer(ghost) = %v, want ErrNoServer", err)
+	}
+	if _, err := h.Admin.TriggerServer(ctx, "nojob", "a"); !errors.Is(err, coord.ErrNoJob) {
+		t.Fatalf("TriggerServer(nojob) = %v, want ErrNoJob", err)
+	}
+	if err := h.Admin.Pause(ctx, "j", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Admin.TriggerServer(ctx, "j", "a"); !errors.Is(err, coord.ErrCannotRun) || !strings.Contains(err.Error(), "paused") {
+		t.Fatalf("TriggerServer(paused a) = %v, want ErrCannotRun naming paused", err)
+	}
+	if asked, err := h.Admin.TriggerServer(ctx, "j", ""); err != nil || !slices.Equal(asked, []string{"b"}) {
+		t.Fatalf("TriggerServer(every server, a paused) = %v, %v; want [b]", asked, err)
+	}
+	if err := h.Admin.Disable(ctx, "j", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Admin.TriggerServer(ctx, "j", "b"); !errors.Is(err, coord.ErrCannotRun) || !strings.Contains(err.Error(), "disabled") {
+		t.Fatalf("TriggerServer(disabled b) = %v, want ErrCannotRun naming disabled", err)
+	}
+	err = h.Admin.Trigger(ctx, "j")
+	if !errors.Is(err, coord.ErrCannotRun) || !strings.Contains(err.Error(), "a is paused") || !strings.Contains(err.Error(), "b is disabled") {
+		t.Fatalf("Trigger with a paused and b disabled = %v, want ErrCannotRun naming both", err)
 	}
 }

@@ -56,6 +56,10 @@ var (
 	// ErrNoItem: the named shard item is outside the job's current
 	// 0..shardingTotalCount-1.
 	ErrNoItem = errors.New("coord: no such shard item for this job; items are 0..shardingTotalCount-1, see `shardflow status`")
+	// ErrCannotRun: a trigger named a server that would not run it
+	// (offline, shut down, disabled or paused), or no server of the job
+	// would; the error says which and why.
+	ErrCannotRun = errors.New("coord: no server to run the trigger")
 )
 
 // ClockSkewError names both clocks of a refused run.
@@ -385,9 +389,27 @@ func (a *Admin) Status(ctx context.Context, job string) (JobStatus, error) {
 	return st, err
 }
 
-// Trigger asks every live server of the job to run now.
+// Trigger asks every server of the job that can run it to run now (see
+// TriggerServer).
 func (a *Admin) Trigger(ctx context.Context, job string) error {
-	return a.impl.audited(ctx, a.actor, Action{Job: job, Action: "trigger"}, func() error { return a.impl.trigger(ctx, job) })
+	_, err := a.TriggerServer(ctx, job, "")
+	return err
+}
+
+// TriggerServer asks server alone to run the job now, or with server ""
+// every server that can, and returns the servers asked. A server can run
+// when it is online and neither shut down, disabled (it owns no items) nor
+// paused: a named server that cannot is refused with ErrCannotRun saying
+// why, an unregistered one with ErrNoServer; with server "" the others are
+// skipped, and ErrCannotRun when none is left.
+func (a *Admin) TriggerServer(ctx context.Context, job, server string) ([]string, error) {
+	var asked []string
+	err := a.impl.audited(ctx, a.actor, Action{Job: job, Action: "trigger", Server: server}, func() error {
+		var err error
+		asked, err = a.impl.trigger(ctx, job, server)
+		return err
+	})
+	return asked, err
 }
 
 // Pause stops new runs (and streaming loops) on server, or on all servers.
@@ -599,4 +621,7 @@ type Action struct {
 	// Field and Value are the config field and its new text of a config set.
 	Field string `json:"field,omitempty"`
 	Value string `json:"value,omitempty"`
+	// Detail says what a create stored: the job's type, items, schedule
+	// and command or URL.
+	Detail string `json:"detail,omitempty"`
 }

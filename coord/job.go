@@ -152,7 +152,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 		p:           newJobPaths(r.cfg.Namespace, local.JobName),
 		jname:       local.JobName,
 		id:          r.cfg.ServerID,
-		log:         r.cfg.Logger.With("job", local.JobName, "server", r.cfg.ServerID),
+		log:         r.cfg.Logger.With("server", r.cfg.ServerID, "job", local.JobName),
 		claims:      make(map[int]int64),
 		offlineSeen: make(map[string]time.Time),
 	}

@@ -41,6 +41,7 @@ func redactAction(act *Action, secrets ...string) {
 	if act.Field != "" {
 		act.Value = redact.Text(jobconfig.RedactField(act.Field, act.Value), secrets...)
 	}
+	act.Detail = redact.Text(act.Detail, secrets...)
 }
 
 // secretValues returns the literal secrets of stored config fields: the

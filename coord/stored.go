@@ -38,7 +38,26 @@ type RefusedServer struct {
 // *jobconfig.FieldError (ErrInvalid), ErrJobExists, or a store error.
 // The creation is recorded in the job's audit log as "create".
 func (a *Admin) CreateJob(ctx context.Context, cfg jobconfig.Config) error {
-	return a.impl.audited(ctx, a.actor, Action{Job: cfg.JobName, Action: "create"}, func() error { return a.impl.createJob(ctx, cfg) })
+	act := Action{Job: cfg.JobName, Action: "create", Detail: describeCreated(cfg.WithDefaults())}
+	return a.impl.audited(ctx, a.actor, act, func() error { return a.impl.createJob(ctx, cfg) })
+}
+
+// describeCreated is the audit's account of a created job, e.g.
+// `SCRIPT job, 4 items, cron "0 * * * * ?", command "/opt/jobs/x"`.
+func describeCreated(cfg jobconfig.Config) string {
+	d := fmt.Sprintf("%s job, %d items", cfg.Type(), cfg.ShardingTotalCount)
+	if cfg.Cron == "" {
+		d += ", run on trigger only"
+	} else {
+		d += fmt.Sprintf(", cron %q", cfg.Cron)
+	}
+	switch cfg.Type() {
+	case jobconfig.JobTypeScript:
+		d += fmt.Sprintf(", command %q", cfg.Script.CommandLine)
+	case jobconfig.JobTypeHTTP:
+		d += fmt.Sprintf(", %s %s", cfg.HTTP.Method, jobconfig.RedactField(jobconfig.FieldHTTPURL, cfg.HTTP.URL))
+	}
+	return d
 }
 
 func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {

@@ -58,7 +58,9 @@ type NodeConfig struct {
 	// server label. Default: the first non-loopback IPv4 address; set it
 	// (e.g. the pod name) when processes share an address.
 	ServerID string
-	// Logger receives the Node's events. Default slog.Default().
+	// Logger receives the Node's events. Default slog.Default(). Every
+	// line carries the attribute server (the effective ServerID), added by
+	// the Node once: a Logger that carries it already repeats it.
 	Logger *slog.Logger
 	// OnError is called with errors of a job that no caller receives: a
 	// refused run (clock skew, bad stored config), a failed Complete, a
@@ -168,7 +170,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 			return nil, fmt.Errorf("dataflow: NewNode: NodeConfig.Metrics: registering the collector of server %q: %w; give each Node its own prometheus.Registerer (or prometheus.WrapRegistererWith)", reg.ServerID(), err)
 		}
 	}
-	n.sched = newScheduler(cfg.Logger)
+	// The registry adds server (and job) to its own lines; the Node's
+	// lines get server here, once.
+	n.logger = cfg.Logger.With("server", reg.ServerID())
+	n.sched = newScheduler(n.logger)
 	n.reports = stats.NewGroup(reportWriters)
 	n.tracer = tracerOf(cfg.TracerProvider)
 	n.ctx, n.cancel = context.WithCancel(context.Background())

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"time"
 
@@ -68,8 +69,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var proxies stringList
 	fs.Var(&proxies, "trusted-proxy", "address or CIDR of a TLS-terminating reverse proxy whose X-Forwarded-Proto: https makes session cookies Secure (repeatable)")
 	historyTable := fs.String("history-table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
 		return usagef("--tls-cert and --tls-key go together: give both to serve HTTPS")
@@ -112,7 +113,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *tlsCert != "" {
 		scheme = "https"
 	}
-	fmt.Fprintf(stdout, "console on %s://%s (namespace %q; %s)\n", scheme, ln.Addr(), cf.namespace, mode)
+	fmt.Fprintf(stdout, "console on %s (namespace %q; %s)\n", consoleURL(scheme, ln.Addr()), cf.namespace, mode)
 	if scheme == "http" && len(trusted) == 0 && creds.configured() && !loopbackListen(*listen) {
 		fmt.Fprintln(stderr, "console: warning: credentials and session cookies travel in clear text; serve HTTPS (--tls-cert, --tls-key) or behind a TLS proxy (--trusted-proxy)")
 	}
@@ -287,4 +288,22 @@ func errorStatus(err error) int {
 
 func httpError(w http.ResponseWriter, err error) {
 	http.Error(w, err.Error(), errorStatus(err))
+}
+
+// consoleURL is the address to open for a console (scheme http or
+// https) listening on addr: on
+// every interface (0.0.0.0, ::) that is this host's name, never
+// "http://[::]:PORT", which no browser opens.
+func consoleURL(scheme string, addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return scheme + "://" + addr.String()
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	port := strconv.Itoa(tcp.Port)
+	return fmt.Sprintf("%s://%s (every interface, port %s; on this host %s://127.0.0.1:%s)",
+		scheme, net.JoinHostPort(host, port), port, scheme, port)
 }

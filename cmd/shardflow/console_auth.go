@@ -129,8 +129,14 @@ func requireLoopbackOrAuth(addr string, creds *credentials) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("console: refusing to listen on %s without authentication: anyone who can reach it could pause, "+
-		"reconfigure or shut down jobs. Set --token-file or --basic-auth-file (or %s / %s), or listen on 127.0.0.1",
+	// Without credentials the console is read-only, so the risk is not
+	// actions: it is every job's status and stored config (commands, URLs,
+	// headers, parameters) shown to the network by a console nobody
+	// configured for it.
+	return fmt.Errorf("console: refusing to listen on %s, which is not a loopback address, without credentials: "+
+		"this console would show every job's status and stored config (commands, URLs, headers, parameters) to anyone "+
+		"who can reach it, and nobody could act through it (it is read-only without credentials). "+
+		"Set --token-file or --basic-auth-file (or %s / %s) for a console on the network, or listen on 127.0.0.1",
 		addr, envConsoleToken, envConsoleBasicAuth)
 }
 

@@ -260,14 +260,14 @@ func TestConsoleRefusesToListenOpenly(t *testing.T) {
 		{"0.0.0.0:8899", &credentials{token: digest("x")}, true},
 	} {
 		err := requireLoopbackOrAuth(tc.addr, tc.creds)
-		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "without authentication")) {
+		if (err == nil) != tc.ok || (err != nil && !strings.Contains(err.Error(), "without credentials")) {
 			t.Errorf("requireLoopbackOrAuth(%q) = %v, want ok=%v", tc.addr, err, tc.ok)
 		}
 	}
 	t.Setenv(envConsoleToken, "")
 	t.Setenv(envConsoleBasicAuth, "")
 	_, errOut, code := runCLI(t, "console", "--zk", "zk:1", "--listen", "0.0.0.0:0")
-	if code != 2 || !strings.Contains(errOut, "refusing to listen on 0.0.0.0:0 without authentication") || !strings.Contains(errOut, "--token-file") {
+	if code != 2 || !strings.Contains(errOut, "refusing to listen on 0.0.0.0:0, which is not a loopback address, without credentials") || !strings.Contains(errOut, "--token-file") {
 		t.Fatalf("console on 0.0.0.0 without auth: exit %d %q", code, errOut)
 	}
 	t.Setenv(envConsoleToken, "short")

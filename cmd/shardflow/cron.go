@@ -16,7 +16,7 @@ import (
 // expression Quartz refuses exits 1 with the message naming the field.
 func runCron(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "next" {
-		return usagef("usage: shardflow cron next [--tz ZONE] [--from RFC3339] [-n N] EXPR")
+		return groupUsage(args, stdout, "cron")
 	}
 	fs := newFlagSet("cron next", stderr)
 	tz := fs.String("tz", "", `time zone, as a job's timeZone: "Asia/Shanghai", "UTC", "GMT+08:00" (default: the local zone)`)
@@ -26,8 +26,8 @@ func runCron(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	// quoted argument or its fields as separate arguments.
 	var fields []string
 	for rest := args[1:]; ; {
-		if err := fs.Parse(rest); err != nil {
-			return usageError{err.Error()}
+		if err := parseFlags(fs, rest); err != nil {
+			return err
 		}
 		if fs.NArg() == 0 {
 			break

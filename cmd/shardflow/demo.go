@@ -61,8 +61,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&o.deadline, "deadline", 55*time.Second, "embedded store: give up (exit 1) if the work is not done by then")
 	fs.DurationVar(&o.duration, "duration", 0, "with --zk: run this long, then print the table and exit 0 (default: until interrupted)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines, only the final table")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if o.servers < 1 || o.records < 1 || o.total < 1 {
 		return usagef("--servers, --records and --total must be >= 1")

@@ -81,15 +81,18 @@ func (f *failedFlags) filter() (postgres.FailedFilter, error) {
 // of a sources/postgres work table, the way back for them, and the upgrade
 // of a table prepared by the first release.
 func runFailed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "requeue" && args[0] != "upgrade-v1") {
+	if len(args) == 0 || helpArg(args[0]) {
+		return groupUsage(args, stdout, "failed")
+	}
+	if args[0] != "list" && args[0] != "requeue" && args[0] != "upgrade-v1" {
 		return usagef("want `failed list`, `failed requeue` or `failed upgrade-v1` (then --pg DSN --table TABLE ...; -h for the flags)")
 	}
 	requeue, upgrade := args[0] == "requeue", args[0] == "upgrade-v1"
 	fs := newFlagSet("failed "+args[0], stderr)
 	var ff failedFlags
 	ff.register(fs, requeue)
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))

@@ -37,8 +37,8 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&hf.at, "at", "", "RFC3339 instant: who owned each item then, under which epoch")
 	fs.IntVar(&hf.limit, "limit", 200, "most runs printed; 0: all")
 	fs.BoolVar(&hf.asJSON, "json", false, "print a JSON array of {job, server, item, epoch, source, begin, end, success, failure, error}")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))

@@ -24,8 +24,8 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // runJob is `shardflow job add|list|remove`: jobs without code, stored in
 // the namespace and run by `shardflow serve` workers.
 func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("job needs a subcommand: job add | job list | job remove")
+	if len(args) == 0 || helpArg(args[0]) {
+		return groupUsage(args, stdout, "job")
 	}
 	switch args[0] {
 	case "add":
@@ -44,7 +44,7 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var headers stringList
 	fs.StringVar(&cfg.JobName, "job", "", "job name (required)")
 	typ := fs.String("type", "", "job type: script or http (required)")
-	fs.StringVar(&cfg.Cron, "cron", "", `cron with seconds, e.g. "0/30 * * * * ?" (default: none, a one-off job run by `+"`shardflow trigger`)")
+	fs.StringVar(&cfg.Cron, "cron", "", `cron with seconds, e.g. "0/30 * * * * ?" (default: none, a one-off job run by "shardflow trigger")`)
 	fs.IntVar(&cfg.ShardingTotalCount, "total", 0, "number of shard items (required)")
 	fs.StringVar(&cfg.Script.CommandLine, "command", "", "script jobs: the command line run once per owned item (no shell unless it names one)")
 	fs.StringVar(&cfg.HTTP.URL, "url", "", "http jobs: the URL requested once per owned item")
@@ -55,8 +55,8 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.JobParameter, "job-parameter", "", "the job parameter handed to every item")
 	fs.BoolVar(&cfg.Failover, "failover", false, "re-run a crashed worker's running items on a live one at once")
 	fs.StringVar(&cfg.Description, "description", "", "free text for operators")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	switch strings.ToLower(*typ) {
 	case "script":
@@ -109,8 +109,8 @@ type jobRow struct {
 func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs, cf := zkFlagSet("job list", stderr)
 	asJSON := fs.Bool("json", false, "print a JSON array")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
 		names, err := admin.Jobs(ctx)
@@ -180,8 +180,8 @@ func runJobRemove(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs, cf := zkFlagSet("job remove", stderr)
 	job := fs.String("job", "", "job name (required)")
 	wait := fs.Duration("wait", 30*time.Second, "how long to wait for the servers to stop the job (runs in progress finish first)")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if *job == "" {
 		return usagef("--job is required: name the job to remove, see `shardflow job list`")

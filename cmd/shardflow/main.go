@@ -6,7 +6,8 @@
 //	shardflow cron next [--tz ZONE] [--from RFC3339] [-n N] EXPR
 //	shardflow status   --zk HOSTS [--namespace NS] [--job NAME] [--json]
 //	shardflow trigger|pause|resume|disable|enable|shutdown|remove --zk HOSTS --job NAME [--server ID] [--item N]
-//	shardflow config get|set --zk HOSTS --job NAME [FIELD VALUE]
+//	shardflow config get --zk HOSTS --job NAME [FIELD]
+//	shardflow config set --zk HOSTS --job NAME FIELD VALUE
 //	shardflow console  --zk HOSTS [--listen ADDR]
 //	shardflow history  --pg DSN [--job NAME] [--item N] [--server ID] [--since DURATION] [--at RFC3339] [--json]
 //	shardflow failed   list|requeue|upgrade-v1 --pg DSN --table TABLE [--id K,...] [--error TEXT] [--all] [--json]
@@ -23,6 +24,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -49,14 +51,14 @@ func commands() []command {
 		{"shard", "preview a sharding assignment", runShard},
 		{"cron", "preview a cron expression: cron next [--tz ZONE] [--from RFC3339] [-n N] EXPR", runCron},
 		{"status", "show jobs, servers, items and counts", runStatus},
-		{"trigger", "run a job now on every server", opCommand("trigger")},
+		{"trigger", "run a job now on every server that can (or on --server alone)", opCommand("trigger")},
 		{"pause", "pause a job on a server (or all)", opCommand("pause")},
 		{"resume", "resume a paused job", opCommand("resume")},
 		{"disable", "take a server (or, with --item, a shard item) out of sharding", opCommand("disable")},
 		{"enable", "undo disable", opCommand("enable")},
 		{"shutdown", "stop a job on a server (or all) until restarted", opCommand("shutdown")},
 		{"remove", "remove an offline server, or a whole job", opCommand("remove")},
-		{"config", "get or set a job's stored config: config get | config set FIELD VALUE", runConfig},
+		{"config", "get or set a job's stored config: config get [FIELD] | config set FIELD VALUE", runConfig},
 		{"console", "serve the web console", runConsole},
 		{"history", "show recorded runs from Postgres, or who owned each item at an instant", runHistory},
 		{"failed", "failed rows of a Postgres source table: failed list | failed requeue | failed upgrade-v1", runFailed},
@@ -97,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err := c.run(ctx, args[1:], out, errOut)
 		var ue usageError
 		switch {
-		case err == nil:
+		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
 		case errors.As(err, &ue):
 			fmt.Fprintf(stderr, "shardflow %s: %v\n", c.name, err)

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
@@ -19,8 +21,8 @@ func opCommand(action string) func(context.Context, []string, io.Writer, io.Writ
 		job := fs.String("job", "", "job name (required)")
 		server := fs.String("server", "", "server id (default: every server of the job)")
 		item := fs.Int("item", 0, "shard item 0..shardingTotalCount-1 (disable/enable only): act on one item instead of a server")
-		if err := fs.Parse(args); err != nil {
-			return usageError{err.Error()}
+		if err := parseFlags(fs, args); err != nil {
+			return err
 		}
 		// Whether --item was given, not its value, picks an item action:
 		// `--item -1` is an item Admin refuses, never "every server".
@@ -39,6 +41,14 @@ func opCommand(action string) func(context.Context, []string, io.Writer, io.Writ
 			return usagef("--item and --server exclude each other: disable an item everywhere, or a server")
 		}
 		return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+			if action == "trigger" {
+				asked, err := admin.TriggerServer(ctx, *job, *server)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "trigger: job %s: asked %s to run now\n", *job, describeServers(asked))
+				return nil
+			}
 			if err := doAction(ctx, admin, action, *job, *server, *item); err != nil {
 				return err
 			}
@@ -66,7 +76,8 @@ const noItem = math.MinInt
 func doAction(ctx context.Context, admin *coord.Admin, action, job, server string, item int) error {
 	switch action {
 	case "trigger":
-		return admin.Trigger(ctx, job)
+		_, err := admin.TriggerServer(ctx, job, server)
+		return err
 	case "pause":
 		return admin.Pause(ctx, job, server)
 	case "resume":
@@ -91,22 +102,26 @@ func doAction(ctx context.Context, admin *coord.Admin, action, job, server strin
 
 func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "get" && args[0] != "set") {
-		return usagef("usage: shardflow config get --zk HOSTS --job NAME | shardflow config set --zk HOSTS --job NAME FIELD VALUE")
+		return groupUsage(args, stdout, "config")
 	}
 	verb := args[0]
 	fs, cf := zkFlagSet("config "+verb, stderr)
 	job := fs.String("job", "", "job name (required)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	if *job == "" {
-		return usagef("--job is required")
+		return usagef("--job is required: name the job, see `shardflow status`")
 	}
 	if verb == "set" && fs.NArg() != 2 {
 		return usagef("config set takes FIELD VALUE after the flags, e.g. config set --zk ... --job j cron '0/10 * * * * ?'")
 	}
-	if verb == "get" && fs.NArg() != 0 {
-		return usagef("config get takes no arguments")
+	if verb == "get" && fs.NArg() > 1 {
+		return usagef("config get takes at most one FIELD, got %q", fs.Args())
+	}
+	field := fs.Arg(0)
+	if verb == "get" && field != "" && !slices.Contains(jobconfig.FieldNames(), field) {
+		return usagef("config get: no config field %q; the fields are %s", field, strings.Join(jobconfig.FieldNames(), ", "))
 	}
 	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
 		if verb == "set" {
@@ -120,9 +135,25 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if err != nil {
 			return err
 		}
-		printConfig(stdout, s)
+		if field == "" {
+			printConfig(stdout, s)
+			return nil
+		}
+		v, ok := s.Config[field]
+		if !ok {
+			return fmt.Errorf("config get: job %s stores no %s (a job stored by an older release, or edited by hand); set it with `shardflow config set --job %s %s VALUE`", *job, field, *job, field)
+		}
+		fmt.Fprintln(stdout, v)
 		return nil
 	})
+}
+
+// describeServers is "server w1" or "servers w1, w2".
+func describeServers(ids []string) string {
+	if len(ids) == 1 {
+		return "server " + ids[0]
+	}
+	return "servers " + strings.Join(ids, ", ")
 }
 
 func printConfig(w io.Writer, s coord.JobStatus) {

@@ -19,8 +19,8 @@ func runShard(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	total := fs.Int("total", 0, "shardingTotalCount, > 0 (required)")
 	job := fs.String("job", "", "job name (odd-even and round-robin hash it) (required for those)")
 	asJSON := fs.Bool("json", false, "print one JSON object mapping each server id to its sorted items")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))

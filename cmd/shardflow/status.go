@@ -36,8 +36,8 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs, cf := zkFlagSet("status", stderr)
 	job := fs.String("job", "", "only this job (default: every job in the namespace)")
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	if err := fs.Parse(args); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
 		doc, err := collectStatus(ctx, admin, cf.namespace, *job)
@@ -205,11 +205,15 @@ func describeAction(a coord.Action) string {
 	switch {
 	case a.Field != "":
 		what += fmt.Sprintf(" %s=%q", a.Field, a.Value)
+	case a.Detail != "":
+		what += " " + a.Detail
 	case a.Item != nil:
 		what += fmt.Sprintf(" item %d", *a.Item)
 	case a.Server != "":
 		what += " server " + a.Server
-	case a.Action != "trigger":
+	case a.Action == "create":
+		what += " job" // recorded before entries carried their detail
+	default:
 		what += " every server"
 	}
 	return what

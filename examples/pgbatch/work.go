@@ -50,7 +50,9 @@ func runWork(ctx context.Context, args []string) error {
 	if o.zk == "" {
 		return errors.New("work: --zk is empty; name the ZooKeeper servers (host:port,...)")
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("server", o.serverID)
+	// The Node adds server to its lines; this program's own lines add it here.
+	nodeLogger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logger := nodeLogger.With("server", o.serverID)
 
 	var pool *pgxpool.Pool
 	if err := untilReachable(ctx, logger, "connect", func() (err error) {
@@ -102,7 +104,7 @@ func runWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopHistory() // after node.Stop (defers run in reverse): the last runs are recorded
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: o.namespace, ServerID: o.serverID, Logger: logger, History: rec})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: o.namespace, ServerID: o.serverID, Logger: nodeLogger, History: rec})
 	if err != nil {
 		return fmt.Errorf("work: %w", err)
 	}

@@ -137,7 +137,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: %w", o.logLevel, err)
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("server", o.serverID)
+	// The Node adds server to its lines; the worker's own lines add it here.
+	nodeLogger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	logger := nodeLogger.With("server", o.serverID)
 	em := newEmitter(stdout, o.serverID)
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, o.connectTimeout)
@@ -180,7 +182,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer lst.Close()
 
 	job := newTickJob(em, newLedger(lst, o.namespace, o.job, o.serverID), o.runFor, o.processDelay, o.batch)
-	node, err := startNode(ctx, st, o, em, job, logger)
+	node, err := startNode(ctx, st, o, em, job, nodeLogger)
 	if err != nil {
 		em.errorf(err)
 		return err
