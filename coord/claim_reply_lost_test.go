@@ -166,3 +166,30 @@ func TestBeginNeverRunsItsOwnClaimNormally(t *testing.T) {
 		}
 	})
 }
+
+// A paused server gives its failover claims back to the queue at its next
+// Begin (TestPausedServerGivesBackFailoverClaims); a claim whose reply was
+// lost is one of them: held, unknown, it would keep the item from every
+// server until the resume. In a synctest bubble.
+func TestPausedServerGivesBackAClaimWhoseReplyWasLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h := coordtest.NewHarness(t, coordtest.Mem())
+		cut := &cutReply{}
+		l, a, item := claimSetup(t, h, &coordtest.HookStore{Store: h.B.Connect(t), After: cut.after})
+		cut.armed.Store(true)
+		if _, err := a.Job.ClaimFailover(ctx); !errors.Is(err, store.ErrConnectionLoss) {
+			t.Fatalf("a's ClaimFailover with its reply lost: %v, want the connection loss", err)
+		}
+		if err := h.Admin.Pause(ctx, "job", "a"); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // a's watcher has seen the pause
+		if _, err := a.Job.Begin(ctx, time.Now()); !errors.Is(err, coord.ErrPaused) {
+			t.Fatalf("paused a's Begin: %v, want ErrPaused", err)
+		}
+		synctest.Wait() // l's watcher has seen the item queued again
+		coordtest.CompleteAll(t, runGivenBack(ctx, t, l, item))
+	})
+}

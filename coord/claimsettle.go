@@ -58,7 +58,8 @@ func (j *job) settleUnsureClaims(ctx context.Context, sid int64) (bool, error) {
 		mine := err == nil && st.EphemeralOwner == sid && string(data) == j.id
 		j.mu.Lock()
 		delete(j.claimsUnsure, it)
-		if mine && j.regSession == sid {
+		mine = mine && j.regSession == sid
+		if mine {
 			j.claims[it] = st.Czxid
 		}
 		j.mu.Unlock()

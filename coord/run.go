@@ -102,6 +102,10 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		// Failover items claimed before the pause go back to the queue
 		// for another server: held here they would run nowhere (their
 		// owner skips an item failed over to another) until a resume.
+		// A claim whose reply was lost is one of them.
+		if _, err := j.settleUnsureClaims(ctx, sid); err != nil {
+			j.log.Debug("paused: cannot read a claim whose reply was lost; the next Begin does", "err", err)
+		}
 		j.releaseClaims(ctx)
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
 	}
