@@ -40,6 +40,7 @@ type column struct {
 	typ     string // format_type
 	typOID  uint32
 	comment string
+	notNull bool // NOT NULL
 }
 
 // tableInfo is what the catalog says about a table.
@@ -67,7 +68,7 @@ func readTable(ctx context.Context, db Querier, spec TableSpec) (*tableInfo, err
 		return nil, fmt.Errorf("sources/postgres: reading the schema of table %s: %w", spec.Table, err)
 	}
 	rows, err := db.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.atttypid::int8,
-  coalesce(col_description(a.attrelid, a.attnum), '')
+  coalesce(col_description(a.attrelid, a.attnum), ''), a.attnotnull
 FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum`, info.oid)
 	if err != nil {
 		return nil, fmt.Errorf("sources/postgres: reading the columns of table %s: %w", spec.Table, err)
@@ -76,7 +77,7 @@ FROM pg_attribute a WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdroppe
 		var name string
 		var c column
 		var typOID int64
-		if err := rows.Scan(&name, &c.typ, &typOID, &c.comment); err != nil {
+		if err := rows.Scan(&name, &c.typ, &typOID, &c.comment, &c.notNull); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("sources/postgres: reading the columns of table %s: %w", spec.Table, err)
 		}

@@ -26,7 +26,9 @@ import (
 // whole batch and the Node's other slices of it wait for that outcome.
 // Parallelism comes from shard items. A row whose processing fails counts
 // an attempt in its bucket's checkpoint row; after MaxAttempts it is
-// written to shardflow_dead_letter and skipped. Checkpoints are per bucket,
+// written to shardflow_dead_letter and skipped. A row that cannot be read
+// into T (Row.Err) is written to shardflow_dead_letter at once, in the
+// transaction that moves the checkpoint past it, and counts as a failure. Checkpoints are per bucket,
 // so a new ShardingTotalCount keeps every position. Safe for concurrent use.
 type CheckpointJob[T any] struct {
 	src     *Source[T]
@@ -142,7 +144,7 @@ func (j *CheckpointJob[T]) run(ctx context.Context, shard dataflow.Shard, rows [
 	err := j.commit(ctx, shard, rows)
 	if err == nil {
 		for _, r := range rows {
-			committed[r.Key] = true
+			committed[r.Key] = r.readErr == nil
 		}
 		s.statementOK(ctx, shard)
 		return committed, nil
@@ -159,7 +161,7 @@ func (j *CheckpointJob[T]) run(ctx context.Context, shard dataflow.Shard, rows [
 			err = j.commit(ctx, shard, rows[i:i+1])
 		}
 		if err == nil {
-			committed[r.Key] = true
+			committed[r.Key] = r.readErr == nil
 			continue
 		}
 		if s.backedOff(ctx, shard, err) {
@@ -194,11 +196,26 @@ func (j *CheckpointJob[T]) commit(ctx context.Context, shard dataflow.Shard, row
 		return fmt.Errorf("sources/postgres: beginning a transaction: %w", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	if err := j.process(ctx, tx, shard, values(rows)); err != nil {
-		if Classify(err) == ClassStatement || ctx.Err() != nil {
-			return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
+	good, bad, errs := splitUnread(rows)
+	if len(good) > 0 {
+		if err := j.process(ctx, tx, shard, values(good)); err != nil {
+			if Classify(err) == ClassStatement || ctx.Err() != nil {
+				return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
+			}
+			return &userError{err: err}
 		}
-		return &userError{err: err}
+	}
+	if len(bad) > 0 {
+		// Rows that cannot be read are dead-lettered at once, and the
+		// checkpoint moves past them with the rest.
+		if _, err := tx.Exec(ctx, deadLetterSQL, shard.JobName, bad, errs); err != nil {
+			return fmt.Errorf("sources/postgres: dead-lettering %d unreadable rows of table %s (job %s item %d): %w", len(bad), s.spec.Table, shard.JobName, shard.Item, err)
+		}
+		for _, r := range rows {
+			if r.readErr != nil {
+				s.logSetAside(shard, r.readErr)
+			}
+		}
 	}
 	buckets, lasts := positions(rows)
 	if _, err := tx.Exec(ctx, s.sql.checkpoint, shard.JobName, buckets, lasts, shard.Epoch); err != nil {
@@ -243,6 +260,25 @@ ON CONFLICT (job, key) DO UPDATE SET error = EXCLUDED.error, failed_at = now()`,
 		return false, fmt.Errorf("sources/postgres: recording the failure of row %d (job %s item %d; %v): %w", key, shard.JobName, shard.Item, perr, err)
 	}
 	return skipped, nil
+}
+
+// deadLetterSQL writes rows to shardflow_dead_letter: $1 job, $2 keys, $3 errors.
+const deadLetterSQL = `INSERT INTO shardflow_dead_letter (job, key, error)
+SELECT $1, u.k, u.e FROM unnest($2::bigint[], $3::text[]) AS u(k, e)
+ON CONFLICT (job, key) DO UPDATE SET error = EXCLUDED.error, failed_at = now()`
+
+// splitUnread splits rows into those read whole and the keys and errors
+// of those that could not be read (Row.Err).
+func splitUnread[T any](rows []Row[T]) (good []Row[T], bad []int64, errs []string) {
+	for _, r := range rows {
+		if r.readErr == nil {
+			good = append(good, r)
+			continue
+		}
+		bad = append(bad, r.Key)
+		errs = append(errs, r.readErr.Error())
+	}
+	return good, bad, errs
 }
 
 // positions returns, for each bucket of rows (sorted by bucket, key), the

@@ -141,8 +141,9 @@ func (j *ClaimJob[T]) claim(ctx context.Context, shard dataflow.Shard, ck cursor
 }
 
 // ProcessBatch runs the ProcessFunc on each row in turn, then marks the
-// successes done and the row failures (see Classify) failed in one round
-// trip, guarded by
+// successes done, the row failures (see Classify) failed and the rows that
+// could not be read (Row.Err: set aside, 'failed' at once with their
+// ReadError, never handed to the ProcessFunc) in one round trip, guarded by
 // this claim (claimed_by = ServerID and claim_epoch = shard.Epoch), so a
 // row reclaimed meanwhile keeps its newer state. Rows not processed because
 // ctx ended are released to 'pending' without counting an attempt; so are
@@ -153,19 +154,30 @@ func (j *ClaimJob[T]) claim(ctx context.Context, shard dataflow.Shard, ck cursor
 // only when the marks could not be written (the rows will be reclaimed).
 func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
 	s := j.src
-	var done, failed, released []int64
-	var errs []string
+	var done, failed, released, aside []int64
+	var errs, asideErrs []string
 	var stmtErr error
+	for _, it := range items {
+		if it.readErr != nil {
+			// Unreadable: set aside at once, whatever else happens.
+			aside = append(aside, it.Key)
+			asideErrs = append(asideErrs, it.readErr.Error())
+			s.logSetAside(shard, it.readErr)
+		}
+	}
 	for i, it := range items {
+		if it.readErr != nil {
+			continue
+		}
 		if ctx.Err() != nil {
-			released = keys(items[i:])
+			released = append(released, unread(items[i:])...)
 			break
 		}
 		if err := j.process(ctx, shard, it.Value); err != nil {
 			if Classify(err) == ClassStatement {
 				// Not this row's fault: it and the rest go back unpenalised.
 				stmtErr = &ProcessError{Key: it.Key, Err: err}
-				released = keys(items[i:])
+				released = append(released, unread(items[i:])...)
 				break
 			}
 			failed = append(failed, it.Key)
@@ -196,6 +208,9 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 		if len(released) > 0 {
 			b.Queue(s.sql.release, released, s.cfg.ServerID, shard.Epoch)
 		}
+		if len(aside) > 0 {
+			b.Queue(s.sql.setAside, aside, asideErrs, s.cfg.ServerID, shard.Epoch)
+		}
 		if b.Len() == 0 {
 			return nil
 		}
@@ -211,7 +226,7 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 	})
 	if err != nil {
 		return 0, fmt.Errorf("sources/postgres: marking %d done and %d failed rows of table %s (job %s item %d): %w",
-			len(done), len(failed), s.spec.Table, shard.JobName, shard.Item, err)
+			len(done), len(failed)+len(aside), s.spec.Table, shard.JobName, shard.Item, err)
 	}
 	switch {
 	case stmtErr != nil && ctx.Err() == nil:
@@ -232,3 +247,21 @@ func (s *Source[T]) logRetry(op string, shard dataflow.Shard) func(error, time.D
 // reclaimEvery is how often a claim fetch that continues from its cursor
 // also sweeps abandoned claims.
 func (s *Source[T]) reclaimEvery() time.Duration { return min(s.cfg.Lease/4, 30*time.Second) }
+
+// unread are the keys of rows that were read whole (a row set aside is
+// never released: it is marked failed).
+func unread[T any](rows []Row[T]) []int64 {
+	var ks []int64
+	for _, r := range rows {
+		if r.readErr == nil {
+			ks = append(ks, r.Key)
+		}
+	}
+	return ks
+}
+
+// logSetAside logs a row set aside because it could not be read.
+func (s *Source[T]) logSetAside(shard dataflow.Shard, e *ReadError) {
+	s.cfg.Logger.Warn("sources/postgres: row cannot be read into the item type; set aside, the item goes on", "table", s.spec.Table,
+		"job", shard.JobName, "item", shard.Item, "key", e.Key, "column", e.Column, "field", e.Field, "err", e.Err)
+}

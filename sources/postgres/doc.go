@@ -61,7 +61,12 @@
 // dataflow.Shard.ReportError (the server's lastError in status). Only row
 // errors (the job's function, data exceptions, constraint violations)
 // count attempts. ListFailed and Requeue (and `shardflow failed`) list
-// and requeue the rows marked 'failed'.
+// and requeue the rows marked 'failed'. A row that cannot be read into T
+// (ReadError: NULL into a field that cannot hold it, a value out of range
+// or undecodable) is set aside at once, never a wall for the rest of its
+// item: marked 'failed' (claim, transactional) or dead-lettered
+// (checkpoint); NewSource warns about nullable columns whose field cannot
+// hold NULL.
 //
 // # Fencing
 //

@@ -58,3 +58,33 @@ func (e *ProcessError) Error() string { return fmt.Sprintf("row %d: %v", e.Key, 
 
 // Unwrap returns the user's error.
 func (e *ProcessError) Unwrap() error { return e.Err }
+
+// ReadError is a row that could not be read into the item type T: the
+// value of Column does not fit Field (NULL into a field that cannot hold
+// NULL, a number out of the field's range, a value that does not decode, a
+// custom scanner that failed). Reading it again gives the same error until
+// the row is changed, so the Source's jobs set the row aside at once and
+// the rest of the shard item goes on: claim and transactional modes mark
+// it 'failed' with this error (ListFailed, `shardflow failed list`; fix the
+// row, then Requeue), the checkpoint mode writes it to
+// shardflow_dead_letter and moves past it. It counts as a failure.
+type ReadError struct {
+	// Table is the table read.
+	Table string
+	// Key is the row's key.
+	Key int64
+	// Column is the column whose value could not be read, and Field the
+	// field of T it goes into.
+	Column, Field string
+	// Err is pgx's error.
+	Err error
+}
+
+// Error names the row, the column, the field and the fix.
+func (e *ReadError) Error() string {
+	return fmt.Sprintf("row %d of table %s: column %s cannot be read into field %s: %v (fix the row's value, or give the field a type that holds it, e.g. a pointer or sql.Null type for NULL; then requeue the row)",
+		e.Key, e.Table, e.Column, e.Field, e.Err)
+}
+
+// Unwrap returns pgx's error.
+func (e *ReadError) Unwrap() error { return e.Err }

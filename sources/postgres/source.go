@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -51,6 +52,20 @@ type Row[T any] struct {
 	Key int64
 	// Value is the row scanned with pgx.RowToStructByName.
 	Value T
+	// readErr: a column of the row could not be read into Value; the
+	// Source's jobs set the row aside instead of processing it.
+	readErr *ReadError
+}
+
+// Err returns the *ReadError of a row a column of which could not be read
+// into T (Value is then incomplete), nil for a row read whole. The jobs of
+// the Source never hand such a row to the user's function: they set it
+// aside (see ReadError).
+func (r Row[T]) Err() error {
+	if r.readErr == nil {
+		return nil
+	}
+	return r.readErr
 }
 
 // Source reads rows of one table into T. Build it with NewSource; it is
@@ -60,14 +75,21 @@ type Source[T any] struct {
 	spec   TableSpec
 	cols   []string // columns scanned into T, resolved by Validate
 	fields [][]int  // index path of the field of T of each column of cols
-	sql    statements
+	// nullRisks are the nullable columns whose field cannot hold NULL
+	// (warned about by Validate).
+	nullRisks []string
+	sql       statements
 
 	backoff backoffs // per job and item: statement errors being backed off
 }
 
 // NewSource fills in cfg's defaults, validates it, and runs Validate: the
 // table, the key, the bookkeeping columns, the fencing tables and the
-// columns of T must exist and match, or an error names what is missing.
+// columns of T must exist and match, or an error names what is missing. A
+// nullable column whose field cannot hold NULL is not refused: NewSource
+// logs a warning naming the column, the field and the fix
+// (NullableRisks lists them), and a row holding NULL there is set aside
+// when read (ReadError).
 func NewSource[T any](ctx context.Context, cfg Config) (*Source[T], error) {
 	if cfg.Pool == nil {
 		return nil, fmt.Errorf("%w: Config.Pool is nil; open one with postgres.Connect", ErrConfig)
@@ -111,6 +133,11 @@ func NewSource[T any](ctx context.Context, cfg Config) (*Source[T], error) {
 
 // Columns returns the columns scanned into T, in order.
 func (s *Source[T]) Columns() []string { return append([]string(nil), s.cols...) }
+
+// NullableRisks returns the nullable columns (no NOT NULL) whose field of
+// T cannot hold NULL, in column order: NewSource logs a warning for each
+// (see ReadError for what happens to a row with NULL there).
+func (s *Source[T]) NullableRisks() []string { return append([]string(nil), s.nullRisks...) }
 
 // Validate checks, before any run, that the table exists, that the key and
 // the bookkeeping columns exist and were created by Migrate, that the
@@ -172,27 +199,62 @@ func (s *Source[T]) Validate(ctx context.Context) error {
 // collect reads rows whose first column is the key and whose other
 // columns are s.cols, scanning each straight into the fields of its T
 // (s.fields, resolved once by Validate with pgx's RowToStructByName rules)
-// rather than matching names again for every row.
+// rather than matching names again for every row. A value that cannot be
+// read into its field sets that row's readErr (naming the column and the
+// row's key) and the other rows are read on: one bad row must not stop
+// the rest of the item. Values are decoded from the rows' raw values with
+// scan plans made once per column, since rows.Scan ends the whole result
+// at the first value it cannot read.
 func (s *Source[T]) collect(rows pgx.Rows) ([]Row[T], error) {
 	defer rows.Close()
 	var out []Row[T]
-	dest := make([]any, 1+len(s.fields))
+	fds := rows.FieldDescriptions()
+	types := pgtypeMap(rows)
+	plans := make([]pgtype.ScanPlan, 1+len(s.fields))
+	scan := func(i int, raw []byte, dest any) error {
+		if plans[i] == nil {
+			plans[i] = types.PlanScan(fds[i].DataTypeOID, fds[i].Format, dest)
+		}
+		return plans[i].Scan(raw, dest)
+	}
 	for rows.Next() {
+		raw := rows.RawValues()
+		if len(raw) != len(plans) || len(fds) != len(plans) {
+			return nil, fmt.Errorf("%w: table %s: a row of %d columns, want the key and %d", ErrRowMismatch, s.spec.Table, len(raw), len(s.fields))
+		}
 		out = append(out, Row[T]{})
 		r := &out[len(out)-1]
-		dest[0] = &r.Key
+		if err := scan(0, raw[0], &r.Key); err != nil {
+			return nil, fmt.Errorf("%w: scanning the key column %q of table %s: %w", ErrRowMismatch, s.spec.Key, s.spec.Table, err)
+		}
 		v := reflect.ValueOf(&r.Value).Elem()
 		for i, path := range s.fields {
-			dest[i+1] = v.FieldByIndex(path).Addr().Interface()
-		}
-		if err := rows.Scan(dest...); err != nil {
-			if isTransient(err) {
-				return nil, err
+			if err := scan(i+1, raw[i+1], v.FieldByIndex(path).Addr().Interface()); err != nil {
+				r.readErr = &ReadError{Table: s.spec.Table, Key: r.Key, Column: fds[i+1].Name, Field: fieldName(v.Type(), path), Err: err}
+				break
 			}
-			return nil, fmt.Errorf("%w: scanning a row of table %s into %T: %w", ErrRowMismatch, s.spec.Table, r.Value, err)
 		}
 	}
 	return out, rows.Err()
+}
+
+// pgtypeMap is the type map of rows' connection (its registered types).
+func pgtypeMap(rows pgx.Rows) *pgtype.Map {
+	if c := rows.Conn(); c != nil {
+		return c.TypeMap()
+	}
+	return pgtype.NewMap()
+}
+
+// fieldName names the field of struct type t at path, "Invoice.Customer".
+func fieldName(t reflect.Type, path []int) string {
+	name := t.Name()
+	for _, i := range path {
+		f := t.Field(i)
+		name += "." + f.Name
+		t = f.Type
+	}
+	return name
 }
 
 // selectList is "alias.key, alias.col, ..." for cols, quoted.

@@ -4,9 +4,9 @@ import "strings"
 
 // statements are a Source's SQL, built once from its quoted identifiers.
 type statements struct {
-	reclaim, claim, done, fail, release string // claim mode
-	pending, lockDone, txFail           string // transactional mode
-	keyset, checkpoint                  string // checkpoint mode
+	reclaim, claim, done, fail, release, setAside string // claim mode
+	pending, lockDone, txFail, txSetAside         string // transactional mode
+	keyset, checkpoint                            string // checkpoint mode
 }
 
 const fenceSQL = `INSERT INTO shardflow_fence AS f (job, item, epoch) VALUES ($1, $2, $3)
@@ -65,6 +65,12 @@ WHERE t.{k} = f.k AND t.{status} = 'claimed' AND t.{claimed_by} = $3 AND t.{clai
   {claimed_by} = NULL, {claim_epoch} = NULL, {claimed_at} = NULL
 WHERE t.{k} = ANY($1::bigint[]) AND t.{status} = 'claimed' AND t.{claimed_by} = $2 AND t.{claim_epoch} = $3`),
 
+		// $1 keys, $2 errors, $3 me, $4 epoch: claimed rows that cannot be
+		// read are marked failed at once (ReadError).
+		setAside: r.Replace(`UPDATE {t} AS t SET {status} = 'failed', {last_error} = f.err, {claimed_at} = now()
+FROM unnest($1::bigint[], $2::text[]) AS f(k, err)
+WHERE t.{k} = f.k AND t.{status} = 'claimed' AND t.{claimed_by} = $3 AND t.{claim_epoch} = $4`),
+
 		// $1 lo, $2 hi, $3 limit, $4 after bucket, $5 after key.
 		pending: r.Replace(`SELECT t.{k}, {cols} FROM {t} AS t
 WHERE t.{status} = 'pending' AND t.{bucket} BETWEEN $1 AND $2 AND (t.{bucket}, t.{k}) > ($4::smallint, $5::bigint)
@@ -85,6 +91,13 @@ RETURNING t.{k}`),
   {status} = CASE WHEN {attempts} + 1 >= $5 THEN 'failed' ELSE 'pending' END,
   {claimed_by} = $3, {claim_epoch} = $4, {claimed_at} = now()
 WHERE {k} = $1 AND {status} = 'pending'`),
+
+		// $1 keys, $2 errors, $3 me, $4 epoch, $5 lo, $6 hi: pending rows
+		// of the item that cannot be read are marked failed at once.
+		txSetAside: r.Replace(`UPDATE {t} AS t SET {status} = 'failed', {last_error} = f.err, {attempts} = t.{attempts} + 1,
+  {claimed_by} = $3, {claim_epoch} = $4, {claimed_at} = now()
+FROM unnest($1::bigint[], $2::text[]) AS f(k, err)
+WHERE t.{k} = f.k AND t.{status} = 'pending' AND t.{bucket} BETWEEN $5 AND $6`),
 
 		// $1 lo, $2 hi, $3 job, $4 limit: per bucket, the rows after its
 		// checkpoint; one index probe per bucket of the item.

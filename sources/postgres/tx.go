@@ -98,13 +98,23 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 // no attempt counted, opens a backoff step (reported once) and returns
 // the rows committed so far with a nil error: the rest stay pending for
 // the next Fetch, which waits the step out. ErrFenced fails the slice
-// with nothing committed for it.
+// with nothing committed for it. Rows that could not be read (Row.Err) are
+// first set aside: marked 'failed' at once with their ReadError in a
+// fenced transaction of their own, never handed to the TxProcessFunc, and
+// counted as failures.
 func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
+	s := j.src
+	items, err := j.setAside(ctx, shard, items)
+	if err != nil {
+		if s.backedOff(ctx, shard, err) {
+			return 0, nil
+		}
+		return 0, err
+	}
 	if len(items) == 0 {
 		return 0, nil
 	}
-	s := j.src
-	err := j.commit(ctx, shard, items)
+	err = j.commit(ctx, shard, items)
 	if err == nil {
 		s.statementOK(ctx, shard)
 		return len(items), nil
@@ -228,4 +238,36 @@ func (j *TxJob[T]) recordFailure(ctx context.Context, shard dataflow.Shard, key 
 		return fmt.Errorf("sources/postgres: recording the failure of row %d of table %s (%v): %w", key, s.spec.Table, perr, err)
 	}
 	return fmt.Errorf("%w: %w", errRowFailed, &ProcessError{Key: key, Err: perr})
+}
+
+// setAside marks the rows of items that could not be read 'failed' with
+// their ReadError, in one fenced transaction, and returns the others.
+func (j *TxJob[T]) setAside(ctx context.Context, shard dataflow.Shard, items []Row[T]) ([]Row[T], error) {
+	s := j.src
+	var good []Row[T]
+	var bad []int64
+	var errs []string
+	for _, it := range items {
+		if it.readErr == nil {
+			good = append(good, it)
+			continue
+		}
+		bad = append(bad, it.Key)
+		errs = append(errs, it.readErr.Error())
+		s.logSetAside(shard, it.readErr)
+	}
+	if len(bad) == 0 {
+		return items, nil
+	}
+	lo, hi, _ := BucketRange(shard.Item, shard.Total)
+	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, s.sql.txSetAside, bad, errs, s.cfg.ServerID, shard.Epoch, lo, hi); err != nil {
+			return err
+		}
+		return FenceTx(ctx, tx, shard)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sources/postgres: setting aside %d unreadable rows of table %s (job %s item %d): %w", len(bad), s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	return good, nil
 }

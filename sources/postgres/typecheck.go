@@ -45,6 +45,7 @@ func (s *Source[T]) checkType(ctx context.Context, info *tableInfo) error {
 			}
 			s.fields[i] = path
 		}
+		s.warnNullable(info, fds, probe)
 		return nil
 	}
 	names := fieldNames(v)
@@ -145,4 +146,34 @@ func fieldNames(v any) map[uintptr]string {
 	}
 	walk(rv.Elem(), rv.Elem().Type().Name())
 	return out
+}
+
+// warnNullable logs one warning per nullable column whose field cannot
+// hold NULL (pgx refuses to scan NULL into it): a NULL there will make its
+// row unreadable, and the row will be set aside (ReadError).
+//
+// A warning, not a refusal: Postgres columns are nullable unless declared
+// NOT NULL, and many tables never hold a NULL in columns their schema
+// leaves nullable. Refusing them would force a schema change or pointer
+// fields on every such table before the first run, while a NULL that does
+// appear costs its own row only: set aside with the column named, the
+// rest of the item going on.
+func (s *Source[T]) warnNullable(info *tableInfo, fds []pgconn.FieldDescription, probe *planRow) {
+	s.nullRisks = nil
+	for i, d := range probe.dest {
+		col := fds[i].Name
+		if c, ok := info.cols[col]; !ok || c.notNull {
+			continue
+		}
+		typ := reflect.TypeOf(d).Elem()
+		oid := fds[i].DataTypeOID
+		if err := probe.types.Scan(oid, probe.types.FormatCodeForOID(oid), nil, reflect.New(typ).Interface()); err == nil {
+			continue
+		}
+		var zero T
+		field := fieldName(reflect.TypeOf(zero), s.fields[i])
+		s.nullRisks = append(s.nullRisks, col)
+		s.cfg.Logger.Warn("sources/postgres: a nullable column maps to a field that cannot hold NULL; a row with NULL there will be set aside as failed (declare the column NOT NULL, or make the field a pointer or sql.Null type)",
+			"table", s.spec.Table, "column", col, "field", field, "go_type", typ.String())
+	}
 }
