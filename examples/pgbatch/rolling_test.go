@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testwait"
@@ -34,7 +36,8 @@ func envInt(name string, def int) int {
 // a time), so the backlog and the arrivals keep a run in flight at every
 // stop. Then: no row lost, no duplicate effect, no failover run in
 // the history (a graceful leave is not a crash), and it reports the spans
-// during which an item had no live owner (ownerWatch), p99 and max.
+// during which an item had no live owner (ownerWatch), p99 and max. The
+// replaced servers' nodes are OFFLINE without items at the end (no ghost).
 func TestRollingRestart(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -152,6 +155,17 @@ func TestRollingRestart(t *testing.T) {
 	testwait.For(t, 60*time.Second, "every item owned after the last replacement", owners.settled)
 	gaps, reads := owners.result()
 	stopWatch()
+	// The replaced servers left no ghost: their nodes are OFFLINE without
+	// items, and only the current ids are online.
+	status, err := coord.NewAdmin(mon, c.ns).Status(context.Background(), "pgbatch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range status.Servers {
+		if current := slices.Contains(ids, srv.ID); current == (srv.Status == "OFFLINE") || (!current && len(srv.Sharding) > 0) {
+			t.Errorf("server %s after the rollout: %s with items %v (current ids %v)", srv.ID, srv.Status, srv.Sharding, ids)
+		}
+	}
 
 	r := waitDone(t, pool, 3*time.Minute, nil)
 	// Stop the workers gracefully: their history buffers flush.
