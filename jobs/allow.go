@@ -229,4 +229,3 @@ func hasDotDot(p string) bool {
 	}
 	return false
 }
-

@@ -56,7 +56,7 @@ func TestAllowListCommands(t *testing.T) {
 		{[]string{jobsDir + "/"}, false},                  // the directory itself
 		{[]string{dir + "/sync-link", "--full"}, true},    // a symlink to an allowed program
 		{[]string{dir + "/outside", "--region=eu", "--dry-run"}, true},
-		{[]string{dir + "/outside", "--region=eu"}, false},// a word missing
+		{[]string{dir + "/outside", "--region=eu"}, false}, // a word missing
 		{[]string{find, "/data", "-name", "*.csv"}, true},
 		{[]string{find, "/data", "-name", "x", "-exec", "sh", "-c", "id", ";"}, false}, // arguments after a prefix
 		{[]string{find, "/data"}, false},

@@ -90,10 +90,16 @@ func scriptEnv(extra []string, c ShardContext) (env, secretValues []string) {
 // error is redacted (package redact: URL secrets, password=..., the
 // SHARDFLOW_SECRET_* values it was given).
 //
-// When ctx ends (ownership lost, stop, itemTimeout) the whole process
-// group is killed with SIGKILL, so children and grandchildren go too; the
-// group is also killed when the command exits, so nothing it left in the
-// background outlives its run. The combined stdout and stderr's last 2 KiB
+// When ctx ends (ownership lost, stop, itemTimeout) the run's processes
+// are killed with SIGKILL: its process group, so children and
+// grandchildren go too, and every process whose environment carries the
+// run's SHARDFLOW_RUN_ID (found through /proc), so descendants that left
+// the group (setsid, a daemon's double fork) go as well. The same happens
+// when the command exits, so nothing it left in the background outlives
+// its run. What escapes: a descendant that left the group and replaced
+// its whole environment (env -i), and everything when the worker itself
+// dies by SIGKILL (only the command's own process is then killed, by
+// Pdeathsig). The combined stdout and stderr's last 2 KiB
 // are logged at info level and, on failure, included in the error
 // (wrapping ErrScriptFailed, or ctx's cause when ctx ended).
 func RunScript(ctx context.Context, argv []string, c ShardContext, opts ScriptOptions) error {
@@ -114,7 +120,8 @@ func RunScript(ctx context.Context, argv []string, c ShardContext, opts ScriptOp
 		cmd.Path, cmd.Err = opts.Path, nil
 	}
 	env, secretValues := scriptEnv(opts.Env, c)
-	cmd.Env = env
+	runID := newRunID()
+	cmd.Env = append(env, runIDEnv+"="+runID)
 	cmd.Stdout, cmd.Stderr = w, w // an *os.File: the child writes it directly
 	// Its own group, so one kill reaches its children; Pdeathsig kills the
 	// direct process if this worker dies without killing the group (a
@@ -133,10 +140,10 @@ func RunScript(ctx context.Context, argv []string, c ShardContext, opts ScriptOp
 		defer close(copied)
 		_, _ = io.Copy(out, r)
 	}()
-	stopKill := context.AfterFunc(ctx, func() { killGroup(pgid) })
+	stopKill := context.AfterFunc(ctx, func() { killRun(pgid, runID) })
 	werr := cmd.Wait()
 	stopKill()
-	killGroup(pgid) // whatever the command left running in its group
+	killRun(pgid, runID) // whatever the command left running, in its group or not
 	select {
 	case <-copied:
 	case <-time.After(pipeDrainTimeout):

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,4 +96,29 @@ func TestRunScriptKillsLeftovers(t *testing.T) {
 	}
 	pid := proctest.ReadPid(t, 20*time.Second, pidFile)
 	testwait.For(t, 20*time.Second, fmt.Sprintf("leftover %d killed", pid), func() bool { return proctest.Gone(pid) })
+}
+
+// TestRunScriptKillsDescendantsOutsideGroup: a descendant that left the
+// script's process group (setsid) and closed the output pipe is killed
+// when the run ends too (it outlived the run before); one that also
+// replaced its environment escapes, as documented.
+func TestRunScriptKillsDescendantsOutsideGroup(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/setsid"); err != nil {
+		t.Skip("no setsid")
+	}
+	dir := t.TempDir()
+	kept, cleared := filepath.Join(dir, "kept"), filepath.Join(dir, "cleared")
+	script := fmt.Sprintf(`setsid sh -c 'echo $$ > %[1]s.tmp; mv %[1]s.tmp %[1]s; exec sleep 300' </dev/null >/dev/null 2>&1 &
+setsid env -i /bin/sh -c 'echo $$ > %[2]s.tmp; mv %[2]s.tmp %[2]s; exec sleep 300' </dev/null >/dev/null 2>&1 &
+while [ ! -f %[1]s ] || [ ! -f %[2]s ]; do sleep 0.01; done`, kept, cleared)
+	if err := RunScript(t.Context(), []string{"/bin/sh", "-c", script, "sh"}, testShard, ScriptOptions{}); err != nil {
+		t.Fatalf("RunScript: %v", err)
+	}
+	keptPid := proctest.ReadPid(t, 20*time.Second, kept)
+	clearedPid := proctest.ReadPid(t, 20*time.Second, cleared)
+	t.Cleanup(func() { _ = syscall.Kill(clearedPid, syscall.SIGKILL) })
+	testwait.For(t, 20*time.Second, fmt.Sprintf("descendant %d (setsid) killed with the run", keptPid), func() bool { return proctest.Gone(keptPid) })
+	if proctest.Gone(clearedPid) {
+		t.Errorf("descendant %d with a cleared environment is gone; the docs say it escapes", clearedPid)
+	}
 }
