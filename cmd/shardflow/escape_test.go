@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -52,5 +55,27 @@ func TestEscapeWriterSplitC1(t *testing.T) {
 	w.Flush()
 	if got := b.String(); got != `a\u009bb©` {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestSecretFlagFromFile: --pg @FILE reads the DSN from a file, so the
+// password is not in the process's arguments, and the flag never echoes
+// the value.
+func TestSecretFlagFromFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "dsn")
+	if err := os.WriteFile(path, []byte("postgres://app:file-pass-1@db/x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := newFlagSet("t", io.Discard)
+	var dsn string
+	secretVar(fs, &dsn, "pg", "SHARDFLOW_TEST_UNSET_PG", "a DSN")
+	if err := fs.Parse([]string{"--pg", "@" + path}); err != nil || dsn != "postgres://app:file-pass-1@db/x" {
+		t.Fatalf("dsn = %q, %v", dsn, err)
+	}
+	if s := fs.Lookup("pg").Value.String(); strings.Contains(s, "file-pass-1") {
+		t.Errorf("the flag shows its value: %q", s)
+	}
+	if err := fs.Parse([]string{"--pg", "@" + path + ".missing"}); err == nil {
+		t.Error("a missing file was accepted")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -24,7 +23,7 @@ type failedFlags struct {
 }
 
 func (f *failedFlags) register(fs *flag.FlagSet, requeue bool) {
-	fs.StringVar(&f.dsn, "pg", os.Getenv("SHARDFLOW_PG"), "Postgres DSN of the source table's database (default $SHARDFLOW_PG)")
+	secretVar(fs, &f.dsn, "pg", "SHARDFLOW_PG", "Postgres DSN of the source table's database")
 	fs.StringVar(&f.table, "table", "", "the source's work table, optionally SCHEMA.TABLE (required)")
 	fs.StringVar(&f.key, "key", "id", "the table's key column (TableSpec.Key)")
 	fs.StringVar(&f.bookkeeping, "bookkeeping", "", "renamed bookkeeping columns as in TableSpec.Bookkeeping: Status=col,LastError=col,...")

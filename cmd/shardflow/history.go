@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -28,7 +27,7 @@ type historyFlags struct {
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("history", stderr)
 	var hf historyFlags
-	fs.StringVar(&hf.dsn, "pg", os.Getenv("SHARDFLOW_PG"), "Postgres DSN of the history database (default $SHARDFLOW_PG)")
+	secretVar(fs, &hf.dsn, "pg", "SHARDFLOW_PG", "Postgres DSN of the history database")
 	fs.StringVar(&hf.table, "table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")
 	fs.StringVar(&hf.job, "job", "", "only this job")
 	fs.IntVar(&hf.item, "item", -1, "only this shard item")

@@ -33,7 +33,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	secretDir := fs.String("secret-dir", "", `directory whose files an HTTP job's header may name as ${file:NAME} (a mounted secret); ${env:NAME} reads this worker's SHARDFLOW_SECRET_* variables`)
 	fs.DurationVar(&cf.sessionTimeout, "session-timeout", 0, "ZooKeeper session timeout: how long after a crash this worker's items fail over (default 10s)")
 	verbose := fs.Bool("v", false, "log every run (info level) instead of warnings and errors only")
-	historyPG := fs.String("history-pg", "", `Postgres DSN: record every item run there (table shardflow_history; see "shardflow history")`)
+	historyPG := new(string)
+	secretVar(fs, historyPG, "history-pg", envHistoryPG, `Postgres DSN: record every item run there (table shardflow_history; see "shardflow history")`)
 	httpAddr := fs.String("http", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (default: none)")
 	stopGrace := fs.Duration("stop-grace", defaultStopGrace, "on SIGTERM, how long runs in progress get to finish before they are cancelled; keep it below Kubernetes' terminationGracePeriodSeconds (docs/kubernetes.md)")
 	if err := parseFlags(fs, args); err != nil {
