@@ -11,7 +11,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/store"
@@ -92,9 +91,12 @@ type NodeConfig struct {
 // and registry, one cron scheduler, at most one run per job at a time.
 //
 // Lifecycle (as river's Client): NewNode, AddJob (before or after Start),
-// Start, then Stop or StopAndCancel. Stop is safe before Start and more than
-// once. No goroutine started by the Node outlives Stop or StopAndCancel.
-// All methods are safe for concurrent use.
+// Start, then Stop or StopAndCancel (or the end of Start's ctx). Stop is
+// safe before Start and more than once. Every goroutine the Node started
+// has returned when Stopped is closed, which a Stop or StopAndCancel that
+// returns nil waits for; one that returns ctx.Err() leaves the rest of the
+// stop to finish in the background (see Stop). All methods are safe for
+// concurrent use.
 //
 // Cost of an idle job: one goroutine (coord's job watcher). The job's
 // signals are handled in that goroutine (coord.Job.OnSignal), the counts of
@@ -116,10 +118,24 @@ type Node struct {
 	halt       context.Context
 	haltCancel context.CancelFunc
 
-	// life is Start once and Stop once (StopFunc; the Node has no
-	// goroutine of its own: the scheduler and the jobs own theirs).
-	life    startstop.BaseStartStop
-	stopErr error // the first Stop's; read after life.StopFunc returns
+	// life is Start once (Started); the stop is the Node's own (stopOnce,
+	// teardown, stopped).
+	life startstop.BaseStartStop
+	// stopOnce starts teardown, the Node's one goroutine of its own, which
+	// closes stopped when everything the Node started has returned.
+	stopOnce sync.Once
+	stopped  chan struct{}
+	// escalateOnce cancels the runs of a stop in flight (StopAndCancel, or
+	// a Stop whose ctx ended) and arms bound, which cancels teardownCtx
+	// detachTimeout later: teardown's store calls do not wait forever for
+	// a store that is down.
+	escalateOnce   sync.Once
+	teardownCtx    context.Context
+	cancelTeardown context.CancelFunc
+	bound          *time.Timer // under mu; nil until escalated
+	tornDown       bool        // under mu; set when teardown ends
+	// unhookStart releases the watch on Start's ctx (stops on its end).
+	unhookStart func() bool
 	// detaching counts the goroutines detaching a job an operator shut
 	// down or removed; Stop waits for them. Added to under mu only while
 	// not stopping.
@@ -178,6 +194,8 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.tracer = tracerOf(cfg.TracerProvider)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.halt, n.haltCancel = context.WithCancel(context.Background())
+	n.teardownCtx, n.cancelTeardown = context.WithCancel(context.Background())
+	n.stopped = make(chan struct{})
 	return n, nil
 }
 
@@ -194,116 +212,6 @@ func (n *Node) Namespace() string {
 		return coord.DefaultNamespace
 	}
 	return n.cfg.Namespace
-}
-
-// Start starts the scheduler and the jobs' count reporters and returns at
-// once; Started is closed. ctx is not retained. A second Start is a no-op;
-// Start after Stop returns ErrNodeStopped.
-func (n *Node) Start(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	_, ok, started, _ := n.life.StartInit(context.Background())
-	if !ok {
-		if n.life.Running() {
-			return nil
-		}
-		return ErrNodeStopped
-	}
-	if err := n.reports.Start(n.ctx); err != nil {
-		n.logger.Warn("dataflow: starting count reports", "err", err)
-	}
-	for _, h := range n.jobs {
-		n.startReporterLocked(h)
-	}
-	n.sched.start()
-	started()
-	return nil
-}
-
-// Started returns a channel closed once Start has succeeded.
-func (n *Node) Started() <-chan struct{} { return n.life.Started() }
-
-// Stop stops the Node gracefully: Ready fails from the start; no new runs
-// start (cron fires, triggers and pending catch-ups are dropped; streaming
-// loops end after their current batch), runs in progress are waited for
-// and completed, then every job's last counts are reported, jobs leave the
-// cluster and the embedded store is closed. Leaving reshards the jobs'
-// items to the live servers at once, not after a session timeout, and
-// never queues them for failover: a stop is not a crash. ctx is the grace
-// period (as `shardflow serve --stop-grace`; keep it below Kubernetes'
-// terminationGracePeriodSeconds): if it ends before the runs finish, their
-// contexts are cancelled, the cancelled runs are waited for and completed
-// (their items' next owner runs them again: with a transactional source
-// the cut batch rolled back), teardown completes, and ctx.Err() is
-// returned. Safe before Start and more than once (later calls wait for the
-// first and return nil). TestNodeStopDrains and, over processes and
-// Postgres, examples/pgbatch's TestRollingRestart check this.
-func (n *Node) Stop(ctx context.Context) error {
-	return n.shutdown(ctx, false)
-}
-
-// StopAndCancel stops the Node like Stop but cancels the runs' contexts
-// first, then waits for them (bounded by ctx: ctx.Err() is returned when it
-// ends first, after teardown).
-func (n *Node) StopAndCancel(ctx context.Context) error {
-	return n.shutdown(ctx, true)
-}
-
-func (n *Node) shutdown(ctx context.Context, hard bool) error {
-	first := n.life.StopFunc(func(bool) {
-		n.mu.Lock()
-		n.stopping = true
-		n.mu.Unlock()
-		n.haltCancel()
-
-		err := n.sched.stop(ctx, hard)
-		tctx := ctx
-		if ctx.Err() != nil {
-			var cancel context.CancelFunc
-			tctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), detachTimeout)
-			defer cancel()
-		}
-		n.mu.Lock()
-		hs := make([]*hostedJob, 0, len(n.jobs))
-		for _, h := range n.jobs {
-			if h != nil { // nil: still joining; add sees stopping and undoes itself
-				hs = append(hs, h)
-			}
-		}
-		n.mu.Unlock()
-		// Every job is unscheduled and reports its last counts, side by
-		// side; then the Registry's Close leaves all of them together,
-		// their offline writes shared in a few transactions (a leave per
-		// job would take thousands of store writes for thousands of jobs).
-		var detaching errgroup.Group
-		detaching.SetLimit(stopLeavers)
-		for _, h := range hs {
-			detaching.Go(func() error {
-				if derr := n.detach(tctx, h, false); derr != nil && err == nil {
-					n.logger.Warn("dataflow: removing job at stop", "job", h.name, "err", derr)
-				}
-				return nil
-			})
-		}
-		_ = detaching.Wait()
-		n.detaching.Wait()
-		n.reports.Stop()
-		if cerr := n.reg.Close(tctx); cerr != nil {
-			n.logger.Warn("dataflow: closing registry", "err", cerr)
-		}
-		n.cancel()
-		if n.metrics != nil {
-			n.cfg.Metrics.Unregister(n.metrics)
-		}
-		n.stopErr = err
-	})
-	if !first {
-		return nil
-	}
-	return n.stopErr
 }
 
 // AddJob adds a per-item job to n: it validates cfg (after defaults),

@@ -452,35 +452,6 @@ func startBlockingRun(t *testing.T, n *Node) *itemJob {
 	return j
 }
 
-func TestNodeGracefulStopTimeoutAndHardStop(t *testing.T) {
-	for _, hard := range []bool{false, true} {
-		t.Run(fmt.Sprintf("hard=%v", hard), func(t *testing.T) {
-			n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "stopper"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			j := startBlockingRun(t, n)
-			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-			defer cancel()
-			if hard {
-				if err := n.StopAndCancel(t.Context()); err != nil {
-					t.Fatalf("StopAndCancel: %v", err)
-				}
-			} else if err := n.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("Stop with a run that outlives ctx: %v, want DeadlineExceeded", err)
-			}
-			select {
-			case err := <-j.unblock:
-				if !errors.Is(err, context.Canceled) {
-					t.Fatalf("run ctx: %v", err)
-				}
-			default:
-				t.Fatal("stop returned before the run saw its cancellation")
-			}
-		})
-	}
-}
-
 func TestNodeReactsToOperator(t *testing.T) {
 	srv := memstore.NewServer()
 	nodes, _ := cluster(t, srv, "ops", 1)

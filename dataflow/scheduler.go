@@ -459,6 +459,10 @@ func (s *scheduler) remove(ctx context.Context, name string) error {
 	return err
 }
 
+// cancelRuns cancels the contexts of every run, in progress or to come
+// (a stop in flight escalated to a hard one). Safe at any time.
+func (s *scheduler) cancelRuns() { s.cancel() }
+
 // stop stops scheduling (no new cron fires, no pending runs) and waits for
 // the runs in progress; hard cancels their contexts first. If ctx ends
 // first it returns ctx.Err() with every run's context cancelled: a graceful

@@ -107,6 +107,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer cancel()
 	werr := worker.Stop(sctx)
 	nerr := node.Stop(sctx)
+	if nerr != nil {
+		// The runs were cancelled at --stop-grace; the leave that follows
+		// is bounded by the Node (10 s): wait for it, so the items are
+		// resharded now rather than after the session timeout.
+		<-node.Stopped()
+	}
 	if werr != nil {
 		return fmt.Errorf("serve: stopping the worker: %w", werr)
 	}
