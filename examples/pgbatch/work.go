@@ -116,6 +116,7 @@ func runWork(ctx context.Context, args []string) error {
 		switch err := node.Stop(sctx); {
 		case errors.Is(err, context.DeadlineExceeded):
 			fmt.Printf("work %s: --stop-grace %s ended: runs cancelled, their batches rolled back\n", o.serverID, o.stopGrace)
+			<-node.Stopped() // the cancelled runs complete and the server leaves (bounded to 10 s)
 		case err != nil:
 			logger.Warn("pgbatch: stopping the node", "err", err)
 		}
