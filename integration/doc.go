@@ -5,8 +5,9 @@
 // [StartEnsemble]) and Postgres ([StartPostgres]) in containers through
 // testcontainers-go, or uses existing servers named by the environment; it
 // builds and runs worker processes that tests can kill, pause and resume
-// ([BuildBinary], [StartProcess]); and it cuts network paths with an in-process
-// TCP proxy ([NewProxy]).
+// ([BuildBinary], [StartProcess]), also from an earlier git revision for
+// mixed-version fleets ([BuildBinaryAt]); and it cuts network paths with an
+// in-process TCP proxy ([NewProxy]).
 //
 // # Environment
 //

@@ -23,12 +23,12 @@ import (
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
-// TestMain runs the five tests at once (integration.DefaultParallel): each
+// TestMain runs the six tests at once (integration.DefaultParallel): each
 // has its own database and namespace (and the restart test its own
 // Postgres), and most of their time is the workers' and Postgres', not this
 // process's.
 func TestMain(m *testing.M) {
-	integration.DefaultParallel(5)
+	integration.DefaultParallel(6)
 	integration.Main(m)
 }
 
