@@ -13,10 +13,12 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
 )
 
@@ -40,6 +42,8 @@ type consoleOptions struct {
 	trustedProxies []*net.IPNet
 	// history, when set, adds a history section to each job page.
 	history HistorySection
+	// historyReader, when set, serves GET /api/v1/jobs/{job}/history.
+	historyReader history.Reader
 	logger  *slog.Logger
 }
 
@@ -97,14 +101,17 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("console: listen on %s: %w (choose another --listen address)", *listen, err)
 	}
 	var hist HistorySection
+	var histReader history.Reader
 	if *historyPG != "" {
 		var closeHist func()
-		if hist, closeHist, err = openHistorySection(ctx, *historyPG, *historyTable); err != nil {
+		if histReader, closeHist, err = openHistory(ctx, *historyPG, *historyTable); err != nil {
 			return err
 		}
 		defer closeHist()
+		hist = historySection(histReader, time.Now)
 	}
-	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, history: hist, logger: cliLogger, allowedHosts: allowedHosts, trustedProxies: trusted})
+	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, history: hist, historyReader: histReader,
+		logger: cliLogger, allowedHosts: allowedHosts, trustedProxies: trusted})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	mode := "actions need a login"
 	if !creds.configured() {
@@ -163,11 +170,27 @@ func buildConsole(o consoleOptions) (*consoleServer, http.Handler) {
 	mux.HandleFunc("POST /logout", cs.logout)
 	mux.HandleFunc("GET /api/status", cs.apiStatus)
 	mux.HandleFunc("POST /api/jobs/{job}/{action}", cs.requireAuth(cs.apiAction))
+	cs.routeAPI(mux)
 	// Cross-origin state-changing requests (a web page the operator opens
 	// posting here) are refused with 403 before any handler runs.
 	// A request under a host name not ours (DNS rebinding) is refused
 	// before anything else.
-	return cs, newHostCheck(o.allowedHosts).wrap(http.NewCrossOriginProtection().Handler(securityHeaders(mux)))
+	inner := securityHeaders(mux)
+	pages := http.NewCrossOriginProtection().Handler(inner)
+	// The API's refusal is JSON like its other errors.
+	apiCOP := http.NewCrossOriginProtection()
+	apiCOP.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeAPIError(w, http.StatusForbidden, "Origin", "console: cross-origin request refused: a web page of another site cannot act here; "+
+			"scripts (curl) send no Origin or Sec-Fetch-Site header of another site")
+	}))
+	api := apiCOP.Handler(inner)
+	return cs, newHostCheck(o.allowedHosts).wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, apiPrefix) {
+			api.ServeHTTP(w, r)
+			return
+		}
+		pages.ServeHTTP(w, r)
+	}))
 }
 
 // securityHeaders forbids framing, sniffing and every script (the pages
@@ -191,7 +214,7 @@ type ctxKey struct{}
 func (cs *consoleServer) requireAuth(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !cs.creds.configured() {
-			http.Error(w, "console: read-only: no credentials configured; restart it with --token-file or --basic-auth-file to act", http.StatusForbidden)
+			deny(w, r, http.StatusForbidden, "console: read-only: no credentials configured; restart it with --token-file or --basic-auth-file to act")
 			return
 		}
 		if blocked, left := cs.throttle.blocked(clientAddr(r)); blocked {
@@ -204,11 +227,21 @@ func (cs *consoleServer) requireAuth(h http.HandlerFunc) http.HandlerFunc {
 				cs.throttle.fail(clientAddr(r)) // a wrong token or password, not a missing one
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="shardflow", Basic realm="shardflow"`)
-			http.Error(w, "console: authentication required: send a bearer token or basic-auth credentials, or log in at /login", http.StatusUnauthorized)
+			deny(w, r, http.StatusUnauthorized, "console: authentication required: send a bearer token or basic-auth credentials, or log in at /login")
 			return
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, cs.admin.As(actorFor(who, r)))))
 	}
+}
+
+// deny refuses r with code: JSON naming the credentials for the API
+// (apiError), plain text for the pages.
+func deny(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	if strings.HasPrefix(r.URL.Path, apiPrefix) {
+		writeAPIError(w, code, "Authorization", msg)
+		return
+	}
+	http.Error(w, msg, code)
 }
 
 // adminFor is the Admin acting as the authenticated user of r.

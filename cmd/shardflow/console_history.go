@@ -25,9 +25,9 @@ const (
 	chartPad        = 40.0        // left margin for the axis label
 )
 
-// openHistorySection connects to the history database at dsn and returns
-// the console's history section reading it, and the pool's close.
-func openHistorySection(ctx context.Context, dsn, table string) (HistorySection, func(), error) {
+// openHistory connects to the history database at dsn and returns its
+// reader (the job pages' section and the API read it) and the pool's close.
+func openHistory(ctx context.Context, dsn, table string) (history.Reader, func(), error) {
 	pool, err := postgres.Connect(ctx, dsn, 4)
 	if err != nil {
 		return nil, nil, fmt.Errorf("console: history database: %w", err)
@@ -37,7 +37,7 @@ func openHistorySection(ctx context.Context, dsn, table string) (HistorySection,
 		pool.Close()
 		return nil, nil, usageError{err.Error()}
 	}
-	return historySection(st, time.Now), pool.Close, nil
+	return st, pool.Close, nil
 }
 
 // historySection renders a job's recent runs, its failed runs and one SVG
