@@ -88,10 +88,10 @@ SCHEDULES ?= 300
 STORE ?= mem
 REPEAT ?= 1
 .PHONY: sim
-sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STORE=zk] [REPEAT=R]; last line: schedules=K violations=V seed=N
+sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STORE=zk|pg] [REPEAT=R]; last line: schedules=K violations=V seed=N
 	@out=$$(mktemp); \
 	SIM_SEED=$(SEED) SIM_SCHEDULES=$(SCHEDULES) SIM_STORE=$(STORE) SIM_REPEAT=$(REPEAT) $(TEST_ENV) $(ZK_WORK) \
-		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper)?$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
+		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper|Postgres)?$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
 	awk '/sim_test.go/ {p = 1; print; next} /^[ \t]/ {if (p) print; next} {p = 0} /^(FAIL|panic)/' $$out; grep '^repeat:' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
 
 .PHONY: join-zk

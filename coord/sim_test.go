@@ -23,6 +23,7 @@ import (
 const (
 	simDefaultMem = 300
 	simDefaultZK  = 20
+	simDefaultPG  = 10
 	// simDefaultSeed is the first seed of the default run (go test, make
 	// test): fixed, so that it passes or fails by the code, not the clock.
 	simDefaultSeed = 1
@@ -37,21 +38,34 @@ const (
 )
 
 func TestSimulation(t *testing.T) {
-	if os.Getenv("SIM_STORE") == "zk" {
-		t.Skip("SIM_STORE=zk: TestSimulationZooKeeper runs the schedules")
+	if s := os.Getenv("SIM_STORE"); s == "zk" || s == "pg" {
+		t.Skip("SIM_STORE=" + s + ": TestSimulationZooKeeper or TestSimulationPostgres runs the schedules")
 	}
 	runSim(t, nil, simDefaultMem)
 }
 
 func TestSimulationZooKeeper(t *testing.T) {
 	if s := os.Getenv("SIM_STORE"); s != "" && s != "zk" {
-		t.Skip("SIM_STORE=" + s + ": TestSimulation runs the schedules")
+		t.Skip("SIM_STORE=" + s + ": TestSimulation or TestSimulationPostgres runs the schedules")
 	}
 	// Beside the other tests: its schedules mostly wait on ZooKeeper.
 	t.Parallel()
 	zk := integration.SharedZooKeeper(t)
 	b := coordtest.ZooKeeper(t, coordtest.ZooKeeperConfig{Server: zk.Servers()[0], SessionTimeout: simZKSession, EndSessions: true})
 	runSim(t, b, simDefaultZK, simZKRegressions...)
+}
+
+// TestSimulationPostgres runs the schedules on coord/pgstore against a real
+// Postgres container, as TestSimulationZooKeeper does on ZooKeeper (same
+// long sessions ended only by the schedule's faults).
+func TestSimulationPostgres(t *testing.T) {
+	if s := os.Getenv("SIM_STORE"); s != "" && s != "pg" {
+		t.Skip("SIM_STORE=" + s + ": TestSimulation or TestSimulationZooKeeper runs the schedules")
+	}
+	t.Parallel()
+	pg := integration.SharedPostgres(t)
+	b := coordtest.Postgres(t, coordtest.PostgresConfig{DSN: pg.DSN(), SessionTimeout: simZKSession, EndSessions: true})
+	runSim(t, b, simDefaultPG)
 }
 
 // simZKRegressions are seeds whose schedules found bugs on ZooKeeper only;

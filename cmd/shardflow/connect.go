@@ -11,16 +11,18 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/connect"
 	"github.com/shardflow/shardflow/coord/store"
-	"github.com/shardflow/shardflow/coord/zkstore"
 )
 
 // cliLogger keeps the store's connection chatter (INFO) off an operator's
 // terminal; warnings and errors still show.
 var cliLogger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-// connFlags are the flags of every command that talks to ZooKeeper.
+// connFlags are the flags of every command that talks to the coordination
+// store: --coord (ZooKeeper servers or a postgres:// URL), or --zk.
 type connFlags struct {
+	coord     string
 	zk        string
 	namespace string
 	auth      string
@@ -41,6 +43,7 @@ type connFlags struct {
 // Environment variables read when the matching flag is absent, as the
 // examples and the integration harness read them.
 const (
+	envCoord     = "SHARDFLOW_COORD"     // --coord
 	envZooKeeper = "SHARDFLOW_ZK"        // --zk
 	envNamespace = "SHARDFLOW_NAMESPACE" // --namespace
 	envAuth      = "SHARDFLOW_ZK_AUTH"   // --auth
@@ -50,10 +53,11 @@ const (
 )
 
 // register adds the connection flags; their defaults come from the
-// environment (SHARDFLOW_ZK, SHARDFLOW_NAMESPACE, SHARDFLOW_ZK_AUTH), and a
-// flag given on the command line wins.
+// environment (SHARDFLOW_COORD, SHARDFLOW_ZK, SHARDFLOW_NAMESPACE,
+// SHARDFLOW_ZK_AUTH), and a flag given on the command line wins.
 func (c *connFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.zk, "zk", os.Getenv(envZooKeeper), "ZooKeeper servers, comma-separated host:port (required; default $"+envZooKeeper+")")
+	fs.StringVar(&c.coord, "coord", os.Getenv(envCoord), "coordination store: ZooKeeper servers host:port,... or a Postgres URL postgres://user:password@host:5432/db (default $"+envCoord+"; else --zk)")
+	fs.StringVar(&c.zk, "zk", os.Getenv(envZooKeeper), "ZooKeeper servers, comma-separated host:port (default $"+envZooKeeper+"; --coord wins when both are set)")
 	ns := os.Getenv(envNamespace)
 	if ns == "" {
 		ns = coord.DefaultNamespace
@@ -66,20 +70,32 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.timeout, "connect-timeout", 15*time.Second, "how long to try to reach ZooKeeper")
 }
 
-func (c *connFlags) servers() ([]string, error) {
-	var out []string
-	for _, s := range strings.Split(c.zk, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
+// spec returns the store setting: --coord, else --zk.
+func (c *connFlags) spec() string {
+	if s := strings.TrimSpace(c.coord); s != "" {
+		return s
 	}
+	return strings.TrimSpace(c.zk)
+}
+
+// describe names the store for messages, without a password.
+func (c *connFlags) describe() string { return connect.Describe(c.spec()) }
+
+// servers returns the store's addresses: the ZooKeeper servers, or the one
+// Postgres URL.
+func (c *connFlags) servers() ([]string, error) {
+	spec := c.spec()
+	if connect.IsPostgres(spec) {
+		return []string{spec}, nil
+	}
+	out := connect.Servers(spec)
 	if len(out) == 0 {
-		return nil, usagef("--zk is required: pass ZooKeeper servers, e.g. --zk 127.0.0.1:2181, or set %s", envZooKeeper)
+		return nil, usagef("--coord is required: pass ZooKeeper servers (--coord 127.0.0.1:2181) or a Postgres URL (--coord postgres://user:password@host:5432/db), or set %s (--zk and %s still work)", envCoord, envZooKeeper)
 	}
 	return out, nil
 }
 
-// open connects to ZooKeeper and returns the store and an Admin over it.
+// open connects to the store and returns it and an Admin over it.
 func (c *connFlags) open(ctx context.Context) (store.Store, *coord.Admin, error) {
 	servers, err := c.servers()
 	if err != nil {
@@ -101,7 +117,7 @@ func (c *connFlags) open(ctx context.Context) (store.Store, *coord.Admin, error)
 	return st, coord.NewAdmin(st, c.namespace), nil
 }
 
-// withAdmin connects to ZooKeeper, calls fn with an Admin over the
+// withAdmin connects to the store, calls fn with an Admin over the
 // session, and closes the session when fn returns.
 func (c *connFlags) withAdmin(ctx context.Context, fn func(*coord.Admin) error) error {
 	st, admin, err := c.open(ctx)
@@ -120,7 +136,7 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// zkFlagSet is the flag set of a command that talks to ZooKeeper: a
+// zkFlagSet is the flag set of a command that talks to the store: a
 // newFlagSet with the connection flags registered.
 func zkFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *connFlags) {
 	fs := newFlagSet(name, stderr)
@@ -129,11 +145,12 @@ func zkFlagSet(name string, stderr io.Writer) (*flag.FlagSet, *connFlags) {
 	return fs, cf
 }
 
-// dialStore opens the store session of a command: ZooKeeper. Tests replace
-// it to run commands on memstore.
+// dialStore opens the store session of a command: ZooKeeper or Postgres
+// (servers holds the one URL). Tests replace it to run commands on memstore.
 var dialStore = func(ctx context.Context, servers []string, c *connFlags) (store.Store, error) {
-	st, err := zkstore.Open(ctx, zkstore.Config{
-		Servers:        servers,
+	spec := strings.Join(servers, ",")
+	st, err := connect.Open(ctx, connect.Config{
+		Coord:          spec,
 		ConnectTimeout: c.timeout,
 		SessionTimeout: c.sessionTimeout,
 		Auth:           c.auth,
@@ -142,7 +159,7 @@ var dialStore = func(ctx context.Context, servers []string, c *connFlags) (store
 		Logger:         cliLogger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("connect to ZooKeeper: %w", err)
+		return nil, fmt.Errorf("connect to %s: %w", connect.Describe(spec), err)
 	}
 	return st, nil
 }

@@ -50,7 +50,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("demo", stderr)
 	o.conn.register(fs)
 	fs.Lookup("zk").Usage = "ZooKeeper servers host:port,... (default: the embedded in-process store)"
-	o.conn.zk = "" // the demo is embedded unless --zk is given; $SHARDFLOW_ZK does not apply
+	fs.Lookup("coord").Usage = "ZooKeeper servers host:port,... or a postgres:// URL (default: the embedded in-process store)"
+	o.conn.zk, o.conn.coord = "", "" // the demo is embedded unless --coord or --zk is given; $SHARDFLOW_COORD and $SHARDFLOW_ZK do not apply
 	fs.StringVar(&o.job, "job", "demo", "job name")
 	fs.IntVar(&o.servers, "servers", 3, "servers to run in this process")
 	fs.IntVar(&o.records, "records", 240_000, "records to generate")
@@ -152,7 +153,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.src.Add(recs...); err != nil {
 		return err
 	}
-	embedded := o.conn.zk == ""
+	embedded := o.conn.spec() == ""
 	var mem *memstore.Server
 	if embedded {
 		mem = memstore.NewServer()
@@ -206,7 +207,7 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(d.out, "demo: job %q, %d records over %d shard items, %d servers (%s)\n",
-		o.job, o.records, o.total, o.servers, map[bool]string{true: "embedded store", false: "ZooKeeper " + o.conn.zk}[embedded])
+		o.job, o.records, o.total, o.servers, map[bool]string{true: "embedded store", false: o.conn.describe()}[embedded])
 
 	admin := coord.NewAdmin(servers[0].st, o.conn.namespace)
 	err := d.watch(ctx, servers, admin, embedded)

@@ -205,8 +205,12 @@ func (s *Store) startSession(ctx context.Context, conn *pgx.Conn, fresh bool) er
 }
 
 // suspend drops the listening connection after err.
+// The pool's connections went the same way, most likely (a cut path, a
+// restarted server): they are dropped too, so that the calls after the
+// session resumes do not fail on them.
 func (s *Store) suspend(conn *pgx.Conn, err error) {
 	_ = conn.Close(context.Background())
+	s.pool.Reset()
 	s.mu.Lock()
 	st, id := s.sess.State, s.sess.ID
 	s.mu.Unlock()
@@ -327,4 +331,17 @@ func (s *Store) endSessionsIf(ctx context.Context, ids []int64, onlyExpired bool
 			" FROM unnest($1::text[], $2::int[]) AS d(p, c) WHERE n.path = d.p", parents, ns, ts.zxid)
 		return err
 	})
+}
+
+// EndSession ends session id at once, as an operator ending a stuck
+// process's session would: its ephemeral nodes are deleted in one
+// transaction and its watchers notified; its store learns it at its next
+// heartbeat (StateLost, then a new session). Ending a session that is gone
+// already is not an error.
+func (s *Store) EndSession(ctx context.Context, id int64) error {
+	if _, err := s.begin(ctx, "end session"); err != nil {
+		return err
+	}
+	defer s.calls.Done()
+	return s.mapErr(ctx, "end session", s.endSessions(ctx, []int64{id}))
 }

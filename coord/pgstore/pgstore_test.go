@@ -74,9 +74,6 @@ func open(t *testing.T, cfg pgstore.Config) *pgstore.Store {
 	if cfg.SessionTimeout == 0 {
 		cfg.SessionTimeout = testSessionTimeout
 	}
-	if cfg.DialTimeout == 0 {
-		cfg.DialTimeout = time.Second
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
 	}
@@ -142,7 +139,6 @@ func (h *harness) NewSession(t *testing.T) store.Store {
 		DSN:            dsnVia(t, h.dsn, p.Addr()),
 		Schema:         h.schema,
 		SessionTimeout: testSessionTimeout,
-		DialTimeout:    time.Second,
 		MaxConns:       2,
 		Logger:         testLogger(),
 	})

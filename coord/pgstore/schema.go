@@ -104,6 +104,12 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext($1))", "shardflow-pgstore:"+schema); err != nil {
 		return mapSetupErr(schema, "lock the migration", err)
 	}
+	// Another Open may have migrated while this one waited for the lock.
+	if current, err := versionIn(ctx, tx, q); err != nil {
+		return mapSetupErr(schema, "read the schema version", err)
+	} else if current {
+		return nil
+	}
 	for _, stmt := range strings.Split(fmt.Sprintf(migrationSQL, q, schemaVersion), ";\n") {
 		if strings.TrimSpace(stmt) == "" {
 			continue
@@ -116,6 +122,21 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 		return mapSetupErr(schema, "commit the migration", err)
 	}
 	return nil
+}
+
+// versionIn reports, in tx, whether the schema exists at schemaVersion
+// (to_regclass: no error, so the transaction stays usable).
+func versionIn(ctx context.Context, tx pgx.Tx, q string) (bool, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q+".meta").Scan(&exists); err != nil || !exists {
+		return false, err
+	}
+	var v int
+	err := tx.QueryRow(ctx, "SELECT version FROM "+q+".meta WHERE id = 1").Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return v == schemaVersion, err
 }
 
 // isUndefined reports a missing schema or table (a database never migrated).

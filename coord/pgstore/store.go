@@ -92,6 +92,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: DSN: %v", ErrInvalidConfig, err)
 	}
 	conn, err := s.dial(octx)
+	for err != nil && octx.Err() == nil && !errors.Is(err, ErrPermission) {
+		// Each attempt is bounded by DialTimeout; Open by ConnectTimeout.
+		sleep(octx, retryDelay)
+		conn, err = s.dial(octx)
+	}
 	if err != nil {
 		s.pool.Close()
 		return nil, s.openErr(ctx, where, err)
