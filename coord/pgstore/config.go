@@ -20,8 +20,8 @@ const (
 	DefaultSessionTimeout = 10 * time.Second
 	// DefaultConnectTimeout bounds how long Open waits for the first session.
 	DefaultConnectTimeout = 15 * time.Second
-	// DefaultDialTimeout bounds one connection attempt.
-	DefaultDialTimeout = 2 * time.Second
+	// DefaultDialTimeout bounds one connection attempt, authentication included.
+	DefaultDialTimeout = 5 * time.Second
 	// DefaultMaxConns is the size of the pool that runs the store's calls
 	// (the listening connection comes on top).
 	DefaultMaxConns = 4
@@ -64,7 +64,7 @@ type Config struct {
 	// (including the migration). Default DefaultConnectTimeout (15s).
 	ConnectTimeout time.Duration
 
-	// DialTimeout bounds one connection attempt. Default DefaultDialTimeout (2s).
+	// DialTimeout bounds one connection attempt. Default DefaultDialTimeout (5s).
 	DialTimeout time.Duration
 
 	// MaxConns is the size of the connection pool that runs the store's

@@ -34,36 +34,34 @@ func adminConn(t *testing.T, dsn string) *pgx.Conn {
 	return conn
 }
 
-// TestZxidsFollowCommitOrder holds a writer between taking its zxid and
-// committing while a second writer runs. The second may not commit with a
-// larger zxid before the first commits: it waits on the txn row's lock. (With
-// ids from a sequence, taken before commit, the second commits first and the
-// first then commits a SMALLER zxid: a fencing epoch going back.)
+// TestZxidsFollowCommitOrder holds a writer (writer A, an administrator's
+// transaction doing what a write does: take the next zxid from the txn row,
+// stamp /a with it) between taking its zxid and committing, while a store
+// writes /b. The store may not commit a larger zxid before A commits: it
+// waits on the txn row's lock. (With ids from a sequence, taken before
+// commit, it commits first, and A then commits a SMALLER zxid: a fencing
+// epoch going back.)
 func TestZxidsFollowCommitOrder(t *testing.T) {
 	dsn, schema := freshSchema(t)
-	held, release := make(chan int64, 1), make(chan struct{})
-	var once sync.Once
-	hooks(t, func(what string, zxid int64) {
-		if what == "set /a" {
-			once.Do(func() {
-				held <- zxid
-				<-release
-			})
-		}
-	}, nil)
-	a := open(t, pgstore.Config{DSN: dsn, Schema: schema})
 	b := open(t, pgstore.Config{DSN: dsn, Schema: schema})
 	for _, p := range []string{"/a", "/b"} {
-		if _, err := a.Create(testCtx(t), p, nil, store.Persistent); err != nil {
+		if _, err := b.Create(testCtx(t), p, nil, store.Persistent); err != nil {
 			t.Fatal(err)
 		}
 	}
-	aDone := make(chan error, 1)
-	go func() {
-		_, err := a.Set(testCtx(t), "/a", []byte("a"), store.AnyVersion)
-		aDone <- err
-	}()
-	zA := testwait.Recv(t, 10*time.Second, "writer A holding its zxid", held)
+	a := adminConn(t, dsn)
+	tx, err := a.Begin(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	var zA int64
+	if err := tx.QueryRow(testCtx(t), "UPDATE "+schema+".txn SET zxid = zxid + 1 WHERE id = 1 RETURNING zxid").Scan(&zA); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(testCtx(t), "UPDATE "+schema+".nodes SET mzxid = $1, version = version + 1 WHERE path = '/a'", zA); err != nil {
+		t.Fatal(err)
+	}
 	bDone := make(chan error, 1)
 	go func() {
 		_, err := b.Set(testCtx(t), "/b", []byte("b"), store.AnyVersion)
@@ -72,7 +70,7 @@ func TestZxidsFollowCommitOrder(t *testing.T) {
 	// B either commits (the bug) or waits on a lock (the mechanism).
 	conn := adminConn(t, dsn)
 	bFirst := false
-	err := testwait.Poll(testCtx(t), func(ctx context.Context) error {
+	err = testwait.Poll(testCtx(t), func(ctx context.Context) error {
 		select {
 		case err := <-bDone:
 			if err != nil {
@@ -83,7 +81,7 @@ func TestZxidsFollowCommitOrder(t *testing.T) {
 		default:
 		}
 		var waiting int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%"+schema+"%txn%'").Scan(&waiting); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%"+schema+"%multi%'").Scan(&waiting); err != nil {
 			return err
 		}
 		if waiting == 0 {
@@ -94,8 +92,7 @@ func TestZxidsFollowCommitOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	close(release)
-	if err := testwait.Recv(t, 10*time.Second, "writer A's commit", aDone); err != nil {
+	if err := tx.Commit(testCtx(t)); err != nil {
 		t.Fatalf("writer A: %v", err)
 	}
 	if !bFirst {
@@ -103,8 +100,8 @@ func TestZxidsFollowCommitOrder(t *testing.T) {
 			t.Fatalf("writer B: %v", err)
 		}
 	}
-	_, sa, _ := a.Get(testCtx(t), "/a")
-	_, sb, _ := a.Get(testCtx(t), "/b")
+	_, sa, _ := b.Get(testCtx(t), "/a")
+	_, sb, _ := b.Get(testCtx(t), "/b")
 	if sa.Mzxid != zA {
 		t.Fatalf("/a Mzxid %d, want the held writer's %d", sa.Mzxid, zA)
 	}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -289,34 +291,108 @@ func (s *Store) multi(ctx context.Context, what string, ops []store.Op) ([]store
 		return nil, err
 	}
 	defer s.calls.Done()
-	var res []store.OpResult
-	err = s.txn(ctx, what, tk.id, func(ctx context.Context, ts *txState) error {
-		res = make([]store.OpResult, len(ops))
-		for i, op := range ops {
-			r, err := s.apply(ctx, ts, tk.id, op)
-			if err != nil {
-				if isStoreErr(err) {
-					return &store.MultiError{Index: i, Op: op, Err: err}
-				}
-				return s.mapErr(ctx, what, err)
-			}
-			res[i] = r
+	n := len(ops)
+	kinds, versions := make([]int32, n), make([]int32, n)
+	paths, parents := make([]string, n), make([]string, n)
+	datas := make([][]byte, n)
+	for i, op := range ops {
+		switch o := op.(type) {
+		case *store.CreateOp:
+			kinds[i], paths[i], datas[i] = int32(o.Mode), o.Path, o.Data
+		case *store.SetOp:
+			kinds[i], paths[i], datas[i], versions[i] = 4, o.Path, o.Data, o.Version
+		case *store.DeleteOp:
+			kinds[i], paths[i], versions[i] = 5, o.Path, o.Version
+		case *store.CheckOp:
+			kinds[i], paths[i], versions[i] = 6, o.Path, o.Version
 		}
-		return nil
-	})
+		parents[i] = store.Parent(paths[i])
+	}
+	rows, err := s.pool.Query(ctx, "SELECT * FROM "+s.q+".multi($1, $2, $3, $4, $5, $6, $7)",
+		tk.id, kinds, paths, parents, datas, versions, s.channel)
 	if err != nil {
-		return nil, err
+		return nil, s.multiErr(ctx, what, tk.id, ops, err)
+	}
+	res := make([]store.OpResult, 0, n)
+	for rows.Next() {
+		var r store.OpResult
+		var ns nullStat
+		if err := rows.Scan(append([]any{&r.Path}, ns.dest()...)...); err != nil {
+			rows.Close()
+			return nil, s.mapErr(ctx, what, err)
+		}
+		if _, set := ops[len(res)].(*store.SetOp); set {
+			r.Stat = ns.stat()
+		}
+		res = append(res, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.multiErr(ctx, what, tk.id, ops, err)
+	}
+	if len(res) != n {
+		return nil, fmt.Errorf("pgstore: %s: %d results for %d operations: %w", what, len(res), n, store.ErrConnectionLoss)
 	}
 	return res, nil
 }
 
-func isStoreErr(err error) bool {
-	for _, e := range []error{store.ErrNoNode, store.ErrNodeExists, store.ErrBadVersion, store.ErrNotEmpty, store.ErrEphemeralChild, store.ErrNoParent, store.ErrBadPath} {
-		if errors.Is(err, e) {
-			return true
-		}
+// refusals maps the reasons multi raises (SF000 "index:reason") to the
+// store's errors.
+var refusals = map[string]error{
+	"exists":         store.ErrNodeExists,
+	"noparent":       store.ErrNoParent,
+	"ephemeralchild": store.ErrEphemeralChild,
+	"nonode":         store.ErrNoNode,
+	"badversion":     store.ErrBadVersion,
+	"notempty":       store.ErrNotEmpty,
+}
+
+// multiErr maps multi's error: a refused op to a *store.MultiError, an
+// expired session to ErrSessionExpired, the rest as mapErr does.
+func (s *Store) multiErr(ctx context.Context, what string, sess int64, ops []store.Op, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || ctx.Err() != nil {
+		return s.mapErr(ctx, what, err)
 	}
-	return false
+	switch pe.Code {
+	case "SF001":
+		return fmt.Errorf("pgstore: %s: session 0x%x expired on the server: %w", what, sess, store.ErrSessionExpired)
+	case "SF000":
+		idx, reason, _ := strings.Cut(pe.Message, ":")
+		i, perr := strconv.Atoi(idx)
+		sentinel, ok := refusals[reason]
+		if perr != nil || !ok || i < 1 || i > len(ops) {
+			return fmt.Errorf("pgstore: %s: unexpected refusal %q", what, pe.Message)
+		}
+		op := ops[i-1]
+		return &store.MultiError{Index: i - 1, Op: op, Err: fmt.Errorf("pgstore: %s %s: %w", opName(op), opPath(op), sentinel)}
+	}
+	return s.mapErr(ctx, what, err)
+}
+
+func opName(op store.Op) string {
+	switch op.(type) {
+	case *store.CreateOp:
+		return "create"
+	case *store.SetOp:
+		return "set"
+	case *store.DeleteOp:
+		return "delete"
+	}
+	return "check"
+}
+
+func opPath(op store.Op) string {
+	switch o := op.(type) {
+	case *store.CreateOp:
+		return o.Path
+	case *store.SetOp:
+		return o.Path
+	case *store.DeleteOp:
+		return o.Path
+	case *store.CheckOp:
+		return o.Path
+	}
+	return ""
 }
 
 func validateOp(op store.Op) error {
@@ -339,131 +415,4 @@ func validateOp(op store.Op) error {
 		return errors.New("nil op")
 	}
 	return fmt.Errorf("unknown op %T; use *store.CreateOp, *store.SetOp, *store.DeleteOp or *store.CheckOp", op)
-}
-
-// apply runs one op in ts.
-func (s *Store) apply(ctx context.Context, ts *txState, sess int64, op store.Op) (store.OpResult, error) {
-	switch o := op.(type) {
-	case *store.CreateOp:
-		p, err := s.create(ctx, ts, sess, o)
-		return store.OpResult{Path: p}, err
-	case *store.SetOp:
-		st, err := s.set(ctx, ts, o)
-		return store.OpResult{Path: o.Path, Stat: st}, err
-	case *store.DeleteOp:
-		return store.OpResult{Path: o.Path}, s.delete(ctx, ts, o)
-	case *store.CheckOp:
-		return store.OpResult{Path: o.Path}, s.check(ctx, ts, o.Path, o.Version)
-	}
-	return store.OpResult{}, fmt.Errorf("unknown op %T", op)
-}
-
-func (s *Store) create(ctx context.Context, ts *txState, sess int64, o *store.CreateOp) (string, error) {
-	if o.Path == "/" {
-		return "", fmt.Errorf("pgstore: create /: %w", store.ErrNodeExists)
-	}
-	parent := store.Parent(o.Path)
-	var owner int64
-	var seq int32
-	err := ts.tx.QueryRow(ctx, "SELECT ephemeral_owner, seq FROM "+s.q+".nodes WHERE path = $1", parent).Scan(&owner, &seq)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", fmt.Errorf("pgstore: create %s: parent %s: %w", o.Path, parent, store.ErrNoParent)
-	}
-	if err != nil {
-		return "", err
-	}
-	if owner != 0 {
-		return "", fmt.Errorf("pgstore: create %s: parent %s is ephemeral: %w", o.Path, parent, store.ErrEphemeralChild)
-	}
-	p := o.Path
-	if o.Mode.IsSequential() {
-		p = fmt.Sprintf("%s%010d", o.Path, seq)
-	}
-	var eph int64
-	if o.Mode.IsEphemeral() {
-		eph = sess
-	}
-	data := o.Data
-	if data == nil {
-		data = []byte{}
-	}
-	tag, err := ts.tx.Exec(ctx, "INSERT INTO "+s.q+".nodes (path, parent, data, czxid, mzxid, pzxid, ctime, mtime, ephemeral_owner)"+
-		" VALUES ($1, $2, $3, $4, $4, $4, $5, $5, $6) ON CONFLICT (path) DO NOTHING", p, parent, data, ts.zxid, ts.now, eph)
-	if err != nil {
-		return "", err
-	}
-	if tag.RowsAffected() == 0 {
-		return "", fmt.Errorf("pgstore: create %s: %w", p, store.ErrNodeExists)
-	}
-	if _, err := ts.tx.Exec(ctx, "UPDATE "+s.q+".nodes SET num_children = num_children + 1, cversion = cversion + 1, pzxid = $2, seq = seq + 1 WHERE path = $1",
-		parent, ts.zxid); err != nil {
-		return "", err
-	}
-	ts.event(store.EventNodeCreated, p)
-	ts.event(store.EventNodeChildrenChanged, parent)
-	return p, nil
-}
-
-func (s *Store) set(ctx context.Context, ts *txState, o *store.SetOp) (store.Stat, error) {
-	data := o.Data
-	if data == nil {
-		data = []byte{}
-	}
-	var ns nullStat
-	err := ts.tx.QueryRow(ctx, "UPDATE "+s.q+".nodes n SET data = $2, version = n.version + 1, mzxid = $3, mtime = $4"+
-		" WHERE n.path = $1 AND ($5 = -1 OR n.version = $5) RETURNING "+statCols,
-		o.Path, data, ts.zxid, ts.now, o.Version).Scan(ns.dest()...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if err := s.check(ctx, ts, o.Path, store.AnyVersion); err != nil {
-			return store.Stat{}, err
-		}
-		return store.Stat{}, fmt.Errorf("pgstore: set %s version %d: %w", o.Path, o.Version, store.ErrBadVersion)
-	}
-	if err != nil {
-		return store.Stat{}, err
-	}
-	ts.event(store.EventNodeDataChanged, o.Path)
-	return ns.stat(), nil
-}
-
-func (s *Store) delete(ctx context.Context, ts *txState, o *store.DeleteOp) error {
-	var version, nchild int32
-	err := ts.tx.QueryRow(ctx, "SELECT version, num_children FROM "+s.q+".nodes WHERE path = $1", o.Path).Scan(&version, &nchild)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("pgstore: delete %s: %w", o.Path, store.ErrNoNode)
-	}
-	if err != nil {
-		return err
-	}
-	if o.Version != store.AnyVersion && o.Version != version {
-		return fmt.Errorf("pgstore: delete %s version %d (is %d): %w", o.Path, o.Version, version, store.ErrBadVersion)
-	}
-	if nchild > 0 {
-		return fmt.Errorf("pgstore: delete %s (%d children): %w", o.Path, nchild, store.ErrNotEmpty)
-	}
-	parent := store.Parent(o.Path)
-	b := &pgx.Batch{}
-	b.Queue("DELETE FROM "+s.q+".nodes WHERE path = $1", o.Path)
-	b.Queue("UPDATE "+s.q+".nodes SET num_children = num_children - 1, cversion = cversion + 1, pzxid = $2 WHERE path = $1", parent, ts.zxid)
-	if err := ts.tx.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	ts.event(store.EventNodeDeleted, o.Path)
-	ts.event(store.EventNodeChildrenChanged, parent)
-	return nil
-}
-
-func (s *Store) check(ctx context.Context, ts *txState, p string, want int32) error {
-	var version int32
-	err := ts.tx.QueryRow(ctx, "SELECT version FROM "+s.q+".nodes WHERE path = $1", p).Scan(&version)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("pgstore: check %s: %w", p, store.ErrNoNode)
-	}
-	if err != nil {
-		return err
-	}
-	if want != store.AnyVersion && want != version {
-		return fmt.Errorf("pgstore: check %s version %d (is %d): %w", p, want, version, store.ErrBadVersion)
-	}
-	return nil
 }

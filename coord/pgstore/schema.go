@@ -118,6 +118,9 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 			return mapSetupErr(schema, "migrate", err)
 		}
 	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf(multiSQL, q, maxPayload)); err != nil {
+		return mapSetupErr(schema, "create the multi function", err)
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return mapSetupErr(schema, "commit the migration", err)
 	}
@@ -159,3 +162,107 @@ func grantsHint(schema string) string {
 	return fmt.Sprintf("the role needs CREATE on the database (to create schema %[1]q) or, with the schema created by an administrator, "+
 		"ownership of it or USAGE, CREATE on it and SELECT, INSERT, UPDATE, DELETE on its tables and USAGE on %[1]s.session_ids", schema)
 }
+
+// multiSQL creates %[1]s.multi, which applies a whole Multi in one
+// statement: the client makes one round trip, and the txn row's lock (see
+// migrationSQL) is held only while the server runs it, never across a
+// client's round trips, so a slow or descheduled client does not stall
+// every other writer. It takes the zxid, checks the session by the
+// database's clock (SF001), applies the ops in order (a refused op raises
+// SF000 "index:reason", which rolls everything back), records the events
+// and notifies them, all in the statement's own transaction. kinds: 0..3
+// create with that store.Mode, 4 set, 5 delete, 6 check.
+const multiSQL = `
+CREATE OR REPLACE FUNCTION %[1]s.multi(p_sess bigint, p_kinds int[], p_paths text[], p_parents text[],
+	p_datas bytea[], p_versions int[], p_channel text)
+RETURNS TABLE (r_path text, r_czxid bigint, r_mzxid bigint, r_pzxid bigint, r_ctime timestamptz, r_mtime timestamptz,
+	r_version int, r_cversion int, r_owner bigint, r_nchild int)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+	v_z bigint; v_t timestamptz; v_i int; v_k int; v_p text; v_par text;
+	v_own bigint; v_seq int; v_ver int; v_nc int; v_name text;
+	v_evt int[] := '{}'; v_evp text[] := '{}'; v_payload text;
+BEGIN
+	UPDATE %[1]s.txn SET zxid = zxid + 1 WHERE id = 1 RETURNING zxid, clock_timestamp() INTO v_z, v_t;
+	IF p_sess <> 0 AND NOT EXISTS (SELECT 1 FROM %[1]s.sessions s WHERE s.id = p_sess AND s.expires_at > clock_timestamp()) THEN
+		RAISE EXCEPTION USING ERRCODE = 'SF001', MESSAGE = 'session expired';
+	END IF;
+	FOR v_i IN 1 .. coalesce(array_length(p_kinds, 1), 0) LOOP
+		v_k := p_kinds[v_i]; v_p := p_paths[v_i]; v_par := p_parents[v_i];
+		r_path := v_p; r_czxid := NULL; r_mzxid := NULL; r_pzxid := NULL; r_ctime := NULL; r_mtime := NULL;
+		r_version := NULL; r_cversion := NULL; r_owner := NULL; r_nchild := NULL;
+		IF v_k <= 3 THEN
+			IF v_p = '/' THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':exists';
+			END IF;
+			SELECT n.ephemeral_owner, n.seq INTO v_own, v_seq FROM %[1]s.nodes n WHERE n.path = v_par;
+			IF NOT FOUND THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':noparent';
+			END IF;
+			IF v_own <> 0 THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':ephemeralchild';
+			END IF;
+			v_name := v_p;
+			IF v_k >= 2 THEN
+				v_name := v_p || lpad(v_seq::text, 10, '0');
+			END IF;
+			INSERT INTO %[1]s.nodes (path, parent, data, czxid, mzxid, pzxid, ctime, mtime, ephemeral_owner)
+				VALUES (v_name, v_par, coalesce(p_datas[v_i], ''::bytea), v_z, v_z, v_z, v_t, v_t,
+					CASE WHEN v_k = 1 OR v_k = 3 THEN p_sess ELSE 0 END)
+				ON CONFLICT (path) DO NOTHING;
+			IF NOT FOUND THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':exists';
+			END IF;
+			UPDATE %[1]s.nodes n SET num_children = n.num_children + 1, cversion = n.cversion + 1, pzxid = v_z, seq = n.seq + 1
+				WHERE n.path = v_par;
+			v_evt := v_evt || ARRAY[1, 4]; v_evp := v_evp || ARRAY[v_name, v_par];
+			r_path := v_name;
+		ELSIF v_k = 4 THEN
+			UPDATE %[1]s.nodes n SET data = coalesce(p_datas[v_i], ''::bytea), version = n.version + 1, mzxid = v_z, mtime = v_t
+				WHERE n.path = v_p AND (p_versions[v_i] = -1 OR n.version = p_versions[v_i])
+				RETURNING n.czxid, n.mzxid, n.pzxid, n.ctime, n.mtime, n.version, n.cversion, n.ephemeral_owner, n.num_children
+				INTO r_czxid, r_mzxid, r_pzxid, r_ctime, r_mtime, r_version, r_cversion, r_owner, r_nchild;
+			IF NOT FOUND THEN
+				IF EXISTS (SELECT 1 FROM %[1]s.nodes n WHERE n.path = v_p) THEN
+					RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':badversion';
+				END IF;
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':nonode';
+			END IF;
+			v_evt := v_evt || 3; v_evp := v_evp || v_p;
+		ELSIF v_k = 5 THEN
+			SELECT n.version, n.num_children INTO v_ver, v_nc FROM %[1]s.nodes n WHERE n.path = v_p;
+			IF NOT FOUND THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':nonode';
+			END IF;
+			IF p_versions[v_i] <> -1 AND p_versions[v_i] <> v_ver THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':badversion';
+			END IF;
+			IF v_nc > 0 THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':notempty';
+			END IF;
+			DELETE FROM %[1]s.nodes n WHERE n.path = v_p;
+			UPDATE %[1]s.nodes n SET num_children = n.num_children - 1, cversion = n.cversion + 1, pzxid = v_z WHERE n.path = v_par;
+			v_evt := v_evt || ARRAY[2, 4]; v_evp := v_evp || ARRAY[v_p, v_par];
+		ELSE
+			SELECT n.version INTO v_ver FROM %[1]s.nodes n WHERE n.path = v_p;
+			IF NOT FOUND THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':nonode';
+			END IF;
+			IF p_versions[v_i] <> -1 AND p_versions[v_i] <> v_ver THEN
+				RAISE EXCEPTION USING ERRCODE = 'SF000', MESSAGE = v_i::text || ':badversion';
+			END IF;
+		END IF;
+		RETURN NEXT;
+	END LOOP;
+	IF coalesce(array_length(v_evt, 1), 0) > 0 THEN
+		INSERT INTO %[1]s.events (zxid, ord, type, path)
+			SELECT v_z, u.o, u.t, u.p FROM unnest(v_evt, v_evp) WITH ORDINALITY AS u(t, p, o);
+	END IF;
+	SELECT json_build_object('z', v_z, 'e', coalesce(json_agg(json_build_array(u.t, u.p) ORDER BY u.o), '[]'::json))::text
+		INTO v_payload FROM unnest(v_evt, v_evp) WITH ORDINALITY AS u(t, p, o);
+	IF octet_length(v_payload) > %[2]d THEN
+		v_payload := json_build_object('z', v_z, 'f', true)::text;
+	END IF;
+	PERFORM pg_notify(p_channel, v_payload);
+END
+$fn$`

@@ -8,13 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardflow/shardflow/coord"
-	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/coord/connect"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
@@ -22,12 +21,13 @@ import (
 )
 
 type workOptions struct {
-	dsn, zk, serverID, namespace string
-	follow, history              bool
-	items, batch, threads        int
-	sessionTimeout               time.Duration
-	stopGrace                    time.Duration
-	batchDelay                   time.Duration
+	dsn, coord, zk, serverID string
+	namespace                string
+	follow, history          bool
+	items, batch, threads    int
+	sessionTimeout           time.Duration
+	stopGrace                time.Duration
+	batchDelay               time.Duration
 }
 
 func runWork(ctx context.Context, args []string) error {
@@ -35,7 +35,8 @@ func runWork(ctx context.Context, args []string) error {
 	var o workOptions
 	host, _ := os.Hostname()
 	fs.StringVar(&o.dsn, "pg", os.Getenv("SHARDFLOW_PG"), "Postgres DSN (default $SHARDFLOW_PG)")
-	fs.StringVar(&o.zk, "zk", os.Getenv("SHARDFLOW_ZK"), "ZooKeeper hosts, comma-separated host:port (default $SHARDFLOW_ZK)")
+	fs.StringVar(&o.coord, "coord", os.Getenv("SHARDFLOW_COORD"), "coordination store: ZooKeeper host:port,... or a postgres:// URL, the --pg one for coordination and data in one database (default $SHARDFLOW_COORD, else --zk)")
+	fs.StringVar(&o.zk, "zk", os.Getenv("SHARDFLOW_ZK"), "ZooKeeper hosts, comma-separated host:port (default $SHARDFLOW_ZK; --coord wins)")
 	fs.StringVar(&o.serverID, "server-id", host+"-"+strconv.Itoa(os.Getpid()), "this worker's server id, distinct per process")
 	fs.StringVar(&o.namespace, "namespace", "shardflow", "ZooKeeper namespace")
 	fs.BoolVar(&o.follow, "follow", false, "keep running when no row is pending")
@@ -43,12 +44,15 @@ func runWork(ctx context.Context, args []string) error {
 	fs.IntVar(&o.items, "items", 8, "ShardingTotalCount")
 	fs.IntVar(&o.batch, "batch", 500, "FetchDataCount: rows per fetch")
 	fs.IntVar(&o.threads, "threads", 2, "ConcurrentDataProcessThreadCount: transactions per item at once")
-	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "ZooKeeper session timeout")
+	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "coordination session timeout")
 	fs.DurationVar(&o.batchDelay, "batch-delay", 0, "hold each batch's transaction open this long before writing (simulated slow work)")
 	fs.DurationVar(&o.stopGrace, "stop-grace", 30*time.Second, "on SIGTERM, how long runs in progress get to finish before they are cancelled (their batch rolls back)")
 	_ = fs.Parse(args)
-	if o.zk == "" {
-		return errors.New("work: --zk is empty; name the ZooKeeper servers (host:port,...)")
+	if o.coord == "" {
+		o.coord = o.zk
+	}
+	if o.coord == "" {
+		return errors.New("work: --coord is empty; name the ZooKeeper servers (host:port,...) or a postgres:// URL (--zk still works)")
 	}
 	// The Node adds server to its lines; this program's own lines add it here.
 	nodeLogger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -74,9 +78,9 @@ func runWork(ctx context.Context, args []string) error {
 	}
 	job := src.Transactional(process(o.serverID, o.batchDelay))
 
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(o.zk, ","), SessionTimeout: o.sessionTimeout, Logger: logger})
+	st, err := connect.Open(ctx, connect.Config{Coord: o.coord, SessionTimeout: o.sessionTimeout, Logger: logger})
 	if err != nil {
-		return fmt.Errorf("work: %w", err)
+		return fmt.Errorf("work: %s: %w", connect.Describe(o.coord), err)
 	}
 	defer st.Close()
 	cfg := dataflow.JobConfig{
