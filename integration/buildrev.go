@@ -15,9 +15,12 @@ import (
 // test binary, and returns the executable's path and the full commit id:
 // the worker of an earlier version, for mixed-version fleets. The source is
 // taken with `git archive` (the repository and its work trees are left as
-// they are) and built with GOWORK=off and without -race (an earlier
-// version builds against its own go.mod, and the go-zookeeper race that
-// make test's workspace fixes would fail a race build). It skips the test
+// they are) and built with GOWORK=off (an earlier version builds against
+// its own go.mod), with -race when the test binary has it, as BuildBinary
+// (the dependencies' race builds are then mostly in the build cache; the
+// go-zookeeper race make test's workspace fixes is reachable only when a
+// connection drops with watches set, so keep faults away from this worker
+// in race builds). It skips the test
 // in a shallow clone, which lacks the history, and fails it when rev is
 // unknown or the build fails.
 func BuildBinaryAt(t testing.TB, rev, pkg string) (path, commit string) {
@@ -78,7 +81,11 @@ func buildAt(dir, commit, pkg, out string) error {
 	if b, err := exec.Command("tar", "-xf", tarball, "-C", src).CombinedOutput(); err != nil {
 		return fmt.Errorf("integration: extracting %s: %w\n%s", commit, err, b)
 	}
-	cmd := exec.Command(goTool(), "build", "-o", out, pkg)
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goTool(), append(args, pkg)...)
 	cmd.Dir = src
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
