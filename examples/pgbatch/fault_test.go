@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardflow/shardflow/coord"
-	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/coord/connect"
 	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/shardflow/shardflow/sources/postgres"
@@ -46,10 +46,22 @@ type cluster struct {
 	bin, dsn string
 	zk, ns   string
 	workers  []*integration.Process
+	// pgOnly: the workers coordinate on Postgres (--coord DSN), with no
+	// ZooKeeper.
+	pgOnly bool
+}
+
+// coordSpec is the coordination store's setting: the ZooKeeper server, or
+// the data's database when pgOnly.
+func (c *cluster) coordSpec() string {
+	if c.pgOnly {
+		return c.dsn
+	}
+	return c.zk
 }
 
 func (c *cluster) start(i int) {
-	c.workers[i] = integration.StartProcess(c.t, c.bin, []string{"work", "--pg", c.dsn, "--zk", c.zk,
+	c.workers[i] = integration.StartProcess(c.t, c.bin, []string{"work", "--pg", c.dsn, "--coord", c.coordSpec(),
 		"--server-id", fmt.Sprintf("w%d", i), "--namespace", c.ns, "--follow",
 		"--session-timeout", sessionTimeout.String()}, nil)
 }
@@ -113,9 +125,9 @@ func (c *cluster) requireEveryItemRanSince(t *testing.T, since time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{c.zk}, SessionTimeout: 10 * time.Second})
+	st, err := connect.Open(ctx, connect.Config{Coord: c.coordSpec(), SessionTimeout: 10 * time.Second})
 	if err != nil {
-		t.Fatalf("open a ZooKeeper session on %s: %v", c.zk, err)
+		t.Fatalf("open a session on %s: %v", connect.Describe(c.coordSpec()), err)
 	}
 	defer func() { _ = st.Close() }()
 	admin := coord.NewAdmin(st, c.ns)
