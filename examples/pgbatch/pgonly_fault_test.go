@@ -24,7 +24,7 @@ func TestFaultPostgresOnlyExactlyOnce(t *testing.T) {
 	}
 	pg := integration.StartPostgres(t)
 	pg.RequireControl(t)
-	rows := faultRows() / 4
+	rows := faultRows() / 8
 	c := &cluster{t: t, bin: integration.BuildBinary(t, "github.com/shardflow/shardflow/examples/pgbatch"),
 		dsn: pg.NewDatabase(t), ns: fmt.Sprintf("pgonly-%d", time.Now().UnixNano()), pgOnly: true,
 		workers: make([]*integration.Process, 3)}
