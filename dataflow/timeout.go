@@ -36,7 +36,8 @@ func itemTimeoutCause(ctx context.Context) *TimeoutError {
 
 // withItemTimeout bounds one shard item's run by cfg.ItemTimeout. finish
 // must be called when the item's run is over: if the timeout cancelled it,
-// the item's error becomes the *TimeoutError and one failure is counted,
+// the item's error becomes the *TimeoutError (followed by the error the
+// item had before, if any: often the cause) and one failure is counted,
 // unless user code already returned the timeout (as a simple job does,
 // which counted its failure itself).
 func (r *itemRun[T]) withItemTimeout(ctx context.Context) (context.Context, func()) {
@@ -51,9 +52,15 @@ func (r *itemRun[T]) withItemTimeout(ctx context.Context) (context.Context, func
 		if te == nil {
 			return
 		}
+		var err error = te
 		if prev := r.err.Load(); prev == nil || !errors.Is(prev.Err, ErrTimeout) {
 			r.count(0, 1)
+			if prev != nil {
+				// What the item was doing when its time ran out (a fetch
+				// backing off a failing statement...) is often the cause.
+				err = fmt.Errorf("%w; %s: %w", te, prev.Op, prev.Err)
+			}
 		}
-		r.err.Store(&ItemError{Job: r.e.cfg.JobName, Item: r.shard.Item, Op: "run", Err: te})
+		r.err.Store(&ItemError{Job: r.e.cfg.JobName, Item: r.shard.Item, Op: "run", Err: err})
 	}
 }

@@ -130,8 +130,13 @@ func (s *Source[T]) statementOK(ctx context.Context, shard dataflow.Shard) {
 // again after it.
 func (s *Source[T]) untilOK(ctx context.Context, shard dataflow.Shard, op string, fn func(context.Context) error) error {
 	k := keyOf(shard)
+	var last error // the statement error being backed off from
 	for {
 		if err := s.backoff.wait(ctx, k); err != nil {
+			if last != nil {
+				// Why the item was waiting: the run's error names it.
+				return fmt.Errorf("%w (while backing off from: %w)", err, last)
+			}
 			return err
 		}
 		err := fn(ctx)
@@ -142,5 +147,6 @@ func (s *Source[T]) untilOK(ctx context.Context, shard dataflow.Shard, op string
 			return err
 		}
 		s.statementFailed(ctx, shard, op, err)
+		last = err
 	}
 }
