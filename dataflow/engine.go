@@ -218,7 +218,10 @@ type pass[T any] struct {
 	_    [56]byte
 }
 
-func (r *itemRun[T]) recordErr(op string, err error) {
+func (r *itemRun[T]) recordErr(ctx context.Context, op string, err error) {
+	// The Node's ErrorHandler sees every error of user code, the first
+	// one of the item's run is recorded.
+	err = r.shard.HandleError(ctx, err)
 	if r.err.Load() != nil {
 		return
 	}
@@ -242,7 +245,7 @@ func (r *itemRun[T]) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		items, err := r.callFetch(ctx)
 		if err != nil {
-			r.recordErr("fetch", err)
+			r.recordErr(ctx, "fetch", err)
 			return
 		}
 		if len(items) == 0 {
@@ -280,7 +283,7 @@ func (r *itemRun[T]) runPipelined(ctx context.Context) {
 	items, err := r.callFetch(ctx)
 	for {
 		if err != nil {
-			r.recordErr("fetch", err)
+			r.recordErr(ctx, "fetch", err)
 			return
 		}
 		if len(items) == 0 || ctx.Err() != nil {
@@ -455,7 +458,7 @@ func (r *itemRun[T]) processRange(ctx context.Context, items []T, lo, hi int, t 
 	defer func() {
 		if v := recover(); v != nil {
 			failures++
-			r.recordErr("process", newPanicError("process", v))
+			r.recordErr(ctx, "process", newPanicError("process", v))
 			next, stopped = pos+1, false
 		}
 		t.success += int64(next-lo) - failures
@@ -469,7 +472,7 @@ func (r *itemRun[T]) processRange(ctx context.Context, items []T, lo, hi int, t 
 		for end := min(pos+ctxPollEvery, hi); pos < end; pos++ {
 			if err := job.Process(ctx, shard, items[pos]); err != nil {
 				failures++
-				r.recordErr("process", err)
+				r.recordErr(ctx, "process", err)
 			}
 		}
 	}
@@ -483,12 +486,12 @@ const ctxPollEvery = 16
 func (r *itemRun[T]) processBatch(ctx context.Context, items []T) {
 	n, err := r.callProcessBatch(ctx, items)
 	if err != nil {
-		r.recordErr("process batch", err)
+		r.recordErr(ctx, "process batch", err)
 		r.count(0, int64(len(items)))
 		return
 	}
 	if n < 0 || n > len(items) {
-		r.recordErr("process batch", ErrBadSucceeded)
+		r.recordErr(ctx, "process batch", ErrBadSucceeded)
 		n = max(0, min(n, len(items)))
 	}
 	r.count(int64(n), int64(len(items)-n))

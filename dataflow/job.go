@@ -71,6 +71,7 @@ type Shard struct {
 
 	fence  func(ctx context.Context) error
 	report func(ctx context.Context, err error)
+	handle ErrorHandler
 }
 
 // CheckOwnership is the fencing check to call right before committing

@@ -67,6 +67,10 @@ type NodeConfig struct {
 	// under ErrorPolicyReturn. It is called from the job's run goroutine;
 	// keep it short. Default nil: such errors are logged at error level.
 	OnError func(job string, err error)
+	// ErrorHandler, when set, sees every error of the jobs' code before it
+	// is acted on and may mark it Permanent or RetryAfter (see
+	// ErrorHandler). Default nil: errors are acted on as returned.
+	ErrorHandler ErrorHandler
 	// Metrics, when set, is where the Node registers its Prometheus
 	// collector (a stats.Collector labelled server=ServerID; see its doc
 	// for the metrics) at NewNode, and unregisters it at the end of Stop.
@@ -567,6 +571,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 			ServerID: info.ServerID,
 		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }).
 			WithReporter(func(ctx context.Context, err error) { n.reportRunError(ctx, h.name, run, err) })
+		shards[i].handle = n.cfg.ErrorHandler
 	}
 	rctx, runSpan := startRunSpan(run.Context(), n.tracer, info)
 

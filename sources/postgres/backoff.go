@@ -37,7 +37,7 @@ type streak struct {
 // true when this call opened the step, false when the item is already
 // waiting out one (another slice of the same batch failed the same way):
 // only the caller that opened the step reports it.
-func (b *backoffs) fail(k backoffKey, now time.Time, maxWait time.Duration) (step int, wait time.Duration, opened bool) {
+func (b *backoffs) fail(k backoffKey, now time.Time, maxWait, fixed time.Duration) (step int, wait time.Duration, opened bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
@@ -57,8 +57,12 @@ func (b *backoffs) fail(k backoffKey, now time.Time, maxWait time.Duration) (ste
 		full = min(firstBackoff<<(s.step-1), maxWait)
 	}
 	// Jitter in [full/2, full]: items of many servers failing together
-	// do not retry in lockstep.
+	// do not retry in lockstep. A delay the user's RetryAfter asked for
+	// replaces the step's.
 	wait = full/2 + rand.N(full/2+1)
+	if fixed > 0 {
+		wait = fixed
+	}
 	s.until = now.Add(wait)
 	return s.step, wait, true
 }
@@ -104,7 +108,8 @@ func keyOf(shard dataflow.Shard) backoffKey { return backoffKey{shard.JobName, s
 // shard.ReportError (the server's lastError in status). No row attempt
 // is counted by the caller.
 func (s *Source[T]) statementFailed(ctx context.Context, shard dataflow.Shard, op string, err error) {
-	step, wait, opened := s.backoff.fail(keyOf(shard), time.Now(), s.cfg.MaxBackoff)
+	fixed, _ := dataflow.RetryDelay(err)
+	step, wait, opened := s.backoff.fail(keyOf(shard), time.Now(), s.cfg.MaxBackoff, fixed)
 	if !opened {
 		return
 	}

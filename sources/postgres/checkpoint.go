@@ -199,6 +199,7 @@ func (j *CheckpointJob[T]) commit(ctx context.Context, shard dataflow.Shard, row
 	good, bad, errs := splitUnread(rows)
 	if len(good) > 0 {
 		if err := j.process(ctx, tx, shard, values(good)); err != nil {
+			err = shard.HandleError(ctx, err)
 			if Classify(err) == ClassStatement || ctx.Err() != nil {
 				return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
 			}

@@ -174,7 +174,8 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 			break
 		}
 		if err := j.process(ctx, shard, it.Value); err != nil {
-			if Classify(err) == ClassStatement {
+			err = shard.HandleError(ctx, err)
+			if Classify(err) == ClassStatement || ctx.Err() != nil {
 				// Not this row's fault: it and the rest go back unpenalised.
 				stmtErr = &ProcessError{Key: it.Key, Err: err}
 				released = append(released, unread(items[i:])...)

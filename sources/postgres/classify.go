@@ -7,6 +7,8 @@ import (
 	"net"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardflow/shardflow/dataflow"
 )
 
 // ErrorClass says whose fault an error is: the row's, or the statement's
@@ -62,7 +64,22 @@ func (c ErrorClass) String() string {
 //
 // The first statement-class cause found in err's chain wins, so a row
 // error that wraps a lost connection is a statement error.
+//
+// User code overrides all of this by marking its error (directly, or in
+// the Node's dataflow.ErrorHandler): dataflow.Permanent makes it ClassRow
+// (an outbound call of the row's that timed out, say, counts an attempt
+// and fails the row after MaxAttempts), dataflow.RetryAfter makes it
+// ClassStatement, its delay replacing the backoff step. The outermost mark
+// wins. Whatever the mark, the sources count no attempt for an error that
+// comes while the run's context is cancelled (the run lost its item or
+// was stopped, which is not the row's fault).
 func Classify(err error) ErrorClass {
+	if dataflow.IsPermanent(err) {
+		return ClassRow
+	}
+	if _, retry := dataflow.RetryDelay(err); retry {
+		return ClassStatement
+	}
 	if isStatementError(err) {
 		return ClassStatement
 	}

@@ -210,6 +210,7 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 			"job", shard.JobName, "item", shard.Item, "skipped", len(items)-len(locked))
 	}
 	if err := j.process(ctx, tx, shard, values(mine)); err != nil {
+		err = shard.HandleError(ctx, err)
 		if Classify(err) == ClassStatement || ctx.Err() != nil {
 			return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
 		}
