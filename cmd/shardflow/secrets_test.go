@@ -13,11 +13,14 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/history/pghistory"
+	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
 
-// planted are the secrets TestSecretsNeverShown stores and echoes; no
-// surface may show one.
+// planted are the secrets the secret scans store and echo; no surface may
+// show one.
 var planted = []string{"hdr-bearer-7f3a", "query-key-7f3b", "set-key-7f3c", "dsn-pass-7f3d", "refused-key-7f3e", "url-pass-7f3f"}
 
 // TestSecretsNeverShown plants secrets in HTTP jobs (a header, URL query
@@ -26,20 +29,42 @@ var planted = []string{"hdr-bearer-7f3a", "query-key-7f3b", "set-key-7f3c", "dsn
 // JSON, `config get`, `job list` and its JSON, `config set`'s echo, the
 // worker's log (with every run logged), the console's pages and
 // /api/status. Before redaction every one of them showed the header and
-// the query string.
+// the query string. On the embedded store; TestSecretsNeverShownZooKeeper
+// runs the same scan on real ZooKeeper with the history in Postgres.
 func TestSecretsNeverShown(t *testing.T) {
+	srv := memstore.NewServer()
+	prev := dialStore
+	dialStore = func(context.Context, []string, *connFlags) (store.Store, error) { return srv.Connect(), nil }
+	t.Cleanup(func() { dialStore = prev })
+	admin := coord.NewAdmin(srv.Connect(), "secrets")
+	scanForSecrets(t, []string{"--zk", "mem:1", "--namespace", "secrets"}, admin, "")
+}
+
+// TestSecretsNeverShownZooKeeper is the secret scan on real ZooKeeper,
+// the worker recording its runs in Postgres: `history` (text and JSON)
+// and the console's history section are scanned too.
+func TestSecretsNeverShownZooKeeper(t *testing.T) {
+	zk := integration.StartZooKeeper(t)
+	dsn := integration.SharedPostgres(t).NewDatabase(t)
+	st, err := zkstore.Open(context.Background(), zkstore.Config{Servers: zk.Servers()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	conn := []string{"--zk", strings.Join(zk.Servers(), ","), "--namespace", "secrets"}
+	scanForSecrets(t, conn, coord.NewAdmin(st, "secrets"), dsn)
+}
+
+// scanForSecrets plants the secrets through the CLI (conn), runs a worker
+// that fails on them, and scans every surface; with historyDSN the worker
+// records its runs there and the history surfaces are scanned too.
+func scanForSecrets(t *testing.T, conn []string, admin *coord.Admin, historyDSN string) {
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 		_, _ = io.WriteString(w, "upstream refused "+r.Header.Get("Authorization")+" "+r.Header.Get("X-Api-Key")+
 			" connecting to postgres://app:dsn-pass-7f3d@db/orders password=dsn-pass-7f3d")
 	}))
 	defer endpoint.Close()
-
-	srv := memstore.NewServer()
-	prev := dialStore
-	dialStore = func(context.Context, []string, *connFlags) (store.Store, error) { return srv.Connect(), nil }
-	t.Cleanup(func() { dialStore = prev })
-	zk := []string{"--zk", "mem:1", "--namespace", "secrets"}
 	cli := func(args ...string) string {
 		t.Helper()
 		// The connection flags before the first flag: positional
@@ -48,7 +73,7 @@ func TestSecretsNeverShown(t *testing.T) {
 		for i < len(args) && !strings.HasPrefix(args[i], "-") {
 			i++
 		}
-		full := append(append(append([]string(nil), args[:i]...), zk...), args[i:]...)
+		full := append(append(append([]string(nil), args[:i]...), conn...), args[i:]...)
 		out, errOut, code := runCLI(t, full...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errOut)
@@ -65,15 +90,22 @@ func TestSecretsNeverShown(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var serveOut, serveErr syncBuffer
 	served := make(chan int, 1)
-	go func() {
-		served <- run(ctx, append([]string{"serve", "-v", "--server-id", "w1", "--allow-url", endpoint.URL + "/"}, zk...), &serveOut, &serveErr)
-	}()
-	defer func() {
-		cancel()
-		testwait.Recv(t, 30*time.Second, "serve to stop", served)
-	}()
-	testwait.For(t, 20*time.Second, "the worker to join hook and refuse elsewhere", func() bool {
-		out, _, _ := runCLI(t, append([]string{"job", "list", "--json"}, zk...)...)
+	serveArgs := []string{"serve", "-v", "--server-id", "w1", "--allow-url", endpoint.URL + "/"}
+	if historyDSN != "" {
+		serveArgs = append(serveArgs, "--history-pg", historyDSN)
+	}
+	go func() { served <- run(ctx, append(serveArgs, conn...), &serveOut, &serveErr) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			testwait.Recv(t, 30*time.Second, "serve to stop", served)
+		}
+	}
+	defer stop()
+	testwait.For(t, 30*time.Second, "the worker to join hook and refuse elsewhere", func() bool {
+		out, _, _ := runCLI(t, append([]string{"job", "list", "--json"}, conn...)...)
 		var rows []jobRow
 		if json.Unmarshal([]byte(out), &rows) != nil || len(rows) != 2 {
 			return false
@@ -81,16 +113,31 @@ func TestSecretsNeverShown(t *testing.T) {
 		return rows[0].Job == "elsewhere" && len(rows[0].Refused) == 1 && rows[1].Job == "hook" && rows[1].Servers == 1
 	})
 	cli("trigger", "--job", "hook")
-	testwait.For(t, 20*time.Second, "the failed request in the worker's log", func() bool {
+	testwait.For(t, 30*time.Second, "the failed request in the worker's log", func() bool {
 		return strings.Contains(serveErr.String(), "502")
 	})
+	stop() // its last runs recorded in the history
 
 	surfaces = append(surfaces,
 		cli("status"), cli("status", "--json"), cli("config", "get", "--job", "hook"), cli("config", "get", "--job", "elsewhere"),
 		cli("job", "list"), cli("job", "list", "--json"))
-
-	admin := coord.NewAdmin(srv.Connect(), "secrets")
-	h := newConsole(consoleOptions{admin: admin, namespace: "secrets", creds: &credentials{}, logger: cliLogger, allowedHosts: []string{"example.com"}})
+	var hist HistorySection
+	if historyDSN != "" {
+		for _, args := range [][]string{{"history", "--pg", historyDSN}, {"history", "--pg", historyDSN, "--json"}} {
+			out, errOut, code := runCLI(t, args...)
+			if code != 0 || !strings.Contains(out, "HTTP request failed") {
+				t.Fatalf("%v: exit %d, want the failed run\n%s%s", args[:1], code, out, errOut)
+			}
+			surfaces = append(surfaces, out)
+		}
+		h, closeHist, err := openHistorySection(context.Background(), historyDSN, pghistory.DefaultTable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeHist()
+		hist = h
+	}
+	h := newConsole(consoleOptions{admin: admin, namespace: "secrets", creds: &credentials{}, history: hist, logger: cliLogger, allowedHosts: []string{"example.com"}})
 	for _, path := range []string{"/", "/jobs/hook", "/jobs/elsewhere", "/api/status", "/api/status?job=hook"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
@@ -99,19 +146,15 @@ func TestSecretsNeverShown(t *testing.T) {
 		}
 		surfaces = append(surfaces, rec.Body.String())
 	}
-	cancel()
-	testwait.Recv(t, 30*time.Second, "serve to stop", served)
-	served <- 0 // for the deferred wait
 	surfaces = append(surfaces, serveOut.String(), serveErr.String())
 
 	all := strings.Join(surfaces, "\n----\n")
 	for _, s := range planted {
-		if strings.Contains(all, s) {
-			i := strings.Index(all, s)
+		if i := strings.Index(all, s); i >= 0 {
 			t.Errorf("secret %q shown: ...%s...", s, all[max(0, i-200):min(len(all), i+100)])
 		}
 	}
-	// The redacted views still say what the job is.
+	// The redacted views still say what the job is and what went wrong.
 	for _, want := range []string{"api_key=REDACTED", "Authorization: REDACTED", "upstream refused"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("no surface shows %q", want)
