@@ -130,12 +130,12 @@ func scanForSecrets(t *testing.T, conn []string, admin *coord.Admin, historyDSN 
 			}
 			surfaces = append(surfaces, out)
 		}
-		h, closeHist, err := openHistorySection(context.Background(), historyDSN, pghistory.DefaultTable)
+		reader, closeHist, err := openHistory(context.Background(), historyDSN, pghistory.DefaultTable)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer closeHist()
-		hist = h
+		hist = historySection(reader, time.Now)
 	}
 	h := newConsole(consoleOptions{admin: admin, namespace: "secrets", creds: &credentials{}, history: hist, logger: cliLogger, allowedHosts: []string{"example.com"}})
 	for _, path := range []string{"/", "/jobs/hook", "/jobs/elsewhere", "/api/status", "/api/status?job=hook"} {

@@ -3,8 +3,8 @@ package zkstore
 import (
 	"context"
 	"crypto/sha1"
-	"errors"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
