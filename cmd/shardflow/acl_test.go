@@ -26,7 +26,7 @@ import (
 // can register; and a worker refuses a stored job whose config was left
 // world-writable.
 func TestACLsOnRealZooKeeper(t *testing.T) {
-	zkSrv := integration.StartZooKeeper(t)
+	zkSrv := integration.SharedZooKeeper(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	opAuth, wkAuth := "ops:operator-password-1", "worker:worker-password-2"

@@ -44,7 +44,7 @@ func TestSecretsNeverShown(t *testing.T) {
 // the worker recording its runs in Postgres: `history` (text and JSON)
 // and the console's history section are scanned too.
 func TestSecretsNeverShownZooKeeper(t *testing.T) {
-	zk := integration.StartZooKeeper(t)
+	zk := integration.SharedZooKeeper(t)
 	dsn := integration.SharedPostgres(t).NewDatabase(t)
 	st, err := zkstore.Open(context.Background(), zkstore.Config{Servers: zk.Servers()})
 	if err != nil {
