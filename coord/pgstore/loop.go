@@ -23,6 +23,10 @@ const (
 // every heartbeat: blocking in it pauses the session as SIGSTOP would.
 var hookBeforeBeat func(*Store)
 
+// errNudged is why the session goroutine dropped a working listening
+// connection: a call lost its own (see Store.nudge).
+var errNudged = errors.New("pgstore: a call lost its connection to postgres")
+
 // retryDelay is the pause between two connection attempts while suspended.
 const retryDelay = 100 * time.Millisecond
 
@@ -81,11 +85,18 @@ func (s *Store) loop(conn *pgx.Conn) {
 			lastHB = sent
 			continue
 		}
+		if s.takeNudge() {
+			s.suspend(conn, errNudged)
+			conn = nil
+			continue
+		}
 		wctx, wcancel := context.WithTimeout(ctx, hb-time.Since(lastHB))
+		s.setWake(wcancel)
 		n, err := conn.WaitForNotification(wctx)
+		s.setWake(nil)
 		wcancel()
 		if err != nil {
-			if ctx.Err() != nil || (errors.Is(err, context.DeadlineExceeded) && !conn.IsClosed()) {
+			if ctx.Err() != nil || ((errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && !conn.IsClosed()) {
 				continue
 			}
 			s.suspend(conn, err)
@@ -200,6 +211,7 @@ func (s *Store) startSession(ctx context.Context, conn *pgx.Conn, fresh bool) er
 		return err
 	}
 	s.lastOK = sent
+	s.takeNudge() // calls that failed while disconnected: this connection is new
 	s.publish(id, store.StateConnected)
 	return nil
 }

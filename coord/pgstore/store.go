@@ -35,6 +35,8 @@ type Store struct {
 	sess   store.Session // published session
 	sessCh chan struct{} // closed at the next change of sess
 	oldID  int64         // a lost session to end on the server at the next connect
+	nudged bool          // a call lost its connection: see nudge
+	wake   func()        // interrupts loop's wait for notifications
 
 	lastOK time.Time // when the last heartbeat that found the session alive was sent; loop's
 
@@ -240,9 +242,40 @@ func (s *Store) mapErr(ctx context.Context, what string, err error) error {
 		case pe.Code == "42501":
 			return fmt.Errorf("%w: %s: %s; %s", ErrPermission, what, pe.Message, grantsHint(s.cfg.Schema))
 		case len(pe.Code) == 5 && (pe.Code[:2] == "08" || pe.Code[:2] == "57" || pe.Code[:2] == "53"):
+			s.nudge()
 			return fmt.Errorf("pgstore: %s: %s: %w", what, pe.Message, store.ErrConnectionLoss)
 		}
 		return fmt.Errorf("pgstore: %s: %w", what, err)
 	}
+	s.nudge()
 	return fmt.Errorf("pgstore: %s: %v: %w", what, err, store.ErrConnectionLoss)
+}
+
+// nudge tells the session goroutine that a call lost its connection: it
+// drops the listening connection too (StateSuspended) and reconnects, so
+// that an ErrConnectionLoss is always followed by a state change, as on
+// ZooKeeper (callers wait for one before they retry).
+func (s *Store) nudge() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nudged = true
+	if s.wake != nil {
+		s.wake()
+	}
+}
+
+// takeNudge reports and clears a nudge; setWake installs the function that
+// interrupts the session goroutine's wait (nil: it is not waiting).
+func (s *Store) takeNudge() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nudged
+	s.nudged = false
+	return n
+}
+
+func (s *Store) setWake(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.wake = f
 }
