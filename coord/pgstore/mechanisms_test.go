@@ -379,3 +379,42 @@ func TestGrants(t *testing.T) {
 		t.Fatalf("Create with the documented grants: %v", err)
 	}
 }
+
+// TestCallThatLosesItsConnectionSuspends ends the server side of a store's
+// call connections (not of its listening one): the call fails with
+// ErrConnectionLoss, and the store goes StateSuspended, then StateConnected
+// on the same session, as ZooKeeper's client does after a connection loss
+// (coord waits for that change before it retries; without it a join waited
+// for good).
+func TestCallThatLosesItsConnectionSuspends(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	st := open(t, pgstore.Config{DSN: dsn, Schema: schema, MaxConns: 1})
+	if _, err := st.Create(testCtx(t), "/n", nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	before, changed := st.Session()
+	admin := adminConn(t, dsn)
+	var callErr error
+	for range 20 { // pgxpool pings a connection idle for over 1 s and replaces a dead one: retry until a call meets it
+		if _, err := admin.Exec(testCtx(t), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'shardflow-pgstore'"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, callErr = st.Get(testCtx(t), "/n"); callErr != nil {
+			break
+		}
+	}
+	if !errors.Is(callErr, store.ErrConnectionLoss) {
+		t.Fatalf("Get on a terminated connection: %v, want ErrConnectionLoss", callErr)
+	}
+	testwait.Recv(t, 10*time.Second, "a session state change after the connection loss", changed)
+	if cur, _ := st.Session(); cur.State != store.StateSuspended && cur.State != store.StateConnected {
+		t.Fatalf("after a connection loss: %v, want suspended (then connected)", cur.State)
+	}
+	after := awaitState(t, st, 10*time.Second, "connected again", func(s store.Session) bool { return s.State == store.StateConnected })
+	if after.ID != before.ID {
+		t.Fatalf("session 0x%x after a lost call connection, want the same 0x%x", after.ID, before.ID)
+	}
+	if _, _, err := st.Get(testCtx(t), "/n"); err != nil {
+		t.Fatalf("Get after reconnecting: %v", err)
+	}
+}

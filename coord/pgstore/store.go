@@ -67,7 +67,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	pcfg.MaxConns = int32(cfg.MaxConns)
 	pcfg.MinConns = 0
 	pcfg.ConnConfig.ConnectTimeout = cfg.DialTimeout
+	// Named in pg_stat_activity, so an operator tells the two apart.
+	if pcfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		pcfg.ConnConfig.RuntimeParams["application_name"] = "shardflow-pgstore"
+	}
 	lcfg := pcfg.ConnConfig.Copy()
+	lcfg.RuntimeParams["application_name"] = pcfg.ConnConfig.RuntimeParams["application_name"] + "-listen"
 	s := &Store{
 		cfg:      cfg,
 		log:      cfg.Logger.With("component", "pgstore", "schema", cfg.Schema),
