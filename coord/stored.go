@@ -25,6 +25,9 @@ var ErrJobExists = errors.New("coord: job already exists in this namespace; pick
 // ErrTooManyJobs: CreateJob found the namespace at jobconfig.MaxStoredJobs.
 var ErrTooManyJobs = errors.New("coord: too many jobs in the namespace")
 
+// maxStoredJobs is jobconfig.MaxStoredJobs; tests lower it.
+var maxStoredJobs = jobconfig.MaxStoredJobs
+
 // RefusedServer is a server that refuses to run a stored job, and why.
 type RefusedServer struct {
 	ID     string `json:"id"`
@@ -74,7 +77,7 @@ func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
 	if err != nil {
 		return fmt.Errorf("coord: list %s: %w", store.Join(a.ns), err)
 	}
-	if len(names) >= jobconfig.MaxStoredJobs {
+	if len(names) >= maxStoredJobs {
 		return fmt.Errorf("%w: namespace %q holds %d jobs, the limit (jobconfig.MaxStoredJobs); remove unused jobs (`shardflow job remove`) or use another namespace",
 			ErrTooManyJobs, a.ns, len(names))
 	}
