@@ -163,7 +163,15 @@ func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int
 				if b == nil {
 					vs = coordtest.SimulateMem(t, s)
 				} else {
-					t.Run(strconv.FormatInt(s, 10), func(t *testing.T) { vs = coordtest.Simulate(t, b, s) })
+					t.Run(strconv.FormatInt(s, 10), func(t *testing.T) {
+						sb := b
+						if f, ok := b.(interface {
+							ForSchedule(testing.TB) coordtest.Backend
+						}); ok {
+							sb = f.ForSchedule(t)
+						}
+						vs = coordtest.Simulate(t, sb, s)
+					})
 				}
 				if len(vs) == 0 {
 					continue

@@ -103,6 +103,13 @@ type pgBackend struct {
 	admin   *pgstore.Store // EndSessions: the session that ends the others
 }
 
+// ForSchedule returns a Backend like b on a schema of its own, dropped at
+// the end of t: the simulation gives each schedule its own tree, so that
+// concurrent schedules do not receive each other's notifications (every
+// store of a schema hears every write of it, as every process of one
+// deployment does).
+func (b *pgBackend) ForSchedule(t testing.TB) Backend { return Postgres(t, b.cfg) }
+
 // Schema returns the schema every session of the Backend opens in, for a
 // process outside the test to join the same tree.
 func (b *pgBackend) Schema() string { return b.schema }
