@@ -14,6 +14,7 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
 	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testwait"
@@ -27,8 +28,8 @@ var planted = []string{"hdr-bearer-7f3a", "query-key-7f3b", "set-key-7f3c", "dsn
 // strings, a header set later with `config set`, a DSN password echoed by
 // the endpoint's error body) and scans every surface: `status` and its
 // JSON, `config get`, `job list` and its JSON, `config set`'s echo, the
-// worker's log (with every run logged), the console's pages and
-// /api/status. Before redaction every one of them showed the header and
+// worker's log (with every run logged), the console's pages, /api/status
+// and /api/v1. Before redaction every one of them showed the header and
 // the query string. On the embedded store; TestSecretsNeverShownZooKeeper
 // runs the same scan on real ZooKeeper with the history in Postgres.
 func TestSecretsNeverShown(t *testing.T) {
@@ -122,6 +123,9 @@ func scanForSecrets(t *testing.T, conn []string, admin *coord.Admin, historyDSN 
 		cli("status"), cli("status", "--json"), cli("config", "get", "--job", "hook"), cli("config", "get", "--job", "elsewhere"),
 		cli("job", "list"), cli("job", "list", "--json"))
 	var hist HistorySection
+	var histReader history.Reader
+	paths := []string{"/", "/jobs/hook", "/jobs/elsewhere", "/api/status", "/api/status?job=hook",
+		"/api/v1/jobs", "/api/v1/jobs/hook", "/api/v1/jobs/elsewhere"}
 	if historyDSN != "" {
 		for _, args := range [][]string{{"history", "--pg", historyDSN}, {"history", "--pg", historyDSN, "--json"}} {
 			out, errOut, code := runCLI(t, args...)
@@ -135,10 +139,12 @@ func scanForSecrets(t *testing.T, conn []string, admin *coord.Admin, historyDSN 
 			t.Fatal(err)
 		}
 		defer closeHist()
-		hist = historySection(reader, time.Now)
+		hist, histReader = historySection(reader, time.Now), reader
+		paths = append(paths, "/api/v1/jobs/hook/history")
 	}
-	h := newConsole(consoleOptions{admin: admin, namespace: "secrets", creds: &credentials{}, history: hist, logger: cliLogger, allowedHosts: []string{"example.com"}})
-	for _, path := range []string{"/", "/jobs/hook", "/jobs/elsewhere", "/api/status", "/api/status?job=hook"} {
+	h := newConsole(consoleOptions{admin: admin, namespace: "secrets", creds: &credentials{}, history: hist, historyReader: histReader,
+		logger: cliLogger, allowedHosts: []string{"example.com"}})
+	for _, path := range paths {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
 		if rec.Code != http.StatusOK {
