@@ -75,6 +75,10 @@ test: zk-overlay ## run every test, with race detector, on real ZooKeeper and Po
 	echo "[make test] tests $$(( $$(date +%s) - t1 ))s, in all $$(( $$(date +%s) - t0 ))s"; \
 	exit $$rc
 
+.PHONY: quickstart
+quickstart: ## run docs/quickstart.md word for word (ZooKeeper, Postgres, 3 workers, status, console, history) on the local images
+	SHARDFLOW_ZK_IMAGE=$(SHARDFLOW_ZK_IMAGE) SHARDFLOW_PG_IMAGE=$(SHARDFLOW_PG_IMAGE) scripts/quickstart.sh
+
 .PHONY: test-integration
 test-integration: setup zk-overlay ## run only the integration harness's own tests
 	$(TEST_ENV) $(ZK_WORK) $(GO) test -race -count=1 -timeout 10m -v ./integration/...
