@@ -44,7 +44,7 @@ func TestRollingRestart(t *testing.T) {
 		t.Skip("fault suite")
 	}
 	replacements := envInt("SHARDFLOW_ROLLING_REPLACEMENTS", 3)
-	backlog := envInt("SHARDFLOW_ROLLING_ROWS", 20_000)
+	backlog := envInt("SHARDFLOW_ROLLING_ROWS", 60_000) // at most 4,000 rows/s: outlasts the replacements
 	c, pool := setupCluster(t, integration.SharedPostgres(t), 0, backlog)
 	seeded := atomic.Int64{}
 	seeded.Store(int64(backlog))
