@@ -13,8 +13,9 @@ import (
 )
 
 // The seeded simulation (coordtest.Simulate). go test runs simDefaultMem
-// schedules on memstore (each in a synctest bubble: milliseconds) and
-// simDefaultZK on ZooKeeper from seed simDefaultSeed. `make sim SEED=N
+// schedules on memstore (each in a synctest bubble: milliseconds),
+// simDefaultZK on ZooKeeper and simDefaultPG on Postgres from seed
+// simDefaultSeed. `make sim SEED=N
 // SCHEDULES=K [STORE=zk] [REPEAT=R]` sets SIM_SEED, SIM_SCHEDULES, SIM_STORE
 // and SIM_REPEAT to run, replay or extend a campaign: schedule i runs seed
 // N+i (N from the clock when unset), each R times ("repeat: seed N failed F
@@ -23,7 +24,7 @@ import (
 const (
 	simDefaultMem = 300
 	simDefaultZK  = 20
-	simDefaultPG  = 10
+	simDefaultPG  = 6
 	// simDefaultSeed is the first seed of the default run (go test, make
 	// test): fixed, so that it passes or fails by the code, not the clock.
 	simDefaultSeed = 1
