@@ -1051,24 +1051,29 @@ func (s *sim) stop(sv *simServer, crash bool) {
 		// A graceful leave needs the store: reconnect first.
 		s.reconnect(sv)
 	}
-	// A Begin still waiting ends with the server: its ctx is cancelled.
-	s.await(sv)
 	if crash && !s.mem {
-		// A killed process is gone: the schedule goes on at once. Its
-		// handles close beside it (stopAll waits for them): on ZooKeeper
-		// the registry's offline writes wait for a connection that never
-		// returns, up to the bound, and the client's Close waits out
+		// A killed process is gone, its goroutines with it: its store is
+		// closed at once, so that what they were doing fails now instead
+		// of waiting on the cut connection (a call without a deadline
+		// waits out the client's handshake timeouts, 10 s each). The
+		// store's and the registry's closes run beside the schedule
+		// (stopAll waits for them): the client's Close waits out
 		// go-zookeeper's second for the close request's reply.
 		reg, st := sv.reg, sv.st
+		closed := make(chan struct{})
+		s.closing.Go(func() { _ = st.Close(); close(closed) })
+		s.await(sv)
 		s.closing.Go(func() {
+			<-closed
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			_ = reg.Close(ctx)
-			_ = st.Close()
 		})
 		sv.job, sv.reg, sv.st = nil, nil, nil
 		return
 	}
+	// A Begin still waiting ends with the server: its ctx is cancelled.
+	s.await(sv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := sv.reg.Close(ctx); err != nil && !crash && !sv.disconnected {
