@@ -90,7 +90,16 @@ func (r *runner) run(ctx context.Context, shard dataflow.Shard) error {
 	if err != nil {
 		return err
 	}
-	return RunHTTP(ctx, r.client, HTTPRequest{Method: cfg.HTTP.Method, URL: cfg.HTTP.URL, Header: header, Secrets: values}, c)
+	target, urlSecrets, err := r.secrets.url(cfg.HTTP.URL)
+	if err != nil {
+		return err
+	}
+	// The stored URL passed the allow-list; the resolved one must too (a
+	// secret must not steer the request elsewhere).
+	if err := r.allow.CheckURL(target); err != nil {
+		return fmt.Errorf("jobs: job %q: its URL with the secrets resolved is not allowed: %w", shard.JobName, ErrNotAllowed)
+	}
+	return RunHTTP(ctx, r.client, HTTPRequest{Method: cfg.HTTP.Method, URL: target, Header: header, Secrets: append(values, urlSecrets...)}, c)
 }
 
 // setRefused reports (reason != "") or clears this server's refusal of

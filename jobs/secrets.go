@@ -3,6 +3,7 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,4 +89,20 @@ func (s secrets) headers(text string) (map[string][]string, []string, error) {
 		}
 	}
 	return h, values, nil
+}
+
+// url resolves the references in a stored httpUrl (an API key in its
+// query: "?key=${env:SHARDFLOW_SECRET_KEY}") and returns the resolved
+// values, for redacting error texts.
+func (s secrets) url(raw string) (string, []string, error) {
+	var values []string
+	resolved, err := jobconfig.ReplaceSecretRefs(raw, func(kind, name string) (string, error) {
+		v, err := s.resolve(kind, name)
+		if err == nil {
+			values = append(values, v)
+			v = url.QueryEscape(v) // a value, never URL syntax
+		}
+		return v, err
+	})
+	return resolved, values, err
 }

@@ -136,3 +136,15 @@ func TestSecretRefsResolve(t *testing.T) {
 		t.Errorf("file reference without a secret dir: %v", err)
 	}
 }
+
+func TestSecretRefsInURL(t *testing.T) {
+	t.Setenv("SHARDFLOW_SECRET_KEY", "k-4721&admin=1")
+	s := secrets{}
+	got, values, err := s.url("https://jobs.internal/run?key=${env:SHARDFLOW_SECRET_KEY}")
+	if err != nil || got != "https://jobs.internal/run?key=k-4721%26admin%3D1" || len(values) != 1 || values[0] != "k-4721&admin=1" {
+		t.Errorf("url = %q, %v, %v", got, values, err)
+	}
+	if _, _, err := s.url("https://jobs.internal/run?key=${env:HOME}"); !errors.Is(err, ErrSecret) {
+		t.Errorf("a non-secret variable: %v", err)
+	}
+}
