@@ -26,8 +26,8 @@ type aclStore interface {
 // credentials, and a check (or repair) of every node of the namespace
 // against the ACLs this session's flags define (zkstore.ACLFor).
 func runACL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return usagef("acl needs a subcommand: acl digest | acl check | acl fix")
+	if len(args) == 0 || helpArg(args[0]) {
+		return groupUsage(args, stdout, "acl")
 	}
 	switch args[0] {
 	case "digest":
@@ -38,8 +38,8 @@ func runACL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	fix := args[0] == "fix"
 	fs, cf := zkFlagSet("acl "+args[0], stderr)
-	if err := fs.Parse(args[1:]); err != nil {
-		return usageError{err.Error()}
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
 	}
 	if err := cf.loadAuthFile(); err != nil {
 		return err

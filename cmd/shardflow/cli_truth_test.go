@@ -128,7 +128,7 @@ func TestCLIHelp(t *testing.T) {
 		{"demo"}, {"shard"}, {"cron"}, {"cron", "next"}, {"status"}, {"trigger"}, {"pause"}, {"resume"}, {"disable"},
 		{"enable"}, {"shutdown"}, {"remove"}, {"config"}, {"config", "get"}, {"config", "set"}, {"console"}, {"history"},
 		{"failed"}, {"failed", "list"}, {"failed", "requeue"}, {"failed", "upgrade-v1"}, {"job"}, {"job", "add"},
-		{"job", "list"}, {"job", "remove"}, {"serve"}, {"version"},
+		{"job", "list"}, {"job", "remove"}, {"serve"}, {"version"}, {"acl"}, {"acl", "check"}, {"acl", "fix"},
 	} {
 		out, errOut, code := runCLI(t, append(args, "-h")...)
 		text := out + errOut

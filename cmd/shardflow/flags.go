@@ -37,6 +37,9 @@ var synopses = map[string]string{
 	"job add":           "shardflow job add --job NAME --type script|http --total N [--cron EXPR] [--command CMD | --url URL ...] [connection flags]",
 	"job list":          "shardflow job list [--json] [connection flags]",
 	"job remove":        "shardflow job remove --job NAME [--wait DURATION] [connection flags]",
+	"acl":               "shardflow acl digest USER:PASSWORD | shardflow acl check | shardflow acl fix [connection flags]",
+	"acl check":         "shardflow acl check --auth-file FILE [connection flags]",
+	"acl fix":           "shardflow acl fix --auth-file FILE [connection flags]",
 	"version":           "shardflow version",
 	"serve":             "shardflow serve [--server-id ID] --allow-command PREFIX... [--allow-url PREFIX...] [connection flags]",
 }
