@@ -99,10 +99,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: DSN: %v", ErrInvalidConfig, err)
 	}
 	conn, err := s.dial(octx)
-	for err != nil && octx.Err() == nil && !errors.Is(err, ErrPermission) {
+	cause := err // the last failure not cut short by ConnectTimeout, for the message
+	for err != nil && octx.Err() == nil && !refused(err) {
 		// Each attempt is bounded by DialTimeout; Open by ConnectTimeout.
 		sleep(octx, retryDelay)
-		conn, err = s.dial(octx)
+		if conn, err = s.dial(octx); err != nil && octx.Err() == nil {
+			cause = err
+		}
+	}
+	if err != nil && octx.Err() != nil && cause != nil {
+		err = cause
 	}
 	if err != nil {
 		s.pool.Close()
@@ -125,9 +131,20 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// refused reports an error the server answered (a wrong password, a
+// missing database or grant): retrying cannot help, unlike an unreachable
+// server.
+func refused(err error) bool {
+	var pe *pgconn.PgError
+	return errors.Is(err, ErrPermission) || errors.As(err, &pe)
+}
+
 func (s *Store) openErr(ctx context.Context, where string, err error) error {
 	if errors.Is(err, ErrPermission) {
 		return err
+	}
+	if refused(err) {
+		return fmt.Errorf("pgstore: open %s: %w", where, err)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("pgstore: open %s: %w", where, ctx.Err())
