@@ -27,9 +27,13 @@ fi
 checks='
 settled=$(docker exec shardflow-pg psql -U postgres -tAc "SELECT count(*) FROM invoices WHERE settled_at IS NOT NULL AND shardflow_status = '"'"'done'"'"'")
 [ "$settled" = 100000 ] || { echo "quickstart: $settled of 100000 invoices settled and done" >&2; exit 1; }
-$QS/shardflow status --job settle-invoices | grep -q "^job settle-invoices"
-[ "$($QS/shardflow history --job settle-invoices --json --limit 1 | grep -c "\"job\": \"settle-invoices\"")" -ge 1 ]
-curl -s http://127.0.0.1:8899/api/v1/jobs | grep -q "\"job\": \"settle-invoices\""
+# Whole outputs first: grep -q ending early would SIGPIPE the writer (pipefail).
+status=$($QS/shardflow status --job settle-invoices)
+grep -q "^job settle-invoices   health ok" <<<"$status"
+runs=$($QS/shardflow history --job settle-invoices --json --limit 1)
+grep -q "\"job\": \"settle-invoices\"" <<<"$runs"
+jobs=$(curl -s http://127.0.0.1:8899/api/v1/jobs)
+grep -q "\"totalSuccessCount\": 100000" <<<"$jobs"
 echo "quickstart: every invoice settled; status, history and the API answered"
 '
 # On a failure: stop what the doc started, and remove its containers.
