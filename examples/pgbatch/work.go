@@ -71,7 +71,7 @@ func runWork(ctx context.Context, args []string) error {
 	}
 	var src *postgres.Source[Source]
 	if err := untilReachable(ctx, logger, "open the source", func() (err error) {
-		src, err = postgres.NewSource[Source](ctx, postgres.Config{Pool: pool, Table: sourceSpec, ServerID: o.serverID, Logger: logger})
+		src, err = postgres.NewSource[Source](ctx, postgres.Config{Pool: pool, Table: sourceSpec, Logger: logger})
 		return err
 	}); err != nil {
 		return err

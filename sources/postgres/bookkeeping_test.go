@@ -88,7 +88,7 @@ func TestBusinessColumnsNamedLikeBookkeepingAreNeverWritten(t *testing.T) {
 			exec(t, pool, `INSERT INTO invoices (id, amount) SELECT g, g * 10 FROM generate_series(201, 300) g`)
 			exec(t, pool, `INSERT INTO invoices (id, amount, status) VALUES (-5, 1, 'open')`)
 			before := queryText(t, pool, businessDigest)
-			src, err := postgres.NewSource[Invoice](ctx, postgres.Config{Pool: pool, Table: spec, ServerID: "s"})
+			src, err := postgres.NewSource[Invoice](ctx, postgres.Config{Pool: pool, Table: spec})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -193,7 +193,7 @@ func TestUpgradeV1KeepsEveryRowsState(t *testing.T) {
 	if err := postgres.UpgradeV1(ctx, pool, spec); !errors.Is(err, postgres.ErrConfig) {
 		t.Fatalf("second UpgradeV1: %v; want ErrConfig (nothing to upgrade)", err)
 	}
-	job := newSource(t, pool, postgres.Config{ServerID: "s"}).Claim(func(context.Context, dataflowShard, Order) error { return nil })
+	job := newSource(t, pool, postgres.Config{}).Claim(func(context.Context, dataflowShard, Order) error { return nil })
 	got, err := job.Fetch(ctx, shard(0, 1, 1000, 1))
 	if err != nil || len(got) != 30 {
 		t.Fatalf("Fetch after UpgradeV1 = %d rows, %v; want the 30 pending ones", len(got), err)

@@ -21,7 +21,7 @@ func newEvents(t testing.TB, pool *pgxpool.Pool, n int) *postgres.Source[Order] 
 		t.Fatal(err)
 	}
 	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
-	return newSource(t, pool, postgres.Config{Table: spec, ServerID: "s"})
+	return newSource(t, pool, postgres.Config{Table: spec})
 }
 
 // drain runs fetch/process rounds for item until a fetch is empty, with

@@ -41,7 +41,7 @@ var _ dataflow.BatchJob[Row[int]] = (*ClaimJob[int])(nil)
 // Fetch waits out the item's backoff step if a statement error opened
 // one, checks ownership (on the item's first fetch under this epoch, then
 // at most every min(Lease/4, 30s)), reclaims the item's rows held by a claimer other
-// than (ServerID, shard.Epoch) or older than Lease (a row past MaxAttempts
+// than (shard.ServerID, shard.Epoch) or older than Lease (a row past MaxAttempts
 // becomes 'failed') when the fetch scans from the item's range start (the
 // first fetch of a run, or after a short fetch) or at most every
 // min(Lease/4, 30s) otherwise, then claims up to shard.FetchCount pending
@@ -56,7 +56,7 @@ func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T]
 		return nil, nil
 	}
 	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
-	// Claims carry (ServerID, epoch) and a newer owner's sweep takes a
+	// Claims carry (shard.ServerID, epoch) and a newer owner's sweep takes a
 	// stale owner's claims back at once, so the check with the
 	// coordinator (a sync and a read on ZooKeeper) only narrows the window
 	// of duplicate work: once per run and item, then every reclaimEvery,
@@ -99,9 +99,9 @@ func (j *ClaimJob[T]) claim(ctx context.Context, shard dataflow.Shard, ck cursor
 		sweep := j.cursors.reclaimDue(ck, pos.atStart(), time.Now(), s.reclaimEvery())
 		b := &pgx.Batch{}
 		if sweep {
-			b.Queue(s.sql.reclaim, lo, hi, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
+			b.Queue(s.sql.reclaim, lo, hi, owner(shard), shard.Epoch, s.cfg.MaxAttempts, s.cfg.Lease.Seconds())
 		}
-		b.Queue(s.sql.claim, lo, hi, shard.FetchCount-len(*out), s.cfg.ServerID, shard.Epoch, pos.bucket, pos.key)
+		b.Queue(s.sql.claim, lo, hi, shard.FetchCount-len(*out), owner(shard), shard.Epoch, pos.bucket, pos.key)
 		br := s.cfg.Pool.SendBatch(ctx, b)
 		var reclaimed int64
 		if sweep {
@@ -144,7 +144,7 @@ func (j *ClaimJob[T]) claim(ctx context.Context, shard dataflow.Shard, ck cursor
 // successes done, the row failures (see Classify) failed and the rows that
 // could not be read (Row.Err: set aside, 'failed' at once with their
 // ReadError, never handed to the ProcessFunc) in one round trip, guarded by
-// this claim (claimed_by = ServerID and claim_epoch = shard.Epoch), so a
+// this claim (claimed_by = shard.ServerID and claim_epoch = shard.Epoch), so a
 // row reclaimed meanwhile keeps its newer state. Rows not processed because
 // ctx ended are released to 'pending' without counting an attempt; so are
 // the row whose function returned a statement error and the rows after it,
@@ -197,20 +197,20 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 		b := &pgx.Batch{}
 		var doneTag *int64
 		if len(done) > 0 {
-			b.Queue(s.sql.done, done, s.cfg.ServerID, shard.Epoch).Exec(func(ct pgconn.CommandTag) error {
+			b.Queue(s.sql.done, done, owner(shard), shard.Epoch).Exec(func(ct pgconn.CommandTag) error {
 				n := ct.RowsAffected()
 				doneTag = &n
 				return nil
 			})
 		}
 		if len(failed) > 0 {
-			b.Queue(s.sql.fail, failed, errs, s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts)
+			b.Queue(s.sql.fail, failed, errs, owner(shard), shard.Epoch, s.cfg.MaxAttempts)
 		}
 		if len(released) > 0 {
-			b.Queue(s.sql.release, released, s.cfg.ServerID, shard.Epoch)
+			b.Queue(s.sql.release, released, owner(shard), shard.Epoch)
 		}
 		if len(aside) > 0 {
-			b.Queue(s.sql.setAside, aside, asideErrs, s.cfg.ServerID, shard.Epoch)
+			b.Queue(s.sql.setAside, aside, asideErrs, owner(shard), shard.Epoch)
 		}
 		if b.Len() == 0 {
 			return nil

@@ -14,7 +14,7 @@ func TestClaimGivesEachItemDisjointRowsOfItsBuckets(t *testing.T) {
 	ctx := testCtx(t)
 	const rows, total = 5000, 4
 	newOrders(t, pool, rows)
-	src := newSource(t, pool, postgres.Config{ServerID: "s1"})
+	src := newSource(t, pool, postgres.Config{})
 	job := src.Claim(func(context.Context, dataflowShard, Order) error { return nil })
 	seen := map[int64]int{}
 	for item := range total {
@@ -47,7 +47,7 @@ func TestClaimGivesEachItemDisjointRowsOfItsBuckets(t *testing.T) {
 	if len(seen) != rows {
 		t.Fatalf("claimed %d distinct rows; want %d", len(seen), rows)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_claimed_by = 's1' AND shardflow_attempts = 1`); n != rows {
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_claimed_by = 's' AND shardflow_attempts = 1`); n != rows {
 		t.Fatalf("done rows = %d; want %d", n, rows)
 	}
 }
@@ -56,7 +56,7 @@ func TestClaimSkipsRowsLockedByAnotherClaimer(t *testing.T) {
 	pool := newDB(t)
 	ctx := testCtx(t)
 	newOrders(t, pool, 100)
-	a := newSource(t, pool, postgres.Config{ServerID: "a"}).Claim(nil)
+	a := newSource(t, pool, postgres.Config{}).Claim(nil)
 	// Another transaction (an overlapping owner) holds rows 1..10.
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -85,15 +85,16 @@ func TestClaimDoneMarksAreGuardedByTheClaim(t *testing.T) {
 	ctx := testCtx(t)
 	newOrders(t, pool, 50)
 	var staleRan, freshRan int
-	stale := newSource(t, pool, postgres.Config{ServerID: "old"}).Claim(func(context.Context, dataflowShard, Order) error { staleRan++; return nil })
-	fresh := newSource(t, pool, postgres.Config{ServerID: "new"}).Claim(func(context.Context, dataflowShard, Order) error { freshRan++; return nil })
+	stale := newSource(t, pool, postgres.Config{}).Claim(func(context.Context, dataflowShard, Order) error { staleRan++; return nil })
+	fresh := newSource(t, pool, postgres.Config{}).Claim(func(context.Context, dataflowShard, Order) error { freshRan++; return nil })
 
-	oldRows, err := stale.Fetch(ctx, shard(0, 1, 100, 1))
+	onOld, onNew := on("old", shard(0, 1, 100, 1)), on("new", shard(0, 1, 100, 2))
+	oldRows, err := stale.Fetch(ctx, onOld)
 	if err != nil || len(oldRows) != 50 {
 		t.Fatalf("stale Fetch = %d rows, %v", len(oldRows), err)
 	}
 	// The item moves to "new" at epoch 2: its first fetch reclaims the old claims.
-	newRows, err := fresh.Fetch(ctx, shard(0, 1, 100, 2))
+	newRows, err := fresh.Fetch(ctx, onNew)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,13 +102,13 @@ func TestClaimDoneMarksAreGuardedByTheClaim(t *testing.T) {
 		t.Fatalf("new owner claimed %d rows; want the 50 reclaimed ones", len(newRows))
 	}
 	// The stale claimer finishes late: its marks must change nothing.
-	if _, err := stale.ProcessBatch(ctx, shard(0, 1, 100, 1), oldRows); err != nil {
+	if _, err := stale.ProcessBatch(ctx, onOld, oldRows); err != nil {
 		t.Fatal(err)
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'claimed' AND shardflow_claimed_by = 'new' AND shardflow_claim_epoch = 2`); n != 50 {
 		t.Fatalf("rows still claimed by the new owner = %d; want 50", n)
 	}
-	if n, err := fresh.ProcessBatch(ctx, shard(0, 1, 100, 2), newRows); err != nil || n != 50 {
+	if n, err := fresh.ProcessBatch(ctx, onNew, newRows); err != nil || n != 50 {
 		t.Fatalf("fresh ProcessBatch = %d, %v", n, err)
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_claimed_by = 'new'`); n != 50 {
@@ -122,7 +123,7 @@ func TestClaimReclaimsAnExpiredLeaseOfTheSameServer(t *testing.T) {
 	pool := newDB(t)
 	ctx := testCtx(t)
 	newOrders(t, pool, 20)
-	job := newSource(t, pool, postgres.Config{ServerID: "s"}).Claim(func(context.Context, dataflowShard, Order) error { return nil })
+	job := newSource(t, pool, postgres.Config{}).Claim(func(context.Context, dataflowShard, Order) error { return nil })
 	first, err := job.Fetch(ctx, shard(0, 1, 100, 7))
 	if err != nil || len(first) != 20 {
 		t.Fatalf("Fetch = %d, %v", len(first), err)
@@ -155,7 +156,7 @@ func TestClaimPoisonRowFailsAfterMaxAttemptsAndOthersGoOn(t *testing.T) {
 	ctx := testCtx(t)
 	newOrders(t, pool, 30)
 	calls := map[int64]int{}
-	job := newSource(t, pool, postgres.Config{ServerID: "s", MaxAttempts: 3}).Claim(
+	job := newSource(t, pool, postgres.Config{MaxAttempts: 3}).Claim(
 		func(_ context.Context, _ dataflowShard, o Order) error {
 			calls[o.ID]++
 			if o.ID == 17 {
@@ -196,7 +197,7 @@ func TestClaimReleasesUnprocessedRowsOnCancel(t *testing.T) {
 	newOrders(t, pool, 10)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	processed := 0
-	job := newSource(t, pool, postgres.Config{ServerID: "s"}).Claim(func(context.Context, dataflowShard, Order) error {
+	job := newSource(t, pool, postgres.Config{}).Claim(func(context.Context, dataflowShard, Order) error {
 		processed++
 		if processed == 4 {
 			cancel() // ownership lost mid-batch
@@ -222,7 +223,7 @@ func TestClaimReleasesUnprocessedRowsOnCancel(t *testing.T) {
 func TestClaimFetchRefusesWhenOwnershipIsLost(t *testing.T) {
 	pool := newDB(t)
 	newOrders(t, pool, 10)
-	job := newSource(t, pool, postgres.Config{ServerID: "s"}).Claim(nil)
+	job := newSource(t, pool, postgres.Config{}).Claim(nil)
 	notOwner := errors.New("not owner")
 	s := shard(0, 1, 10, 1).WithFence(func(context.Context) error { return notOwner })
 	got, err := job.Fetch(testCtx(t), s)

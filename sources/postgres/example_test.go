@@ -26,7 +26,7 @@ func Example_transactional() {
 	if err := postgres.Migrate(ctx, pool, spec); err != nil {
 		log.Fatal(err)
 	}
-	src, err := postgres.NewSource[Order](ctx, postgres.Config{Pool: pool, Table: spec, ServerID: "pod-1"})
+	src, err := postgres.NewSource[Order](ctx, postgres.Config{Pool: pool, Table: spec})
 	if err != nil {
 		log.Fatal(err) // names the missing table, column or field
 	}

@@ -29,7 +29,7 @@ func TestListAndRequeueFailedRowsWhileAWorkerRuns(t *testing.T) {
 	const held = first + more/2
 	var mu sync.Mutex
 	calls := map[int64]int{}
-	src := newSource(t, pool, postgres.Config{ServerID: "w1", MaxAttempts: 1})
+	src := newSource(t, pool, postgres.Config{MaxAttempts: 1})
 	job := src.Claim(func(ctx context.Context, _ dataflowShard, o Order) error {
 		mu.Lock()
 		calls[o.ID]++

@@ -135,7 +135,7 @@ func TestPoisonRowSeenFailingThenSetAside(t *testing.T) {
 	pool := newDB(t)
 	const rows = 200
 	newOrders(t, pool, rows)
-	src := newSource(t, pool, postgres.Config{ServerID: "w1", Lease: time.Second, MaxAttempts: 2, Logger: slog.New(slog.DiscardHandler)})
+	src := newSource(t, pool, postgres.Config{Lease: time.Second, MaxAttempts: 2, Logger: slog.New(slog.DiscardHandler)})
 	job := src.Claim(func(_ context.Context, _ dataflowShard, o Order) error {
 		if o.ID == 13 {
 			panic("poison order 13")
@@ -196,7 +196,7 @@ func TestDroppedTableSeenFailingForConsecutiveRuns(t *testing.T) {
 	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
 	dropped := make(chan struct{})
 	var batches atomic.Int64
-	src := newSource(t, pool, postgres.Config{ServerID: "w1", MaxBackoff: 500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	src := newSource(t, pool, postgres.Config{MaxBackoff: 500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	job := src.Transactional(func(ctx context.Context, tx pgx.Tx, s dataflowShard, orders []Order) error {
 		if batches.Add(1) == 3 {
 			// Mid-run: drop the table from another connection once

@@ -108,7 +108,13 @@ func startNode(t *testing.T, cfg dataflow.NodeConfig, jcfg dataflow.JobConfig, j
 type dataflowShard = dataflow.Shard
 
 func shard(item, total, fetch int, epoch int64) dataflow.Shard {
-	return dataflow.Shard{JobName: "job", Item: item, Total: total, FetchCount: fetch, Epoch: epoch}
+	return dataflow.Shard{JobName: "job", ServerID: "s", Item: item, Total: total, FetchCount: fetch, Epoch: epoch}
+}
+
+// on returns s as run on server id.
+func on(id string, s dataflow.Shard) dataflow.Shard {
+	s.ServerID = id
+	return s
 }
 
 func testCtx(t testing.TB) context.Context {

@@ -24,14 +24,14 @@ func TestTransactionalAndCheckpointFetchOnlyTheItemsBuckets(t *testing.T) {
 	ctx := testCtx(t)
 	newOrders(t, pool, 3000)
 	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
-	txJob := newSource(t, pool, postgres.Config{ServerID: "s"}).Transactional(writeEffects)
+	txJob := newSource(t, pool, postgres.Config{}).Transactional(writeEffects)
 	exec(t, pool, `CREATE TABLE events (id bigint PRIMARY KEY, payload text NOT NULL)`)
 	exec(t, pool, `INSERT INTO events SELECT g, 'e' || g FROM generate_series(1, 3000) g`)
 	spec := postgres.TableSpec{Table: "events", ReadOnly: true}
 	if err := postgres.Migrate(ctx, pool, spec); err != nil {
 		t.Fatal(err)
 	}
-	cpJob := newSource(t, pool, postgres.Config{Table: spec, ServerID: "s"}).Checkpoint(
+	cpJob := newSource(t, pool, postgres.Config{Table: spec}).Checkpoint(
 		func(context.Context, pgx.Tx, dataflowShard, []Order) error { return nil })
 	const total = 5
 	seenTx, seenCp := map[int64]bool{}, map[int64]bool{}
@@ -67,8 +67,8 @@ func TestClaimFindsAClaimAbandonedBehindItsCursor(t *testing.T) {
 	pool := newDB(t)
 	ctx := testCtx(t)
 	newOrders(t, pool, 100)
-	job := newSource(t, pool, postgres.Config{ServerID: "a"}).Claim(func(context.Context, dataflowShard, Order) error { return nil })
-	s := shard(0, 1, 10, 3)
+	job := newSource(t, pool, postgres.Config{}).Claim(func(context.Context, dataflowShard, Order) error { return nil })
+	s := on("a", shard(0, 1, 10, 3))
 	first, err := job.Fetch(ctx, s)
 	if err != nil || len(first) != 10 {
 		t.Fatalf("Fetch = %d, %v", len(first), err)

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardflow/shardflow/dataflow"
 )
 
 // Config configures a Source. Zero fields take the stated defaults.
@@ -22,10 +24,6 @@ type Config struct {
 	Pool *pgxpool.Pool
 	// Table names the table, its key and the columns scanned into T.
 	Table TableSpec
-	// ServerID is written to claimed_by: in claim mode it guards the done
-	// marks, in the other modes it records who committed. Use the Node's
-	// ServerID. Default: hostname:pid.
-	ServerID string
 	// Lease is how long a claim (claim mode) is honoured before the item's
 	// owner reclaims the row, whoever claimed it. Claims by another server
 	// or another epoch are reclaimed at once. Default 5m.
@@ -97,10 +95,6 @@ func NewSource[T any](ctx context.Context, cfg Config) (*Source[T], error) {
 	cfg.Table = cfg.Table.withDefaults()
 	if err := cfg.Table.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.ServerID == "" {
-		h, _ := os.Hostname()
-		cfg.ServerID = h + ":" + strconv.Itoa(os.Getpid())
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = 5 * time.Minute
@@ -291,3 +285,20 @@ func values[T any](rows []Row[T]) []T {
 
 // bucketOf is the generated column's formula, in Go.
 func bucketOf(key int64) int { return int(((key % NumBuckets) + NumBuckets) % NumBuckets) }
+
+// fallbackOwner is claimed_by for a Shard without a ServerID (one built by
+// hand rather than by a Node): this process, hostname:pid.
+var fallbackOwner = func() string {
+	h, _ := os.Hostname()
+	return h + ":" + strconv.Itoa(os.Getpid())
+}()
+
+// owner is the server id written to claimed_by for shard: the Node's
+// (Shard.ServerID), which in claim mode guards the done marks and in the
+// other modes records who committed.
+func owner(shard dataflow.Shard) string {
+	if shard.ServerID != "" {
+		return shard.ServerID
+	}
+	return fallbackOwner
+}

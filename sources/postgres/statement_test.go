@@ -70,7 +70,7 @@ func TestMistypedSinkBurnsNoRow(t *testing.T) {
 	exec(t, pool, `CREATE TABLE settlements (order_id bigint NOT NULL)`)
 	logs := newErrorLog()
 	logger := slog.New(logs)
-	src := newSource(t, pool, postgres.Config{ServerID: "w1", MaxBackoff: time.Second, Logger: logger})
+	src := newSource(t, pool, postgres.Config{MaxBackoff: time.Second, Logger: logger})
 
 	srv := memstore.NewServer()
 	st := srv.Connect()
@@ -153,7 +153,7 @@ func TestClaimStatementErrorReleasesTheBatchAndDataErrorsCount(t *testing.T) {
 		defer mu.Unlock()
 		reports = append(reports, err)
 	})
-	job := newSource(t, pool, postgres.Config{ServerID: "s", Logger: slog.New(newErrorLog())}).Claim(
+	job := newSource(t, pool, postgres.Config{Logger: slog.New(newErrorLog())}).Claim(
 		func(ctx context.Context, _ dataflowShard, o Order) error {
 			if o.ID == 7 {
 				_, err := pool.Exec(ctx, `SELECT 1 / 0`)

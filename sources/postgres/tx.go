@@ -184,7 +184,7 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
 	var locked []int64
-	rows, err := tx.Query(ctx, s.sql.lockDone, keys(items), lo, hi, s.cfg.ServerID, shard.Epoch)
+	rows, err := tx.Query(ctx, s.sql.lockDone, keys(items), lo, hi, owner(shard), shard.Epoch)
 	if err == nil {
 		locked, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 	}
@@ -230,7 +230,7 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 func (j *TxJob[T]) recordFailure(ctx context.Context, shard dataflow.Shard, key int64, perr error) error {
 	s := j.src
 	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.sql.txFail, key, perr.Error(), s.cfg.ServerID, shard.Epoch, s.cfg.MaxAttempts); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.txFail, key, perr.Error(), owner(shard), shard.Epoch, s.cfg.MaxAttempts); err != nil {
 			return err
 		}
 		return FenceTx(ctx, tx, shard)
@@ -262,7 +262,7 @@ func (j *TxJob[T]) setAside(ctx context.Context, shard dataflow.Shard, items []R
 	}
 	lo, hi, _ := BucketRange(shard.Item, shard.Total)
 	err := pgx.BeginFunc(ctx, s.cfg.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, s.sql.txSetAside, bad, errs, s.cfg.ServerID, shard.Epoch, lo, hi); err != nil {
+		if _, err := tx.Exec(ctx, s.sql.txSetAside, bad, errs, owner(shard), shard.Epoch, lo, hi); err != nil {
 			return err
 		}
 		return FenceTx(ctx, tx, shard)

@@ -27,7 +27,7 @@ func TestTransactionalCommitsEffectsAndDoneMarksTogether(t *testing.T) {
 	ctx := testCtx(t)
 	newOrders(t, pool, 1000)
 	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
-	job := newSource(t, pool, postgres.Config{ServerID: "s"}).Transactional(writeEffects)
+	job := newSource(t, pool, postgres.Config{}).Transactional(writeEffects)
 	for item := range 3 {
 		for {
 			got, err := job.Fetch(ctx, shard(item, 3, 128, 4))
@@ -61,7 +61,7 @@ func TestTransactionalFencingRefusesAStaleEpoch(t *testing.T) {
 	ctx := testCtx(t)
 	newOrders(t, pool, 10)
 	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
-	job := newSource(t, pool, postgres.Config{ServerID: "stale"}).Transactional(writeEffects)
+	job := newSource(t, pool, postgres.Config{}).Transactional(writeEffects)
 	got, err := job.Fetch(ctx, shard(0, 1, 10, 3))
 	if err != nil || len(got) != 10 {
 		t.Fatalf("Fetch = %d, %v", len(got), err)
@@ -109,10 +109,10 @@ func TestTransactionalOverlappingOwnersProduceNoDuplicateEffects(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for _, id := range []string{"a", "b"} {
-		job := newSource(t, pool, postgres.Config{ServerID: id}).Transactional(writeEffects)
+		job := newSource(t, pool, postgres.Config{}).Transactional(writeEffects)
 		wg.Go(func() {
 			for {
-				got, err := job.Fetch(ctx, shard(0, 1, 200, 1))
+				got, err := job.Fetch(ctx, on(id, shard(0, 1, 200, 1)))
 				if err != nil {
 					errs <- err
 					return
@@ -124,7 +124,7 @@ func TestTransactionalOverlappingOwnersProduceNoDuplicateEffects(t *testing.T) {
 				for part := range 4 {
 					slice := got[part*len(got)/4 : (part+1)*len(got)/4]
 					inner.Go(func() {
-						if _, err := job.ProcessBatch(ctx, shard(0, 1, 200, 1), slice); err != nil {
+						if _, err := job.ProcessBatch(ctx, on(id, shard(0, 1, 200, 1)), slice); err != nil {
 							errs <- err
 						}
 					})
@@ -154,7 +154,7 @@ func TestTransactionalPoisonRowFailsAndTheOthersCommit(t *testing.T) {
 	ctx := testCtx(t)
 	newOrders(t, pool, 40)
 	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
-	job := newSource(t, pool, postgres.Config{ServerID: "s", MaxAttempts: 3}).Transactional(
+	job := newSource(t, pool, postgres.Config{MaxAttempts: 3}).Transactional(
 		func(ctx context.Context, tx pgx.Tx, s dataflowShard, items []Order) error {
 			for _, o := range items {
 				if o.ID == 23 {

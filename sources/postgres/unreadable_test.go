@@ -176,7 +176,7 @@ func drainBills(t *testing.T, fixed bool, fetch func() ([]postgres.Row[Bill], er
 
 func billSource(t *testing.T, pool *pgxpool.Pool, spec postgres.TableSpec, logs *warnLog) *postgres.Source[Bill] {
 	t.Helper()
-	src, err := postgres.NewSource[Bill](context.Background(), postgres.Config{Pool: pool, Table: spec, ServerID: "s", Logger: slog.New(logs)})
+	src, err := postgres.NewSource[Bill](context.Background(), postgres.Config{Pool: pool, Table: spec, Logger: slog.New(logs)})
 	if err != nil {
 		t.Fatal(err)
 	}

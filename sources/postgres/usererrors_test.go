@@ -52,7 +52,7 @@ func TestRowWhoseCallTimesOut(t *testing.T) {
 			pool := newDB(t)
 			ctx := testCtx(t)
 			newOrders(t, pool, 10)
-			job := newSource(t, pool, postgres.Config{ServerID: "s", MaxAttempts: 1, MaxBackoff: time.Second}).Claim(
+			job := newSource(t, pool, postgres.Config{MaxAttempts: 1, MaxBackoff: time.Second}).Claim(
 				func(ctx context.Context, _ dataflowShard, o Order) error { return tc.mark(call(ctx, o)) })
 			got, err := job.Fetch(ctx, shard(0, 1, 10, 1))
 			if err != nil || len(got) != 10 {
