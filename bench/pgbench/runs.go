@@ -33,8 +33,8 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 		return result{}, err
 	}
 	var jobs []dataflow.BatchJob[postgres.Row[workRow]]
-	for _, id := range []string{"server-a", "server-b"} {
-		src, err := postgres.NewSource[workRow](ctx, postgres.Config{Pool: pool, ServerID: id,
+	for range 2 { // one source per server; claimed_by is each Node's Shard.ServerID
+		src, err := postgres.NewSource[workRow](ctx, postgres.Config{Pool: pool,
 			Table: postgres.TableSpec{Table: "work", Columns: []string{"id", "payload"}}})
 		if err != nil {
 			return result{}, err
