@@ -72,7 +72,7 @@ func work(ctx context.Context, pool *pgxpool.Pool, serverID string, items int) e
 		return errors.New("work: --server-id is required, one per process (w1, w2, ...)")
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	src, err := postgres.NewSource[Invoice](ctx, postgres.Config{Pool: pool, Table: invoices, ServerID: serverID, Logger: logger})
+	src, err := postgres.NewSource[Invoice](ctx, postgres.Config{Pool: pool, Table: invoices, Logger: logger})
 	if err != nil {
 		return err
 	}
