@@ -157,6 +157,19 @@ func decodeFailing(groups []failingJSON) (map[int]itemFailure, error) {
 	return out, nil
 }
 
+// keepFailing forgets the failing state of items not among items (a
+// normal Begin's): an item that moved away and comes back later starts
+// its count again, rather than showing a count from before.
+func (j *job) keepFailing(items []int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for it := range j.failing {
+		if _, ok := slices.BinarySearch(items, it); !ok {
+			delete(j.failing, it)
+		}
+	}
+}
+
 // failingOf returns the job's failing items in memory, for a record of
 // items (nil when none of them fails).
 func (j *job) failingOf(items []int) map[int]itemFailure {

@@ -325,6 +325,7 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 	if len(items) > 0 {
 		tail = append(tail, intent{kind: opSet, rel: relServer(j.id, nStatus), data: []byte(statusRunning)})
 		if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
+			j.keepFailing(rec.Items)
 			rec.Failing = j.failingOf(rec.Items)
 			tail = append(tail, intent{kind: opPut, rel: relServer(j.id, nRun), data: encodeRunRecord(rec)})
 			if monitor {
