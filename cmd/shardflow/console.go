@@ -44,7 +44,7 @@ type consoleOptions struct {
 	history HistorySection
 	// historyReader, when set, serves GET /api/v1/jobs/{job}/history.
 	historyReader history.Reader
-	logger  *slog.Logger
+	logger        *slog.Logger
 }
 
 // consoleServer serves the console: server-rendered pages (html/template,
