@@ -27,7 +27,7 @@ func TestNodeHistoryOnPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	buf, st, err := pghistory.NewRecorder(ctx, pghistory.Config{Pool: pool}, history.BufferConfig{FlushInterval: 10 * time.Millisecond})
+	buf, st, err := pghistory.NewBuffer(ctx, pghistory.Config{Pool: pool}, history.BufferConfig{FlushInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

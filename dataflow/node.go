@@ -86,9 +86,10 @@ type NodeConfig struct {
 	// SpanRun); the contexts given to Fetch and Process carry them, so the
 	// user's own spans nest underneath. Default nil: no tracing.
 	TracerProvider trace.TracerProvider
-	// TestSignals is for shardflow's own tests (coord.RegistryConfig's);
-	// its type is internal. Leave it nil.
-	TestSignals *testsignal.Coord
+
+	// testSignals is for shardflow's own tests (coord.RegistryConfig's);
+	// tests outside this package set it with testsignal.WithNodeSignals.
+	testSignals *testsignal.Coord
 }
 
 // Node hosts many dataflow jobs in one process: one coordination session
@@ -179,7 +180,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, logger: cfg.Logger, st: cfg.Store, jobs: map[string]*hostedJob{}}
-	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", Logger: cfg.Logger, TestSignals: cfg.TestSignals})
+	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", Logger: cfg.Logger, TestSignals: cfg.testSignals})
 	if err != nil {
 		return nil, fmt.Errorf("dataflow: NewNode: %w", err)
 	}

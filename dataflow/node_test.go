@@ -300,7 +300,7 @@ func clusterWith(t *testing.T, srv *memstore.Server, ns string, count int, sig *
 	for i := range count {
 		sess := srv.Connect(memstore.WithSessionTimeout(2 * time.Second))
 		t.Cleanup(func() { _ = sess.Close() })
-		n, err := NewNode(NodeConfig{Store: sess, Namespace: ns, ServerID: fmt.Sprintf("server-%d", i), TestSignals: sig})
+		n, err := NewNode(NodeConfig{Store: sess, Namespace: ns, ServerID: fmt.Sprintf("server-%d", i), testSignals: sig})
 		if err != nil {
 			t.Fatal(err)
 		}

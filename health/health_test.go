@@ -146,7 +146,7 @@ func TestReadinessFollowsTheStoreOnZooKeeper(t *testing.T) {
 	defer st.Close()
 	sig := testsignal.NewCoord()
 	ns := fmt.Sprintf("health-%d", time.Now().UnixNano())
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: ns, ServerID: "z1", Logger: quiet(), TestSignals: sig})
+	node, err := dataflow.NewNode(testsignal.WithNodeSignals(dataflow.NodeConfig{Store: st, Namespace: ns, ServerID: "z1", Logger: quiet()}, sig))
 	if err != nil {
 		t.Fatal(err)
 	}

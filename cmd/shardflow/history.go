@@ -165,7 +165,7 @@ func startHistoryRecorder(ctx context.Context, dsn string, logger *slog.Logger) 
 	if err != nil {
 		return nil, nil, fmt.Errorf("history database: %w", err)
 	}
-	buf, _, err := pghistory.NewRecorder(ctx, pghistory.Config{Pool: pool, Logger: logger}, history.BufferConfig{Logger: logger})
+	buf, _, err := pghistory.NewBuffer(ctx, pghistory.Config{Pool: pool, Logger: logger}, history.BufferConfig{Logger: logger})
 	if err != nil {
 		pool.Close()
 		return nil, nil, err

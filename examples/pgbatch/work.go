@@ -192,7 +192,7 @@ func startHistory(ctx context.Context, o workOptions, pool *pgxpool.Pool, logger
 	if !o.history {
 		return nil, func() {}, nil
 	}
-	buf, _, err := pghistory.NewRecorder(ctx, pghistory.Config{Pool: pool, Logger: logger}, history.BufferConfig{Logger: logger})
+	buf, _, err := pghistory.NewBuffer(ctx, pghistory.Config{Pool: pool, Logger: logger}, history.BufferConfig{Logger: logger})
 	if err != nil {
 		return nil, nil, fmt.Errorf("work: history: %w", err)
 	}

@@ -92,7 +92,7 @@ func work(ctx context.Context, pool *pgxpool.Pool, serverID string, items int) e
 	}
 	defer st.Close()
 	// Every item run recorded in shardflow_history (`shardflow history`).
-	rec, _, err := pghistory.NewRecorder(ctx, pghistory.Config{Pool: pool, Logger: logger}, history.BufferConfig{Logger: logger})
+	rec, _, err := pghistory.NewBuffer(ctx, pghistory.Config{Pool: pool, Logger: logger}, history.BufferConfig{Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -11,5 +11,5 @@
 //	...
 //	node.Stop(ctx); buf.Stop(ctx)                  // the Node first: its last runs are recorded
 //
-// NewRecorder does the middle three steps.
+// NewBuffer does the middle three steps.
 package pghistory

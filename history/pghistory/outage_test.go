@@ -59,7 +59,7 @@ func TestRecordingSurvivesStoppedPostgres(t *testing.T) {
 	pg.RequireControl(t)
 	pool := newPool(t, pg)
 	logs := &lockedBuf{}
-	buf, st, err := pghistory.NewRecorder(t.Context(), pghistory.Config{Pool: pool, Retention: -1},
+	buf, st, err := pghistory.NewBuffer(t.Context(), pghistory.Config{Pool: pool, Retention: -1},
 		history.BufferConfig{Size: 3, BatchSize: 1, FlushInterval: 20 * time.Millisecond, MaxRetryInterval: 200 * time.Millisecond,
 			WriteTimeout: 5 * time.Second, LogInterval: time.Hour, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {

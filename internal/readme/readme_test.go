@@ -37,7 +37,7 @@ var (
 	_ = dataflow.NewNode
 	_ = dataflowtest.ServerID
 	_ = history.BufferConfig{}
-	_ = pghistory.NewRecorder
+	_ = pghistory.NewBuffer
 	_ = sinkpg.CopyAppend
 	_ = postgres.Migrate
 )

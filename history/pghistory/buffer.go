@@ -7,11 +7,11 @@ import (
 	"github.com/shardflow/shardflow/history"
 )
 
-// NewRecorder is the usual setup in one call: a Store for cfg, its table
+// NewBuffer is the usual setup in one call: a Store for cfg, its table
 // migrated, and a started history.Buffer writing to it (buf's Writer is
 // set to the Store). Hand the Buffer to dataflow.NodeConfig.History and
 // Stop it after the Node. It returns the Store too, to read history back.
-func NewRecorder(ctx context.Context, cfg Config, buf history.BufferConfig) (*history.Buffer, *Store, error) {
+func NewBuffer(ctx context.Context, cfg Config, buf history.BufferConfig) (*history.Buffer, *Store, error) {
 	st, err := New(cfg)
 	if err != nil {
 		return nil, nil, err
