@@ -59,7 +59,7 @@ func TestGracefulStopTotalsEqualItemsProcessed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Trigger("endless"); err != nil {
+	if err := n.TriggerLocal("endless"); err != nil {
 		t.Fatal(err)
 	}
 	testwait.For(t, 30*time.Second, "the run under way", func() bool { return job.success.Load() > 1000 })

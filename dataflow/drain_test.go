@@ -69,7 +69,7 @@ func TestNodeStopDrains(t *testing.T) {
 			}
 			sig.Resharded.Wait(t, 20*time.Second, "the items spread over both servers", func(r testsignal.Resharded) bool { return len(r.Servers) == 2 })
 
-			if err := a.Trigger("drain"); err != nil {
+			if err := a.TriggerLocal("drain"); err != nil {
 				t.Fatal(err)
 			}
 			started := <-la.before
@@ -96,7 +96,7 @@ func TestNodeStopDrains(t *testing.T) {
 				err := a.Ready()
 				return errors.Is(err, ErrNotReady) && strings.Contains(err.Error(), "stopping")
 			})
-			if err := a.Trigger("drain"); !errors.Is(err, ErrNodeStopped) {
+			if err := a.TriggerLocal("drain"); !errors.Is(err, ErrNodeStopped) {
 				t.Fatalf("Trigger on a stopping Node: %v, want ErrNodeStopped", err)
 			}
 			adminSess := srv.Connect()
@@ -148,7 +148,7 @@ func TestNodeStopDrains(t *testing.T) {
 			}
 			// B's runs from now on: the operator's trigger (and any other
 			// queued) are normal runs over all 4 items, none a failover run.
-			if err := b.Trigger("drain"); err != nil {
+			if err := b.TriggerLocal("drain"); err != nil {
 				t.Fatal(err)
 			}
 			for {

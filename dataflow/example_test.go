@@ -62,7 +62,7 @@ func ExampleAddJob() {
 	if err := node.Start(ctx); err != nil {
 		panic(err)
 	}
-	if err := node.Trigger("cities"); err != nil {
+	if err := node.TriggerLocal("cities"); err != nil {
 		panic(err)
 	}
 	res := <-finished

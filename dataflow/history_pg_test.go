@@ -36,7 +36,7 @@ func TestNodeHistoryOnPostgres(t *testing.T) {
 	n, l := startNodeWithJob(t, NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "server-0", History: buf}, JobConfig{JobName: "fo", ShardingTotalCount: 2}, &itemJob{})
 	defer stopNode(t, n)
 	// Manual.
-	if err := n.Trigger("fo"); err != nil {
+	if err := n.TriggerLocal("fo"); err != nil {
 		t.Fatal(err)
 	}
 	l.next(t)

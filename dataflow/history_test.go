@@ -21,7 +21,7 @@ func TestNodeRecordsHistoryPerItem(t *testing.T) {
 	n, l := startNodeWithJob(t, NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "h-0", History: mem, Metrics: metrics},
 		JobConfig{JobName: "h", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}, failSome{})
 	defer stopNode(t, n)
-	if err := n.Trigger("h"); err != nil {
+	if err := n.TriggerLocal("h"); err != nil {
 		t.Fatal(err)
 	}
 	ev := l.next(t) // history is recorded before AfterRun

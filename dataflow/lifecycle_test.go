@@ -49,7 +49,7 @@ func startStubborn(t *testing.T, ctx context.Context, j *stubbornJob) (*Node, *m
 	if err := n.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Trigger("stubborn"); err != nil {
+	if err := n.TriggerLocal("stubborn"); err != nil {
 		t.Fatal(err)
 	}
 	<-j.started
@@ -111,7 +111,7 @@ func TestStartContextEndStopsNode(t *testing.T) {
 		}
 		cancel()
 		<-n.Stopped()
-		if err := n.Trigger("j"); !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
+		if err := n.TriggerLocal("j"); !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
 			t.Errorf("Trigger after Start's ctx ended = %v, want ErrNodeStopped or ErrNoJob", err)
 		}
 		admin := srv.Connect()

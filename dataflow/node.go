@@ -378,12 +378,13 @@ func (n *Node) detach(ctx context.Context, h *hostedJob, leave bool) error {
 	return nil
 }
 
-// Trigger runs the job on this server now, or right after its run in
-// progress (one pending trigger; more are coalesced). It does not block for
-// the run. It works before Start too (cron fires wait for Start). Errors:
-// ErrNoJob, ErrNodeStopped. To run a job on every server use
-// coord.Admin.Trigger.
-func (n *Node) Trigger(name string) error {
+// TriggerLocal runs the job on this server only, now or right after its
+// run in progress (one pending trigger; more are coalesced), over the items
+// this server owns. It does not block for the run. It works before Start
+// too (cron fires wait for Start). Errors: ErrNoJob, ErrNodeStopped. To
+// run a job on every server use TriggerAll (coord.Admin.Trigger,
+// `shardflow trigger`).
+func (n *Node) TriggerLocal(name string) error {
 	return n.sched.trigger(name, ReasonTrigger)
 }
 

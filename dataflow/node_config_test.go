@@ -40,7 +40,7 @@ func TestShardCarriesServerID(t *testing.T) {
 		job := serverJob{ids: make(chan string, 4)}
 		n, l := startNodeWithJob(t, NodeConfig{Store: memstore.NewServer().Connect(), ServerID: id},
 			JobConfig{JobName: "ids", ShardingTotalCount: 1}, job)
-		if err := n.Trigger("ids"); err != nil {
+		if err := n.TriggerLocal("ids"); err != nil {
 			t.Fatal(err)
 		}
 		l.next(t)

@@ -59,7 +59,7 @@ func TestNodeFailoverBesideBusyRun(t *testing.T) {
 	for len(owned) < 2 {
 		clear(owned)
 		for _, n := range nodes {
-			if err := n.Trigger("fobusy"); err != nil {
+			if err := n.TriggerLocal("fobusy"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -74,7 +74,7 @@ func TestNodeFailoverBesideBusyRun(t *testing.T) {
 	const crash, survivor = 1, 0
 	for i, n := range nodes {
 		jobs[i].block = true
-		if err := n.Trigger("fobusy"); err != nil {
+		if err := n.TriggerLocal("fobusy"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -63,7 +63,7 @@ func TestNodeLogsServerOnce(t *testing.T) {
 	if err := n.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Trigger("fails"); err != nil {
+	if err := n.TriggerLocal("fails"); err != nil {
 		t.Fatal(err)
 	}
 	timeout := time.After(10 * time.Second)

@@ -145,7 +145,7 @@ func TestNodeEmbeddedRunAndListeners(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-n.Started()
-	if err := n.Trigger("solo-job"); err != nil {
+	if err := n.TriggerLocal("solo-job"); err != nil {
 		t.Fatal(err)
 	}
 	ev := l.next(t)
@@ -161,7 +161,7 @@ func TestNodeEmbeddedRunAndListeners(t *testing.T) {
 	if got := n.Jobs(); !slices.Equal(got, []string{"solo-job"}) {
 		t.Fatalf("Jobs = %v", got)
 	}
-	if err := n.Trigger("nope"); !errors.Is(err, ErrNoJob) {
+	if err := n.TriggerLocal("nope"); !errors.Is(err, ErrNoJob) {
 		t.Fatalf("Trigger unknown: %v", err)
 	}
 	if err := n.RemoveJob(t.Context(), "solo-job"); err != nil {
@@ -264,7 +264,7 @@ func TestNodeErrorPolicyReturnReachesHook(t *testing.T) {
 	if err := n.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Trigger("fails"); err != nil {
+	if err := n.TriggerLocal("fails"); err != nil {
 		t.Fatal(err)
 	}
 	ev := l.next(t)
@@ -337,7 +337,7 @@ func TestNodeClusterShardsDisjointAndFailsOverOnStop(t *testing.T) {
 	runAll := func(live []int) map[int][]int {
 		t.Helper()
 		for _, i := range live {
-			if err := nodes[i].Trigger("shared"); err != nil {
+			if err := nodes[i].TriggerLocal("shared"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -394,7 +394,7 @@ func TestNodeClusterShardsDisjointAndFailsOverOnStop(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		for _, i := range []int{0, 1} {
-			if err := nodes[i].Trigger("shared"); err != nil {
+			if err := nodes[i].TriggerLocal("shared"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -445,7 +445,7 @@ func startBlockingRun(t *testing.T, n *Node) *itemJob {
 	if err := n.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Trigger("blocking"); err != nil {
+	if err := n.TriggerLocal("blocking"); err != nil {
 		t.Fatal(err)
 	}
 	testwait.Recv(t, 20*time.Second, "the blocking run to start", j.blocked)
@@ -494,7 +494,7 @@ func TestNodeReactsToOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.For(t, 30*time.Second, "the shut down job leaves the node", func() bool { return len(n.Jobs()) == 0 })
-	if err := n.Trigger("opjob"); !errors.Is(err, ErrNoJob) {
+	if err := n.TriggerLocal("opjob"); !errors.Is(err, ErrNoJob) {
 		t.Fatalf("Trigger after shutdown: %v, want ErrNoJob", err)
 	}
 }
@@ -536,7 +536,7 @@ func TestNodeOnceListenersRunOncePerRun(t *testing.T) {
 	waitSettled(t, srv, sig, "once", "oncejob", 3)
 	for round := 1; round <= 2; round++ {
 		for _, n := range nodes {
-			if err := n.Trigger("oncejob"); err != nil {
+			if err := n.TriggerLocal("oncejob"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -589,7 +589,7 @@ func TestNodeBatchJobAndLocalMisfire(t *testing.T) {
 	if err := n.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Trigger("batch"); err != nil {
+	if err := n.TriggerLocal("batch"); err != nil {
 		t.Fatal(err)
 	}
 	if ev := l.next(t); ev.res.Success != 15 || ev.res.Failure != 15 {
@@ -683,7 +683,7 @@ func TestNodeGracefulStopEndsWaitInBegin(t *testing.T) {
 			}
 		}()
 		// The leader starts a run that stays in progress.
-		if err := nodes[0].Trigger("w"); err != nil {
+		if err := nodes[0].TriggerLocal("w"); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -700,7 +700,7 @@ func TestNodeGracefulStopEndsWaitInBegin(t *testing.T) {
 			t.Fatal(err)
 		}
 		// server-1's run waits in Begin for the reshard.
-		if err := nodes[1].Trigger("w"); err != nil {
+		if err := nodes[1].TriggerLocal("w"); err != nil {
 			t.Fatal(err)
 		}
 		select {
@@ -773,7 +773,7 @@ func TestNodeFailoverToIdleServer(t *testing.T) {
 			}
 			// First round: the leader reshards, each server owns one item.
 			for _, n := range nodes {
-				if err := n.Trigger("fo"); err != nil {
+				if err := n.TriggerLocal("fo"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -789,7 +789,7 @@ func TestNodeFailoverToIdleServer(t *testing.T) {
 			// The crashing server runs its item and hangs in it; then its
 			// session ends, as when its process dies.
 			jobs[crash].block = true
-			if err := nodes[crash].Trigger("fo"); err != nil {
+			if err := nodes[crash].TriggerLocal("fo"); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -844,7 +844,7 @@ func TestNodeStatsAndMetrics(t *testing.T) {
 	n, l := startNodeWithJob(t, NodeConfig{Store: sess, Namespace: "stats", ServerID: "server-0", Metrics: metrics},
 		JobConfig{JobName: "m", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyIgnore}, failSome{})
 	defer stopNode(t, n)
-	if err := n.Trigger("m"); err != nil {
+	if err := n.TriggerLocal("m"); err != nil {
 		t.Fatal(err)
 	}
 	if ev := l.next(t); ev.res.Success != 2 || ev.res.Failure != 1 || ev.res.Err != nil {

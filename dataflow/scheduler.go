@@ -20,7 +20,7 @@ type Reason int
 const (
 	// ReasonCron: the job's cron schedule fired.
 	ReasonCron Reason = iota + 1
-	// ReasonTrigger: Node.Trigger or an operator's trigger.
+	// ReasonTrigger: Node.TriggerLocal, Node.TriggerAll or an operator's trigger.
 	ReasonTrigger
 	// ReasonMisfire: the catch-up run after triggers missed during a run.
 	ReasonMisfire

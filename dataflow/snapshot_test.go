@@ -96,7 +96,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 		hookErr <- err
 	})
 
-	if err := n.Trigger(job); err != nil {
+	if err := n.TriggerLocal(job); err != nil {
 		t.Fatal(err)
 	}
 	ls.next(t)
@@ -106,7 +106,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 	if got, want := log.take(), []string{"0/4=a", "1/4=b", "2/4=c", "3/4=d"}; !slices.Equal(got, want) {
 		t.Fatalf("shards of the run begun before the edit applied: %v, want %v (one snapshot)", got, want)
 	}
-	if err := n.Trigger(job); err != nil {
+	if err := n.TriggerLocal(job); err != nil {
 		t.Fatal(err)
 	}
 	ls.next(t)

@@ -27,7 +27,7 @@ func TestNodeRunsAgainAfterSuspension(t *testing.T) {
 		n, l := startNodeWithJob(t, NodeConfig{Store: sess, Namespace: "susp", ServerID: "server-0"},
 			JobConfig{JobName: "susp", ShardingTotalCount: 1}, job)
 		defer stopNode(t, n)
-		if err := n.Trigger("susp"); err != nil {
+		if err := n.TriggerLocal("susp"); err != nil {
 			t.Fatal(err)
 		}
 		<-job.started
@@ -40,7 +40,7 @@ func TestNodeRunsAgainAfterSuspension(t *testing.T) {
 		_ = l.next(t)
 
 		job.block = false
-		if err := n.Trigger("susp"); err != nil {
+		if err := n.TriggerLocal("susp"); err != nil {
 			t.Fatal(err)
 		}
 		ev := l.next(t)

@@ -60,7 +60,7 @@ func TestNodeTracing(t *testing.T) {
 			if err := n.Start(t.Context()); err != nil {
 				t.Fatal(err)
 			}
-			if err := n.Trigger("traced"); err != nil {
+			if err := n.TriggerLocal("traced"); err != nil {
 				t.Fatal(err)
 			}
 			if ev := l.next(t); ev.res.Success != 12 {

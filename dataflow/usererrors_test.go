@@ -24,7 +24,7 @@ func TestErrorHandlerSeesAndMarksErrors(t *testing.T) {
 	n, l := startNodeWithJob(t, NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "h", ErrorHandler: handler},
 		JobConfig{JobName: "marks", ShardingTotalCount: 3, ErrorPolicy: ErrorPolicyReturn}, failSome{})
 	defer stopNode(t, n)
-	if err := n.Trigger("marks"); err != nil {
+	if err := n.TriggerLocal("marks"); err != nil {
 		t.Fatal(err)
 	}
 	ev := l.next(t)

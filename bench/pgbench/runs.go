@@ -85,7 +85,7 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 		if err := nd.Start(ctx); err != nil {
 			return result{}, err
 		}
-		if err := nd.Trigger("bench"); err != nil {
+		if err := nd.TriggerLocal("bench"); err != nil {
 			return result{}, err
 		}
 	}

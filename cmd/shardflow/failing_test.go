@@ -53,7 +53,7 @@ func TestFailingItemShownEverywhere(t *testing.T) {
 		_ = sess.Close()
 	})
 	for runs := 1; runs <= 2; runs++ {
-		if err := node.Trigger("invoices"); err != nil {
+		if err := node.TriggerLocal("invoices"); err != nil {
 			t.Fatal(err)
 		}
 		testwait.For(t, 20*time.Second, "the run's failure counted", func() bool {

@@ -89,7 +89,7 @@ func run(ctx context.Context, cfg dataflow.JobConfig, opts []Options, addJob add
 	if err := n.Start(ctx); err != nil {
 		return res, fmt.Errorf("dataflowtest: %w", err)
 	}
-	if err := n.Trigger(cfg.JobName); err != nil {
+	if err := n.TriggerLocal(cfg.JobName); err != nil {
 		return res, fmt.Errorf("dataflowtest: %w", err)
 	}
 	select {

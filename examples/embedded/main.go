@@ -143,7 +143,7 @@ func run(once bool, listen string) (sum summary, err error) {
 	}()
 
 	if once {
-		if err := node.Trigger(cfg.JobName); err != nil {
+		if err := node.TriggerLocal(cfg.JobName); err != nil {
 			return sum, err
 		}
 		select {

@@ -86,7 +86,7 @@ func TestRecordingSurvivesStoppedPostgres(t *testing.T) {
 	}
 	runOnce := func() {
 		t.Helper()
-		if err := n.Trigger("j"); err != nil {
+		if err := n.TriggerLocal("j"); err != nil {
 			t.Fatal(err)
 		}
 		if res := testwait.Recv(t, 30*time.Second, "a run to finish", done); res.Success != 1 || res.Err != nil {

@@ -79,7 +79,7 @@ func TestMistypedSinkBurnsNoRow(t *testing.T) {
 	node := startNode(t, dataflow.NodeConfig{Store: st, ServerID: "w1", Logger: logger, Metrics: metrics},
 		dataflow.JobConfig{JobName: "settle", ShardingTotalCount: 1, FetchDataCount: 100, ConcurrentDataProcessThreadCount: 4, StreamingProcess: true},
 		src.Transactional(settle("settlementz")))
-	if err := node.Trigger("settle"); err != nil {
+	if err := node.TriggerLocal("settle"); err != nil {
 		t.Fatal(err)
 	}
 	// Three backoff steps: each batch of 100 rows runs as 4 slices, each
