@@ -13,9 +13,8 @@ import (
 // call (its transaction may have been applied, its reply lost) left on the
 // session must be written when the session is connected again. Owed so far:
 // the distribute-once barrier's withdrawals, clears and runner latch
-// releases (onceBarrier), the delete of a live marker left by a Begin or a
-// Complete whose transaction failed on the connection
-// (job.oweMarkerLeftover), and the completion of a run whose Complete
+// releases (onceBarrier), the run record and live marker left by a Begin or
+// a Complete whose transaction failed in flight (job.oweMarkerLeftover), and the completion of a run whose Complete
 // ended while its session was suspended (job.oweCompletion).
 //
 // pay must be idempotent and check what it deletes (versioned, owned by

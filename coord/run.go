@@ -356,7 +356,7 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 				// Applied, perhaps: the marker would stay on a session
 				// that resumes, with no run holding it, and hold every
 				// reshard until this server's next Begin.
-				j.oweMarkerLeftover(sid)
+				j.oweMarkerLeftover(sid, string(begin), epoch)
 			}
 		}
 		if errors.Is(err, store.ErrNodeExists) && live {
@@ -425,33 +425,78 @@ func ambiguous(st store.Store, err error) bool {
 	return lostConnection(st, err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
-// oweMarkerLeftover owes session sid the removal of this server's live
-// marker after a Begin's or a Complete's transaction failed on the
-// connection, once no run of this process holds the marker: the
-// transaction may have been applied (a Begin's reply lost) or not (a
-// Complete's delete not made), and the marker, an ephemeral of a session
-// that may resume, would hold the leader's reshard (firstRunning) until
-// this server's next Begin removed it (markerInTheWay), up to a cron
-// period later. Paid as soon as the session is connected again
-// (sessionDebt).
-func (j *job) oweMarkerLeftover(sid int64) {
+// oweMarkerLeftover owes session sid the settling of what a Begin's or a
+// Complete's transaction that failed on the connection, or whose ctx ended
+// in flight, may have left, once no run of this process holds the marker:
+// the transaction may have been applied (a Begin's reply lost, or its ctx
+// cancelled by a stop) or not (a Complete's write not made). Two things
+// are settled, in one transaction:
+//
+//   - the live marker, an ephemeral of a session that may resume, which
+//     would hold the leader's reshard (firstRunning) until this server's
+//     next Begin removed it (markerInTheWay), up to a cron period later;
+//   - the run record that transaction wrote (begin and epoch name it),
+//     still without a completion: no run of this process runs it (the
+//     Begin failed, or the run ended), and a record left incomplete when
+//     the marker goes (deleted here, or with the session at the process's
+//     exit) is what the leader's failover scan takes for a crashed run
+//     (findOrphans): a graceful stop whose Begin was cancelled in flight
+//     had its items failed over (examples/pgbatch's TestRollingRestart
+//     under load). It gets its completion time.
+//
+// Paid as soon as the session is connected again, and at a leave before
+// the server goes offline (sessionDebt).
+func (j *job) oweMarkerLeftover(sid int64, begin string, epoch int64) {
 	p := j.p.server(j.id, nRun, nLive)
-	j.owe(sid, "delete the live marker "+p+" no run holds", func(ctx context.Context) error {
-		ok, st, err := j.st.Exists(ctx, p)
-		if err != nil {
+	j.owe(sid, "settle the run record and live marker "+p+" no run holds", func(ctx context.Context) error {
+		for attempt := 0; ; attempt++ {
+			err := j.settleLeftover(ctx, sid, begin, epoch)
+			if attempt < 2 && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrBadVersion)) {
+				continue // changed between the reads and the write: look again
+			}
 			return err
 		}
-		// Only a marker of that session that no run of this process
-		// holds: a later Begin's marker is its run's.
-		if !ok || st.EphemeralOwner != sid || !j.markerLeftByEndedRun(st) {
-			return nil
-		}
-		if err := j.st.Delete(ctx, p, st.Version); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
-			return err
-		}
-		j.log.Info("removed the live marker left on this session by a Begin or Complete whose transaction failed on the connection", "job", j.jname)
-		return nil
 	})
+}
+
+// settleLeftover is oweMarkerLeftover's payment: the marker deleted if it
+// is session sid's and no run of this process holds it, and the run record
+// of the Begin at begin on the sharding node of Mzxid epoch completed if it
+// is still without a completion, both versioned, in one transaction.
+func (j *job) settleLeftover(ctx context.Context, sid int64, begin string, epoch int64) error {
+	marker, recPath := j.p.server(j.id, nRun, nLive), j.p.server(j.id, nRun)
+	ok, st, err := j.st.Exists(ctx, marker)
+	if err != nil {
+		return err
+	}
+	// A marker of another session, or one a run of this process holds (a
+	// later Begin's), belongs to that run, and so does the record then.
+	if ok && (st.EphemeralOwner != sid || !j.markerLeftByEndedRun(st)) {
+		return nil
+	}
+	var ops []store.Op
+	if ok {
+		ops = append(ops, &store.DeleteOp{Path: marker, Version: st.Version})
+	}
+	data, recSt, err := j.st.Get(ctx, recPath)
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return err
+	}
+	if err == nil {
+		rec, derr := decodeRunRecord(data)
+		if derr == nil && rec.Complete == "" && !rec.Queued && rec.Begin == begin && rec.Epoch == epoch {
+			rec.Complete = string(formatTime(j.reg.cfg.Now()))
+			ops = append(ops, &store.SetOp{Path: recPath, Data: encodeRunRecord(rec), Version: recSt.Version})
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if _, err := j.st.Multi(ctx, ops...); err != nil {
+		return err
+	}
+	j.log.Info("settled the run record and live marker left on this session by a Begin or Complete whose transaction failed in flight", "job", j.jname)
+	return nil
 }
 
 // undoBegin reverts the parts of a split Begin that were applied before a
@@ -1116,7 +1161,7 @@ func (r *run) complete(ctx context.Context, next time.Time, out RunOutcome) erro
 			j.releaseRun(r)
 			if cut && r.live {
 				// Owed once the run no longer holds the marker.
-				j.oweMarkerLeftover(r.session)
+				j.oweMarkerLeftover(r.session, r.begin, r.shardMzxid)
 			}
 		}
 	}()
