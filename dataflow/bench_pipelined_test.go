@@ -55,7 +55,7 @@ func (j *ioJob) Process(context.Context, Shard, int) error {
 
 func runIO(b *testing.B, j *ioJob, pipelined bool) time.Duration {
 	start := time.Now()
-	res := RunJob(context.Background(), j, shardsFor(1, ioFetch), PipelineConfig{
+	res := runJob(context.Background(), j, shardsFor(1, ioFetch), pipelineConfig{
 		Threads: ioThreads, Streaming: true, PipelinedFetch: pipelined,
 	})
 	d := time.Since(start)

@@ -63,11 +63,11 @@ func benchContext(b *testing.B) context.Context {
 	return ctx
 }
 
-// runEngineNoop runs 1M no-op items through RunJob and returns its time.
+// runEngineNoop runs 1M no-op items through runJob and returns its time.
 func runEngineNoop(b *testing.B, ctx context.Context, shards []Shard, pipelined bool) time.Duration {
 	j, c := newBenchJob(), &benchCounter{}
 	start := time.Now()
-	res := RunJob(ctx, j, shards, PipelineConfig{
+	res := runJob(ctx, j, shards, pipelineConfig{
 		Threads: benchThreads, Streaming: true, PipelinedFetch: pipelined, Counter: c,
 	})
 	d := time.Since(start)
@@ -91,7 +91,7 @@ func runPoolNoop(b *testing.B, ctx context.Context, shards []Shard, ahead bool) 
 	return d
 }
 
-// BenchmarkEngine runs 1M no-op items through RunJob (allocations and
+// BenchmarkEngine runs 1M no-op items through runJob (allocations and
 // profiles; the ratio to the baseline comes from BenchmarkEngineVsPool).
 func BenchmarkEngine(b *testing.B) {
 	shards, ctx := shardsFor(benchItems, benchFetch), benchContext(b)

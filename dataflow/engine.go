@@ -19,9 +19,9 @@ type Counter interface {
 	Add(success, failure int64)
 }
 
-// PipelineConfig configures one run of the pipeline engine (RunJob and
-// RunBatchJob). Zero fields take the stated defaults.
-type PipelineConfig struct {
+// pipelineConfig configures one run of the pipeline engine (runJob and
+// runBatchJob). Zero fields take the stated defaults.
+type pipelineConfig struct {
 	// JobName names the job in errors and logs.
 	JobName string
 	// Threads is the number of workers per shard item
@@ -78,7 +78,7 @@ type RunResult struct {
 	Duration time.Duration
 }
 
-// RunJob runs job over shards, the engine under Node: every shard item runs
+// runJob runs job over shards, the engine under Node: every shard item runs
 // concurrently in its own goroutine, which fetches up to shard.FetchCount
 // items and hands them to up to cfg.Threads workers, then, when streaming,
 // fetches again. It blocks until every shard item has finished.
@@ -91,19 +91,19 @@ type RunResult struct {
 // error of each shard item is kept and handled by cfg.ErrorPolicy. A panic
 // in Fetch or Process is recovered as a *PanicError: in Process it counts
 // one failure, in Fetch one failure and it ends that shard item's run.
-func RunJob[T any](ctx context.Context, job Job[T], shards []Shard, cfg PipelineConfig) RunResult {
+func runJob[T any](ctx context.Context, job Job[T], shards []Shard, cfg pipelineConfig) RunResult {
 	e := newEngine[T](cfg)
 	e.fetch = job.Fetch
 	e.job = job
 	return e.run(ctx, shards)
 }
 
-// RunBatchJob is RunJob for a BatchJob: each fetched batch is split into at
+// runBatchJob is runJob for a BatchJob: each fetched batch is split into at
 // most cfg.Threads contiguous slices of near-equal length, processed
 // concurrently by ProcessBatch. A slice counts succeeded successes and
 // len-succeeded failures; a non-nil error or a panic counts the whole slice
 // as failed.
-func RunBatchJob[T any](ctx context.Context, job BatchJob[T], shards []Shard, cfg PipelineConfig) RunResult {
+func runBatchJob[T any](ctx context.Context, job BatchJob[T], shards []Shard, cfg pipelineConfig) RunResult {
 	e := newEngine[T](cfg)
 	e.fetch = job.Fetch
 	e.batch = job
@@ -112,13 +112,13 @@ func RunBatchJob[T any](ctx context.Context, job BatchJob[T], shards []Shard, cf
 
 // engine is one run of the pipeline. Exactly one of job and batch is set.
 type engine[T any] struct {
-	cfg   PipelineConfig
+	cfg   pipelineConfig
 	fetch func(context.Context, Shard) ([]T, error)
 	job   Job[T]
 	batch BatchJob[T]
 }
 
-func newEngine[T any](cfg PipelineConfig) *engine[T] {
+func newEngine[T any](cfg pipelineConfig) *engine[T] {
 	if cfg.Threads <= 0 {
 		cfg.Threads = 2 * runtime.GOMAXPROCS(0)
 	}

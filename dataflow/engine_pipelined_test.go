@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// pipelined is the PipelineConfig of the pipelined-fetch tests.
-func pipelined(threads int) PipelineConfig {
-	return PipelineConfig{JobName: "j", Threads: threads, Streaming: true, PipelinedFetch: true, ErrorPolicy: ErrorPolicyReturn}
+// pipelined is the pipelineConfig of the pipelined-fetch tests.
+func pipelined(threads int) pipelineConfig {
+	return pipelineConfig{JobName: "j", Threads: threads, Streaming: true, PipelinedFetch: true, ErrorPolicy: ErrorPolicyReturn}
 }
 
 func TestPipelinedFetchOverlapsProcessing(t *testing.T) {
@@ -37,7 +37,7 @@ func TestPipelinedFetchOverlapsProcessing(t *testing.T) {
 			}
 			return nil
 		}
-		res := RunJob(t.Context(), j, shardsFor(1, 10), pipelined(threads))
+		res := runJob(t.Context(), j, shardsFor(1, 10), pipelined(threads))
 		if res.Err != nil || res.Success != 30 || j.fetches.Load() != 4 {
 			t.Fatalf("threads %d: success %d, fetches %d, err %v; want 30, 4 (3 batches and an empty one), nil",
 				threads, res.Success, j.fetches.Load(), res.Err)
@@ -70,7 +70,7 @@ func TestPipelinedFetchCountsLikeSequential(t *testing.T) {
 			var c sumCounter
 			cfg := pipelined(tt.thr)
 			cfg.Counter = &c
-			res := RunJob(t.Context(), j, shardsFor(tt.items, tt.fetch), cfg)
+			res := runJob(t.Context(), j, shardsFor(tt.items, tt.fetch), cfg)
 			if res.Success != tt.wantSuccess || res.Failure != tt.wantFailure {
 				t.Fatalf("counts = %d/%d, want %d/%d", res.Success, res.Failure, tt.wantSuccess, tt.wantFailure)
 			}
@@ -91,7 +91,7 @@ func TestPipelinedFetchBatchJob(t *testing.T) {
 	var c sumCounter
 	cfg := pipelined(3)
 	cfg.Counter = &c
-	res := RunBatchJob(t.Context(), j, shardsFor(2, 10), cfg)
+	res := runBatchJob(t.Context(), j, shardsFor(2, 10), cfg)
 	if res.Success != 190 || res.Failure != 0 || c.s.Load() != 190 {
 		t.Fatalf("counts = %d/%d (counter %d), want 190/0", res.Success, res.Failure, c.s.Load())
 	}
@@ -104,7 +104,7 @@ func TestPipelinedFetchKeepGoingStopsFetching(t *testing.T) {
 	var checks atomic.Int64
 	cfg := pipelined(2)
 	cfg.KeepGoing = func() bool { return checks.Add(1) < 3 }
-	res := RunJob(t.Context(), j, shardsFor(1, 5), cfg)
+	res := runJob(t.Context(), j, shardsFor(1, 5), cfg)
 	if res.Success != 15 || j.fetches.Load() != 3 {
 		t.Fatalf("success %d fetches %d, want 15 and 3", res.Success, j.fetches.Load())
 	}
@@ -120,7 +120,7 @@ func TestPipelinedFetchErrorAfterBatches(t *testing.T) {
 		}
 		return nil
 	}
-	res := RunJob(t.Context(), j, shardsFor(1, 10), pipelined(4))
+	res := runJob(t.Context(), j, shardsFor(1, 10), pipelined(4))
 	var ie *ItemError
 	if res.Success != 20 || j.fetches.Load() != 3 || !errors.As(res.Err, &ie) || ie.Op != "fetch" || !errors.Is(res.Err, errBoom) {
 		t.Fatalf("success %d, fetches %d, err %v; want 20, 3, a fetch ItemError wrapping errBoom", res.Success, j.fetches.Load(), res.Err)
@@ -138,7 +138,7 @@ func TestPipelinedFetchCancel(t *testing.T) {
 		return nil
 	}
 	done := make(chan RunResult)
-	go func() { done <- RunJob(ctx, j, shardsFor(1, 1000), pipelined(4)) }()
+	go func() { done <- runJob(ctx, j, shardsFor(1, 1000), pipelined(4)) }()
 	select {
 	case res := <-done:
 		// The cancel comes in the third batch; at most one batch more was
@@ -147,6 +147,6 @@ func TestPipelinedFetchCancel(t *testing.T) {
 			t.Fatalf("success %d, fetches %d after a cancel at item 2500; want 2500..4000 and at most 4", res.Success, j.fetches.Load())
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("RunJob did not return after cancel")
+		t.Fatal("runJob did not return after cancel")
 	}
 }

@@ -141,7 +141,7 @@ func TestRunJobCounting(t *testing.T) {
 				}
 			}
 			var c sumCounter
-			res := RunJob(t.Context(), j, shardsFor(tt.items, tt.fetch), PipelineConfig{
+			res := runJob(t.Context(), j, shardsFor(tt.items, tt.fetch), pipelineConfig{
 				JobName: "j", Threads: tt.threads, Streaming: tt.streaming, Counter: &c, ErrorPolicy: ErrorPolicyReturn,
 			})
 			if res.Success != tt.wantSuccess || res.Failure != tt.wantFailure {
@@ -181,7 +181,7 @@ func TestRunBatchJobSlicesAndCounting(t *testing.T) {
 				mu.Unlock()
 				return len(vs) - 1, nil // one failure per slice
 			}
-			res := RunBatchJob(t.Context(), j, shardsFor(1, tt.n), PipelineConfig{Threads: tt.threads})
+			res := runBatchJob(t.Context(), j, shardsFor(1, tt.n), pipelineConfig{Threads: tt.threads})
 			want := min(tt.n, tt.threads)
 			if len(slicesSeen) != want {
 				t.Fatalf("%d slices, want %d", len(slicesSeen), want)
@@ -234,7 +234,7 @@ func TestRunBatchJobErrorsFailWholeSlice(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			j := newMemJob(1, 10)
 			j.batch = func(_ context.Context, _ Shard, vs []int) (int, error) { return tt.batch(vs) }
-			res := RunBatchJob(t.Context(), j, shardsFor(1, 10), PipelineConfig{Threads: 2, ErrorPolicy: ErrorPolicyReturn})
+			res := runBatchJob(t.Context(), j, shardsFor(1, 10), pipelineConfig{Threads: 2, ErrorPolicy: ErrorPolicyReturn})
 			if res.Success != tt.wantSuccess || res.Failure != tt.wantFailure {
 				t.Fatalf("counts = %d/%d, want %d/%d", res.Success, res.Failure, tt.wantSuccess, tt.wantFailure)
 			}
@@ -254,7 +254,7 @@ func TestRunJobPanics(t *testing.T) {
 			}
 			return nil
 		}
-		res := RunJob(t.Context(), j, shardsFor(1, 20), PipelineConfig{Threads: 4, ErrorPolicy: ErrorPolicyReturn})
+		res := runJob(t.Context(), j, shardsFor(1, 20), pipelineConfig{Threads: 4, ErrorPolicy: ErrorPolicyReturn})
 		if res.Success != 19 || res.Failure != 1 {
 			t.Fatalf("counts = %d/%d, want 19/1", res.Success, res.Failure)
 		}
@@ -271,7 +271,7 @@ func TestRunJobPanics(t *testing.T) {
 			}
 			return nil
 		}
-		res := RunJob(t.Context(), j, shardsFor(2, 5), PipelineConfig{Threads: 2, Streaming: true, ErrorPolicy: ErrorPolicyReturn})
+		res := runJob(t.Context(), j, shardsFor(2, 5), pipelineConfig{Threads: 2, Streaming: true, ErrorPolicy: ErrorPolicyReturn})
 		if res.Success != 5 || res.Failure != 1 {
 			t.Fatalf("counts = %d/%d, want 5/1", res.Success, res.Failure)
 		}
@@ -288,7 +288,7 @@ func TestRunJobPanics(t *testing.T) {
 			}
 			return nil
 		}
-		res := RunJob(t.Context(), j, shardsFor(2, 5), PipelineConfig{Threads: 2, ErrorPolicy: ErrorPolicyReturn})
+		res := runJob(t.Context(), j, shardsFor(2, 5), pipelineConfig{Threads: 2, ErrorPolicy: ErrorPolicyReturn})
 		if res.Success != 5 || res.Failure != 0 || !errors.Is(res.Err, errBoom) {
 			t.Fatalf("counts = %d/%d err %v, want 5/0 and errBoom", res.Success, res.Failure, res.Err)
 		}
@@ -318,7 +318,7 @@ func TestRunJobErrorPolicies(t *testing.T) {
 				}
 				return errBoom
 			}
-			res := RunJob(t.Context(), j, shardsFor(2, 4), PipelineConfig{JobName: "pol", Threads: 2, ErrorPolicy: tt.policy, Logger: logger})
+			res := runJob(t.Context(), j, shardsFor(2, 4), pipelineConfig{JobName: "pol", Threads: 2, ErrorPolicy: tt.policy, Logger: logger})
 			if res.Failure != 8 {
 				t.Fatalf("failures = %d, want 8 under every policy", res.Failure)
 			}
@@ -355,7 +355,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 func TestRunJobStreamingStops(t *testing.T) {
 	t.Run("empty fetch ends streaming", func(t *testing.T) {
 		j := newMemJob(1, 10)
-		res := RunJob(t.Context(), j, shardsFor(1, 3), PipelineConfig{Threads: 2, Streaming: true})
+		res := runJob(t.Context(), j, shardsFor(1, 3), pipelineConfig{Threads: 2, Streaming: true})
 		// 4 fetches with data (3+3+3+1) and one empty.
 		if res.Success != 10 || j.fetches.Load() != 5 {
 			t.Fatalf("success %d fetches %d, want 10 and 5", res.Success, j.fetches.Load())
@@ -363,7 +363,7 @@ func TestRunJobStreamingStops(t *testing.T) {
 	})
 	t.Run("non-streaming fetches once", func(t *testing.T) {
 		j := newMemJob(1, 10)
-		res := RunJob(t.Context(), j, shardsFor(1, 3), PipelineConfig{Threads: 2})
+		res := runJob(t.Context(), j, shardsFor(1, 3), pipelineConfig{Threads: 2})
 		if res.Success != 3 || j.fetches.Load() != 1 {
 			t.Fatalf("success %d fetches %d, want 3 and 1", res.Success, j.fetches.Load())
 		}
@@ -372,7 +372,7 @@ func TestRunJobStreamingStops(t *testing.T) {
 		j := newMemJob(1, 100)
 		var checks atomic.Int64
 		keep := func() bool { return checks.Add(1) < 3 }
-		res := RunJob(t.Context(), j, shardsFor(1, 5), PipelineConfig{Threads: 2, Streaming: true, KeepGoing: keep})
+		res := runJob(t.Context(), j, shardsFor(1, 5), pipelineConfig{Threads: 2, Streaming: true, KeepGoing: keep})
 		if res.Success != 15 || j.fetches.Load() != 3 {
 			t.Fatalf("success %d fetches %d, want 15 and 3", res.Success, j.fetches.Load())
 		}
@@ -389,7 +389,7 @@ func TestRunJobStreamingStops(t *testing.T) {
 			return nil
 		}
 		done := make(chan RunResult)
-		go func() { done <- RunJob(ctx, j, shardsFor(1, 1000), PipelineConfig{Threads: 4, Streaming: true}) }()
+		go func() { done <- runJob(ctx, j, shardsFor(1, 1000), pipelineConfig{Threads: 4, Streaming: true}) }()
 		select {
 		case res := <-done:
 			// Workers check ctx.Err every ctxPollEvery items: once cancel
@@ -402,7 +402,7 @@ func TestRunJobStreamingStops(t *testing.T) {
 				t.Fatalf("fetches %d, want 3", f)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatal("RunJob did not return after cancel")
+			t.Fatal("runJob did not return after cancel")
 		}
 	})
 }
@@ -421,7 +421,7 @@ func TestRunJobSlowItemDoesNotDelayOthers(t *testing.T) {
 		return nil
 	}
 	done := make(chan RunResult)
-	go func() { done <- RunJob(t.Context(), j, shardsFor(3, 10), PipelineConfig{Threads: 1}) }()
+	go func() { done <- runJob(t.Context(), j, shardsFor(3, 10), pipelineConfig{Threads: 1}) }()
 	fastDone.Wait() // items 1 and 2 finish while item 0 is blocked
 	select {
 	case <-done:
@@ -453,7 +453,7 @@ func TestRunJobSlowProcessDoesNotBlockOtherWorkers(t *testing.T) {
 		return nil
 	}
 	done := make(chan RunResult)
-	go func() { done <- RunJob(t.Context(), j, shardsFor(1, 400), PipelineConfig{Threads: 4}) }()
+	go func() { done <- runJob(t.Context(), j, shardsFor(1, 400), pipelineConfig{Threads: 4}) }()
 	others.Wait()
 	close(release)
 	if res := <-done; res.Success != 400 {
@@ -462,7 +462,7 @@ func TestRunJobSlowProcessDoesNotBlockOtherWorkers(t *testing.T) {
 }
 
 func TestRunJobNoShards(t *testing.T) {
-	res := RunJob(t.Context(), newMemJob(0, 0), nil, PipelineConfig{})
+	res := runJob(t.Context(), newMemJob(0, 0), nil, pipelineConfig{})
 	if res.Success != 0 || res.Failure != 0 || res.Err != nil {
 		t.Fatalf("empty run = %+v", res)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/dataflow/dataflowtest"
 )
 
 // cities is a Job[string]: each shard item fetches the streets of its
@@ -105,16 +106,12 @@ func (sums) ProcessBatch(_ context.Context, _ dataflow.Shard, vs []int) (int, er
 	return ok, nil
 }
 
-// The pipeline engine on its own, without a Node or coordination: two
-// shard items run concurrently, each batch split over three workers.
-func ExampleRunBatchJob() {
-	shards := []dataflow.Shard{
-		{JobName: "sums", Item: 0, Total: 2, FetchCount: 10},
-		{JobName: "sums", Item: 1, Total: 2, FetchCount: 10},
-	}
-	res := dataflow.RunBatchJob(context.Background(), dataflow.BatchJob[int](sums{}), shards,
-		dataflow.PipelineConfig{JobName: "sums", Threads: 3})
-	fmt.Printf("success=%d failure=%d err=%v\n", res.Success, res.Failure, res.Err)
+// A BatchJob tested with dataflowtest: two shard items, each batch split
+// over three workers.
+func ExampleAddBatchJob() {
+	cfg := dataflow.JobConfig{JobName: "sums", ShardingTotalCount: 2, FetchDataCount: 10, ConcurrentDataProcessThreadCount: 3}
+	res, err := dataflowtest.RunBatch(context.Background(), cfg, dataflow.BatchJob[int](sums{}))
+	fmt.Printf("success=%d failure=%d err=%v\n", res.Success, res.Failure, err)
 	// Output:
 	// success=10 failure=10 err=<nil>
 }

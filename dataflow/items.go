@@ -34,7 +34,7 @@ type itemOutcome struct {
 // goroutine) and runItems returns when all have, with one ItemResult per
 // shard in shard order. Per-item bookkeeping (timing, results for history,
 // tracing) lives here so that every job type gets it the same way.
-func runItems(ctx context.Context, shards []Shard, cfg PipelineConfig, runItem func(ctx context.Context, i int) itemOutcome) []ItemResult {
+func runItems(ctx context.Context, shards []Shard, cfg pipelineConfig, runItem func(ctx context.Context, i int) itemOutcome) []ItemResult {
 	results := make([]ItemResult, len(shards))
 	var wg sync.WaitGroup
 	for i := range shards {

@@ -155,7 +155,7 @@ type Node struct {
 type hostedJob struct {
 	name     string
 	cj       *coord.Job
-	pipeline func(ctx context.Context, shards []Shard, cfg PipelineConfig) RunResult
+	pipeline func(ctx context.Context, shards []Shard, cfg pipelineConfig) RunResult
 	opts     jobOptions
 	counter  *stats.Counter
 	reporter *stats.Reporter
@@ -233,8 +233,8 @@ func AddJob[T any](ctx context.Context, n *Node, cfg JobConfig, job Job[T], opts
 	if job == nil {
 		return fmt.Errorf("dataflow: AddJob %q: job is nil; pass a Job implementation", cfg.JobName)
 	}
-	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
-		return RunJob(ctx, job, shards, pc)
+	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc pipelineConfig) RunResult {
+		return runJob(ctx, job, shards, pc)
 	}, opts)
 }
 
@@ -243,12 +243,12 @@ func AddBatchJob[T any](ctx context.Context, n *Node, cfg JobConfig, job BatchJo
 	if job == nil {
 		return fmt.Errorf("dataflow: AddBatchJob %q: job is nil; pass a BatchJob implementation", cfg.JobName)
 	}
-	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
-		return RunBatchJob(ctx, job, shards, pc)
+	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc pipelineConfig) RunResult {
+		return runBatchJob(ctx, job, shards, pc)
 	}, opts)
 }
 
-func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Context, []Shard, PipelineConfig) RunResult, opts []JobOption) error {
+func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Context, []Shard, pipelineConfig) RunResult, opts []JobOption) error {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("dataflow: AddJob %q: %w", cfg.JobName, err)
@@ -588,7 +588,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 		}
 	}
 
-	res := h.pipeline(rctx, shards, PipelineConfig{
+	res := h.pipeline(rctx, shards, pipelineConfig{
 		JobName:        h.name,
 		Threads:        cfg.ConcurrentDataProcessThreadCount,
 		Streaming:      cfg.StreamingProcess,

@@ -40,17 +40,17 @@ func AddSimpleJob(ctx context.Context, n *Node, cfg JobConfig, fn SimpleFunc, op
 	if cfg.JobType == JobTypeDataflow {
 		return fmt.Errorf("dataflow: AddSimpleJob %q: jobType is DATAFLOW; add a dataflow job with AddJob, or leave JobType empty", cfg.JobName)
 	}
-	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc PipelineConfig) RunResult {
-		return RunSimpleJob(ctx, fn, shards, pc)
+	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc pipelineConfig) RunResult {
+		return runSimpleJob(ctx, fn, shards, pc)
 	}, opts)
 }
 
-// RunSimpleJob runs fn once per shard, concurrently, through the pipeline
-// engine (RunJob over a one-item fetch): the engine under Node for simple
+// runSimpleJob runs fn once per shard, concurrently, through the pipeline
+// engine (runJob over a one-item fetch): the engine under Node for simple
 // jobs. cfg.Streaming is ignored.
-func RunSimpleJob(ctx context.Context, fn SimpleFunc, shards []Shard, cfg PipelineConfig) RunResult {
+func runSimpleJob(ctx context.Context, fn SimpleFunc, shards []Shard, cfg pipelineConfig) RunResult {
 	cfg.Streaming = false
-	return RunJob[struct{}](ctx, simpleJob(fn), shards, cfg)
+	return runJob[struct{}](ctx, simpleJob(fn), shards, cfg)
 }
 
 // simpleJob adapts a SimpleFunc to Job: Fetch hands out one unit of work,

@@ -31,7 +31,7 @@ func TestRunSimpleJobOncePerItem(t *testing.T) {
 		return nil
 	}
 	c := &sumCounter{}
-	res := RunSimpleJob(t.Context(), fn, shardsFor(4, 10), PipelineConfig{JobName: "s", Threads: 4, Streaming: true, Counter: c, ErrorPolicy: ErrorPolicyReturn})
+	res := runSimpleJob(t.Context(), fn, shardsFor(4, 10), pipelineConfig{JobName: "s", Threads: 4, Streaming: true, Counter: c, ErrorPolicy: ErrorPolicyReturn})
 	if res.Success != 3 || res.Failure != 1 || c.s.Load() != 3 || c.f.Load() != 1 {
 		t.Fatalf("result %+v counter %d/%d, want 3 successes and 1 failure", res, c.s.Load(), c.f.Load())
 	}
@@ -72,7 +72,7 @@ func TestItemTimeoutSimple(t *testing.T) {
 			return nil // ignores the cancel: still a failure
 		}
 		start := time.Now()
-		res := RunSimpleJob(t.Context(), fn, shardsFor(3, 1), PipelineConfig{JobName: "s", ErrorPolicy: ErrorPolicyReturn, ItemTimeout: 2 * time.Second})
+		res := runSimpleJob(t.Context(), fn, shardsFor(3, 1), pipelineConfig{JobName: "s", ErrorPolicy: ErrorPolicyReturn, ItemTimeout: 2 * time.Second})
 		if took := time.Since(start); took != 2*time.Second {
 			t.Errorf("run took %v of fake time, want exactly the 2s timeout", took)
 		}
@@ -96,7 +96,7 @@ func TestItemTimeoutSimple(t *testing.T) {
 func TestItemTimeoutDataflow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		j := &itemJob{block: true, blocked: make(chan struct{}, 1), unblock: make(chan error, 1)}
-		res := RunJob(t.Context(), Job[int](j), shardsFor(1, 1), PipelineConfig{JobName: "d", ErrorPolicy: ErrorPolicyReturn, ItemTimeout: time.Minute})
+		res := runJob(t.Context(), Job[int](j), shardsFor(1, 1), pipelineConfig{JobName: "d", ErrorPolicy: ErrorPolicyReturn, ItemTimeout: time.Minute})
 		if got := <-j.unblock; !errors.Is(got, context.DeadlineExceeded) {
 			t.Fatalf("Process saw %v, want the deadline", got)
 		}
@@ -115,14 +115,14 @@ func TestItemTimeoutDataflow(t *testing.T) {
 // run cancelled by its parent (ownership lost) is not a timeout.
 func TestItemTimeoutNotHit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		res := RunSimpleJob(t.Context(), func(context.Context, Shard) error { time.Sleep(time.Second); return nil },
-			shardsFor(2, 1), PipelineConfig{JobName: "s", ErrorPolicy: ErrorPolicyReturn, ItemTimeout: 2 * time.Second})
+		res := runSimpleJob(t.Context(), func(context.Context, Shard) error { time.Sleep(time.Second); return nil },
+			shardsFor(2, 1), pipelineConfig{JobName: "s", ErrorPolicy: ErrorPolicyReturn, ItemTimeout: 2 * time.Second})
 		if res.Success != 2 || res.Failure != 0 || res.Err != nil {
 			t.Fatalf("result %+v, want 2 successes", res)
 		}
 		ctx, cancel := context.WithCancel(t.Context())
-		res = RunSimpleJob(ctx, func(ctx context.Context, _ Shard) error { cancel(); <-ctx.Done(); return ctx.Err() },
-			shardsFor(1, 1), PipelineConfig{JobName: "s", ErrorPolicy: ErrorPolicyReturn, ItemTimeout: time.Hour})
+		res = runSimpleJob(ctx, func(ctx context.Context, _ Shard) error { cancel(); <-ctx.Done(); return ctx.Err() },
+			shardsFor(1, 1), pipelineConfig{JobName: "s", ErrorPolicy: ErrorPolicyReturn, ItemTimeout: time.Hour})
 		if errors.Is(res.Err, ErrTimeout) || !errors.Is(res.Err, context.Canceled) || res.Failure != 1 {
 			t.Fatalf("parent cancel: result %+v, want one context.Canceled failure, no timeout", res)
 		}

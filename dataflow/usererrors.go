@@ -23,51 +23,51 @@ import (
 //     (JobConfig.ErrorPolicy) and, under ErrorPolicyReturn, to the
 //     listeners and NodeConfig.OnError.
 
-// PermanentError marks an error of user code as the row's own: a source
+// permanentError marks an error of user code as the row's own: a source
 // counts an attempt and, after its MaxAttempts, fails the row, whatever
 // the cause (a timeout of the row's outbound call, say). Make one with
 // Permanent.
-type PermanentError struct{ Err error }
+type permanentError struct{ Err error }
 
 // Error returns the wrapped error's text.
-func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *permanentError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the wrapped error.
-func (e *PermanentError) Unwrap() error { return e.Err }
+func (e *permanentError) Unwrap() error { return e.Err }
 
-// Permanent marks err as the row's own failure (see PermanentError). It
+// Permanent marks err as the row's own failure (see permanentError). It
 // returns nil for nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &PermanentError{Err: err}
+	return &permanentError{Err: err}
 }
 
-// RetryError marks an error of user code as passing: a source counts no
+// retryError marks an error of user code as passing: a source counts no
 // attempt, gives the row back and retries the item's batch after Delay
 // (instead of its own backoff). Make one with RetryAfter.
-type RetryError struct {
+type retryError struct {
 	Err   error
 	Delay time.Duration
 }
 
 // Error returns the wrapped error's text with the delay.
-func (e *RetryError) Error() string {
+func (e *retryError) Error() string {
 	return fmt.Sprintf("%v (retry after %s)", e.Err, e.Delay)
 }
 
 // Unwrap returns the wrapped error.
-func (e *RetryError) Unwrap() error { return e.Err }
+func (e *retryError) Unwrap() error { return e.Err }
 
 // RetryAfter marks err as passing, to retry after d without counting an
-// attempt (see RetryError); d <= 0 leaves the delay to the source's
+// attempt (see retryError); d <= 0 leaves the delay to the source's
 // backoff. It returns nil for nil.
 func RetryAfter(err error, d time.Duration) error {
 	if err == nil {
 		return nil
 	}
-	return &RetryError{Err: err, Delay: max(d, 0)}
+	return &retryError{Err: err, Delay: max(d, 0)}
 }
 
 // IsPermanent reports whether the outermost mark in err's chain is
@@ -88,9 +88,9 @@ func RetryDelay(err error) (time.Duration, bool) {
 func markOf(err error) (permanent bool, delay time.Duration, marked bool) {
 	for err != nil {
 		switch e := err.(type) {
-		case *PermanentError:
+		case *permanentError:
 			return true, 0, true
-		case *RetryError:
+		case *retryError:
 			return false, e.Delay, true
 		}
 		if j, ok := err.(interface{ Unwrap() []error }); ok {

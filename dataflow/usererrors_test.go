@@ -33,7 +33,7 @@ func TestErrorHandlerSeesAndMarksErrors(t *testing.T) {
 	if len(seen) != 1 || !errors.Is(seen[2], errBoom) {
 		t.Fatalf("handler saw %v; want item 2's errBoom only", seen)
 	}
-	var perm *PermanentError
+	var perm *permanentError
 	if !errors.As(ev.res.Err, &perm) || !errors.Is(ev.res.Err, errBoom) {
 		t.Fatalf("run error %v; want item 2's error marked permanent", ev.res.Err)
 	}
