@@ -121,9 +121,20 @@ func allCommittedSince(since time.Time, total int) func([]Event) bool {
 // only nothing lost.
 func (c *cluster) requireEveryItemRanAgain(since time.Time) {
 	c.t.Helper()
-	c.log.waitFor(c.t, settle, "every item ran again after the last fault (begun and committed)", func(evs []Event) bool {
-		_, missing := itemsBegunSince(evs, since, c.total)
-		return len(missing) == 0 && allCommittedSince(since, c.total)(evs)
+	c.requireEveryItemRanAgainAfter(since, since)
+}
+
+// requireEveryItemRanAgainAfter is requireEveryItemRanAgain for a fault
+// whose healing is judged later than the fault itself: every item is begun
+// after fault and committed after healed. A run begun between the two (a
+// restarted worker's streaming run, begun before the status poll that
+// judged the cluster healed) may not begin again for as long as it streams;
+// its commits after healed show the item is not stuck.
+func (c *cluster) requireEveryItemRanAgainAfter(fault, healed time.Time) {
+	c.t.Helper()
+	c.log.waitFor(c.t, settle, "every item ran again after the last fault (begun after it, committed after it healed)", func(evs []Event) bool {
+		_, missing := itemsBegunSince(evs, fault, c.total)
+		return len(missing) == 0 && allCommittedSince(healed, c.total)(evs)
 	})
 }
 
