@@ -351,17 +351,28 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 	j.mu.Unlock()
 	j.cache.noteCreated(relServer(j.id, nStatus))
 	if err := j.setNecessary(ctx); err != nil {
+		j.electOnRetry()
 		return err
 	}
 	j.flagRaised = true
 	pred, err := j.elect(ctx)
 	j.flagRaised = false
 	if err != nil {
+		j.electOnRetry()
 		return err
 	}
 	j.w.predAfterSession, j.w.reelected = pred, true
 	j.log.Info("re-registered on a new session", "session", sess.ID)
 	return nil
+}
+
+// electOnRetry marks the election owed after a re-registration failed
+// past registering on the new session: the retry then runs it (evRetry),
+// as the session already counts as registered and its resume re-runs
+// nothing. The watch kept from the old session will never fire (ZooKeeper
+// simulation seed 1600278: no leader, the resharding flag up for good).
+func (j *job) electOnRetry() {
+	j.w.electAgain, j.w.pred = true, 0
 }
 
 func (j *job) reconcileInterval() time.Duration {
