@@ -364,7 +364,7 @@ func (s *Store) multiErr(ctx context.Context, what string, sess int64, ops []sto
 			return fmt.Errorf("pgstore: %s: unexpected refusal %q", what, pe.Message)
 		}
 		op := ops[i-1]
-		return &store.MultiError{Index: i - 1, Op: op, Err: fmt.Errorf("pgstore: %s %s: %w", opName(op), opPath(op), sentinel)}
+		return &store.MultiError{Index: i - 1, Op: op, Err: fmt.Errorf("pgstore: %s %s: %w", opName(op), store.OpPath(op), sentinel)}
 	}
 	return s.mapErr(ctx, what, err)
 }
@@ -379,20 +379,6 @@ func opName(op store.Op) string {
 		return "delete"
 	}
 	return "check"
-}
-
-func opPath(op store.Op) string {
-	switch o := op.(type) {
-	case *store.CreateOp:
-		return o.Path
-	case *store.SetOp:
-		return o.Path
-	case *store.DeleteOp:
-		return o.Path
-	case *store.CheckOp:
-		return o.Path
-	}
-	return ""
 }
 
 func validateOp(op store.Op) error {

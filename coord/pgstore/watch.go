@@ -103,6 +103,12 @@ func (r *registry) add(w *watch) (last int64, ok bool) {
 func (r *registry) remove(w *watch) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.disarmLocked(w)
+}
+
+// disarmLocked unlinks w from its path's watches and reports whether it
+// was still armed. r.mu is held.
+func (r *registry) disarmLocked(w *watch) bool {
 	ws := r.byPath[w.path]
 	for i, x := range ws {
 		if x == w {
@@ -112,9 +118,10 @@ func (r *registry) remove(w *watch) {
 			} else {
 				r.byPath[w.path] = ws
 			}
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // lastZxid returns the highest zxid dispatched.
@@ -181,18 +188,8 @@ func (r *registry) armed() []*watch {
 func (r *registry) fireIfArmed(w *watch, ev store.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	ws := r.byPath[w.path]
-	for i, x := range ws {
-		if x == w {
-			ws = append(ws[:i:i], ws[i+1:]...)
-			if len(ws) == 0 {
-				delete(r.byPath, w.path)
-			} else {
-				r.byPath[w.path] = ws
-			}
-			w.fire(ev)
-			return
-		}
+	if r.disarmLocked(w) {
+		w.fire(ev)
 	}
 }
 

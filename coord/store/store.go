@@ -195,6 +195,22 @@ type Session struct {
 // Op is one operation of a Multi transaction: *CreateOp, *SetOp, *DeleteOp or *CheckOp.
 type Op interface{ isOp() }
 
+// OpPath is the path op acts on ("" for an unknown Op): adapters name it in
+// the errors of a Multi.
+func OpPath(op Op) string {
+	switch o := op.(type) {
+	case *CreateOp:
+		return o.Path
+	case *SetOp:
+		return o.Path
+	case *DeleteOp:
+		return o.Path
+	case *CheckOp:
+		return o.Path
+	}
+	return ""
+}
+
 // CreateOp creates a node inside Multi.
 type CreateOp struct {
 	Path string

@@ -347,12 +347,12 @@ func (s *Store) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, e
 	if err != nil {
 		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
 			// Abandoned: the call's goroutine may still be writing res.
-			return nil, s.mapErr(c, "multi", opPath(ops[0]), err)
+			return nil, s.mapErr(c, "multi", store.OpPath(ops[0]), err)
 		}
 		if i := firstFailure(res); i >= 0 && len(res) == len(ops) {
-			return nil, &store.MultiError{Index: i, Op: ops[i], Err: s.mapErr(c, opName(ops[i]), opPath(ops[i]), res[i].Error)}
+			return nil, &store.MultiError{Index: i, Op: ops[i], Err: s.mapErr(c, opName(ops[i]), store.OpPath(ops[i]), res[i].Error)}
 		}
-		return nil, s.mapErr(c, "multi", opPath(ops[0]), err)
+		return nil, s.mapErr(c, "multi", store.OpPath(ops[0]), err)
 	}
 	out := make([]store.OpResult, len(ops))
 	for i, op := range ops {
@@ -362,7 +362,7 @@ func (s *Store) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, e
 		case *store.SetOp:
 			out[i] = store.OpResult{Path: o.Path, Stat: toStat(res[i].Stat)}
 		default:
-			out[i] = store.OpResult{Path: opPath(op)}
+			out[i] = store.OpResult{Path: store.OpPath(op)}
 		}
 	}
 	return out, nil
@@ -373,7 +373,7 @@ func (s *Store) zkOp(op store.Op) (any, error) {
 	if op == nil {
 		return nil, fmt.Errorf("zkstore: nil operation; use *store.CreateOp, *store.SetOp, *store.DeleteOp or *store.CheckOp")
 	}
-	if err := store.ValidatePath(opPath(op)); err != nil {
+	if err := store.ValidatePath(store.OpPath(op)); err != nil {
 		return nil, err
 	}
 	switch o := op.(type) {
@@ -424,20 +424,6 @@ var errRuntimeInconsistency = zk.ErrCode(-2)
 
 func isRollback(err error) bool {
 	return err.Error() == fmt.Sprintf("unknown error: %v", errRuntimeInconsistency)
-}
-
-func opPath(op store.Op) string {
-	switch o := op.(type) {
-	case *store.CreateOp:
-		return o.Path
-	case *store.SetOp:
-		return o.Path
-	case *store.DeleteOp:
-		return o.Path
-	case *store.CheckOp:
-		return o.Path
-	}
-	return ""
 }
 
 func opName(op store.Op) string {
