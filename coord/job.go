@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -136,16 +137,17 @@ type Job struct {
 	q   jobQueue    // its place in the Registry's event loop
 	fw  *watchFuncs // arms its watches, delivered to q
 	sig signalBox
+
+	// configDecodes counts decodeConfig's calls: a join decodes only a
+	// stored config that wins over its own (join_config_test.go).
+	configDecodes atomic.Int64
 }
 
 // job is Job's name in the implementation files.
 type job = Job
 
-func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, error) {
-	local, err := configPrepare(local)
-	if err != nil {
-		return nil, fmt.Errorf("coord: join job %q: %w", local.JobName, err)
-	}
+func startJob(ctx context.Context, r *registry, lc localConfig) (*job, error) {
+	local := lc.cfg
 	j := &job{
 		reg:         r,
 		st:          r.st,
@@ -181,7 +183,7 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	// The skeleton, the config when this join writes it, this server's
 	// registration and election candidate: one transaction
 	// (joinTransaction).
-	jt, err := j.joinTransaction(ctx, local, sess.ID)
+	jt, err := j.joinTransaction(ctx, lc, sess.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -199,12 +201,16 @@ func startJob(ctx context.Context, r *registry, local jobconfig.Config) (*job, e
 	if t, ok := fields[jobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
 		return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.config(jobTypeField), strings.TrimSpace(t), local.Type()))
 	}
-	if jt.storedWins {
-		j.warnStoredWins(configFields(local), fields)
+	// The config the transaction wrote, or the stored one its plan
+	// decoded, unless another writer changed it since.
+	cfg := jt.cfg
+	if !maps.Equal(fields, jt.cfgFields) {
+		if cfg, err = j.decodeConfig(fields); err != nil {
+			return nil, j.abandonJoin(ctx, jt.registered, err)
+		}
 	}
-	cfg, err := j.decodeConfig(fields)
-	if err != nil {
-		return nil, j.abandonJoin(ctx, jt.registered, err)
+	if jt.storedWins {
+		j.warnStoredWins(lc.fields, cfg)
 	}
 	j.cfg, j.itemParams, j.cfgFields, j.lastTotal = cfg, itemParameters(cfg), fields, cfg.ShardingTotalCount
 	j.localDisabled = local.Disabled
@@ -294,6 +300,11 @@ type joinResult struct {
 	// lone: the join stood alone and its transaction resharded
 	// (lonejoin.go); nil otherwise.
 	lone *loneResult
+	// cfg is the config the job runs on after this join and cfgFields
+	// the stored form it is: the local config's when the transaction
+	// wrote it, the stored config (decoded by the plan) when it won.
+	cfg       jobconfig.Config
+	cfgFields map[string]string
 	// preloaded: a stored job's join loaded the job node's listing, the
 	// servers' listing and the failover directory into the cache before
 	// its transaction (readForJoin); the load after it skips them.
@@ -463,8 +474,8 @@ func wrapRead(j *job, path string, err error) error {
 // Every config write bumps the config node's data version in the same
 // transaction (servers watch that node only; docs/zookeeper-layout.md), and
 // the cache is seeded with what was written.
-func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid int64) (joinResult, error) {
-	fields := configFields(local)
+func (j *job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (joinResult, error) {
+	local, fields := lc.cfg, lc.fields
 	keys := slices.Sorted(maps.Keys(fields))
 	var (
 		res         joinResult
@@ -549,6 +560,7 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 					&store.SetOp{Path: j.p.abs(relShardingDir), Version: store.AnyVersion})
 			}
 			res.registered, res.configWritten, newJob = true, true, true
+			res.cfg, res.cfgFields = local, fields
 			return ops, nil
 		}
 		if err != nil {
@@ -599,7 +611,9 @@ func (j *job) joinTransaction(ctx context.Context, local jobconfig.Config, sid i
 				return nil, err
 			}
 			res.storedWins = true
+			res.cfg, res.cfgFields = runCfg, stored
 		} else {
+			res.cfg, res.cfgFields = local, fields
 			for _, k := range keys {
 				if _, ok := stored[k]; ok {
 					ops = append(ops, &store.SetOp{Path: j.p.config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
@@ -774,15 +788,11 @@ func (j *job) cachedConfigFields() map[string]string {
 // warnStoredWins logs at Warn which fields of the local config lose to
 // the stored one (docs/configuration.md promises it): a changed local
 // config without Overwrite is otherwise ignored silently.
-func (j *job) warnStoredWins(local, stored map[string]string) {
-	storedCfg, err := jobconfig.FromFields(j.jname, stored)
-	if err != nil {
-		return // the decode error is Join's to report
-	}
-	// Compare with defaults filled in on both sides, so a stored "0"
-	// (default) and a local explicit default are not reported.
-	localCfg, _ := jobconfig.FromFields(j.jname, local)
-	want, have := localCfg.WithDefaults().Fields(), storedCfg.WithDefaults().Fields()
+func (j *job) warnStoredWins(local map[string]string, stored jobconfig.Config) {
+	// Both with defaults filled in (local by prepareLocal, stored by its
+	// decode), so a stored "0" (default) and a local explicit default are
+	// not reported.
+	want, have := local, stored.Fields()
 	var differ []string
 	for _, k := range slices.Sorted(maps.Keys(want)) {
 		if k != jobconfig.FieldOverwrite && want[k] != have[k] {
@@ -839,6 +849,7 @@ const configReaders = 8
 
 // decodeConfig decodes stored fields; errors wrap ErrBadConfig and name the node.
 func (j *job) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
+	j.configDecodes.Add(1)
 	return decodeStoredConfig(j.p, j.jname, fields)
 }
 

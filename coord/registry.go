@@ -117,7 +117,13 @@ func (r *registry) join(ctx context.Context, cfg jobconfig.Config) (*Job, error)
 	r.jobs[cfg.JobName] = nil
 	r.mu.Unlock()
 
-	j, err := r.startJobAcrossBlips(ctx, cfg)
+	local, err := prepareLocal(cfg)
+	var j *Job
+	if err != nil {
+		err = fmt.Errorf("coord: join job %q: %w", cfg.JobName, err)
+	} else {
+		j, err = r.startJobAcrossBlips(ctx, local)
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -138,15 +144,15 @@ const joinAttempts = 5
 // the session is connected again. Every step of startJob may be repeated:
 // the writes are create-or-set, and the registration is made on the session
 // current then.
-func (r *registry) startJobAcrossBlips(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
+func (r *registry) startJobAcrossBlips(ctx context.Context, local localConfig) (*Job, error) {
 	for attempt := 1; ; attempt++ {
-		j, err := startJob(ctx, r, cfg)
+		j, err := startJob(ctx, r, local)
 		if err == nil || attempt == joinAttempts || ctx.Err() != nil ||
 			!errors.Is(err, ErrSessionLost) && !lostConnection(r.st, err) {
 			return j, err
 		}
 		r.cfg.Logger.Info("coord: join interrupted by a lost connection; joining again once the session is connected",
-			"job", cfg.JobName, "attempt", attempt, "err", err)
+			"job", local.cfg.JobName, "attempt", attempt, "err", err)
 		sess, werr := store.AwaitSession(ctx, r.st, func(s store.Session) bool {
 			return s.State == store.StateConnected || s.State == store.StateClosed
 		})

@@ -249,10 +249,8 @@ func AddBatchJob[T any](ctx context.Context, n *Node, cfg JobConfig, job BatchJo
 }
 
 func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Context, []Shard, pipelineConfig) RunResult, opts []JobOption) error {
-	cfg = cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("dataflow: AddJob %q: %w", cfg.JobName, err)
-	}
+	// The join validates cfg (after defaults) and encodes it, once; the
+	// job runs on the config the join returns (Job.Config).
 	h := &hostedJob{name: cfg.JobName, pipeline: pipeline, counter: new(stats.Counter)}
 	h.halt, h.haltCancel = context.WithCancel(context.Background())
 	for _, o := range opts {
