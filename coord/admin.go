@@ -335,6 +335,9 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	if err := explicitPositive(field, value); err != nil {
 		return fmt.Errorf("coord: set %s: %w", p.config(field), err)
 	}
+	if err := a.checkDependsOn(ctx, job, field, next); err != nil {
+		return fmt.Errorf("coord: set %s: %w", p.config(field), err)
+	}
 	newFields := next.Fields()
 	if _, err := configFromFields(job, mergeRepaired(fields, newFields, field)); err != nil {
 		return fmt.Errorf("coord: set %s: the resulting config is invalid: %w", p.config(field), err)
@@ -364,6 +367,9 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 		return fmt.Errorf("coord: write %s: %w", p.config(field), err)
 	}
 	old := fields[field]
+	if err := a.linkDependsOn(ctx, job, field, old, next); err != nil {
+		return err
+	}
 	switch field {
 	case jobconfig.FieldShardingTotalCount:
 		if old != newFields[field] {

@@ -68,6 +68,9 @@ func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("coord: create job %q: %w", cfg.JobName, err)
 	}
+	if err := a.checkDependsOn(ctx, cfg.JobName, jobconfig.FieldDependsOn, cfg); err != nil {
+		return fmt.Errorf("coord: create job %q: %w", cfg.JobName, err)
+	}
 	p := a.paths(cfg.JobName)
 	if err := store.CreateAll(ctx, a.st, store.Join(a.ns)); err != nil {
 		return fmt.Errorf("coord: create %s: %w", store.Join(a.ns), err)
@@ -95,7 +98,7 @@ func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
 		}
 		return fmt.Errorf("coord: create job %q: %w", cfg.JobName, err)
 	}
-	return nil
+	return a.linkDependsOn(ctx, cfg.JobName, jobconfig.FieldDependsOn, "", cfg)
 }
 
 // ReportRefused records, as an ephemeral node of st's session, that server

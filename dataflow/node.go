@@ -274,11 +274,18 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 	defer cancel()
 	stopJoin := context.AfterFunc(n.ctx, cancel)
 	defer stopJoin()
-	cj, err := n.reg.Join(ctx, cfg)
+	err := n.checkDependsOn(ctx, cfg)
+	var cj *coord.Job
+	if err == nil {
+		cj, err = n.reg.Join(ctx, cfg)
+	}
 	if err == nil {
 		h.cj = cj
 		eff := cj.Config()
-		err = n.sched.add(h.name, eff.CronSpec(), eff.MisfireEnabled(), hostedRuns{n, h})
+		err = n.linkDependsOn(ctx, eff)
+		if err == nil {
+			err = n.sched.add(h.name, eff.CronSpec(), eff.MisfireEnabled(), hostedRuns{n, h})
+		}
 		if err != nil {
 			_ = cj.Leave(ctx)
 		}

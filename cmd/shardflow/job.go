@@ -55,9 +55,12 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.JobParameter, "job-parameter", "", "the job parameter handed to every item")
 	fs.BoolVar(&cfg.Failover, "failover", false, "re-run a crashed worker's running items on a live one at once")
 	fs.StringVar(&cfg.Description, "description", "", "free text for operators")
+	dependsOn := fs.String("depends-on", "", "jobs this job runs after, once per workflow run, e.g. extract,clean (no --cron then)")
+	fs.StringVar((*string)(&cfg.UpstreamFailure), "upstream-failure", "", `with --depends-on: "stop" (default: skip this job when an upstream step failed) or "run"`)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	cfg.DependsOn = jobconfig.ParseList(*dependsOn)
 	switch strings.ToLower(*typ) {
 	case "script":
 		cfg.JobType = jobconfig.JobTypeScript
@@ -84,7 +87,10 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		when := "on cron " + cfg.Cron
-		if cfg.Cron == "" {
+		switch {
+		case len(cfg.DependsOn) > 0:
+			when = "once per workflow run, after " + strings.Join(cfg.DependsOn, " and ") + " completed"
+		case cfg.Cron == "":
 			when = "when triggered (`shardflow trigger --job " + cfg.JobName + "`)"
 		}
 		fmt.Fprintf(stdout, "job add: %s job %s stored in namespace %s; `shardflow serve` workers allowed to run it will, %s\n",

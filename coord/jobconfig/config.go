@@ -129,7 +129,32 @@ type Config struct {
 	// D". Stored as Go duration text ("30s", "1m30s"). Default 0: no limit;
 	// must be >= 0.
 	ItemTimeout time.Duration
+
+	// DependsOn names the jobs of the same namespace this job runs after:
+	// once per workflow run, when every shard item of every one of them
+	// completed in that workflow run on every server (docs/workflows.md).
+	// Stored as dependsOn, the names joined by commas. A job with
+	// DependsOn has no Cron: its upstream jobs' completion is its schedule.
+	// Default none: the job runs on its cron and triggers.
+	DependsOn []string
+	// UpstreamFailure is what a job with DependsOn does in a workflow run
+	// where an upstream step failed (one of its items' runs ended in an
+	// error): UpstreamFailureStop (the default) skips this job and every
+	// job after it in that workflow run; UpstreamFailureRun runs it anyway.
+	UpstreamFailure UpstreamFailure
 }
+
+// UpstreamFailure is a dependent job's policy for a failed upstream step.
+type UpstreamFailure string
+
+// Upstream failure policies.
+const (
+	// UpstreamFailureStop skips the job (and the jobs after it) in a
+	// workflow run whose upstream step failed. The default.
+	UpstreamFailureStop UpstreamFailure = "stop"
+	// UpstreamFailureRun runs the job even when an upstream step failed.
+	UpstreamFailureRun UpstreamFailure = "run"
+)
 
 // ScriptSettings are the settings of a SCRIPT job, stored in the job's
 // config node beside the common fields.

@@ -39,6 +39,8 @@ const (
 	FieldHTTPMethod                       = "httpMethod"
 	FieldHTTPHeaders                      = "httpHeaders"
 	FieldItemTimeout                      = "itemTimeout"
+	FieldDependsOn                        = "dependsOn"
+	FieldUpstreamFailure                  = "upstreamFailure"
 	// FieldJobType is written by Fields and read by FromFields; it is fixed
 	// when the job is first stored, so not settable.
 	FieldJobType = "jobType"
@@ -52,6 +54,7 @@ const (
 	kindBool
 	kindDuration
 	kindSeconds // a time.Duration stored as whole seconds, ElasticJob's way
+	kindList    // a []string stored as its elements joined by commas
 )
 
 // fieldSpec describes how one config field is encoded and decoded.
@@ -63,6 +66,7 @@ type fieldSpec struct {
 	flag    func(*Config) *bool
 	negated bool // the stored Boolean is the negation of flag's: misfire is !DisableMisfire
 	dur     func(*Config) *time.Duration
+	list    func(*Config) *[]string
 }
 
 var fieldSpecs = map[string]fieldSpec{
@@ -91,6 +95,8 @@ var fieldSpecs = map[string]fieldSpec{
 	FieldHTTPMethod:                       {kind: kindString, example: "POST", str: func(c *Config) *string { return &c.HTTP.Method }},
 	FieldHTTPHeaders:                      {kind: kindString, example: `"Authorization: Bearer T"`, str: func(c *Config) *string { return &c.HTTP.Headers }},
 	FieldItemTimeout:                      {kind: kindDuration, example: "30s", dur: func(c *Config) *time.Duration { return &c.ItemTimeout }},
+	FieldDependsOn:                        {kind: kindList, example: "extract,load", list: func(c *Config) *[]string { return &c.DependsOn }},
+	FieldUpstreamFailure:                  {kind: kindString, example: "run", str: func(c *Config) *string { return (*string)(&c.UpstreamFailure) }},
 }
 
 // FieldNames returns the names of the settable config fields, sorted: the
@@ -128,6 +134,8 @@ func (s fieldSpec) get(c *Config) string {
 		return strconv.FormatInt(int64(*s.dur(c)/time.Second), 10)
 	case kindBool:
 		return strconv.FormatBool(*s.flag(c) != s.negated)
+	case kindList:
+		return strings.Join(*s.list(c), ",")
 	default:
 		return *s.str(c)
 	}
@@ -165,6 +173,8 @@ func (s fieldSpec) set(c *Config, text string) (problem string) {
 			return fmt.Sprintf("%q is not true or false", text)
 		}
 		*s.flag(c) = b != s.negated
+	case kindList:
+		*s.list(c) = ParseList(text)
 	default:
 		*s.str(c) = text
 	}
@@ -252,4 +262,16 @@ func SetField(c Config, name, value string) (Config, error) {
 		return c, errors.Join(introduced...)
 	}
 	return next, nil
+}
+
+// ParseList splits a list field's stored text ("a, b,c") into its
+// elements, trimmed, empty ones dropped; nil for none.
+func ParseList(text string) []string {
+	var out []string
+	for _, e := range strings.Split(text, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -11,12 +11,12 @@ import (
 
 func TestFieldsNames(t *testing.T) {
 	want := []string{
-		"concurrentDataProcessThreadCount", "cron", "description", "disabled", "errorPolicy",
+		"concurrentDataProcessThreadCount", "cron", "dependsOn", "description", "disabled", "errorPolicy",
 		"failover", "fetchDataCount", "httpHeaders", "httpMethod", "httpUrl", "itemTimeout",
 		"jobParameter", "jobShardingStrategy", "maxTimeDiffSeconds",
 		"misfire", "monitorExecution", "overwrite", "pipelinedFetch", "processCountIntervalSeconds",
 		"reconcileIntervalSeconds", "scriptCommandLine", "shardingItemParameters", "shardingTotalCount", "streamingProcess",
-		"timeZone",
+		"timeZone", "upstreamFailure",
 	}
 	if got := FieldNames(); !slices.Equal(got, want) {
 		t.Fatalf("FieldNames() = %v, want %v", got, want)
@@ -45,7 +45,7 @@ func TestFieldsEncoding(t *testing.T) {
 		"overwrite": "true", "jobShardingStrategy": "odd-even", "disabled": "true",
 		"errorPolicy": "return", "reconcileIntervalSeconds": "0", "jobType": "DATAFLOW",
 		"scriptCommandLine": "", "httpUrl": "", "httpMethod": "", "httpHeaders": "", "itemTimeout": "1m30s",
-		"timeZone": "Asia/Shanghai",
+		"timeZone": "Asia/Shanghai", "dependsOn": "", "upstreamFailure": "",
 	}
 	if got := c.Fields(); !reflect.DeepEqual(got, want) {
 		t.Fatalf("Fields() =\n%v\nwant\n%v", got, want)

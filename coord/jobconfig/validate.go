@@ -111,5 +111,52 @@ func (c Config) Validate() error {
 		errs = append(errs, fieldErr(FieldErrorPolicy, `use "log", "return" or "ignore"`, "%q is not an error policy", c.ErrorPolicy))
 	}
 	errs = append(errs, c.validateJobType()...)
+	errs = append(errs, c.validateDependsOn()...)
 	return errors.Join(errs...)
 }
+
+// validateDependsOn checks what dependsOn and upstreamFailure say on
+// their own: names of jobs, none twice, not the job itself, and no cron
+// beside them. That the named jobs exist and make no cycle is checked
+// against the namespace where the config is stored (coord/workflow).
+func (c Config) validateDependsOn() []error {
+	var errs []error
+	switch c.UpstreamFailure {
+	case "", UpstreamFailureStop, UpstreamFailureRun:
+	default:
+		errs = append(errs, fieldErr(FieldUpstreamFailure, `use "stop" (the default: skip this job when an upstream step failed) or "run"`,
+			"%q is not an upstream failure policy", c.UpstreamFailure))
+	}
+	if len(c.DependsOn) == 0 {
+		return errs
+	}
+	if n := len(strings.Join(c.DependsOn, ",")); n > MaxTextBytes {
+		return append(errs, fieldErr(FieldDependsOn, fmt.Sprintf("keep it to at most %d bytes (MaxTextBytes)", MaxTextBytes),
+			"is %d bytes, over the limit of %d", n, MaxTextBytes))
+	}
+	seen := make(map[string]bool, len(c.DependsOn))
+	for _, up := range c.DependsOn {
+		if err := ValidateJobName(up); err != nil {
+			errs = append(errs, fieldErr(FieldDependsOn, "name jobs of this namespace, separated by commas, e.g. \"extract,load\"",
+				"%q is not a job name", up))
+			continue
+		}
+		switch {
+		case up == c.JobName:
+			errs = append(errs, fieldErr(FieldDependsOn, "remove "+up+" from dependsOn", "names the job itself (%s)", up))
+		case seen[up]:
+			errs = append(errs, fieldErr(FieldDependsOn, "name each job once", "names %s twice", up))
+		}
+		seen[up] = true
+	}
+	if strings.TrimSpace(c.Cron) != "" {
+		errs = append(errs, fieldErr(FieldCron,
+			"clear cron (a job with dependsOn runs when its upstream jobs complete) or clear dependsOn",
+			"%q is set and so is dependsOn (%s): a job runs either on a cron or after other jobs, not both", c.Cron, strings.Join(c.DependsOn, ",")))
+	}
+	return errs
+}
+
+// StopsOnUpstreamFailure reports whether the job is skipped in a workflow
+// run whose upstream step failed (UpstreamFailure "stop" or unset).
+func (c Config) StopsOnUpstreamFailure() bool { return c.UpstreamFailure != UpstreamFailureRun }

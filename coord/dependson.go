@@ -1,0 +1,32 @@
+package coord
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/workflow"
+)
+
+// checkDependsOn checks a write of field that leaves the job's config
+// next: when field is dependsOn, against the namespace (coord/workflow:
+// an unknown job, a cycle, two first jobs). Other fields need no check
+// here (jobconfig.Validate refuses a cron beside dependsOn).
+func (a *admin) checkDependsOn(ctx context.Context, job, field string, next jobconfig.Config) error {
+	if field != jobconfig.FieldDependsOn || len(next.DependsOn) == 0 {
+		return nil
+	}
+	return workflow.CheckDependsOn(ctx, a.st, a.ns, job, next.DependsOn)
+}
+
+// linkDependsOn records a stored dependsOn (was: the stored text before
+// the write) in the reverse links the jobs before it keep.
+func (a *admin) linkDependsOn(ctx context.Context, job, field, was string, next jobconfig.Config) error {
+	if field != jobconfig.FieldDependsOn {
+		return nil
+	}
+	if err := workflow.Link(ctx, a.st, a.ns, job, jobconfig.ParseList(was), next.DependsOn); err != nil {
+		return fmt.Errorf("coord: %w", err)
+	}
+	return nil
+}
