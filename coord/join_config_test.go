@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"reflect"
 	"testing"
 	"testing/synctest"
 
@@ -44,7 +45,7 @@ func TestJoinDecodesOnlyAStoredConfigThatWins(t *testing.T) {
 		if n := a.configDecodes.Load(); n != 0 {
 			t.Errorf("a new job's join decoded its config %d times, want 0 (it runs on the config it wrote)", n)
 		}
-		if got, want := a.Config(), cfg.WithDefaults(); got != want {
+		if got, want := a.Config(), cfg.WithDefaults(); !reflect.DeepEqual(got, want) {
 			t.Errorf("a new job's Config %+v, want the local config with defaults %+v", got, want)
 		}
 
