@@ -86,6 +86,16 @@ type NodeConfig struct {
 	// SpanRun); the contexts given to Fetch and Process carry them, so the
 	// user's own spans nest underneath. Default nil: no tracing.
 	TracerProvider trace.TracerProvider
+	// OfflineServerGrace is how long a job's leader keeps the node of a
+	// server that went offline (it crashed, or stopped and did not come
+	// back) before deleting it from the job's servers, and so from status.
+	// A server back under its id within the grace rejoins on its old node;
+	// with a new id per process (a Kubernetes Deployment), the grace is how
+	// long a replaced pod stays listed OFFLINE. The leader checks every
+	// JobConfig.ReconcileInterval, so a node goes between the grace and the
+	// grace plus one interval after it went offline. Nodes an operator
+	// disabled are kept. Default 10m (coord.DefaultOfflineServerGrace).
+	OfflineServerGrace time.Duration
 
 	// testSignals is for shardflow's own tests (coord.RegistryConfig's);
 	// tests outside this package set it with testsignal.WithNodeSignals.
@@ -180,7 +190,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, logger: cfg.Logger, st: cfg.Store, jobs: map[string]*hostedJob{}}
-	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", Logger: cfg.Logger, TestSignals: cfg.testSignals})
+	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", OfflineServerGrace: cfg.OfflineServerGrace, Logger: cfg.Logger, TestSignals: cfg.testSignals})
 	if err != nil {
 		return nil, fmt.Errorf("dataflow: NewNode: %w", err)
 	}

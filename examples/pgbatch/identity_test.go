@@ -20,15 +20,22 @@ import (
 // session), rejoin cleanly: one server node per id, live, with items.
 // Deployment (a new id per pod): a killed pod replaced under a new id leaves
 // no ghost: once its session is gone its node is OFFLINE with no items and
-// the live servers own every item. The work is still done exactly once.
-// (The leader prunes offline nodes after RegistryConfig.OfflineServerGrace:
-// the protocol suite's PruneOfflineServers.)
+// the live servers own every item, and after the workers'
+// --offline-server-grace (dataflow.NodeConfig.OfflineServerGrace) the
+// leader prunes it: status no longer lists it. The work is still done
+// exactly once.
 func TestServerIdentity(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault suite")
 	}
-	const rows = 20_000
+	const (
+		rows = 20_000
+		// grace is short so that the test sees the pruning; the
+		// StatefulSet restarts below come back within it or are pruned
+		// and join afresh, both clean.
+		grace = 3 * time.Second
+	)
 	c, pool := setupCluster(t, integration.SharedPostgres(t), 0, rows)
 	st, err := zkstore.Open(t.Context(), zkstore.Config{Servers: []string{c.zk}})
 	if err != nil {
@@ -38,7 +45,7 @@ func TestServerIdentity(t *testing.T) {
 	admin := coord.NewAdmin(st, c.ns)
 	start := func(id string) *integration.Process {
 		p := integration.StartProcess(t, c.bin, []string{"work", "--pg", c.dsn, "--zk", c.zk, "--server-id", id,
-			"--namespace", c.ns, "--follow", "--session-timeout", sessionTimeout.String()}, nil)
+			"--namespace", c.ns, "--follow", "--session-timeout", sessionTimeout.String(), "--offline-server-grace", grace.String()}, nil)
 		p.RequireLine(t, "work "+id+": started", 60*time.Second)
 		return p
 	}
@@ -103,9 +110,28 @@ func TestServerIdentity(t *testing.T) {
 	if err := s1.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	killed := time.Now()
 	d2 := start("d-2")
 	defer d2.Kill()
 	settled("s-1 gone (OFFLINE, no items) and d-2 in its place", "s-0", "d-2")
+	// No ghost: the leader prunes s-1's node once it has been offline for
+	// the grace (it went offline a session timeout after the kill).
+	testwait.ForNoError(t, 60*time.Second, "s-1 pruned from status", func() error {
+		s, err := admin.Status(context.Background(), "pgbatch")
+		if err != nil {
+			return err
+		}
+		for _, srv := range s.Servers {
+			if srv.ID == "s-1" {
+				return fmt.Errorf("s-1 still listed: %s with items %v", srv.Status, srv.Sharding)
+			}
+		}
+		return nil
+	})
+	if since := time.Since(killed); since < grace {
+		t.Errorf("s-1 pruned %s after its kill, before the grace %s", since, grace)
+	}
+	settled("s-0 and d-2 own every item after the pruning", "s-0", "d-2")
 
 	checkExactlyOnce(t, waitDone(t, pool, 3*time.Minute, nil), rows)
 }

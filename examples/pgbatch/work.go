@@ -27,6 +27,7 @@ type workOptions struct {
 	items, batch, threads    int
 	sessionTimeout           time.Duration
 	stopGrace                time.Duration
+	offlineGrace             time.Duration
 	batchDelay               time.Duration
 }
 
@@ -47,6 +48,7 @@ func runWork(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", 6*time.Second, "coordination session timeout")
 	fs.DurationVar(&o.batchDelay, "batch-delay", 0, "hold each batch's transaction open this long before writing (simulated slow work)")
 	fs.DurationVar(&o.stopGrace, "stop-grace", 30*time.Second, "on SIGTERM, how long runs in progress get to finish before they are cancelled (their batch rolls back)")
+	fs.DurationVar(&o.offlineGrace, "offline-server-grace", 0, "how long a server that went offline stays listed before the job's leader prunes it (dataflow.NodeConfig.OfflineServerGrace; 0: its default, 10m)")
 	_ = fs.Parse(args)
 	if o.coord == "" {
 		o.coord = o.zk
@@ -108,7 +110,7 @@ func runWork(ctx context.Context, args []string) error {
 		return err
 	}
 	defer stopHistory() // after node.Stop (defers run in reverse): the last runs are recorded
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: o.namespace, ServerID: o.serverID, Logger: nodeLogger, History: rec})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: o.namespace, ServerID: o.serverID, Logger: nodeLogger, History: rec, OfflineServerGrace: o.offlineGrace})
 	if err != nil {
 		return fmt.Errorf("work: %w", err)
 	}
