@@ -21,8 +21,8 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/dataflow"
-	"github.com/shardflow/shardflow/sinks/memory"
-	source "github.com/shardflow/shardflow/sources/memory"
+	"github.com/shardflow/shardflow/sinks/memsink"
+	"github.com/shardflow/shardflow/sources/memory"
 )
 
 // demoOptions are the demo's flags.
@@ -72,7 +72,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usagef("--leave-at must be in [0, 1)")
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	d := &demo{opts: o, out: stdout, logger: logger, src: source.NewSource[int64](), sink: memory.NewSink[int64]()}
+	d := &demo{opts: o, out: stdout, logger: logger, src: memory.NewSource[int64](), sink: memsink.NewSink[int64]()}
 	return d.run(ctx)
 }
 
@@ -80,8 +80,8 @@ type demo struct {
 	opts   demoOptions
 	out    io.Writer
 	logger *slog.Logger
-	src    *source.Source[int64]
-	sink   *memory.Sink[int64]
+	src    *memory.Source[int64]
+	sink   *memsink.Sink[int64]
 }
 
 // demoServer is one server of the demo: a Node and its job's counters.
@@ -98,8 +98,8 @@ type demoServer struct {
 // demoJob is the demo's dataflow job: claim records of the shard item,
 // simulate work, record the effect, mark done.
 type demoJob struct {
-	src       *source.Source[int64]
-	sink      *memory.Sink[int64]
+	src       *memory.Source[int64]
+	sink      *memsink.Sink[int64]
 	work      time.Duration
 	failEvery int
 	success   atomic.Int64
@@ -110,14 +110,14 @@ type demoJob struct {
 
 var errSimulated = errors.New("simulated failure")
 
-func (j *demoJob) Fetch(ctx context.Context, sh dataflow.Shard) ([]source.Record[int64], error) {
+func (j *demoJob) Fetch(ctx context.Context, sh dataflow.Shard) ([]memory.Record[int64], error) {
 	j.mu.Lock()
 	j.items[sh.Item] = true
 	j.mu.Unlock()
 	return j.src.Fetch(ctx, sh)
 }
 
-func (j *demoJob) Process(ctx context.Context, sh dataflow.Shard, r source.Record[int64]) error {
+func (j *demoJob) Process(ctx context.Context, sh dataflow.Shard, r memory.Record[int64]) error {
 	if j.work > 0 {
 		t := time.NewTimer(j.work)
 		select {
@@ -146,9 +146,9 @@ func (j *demoJob) Process(ctx context.Context, sh dataflow.Shard, r source.Recor
 
 func (d *demo) run(ctx context.Context) error {
 	o := d.opts
-	recs := make([]source.Record[int64], o.records)
+	recs := make([]memory.Record[int64], o.records)
 	for i := range recs {
-		recs[i] = source.Record[int64]{ID: int64(i), Value: int64(i)}
+		recs[i] = memory.Record[int64]{ID: int64(i), Value: int64(i)}
 	}
 	if err := d.src.Add(recs...); err != nil {
 		return err
@@ -195,7 +195,7 @@ func (d *demo) run(ctx context.Context) error {
 			Logger:    d.logger,
 		})
 		if err == nil {
-			err = dataflow.AddJob[source.Record[int64]](ctx, s.node, cfg, s.job)
+			err = dataflow.AddJob[memory.Record[int64]](ctx, s.node, cfg, s.job)
 		}
 		if err == nil {
 			err = s.node.Start(ctx)

@@ -28,8 +28,8 @@ import (
 
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
-	"github.com/shardflow/shardflow/sinks/memory"
-	source "github.com/shardflow/shardflow/sources/memory"
+	"github.com/shardflow/shardflow/sinks/memsink"
+	"github.com/shardflow/shardflow/sources/memory"
 )
 
 // Invoice is the item type of the job.
@@ -38,19 +38,19 @@ type Invoice struct {
 	Cents    int64
 }
 
-// settle is a dataflow.Job[source.Record[Invoice]]: Fetch claims pending
+// settle is a dataflow.Job[memory.Record[Invoice]]: Fetch claims pending
 // invoices of the shard item, Process books one and marks it done.
 type settle struct {
-	src    *source.Source[Invoice]
-	ledger *memory.Sink[int64]
+	src    *memory.Source[Invoice]
+	ledger *memsink.Sink[int64]
 	booked atomic.Int64
 }
 
-func (s *settle) Fetch(ctx context.Context, sh dataflow.Shard) ([]source.Record[Invoice], error) {
+func (s *settle) Fetch(ctx context.Context, sh dataflow.Shard) ([]memory.Record[Invoice], error) {
 	return s.src.Fetch(ctx, sh)
 }
 
-func (s *settle) Process(ctx context.Context, sh dataflow.Shard, r source.Record[Invoice]) error {
+func (s *settle) Process(ctx context.Context, sh dataflow.Shard, r memory.Record[Invoice]) error {
 	if r.Value.Cents < 0 {
 		_ = s.src.Fail(sh, r.ID)
 		return fmt.Errorf("invoice %d of %s: negative amount %d", r.ID, r.Value.Customer, r.Value.Cents)
@@ -99,17 +99,17 @@ func run(once bool, listen string) (sum summary, err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	src := source.NewSource[Invoice]()
+	src := memory.NewSource[Invoice]()
 	for i := int64(0); i < 10_000; i++ {
 		cents := 100 + i%900
 		if i%2500 == 0 {
 			cents = -1 // a bad invoice: counted as a failure, the others go on
 		}
-		if err := src.Add(source.Record[Invoice]{ID: i, Value: Invoice{Customer: fmt.Sprintf("c%d", i%37), Cents: cents}}); err != nil {
+		if err := src.Add(memory.Record[Invoice]{ID: i, Value: Invoice{Customer: fmt.Sprintf("c%d", i%37), Cents: cents}}); err != nil {
 			return sum, err
 		}
 	}
-	job := &settle{src: src, ledger: memory.NewSink[int64]()}
+	job := &settle{src: src, ledger: memsink.NewSink[int64]()}
 
 	reg := prometheus.NewRegistry()
 	// The embedded store, chosen explicitly: one process, no cluster.
@@ -128,7 +128,7 @@ func run(once bool, listen string) (sum summary, err error) {
 		StreamingProcess:                 true,
 		ProcessCountInterval:             10 * time.Second,
 	}
-	if err := dataflow.AddJob[source.Record[Invoice]](ctx, node, cfg, job, dataflow.WithListeners(finished)); err != nil {
+	if err := dataflow.AddJob[memory.Record[Invoice]](ctx, node, cfg, job, dataflow.WithListeners(finished)); err != nil {
 		return sum, err
 	}
 	if err := node.Start(ctx); err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardflow/shardflow/dataflow"
-	sinkpg "github.com/shardflow/shardflow/sinks/postgres"
+	"github.com/shardflow/shardflow/sinks/pgsink"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
@@ -42,7 +42,7 @@ type Source struct {
 
 var sourceSpec = postgres.TableSpec{Table: "pgbatch_source", Key: "id", Columns: []string{"id", "payload"}}
 
-var resultTarget = sinkpg.Target{Table: "pgbatch_result", Columns: []string{"source_id", "payload_len", "worker", "epoch"}}
+var resultTarget = pgsink.Target{Table: "pgbatch_result", Columns: []string{"source_id", "payload_len", "worker", "epoch"}}
 
 // setup creates the tables, then Migrate adds the bookkeeping columns, the
 // work index and the fencing tables.
@@ -70,7 +70,7 @@ func process(worker string, delay time.Duration) postgres.TxProcessFunc[Source] 
 		for i, s := range items {
 			rows[i] = []any{s.ID, len(s.Payload), worker, shard.Epoch}
 		}
-		_, err := sinkpg.CopyAppend(ctx, tx, resultTarget, pgx.CopyFromRows(rows))
+		_, err := pgsink.CopyAppend(ctx, tx, resultTarget, pgx.CopyFromRows(rows))
 		return err
 	}
 }

@@ -28,7 +28,7 @@ import (
 	"github.com/shardflow/shardflow/dataflow/dataflowtest"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
-	sinkpg "github.com/shardflow/shardflow/sinks/postgres"
+	"github.com/shardflow/shardflow/sinks/pgsink"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
@@ -38,7 +38,7 @@ var (
 	_ = dataflowtest.ServerID
 	_ = history.BufferConfig{}
 	_ = pghistory.NewBuffer
-	_ = sinkpg.CopyAppend
+	_ = pgsink.CopyAppend
 	_ = postgres.Migrate
 )
 
@@ -53,7 +53,7 @@ var (
 	podName     string
 	pool, db    *pgxpool.Pool
 	spec        postgres.TableSpec
-	settlements sinkpg.Target
+	settlements pgsink.Target
 	rowsOf      func([]Order) pgx.CopyFromSource
 	node        *dataflow.Node
 	cfg         dataflow.JobConfig

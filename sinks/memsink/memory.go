@@ -1,7 +1,7 @@
-// Package memory is an in-process sink for demos and tests: it records every
+// Package memsink is an in-process sink for demos and tests: it records every
 // effect by key, so a test can tell lost effects (a key never written) from
 // duplicate effects (a key written twice).
-package memory
+package memsink
 
 import (
 	"context"

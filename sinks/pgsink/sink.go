@@ -1,8 +1,8 @@
-// Package postgres holds shardflow's Postgres sinks: COPY-speed appends and
+// Package pgsink holds shardflow's Postgres sinks: COPY-speed appends and
 // idempotent upserts, usable with a pool or inside a caller's transaction
 // (the transaction of sources/postgres's transactional and checkpoint
 // modes, so the sink's writes commit with the source's done mark).
-package postgres
+package pgsink
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 )
 
 // ErrTarget: a Target field is invalid; the message names it.
-var ErrTarget = errors.New("sinks/postgres: invalid target")
+var ErrTarget = errors.New("pgsink: invalid target")
 
 // DB is what the sinks write through: pgx.Tx, *pgx.Conn and
 // *pgxpool.Pool all satisfy it. Begin on a pgx.Tx opens a savepoint.
@@ -68,7 +68,7 @@ func CopyAppend(ctx context.Context, db DB, t Target, rows pgx.CopyFromSource) (
 	}
 	n, err := db.CopyFrom(ctx, t.ident(), t.Columns, rows)
 	if err != nil {
-		return n, fmt.Errorf("sinks/postgres: COPY into %s %v: %w", t.Table, t.Columns, err)
+		return n, fmt.Errorf("pgsink: COPY into %s %v: %w", t.Table, t.Columns, err)
 	}
 	return n, nil
 }
@@ -116,7 +116,7 @@ func CopyUpsert(ctx context.Context, db DB, t Target, rows pgx.CopyFromSource) (
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sinks/postgres: upserting into %s: %w", t.Table, err)
+		return 0, fmt.Errorf("pgsink: upserting into %s: %w", t.Table, err)
 	}
 	return affected, nil
 }

@@ -1,4 +1,4 @@
-package postgres_test
+package pgsink_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardflow/shardflow/integration"
-	"github.com/shardflow/shardflow/sinks/postgres"
+	"github.com/shardflow/shardflow/sinks/pgsink"
 )
 
 func TestMain(m *testing.M) { integration.Main(m) }
@@ -43,7 +43,7 @@ func count(t *testing.T, pool *pgxpool.Pool, sql string) int64 {
 	return n
 }
 
-var totals = postgres.Target{Table: "totals", Columns: []string{"id", "amount"}, ConflictColumns: []string{"id"}}
+var totals = pgsink.Target{Table: "totals", Columns: []string{"id", "amount"}, ConflictColumns: []string{"id"}}
 
 func rows(from, to, amount int64) pgx.CopyFromSource {
 	var r [][]any
@@ -59,7 +59,7 @@ func TestCopyAppendCommitsWithTheCallersTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := postgres.CopyAppend(ctx, tx, totals, rows(1, 500, 1)); err != nil || n != 500 {
+	if n, err := pgsink.CopyAppend(ctx, tx, totals, rows(1, 500, 1)); err != nil || n != 500 {
 		t.Fatalf("CopyAppend = %d, %v", n, err)
 	}
 	if err := tx.Rollback(ctx); err != nil {
@@ -68,10 +68,10 @@ func TestCopyAppendCommitsWithTheCallersTransaction(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM totals`); n != 0 {
 		t.Fatalf("rows after rollback = %d; want 0", n)
 	}
-	if n, err := postgres.CopyAppend(ctx, pool, totals, rows(1, 500, 1)); err != nil || n != 500 {
+	if n, err := pgsink.CopyAppend(ctx, pool, totals, rows(1, 500, 1)); err != nil || n != 500 {
 		t.Fatalf("CopyAppend on the pool = %d, %v", n, err)
 	}
-	_, err = postgres.CopyAppend(ctx, pool, totals, rows(500, 500, 1))
+	_, err = pgsink.CopyAppend(ctx, pool, totals, rows(500, 500, 1))
 	if err == nil || !strings.Contains(err.Error(), "totals") {
 		t.Fatalf("duplicate key err = %v; want an error naming totals", err)
 	}
@@ -79,11 +79,11 @@ func TestCopyAppendCommitsWithTheCallersTransaction(t *testing.T) {
 
 func TestCopyUpsertIsIdempotent(t *testing.T) {
 	pool, ctx := newDB(t)
-	if n, err := postgres.CopyUpsert(ctx, pool, totals, rows(1, 100, 1)); err != nil || n != 100 {
+	if n, err := pgsink.CopyUpsert(ctx, pool, totals, rows(1, 100, 1)); err != nil || n != 100 {
 		t.Fatalf("first CopyUpsert = %d, %v", n, err)
 	}
 	// DO NOTHING: the overlap is skipped.
-	if n, err := postgres.CopyUpsert(ctx, pool, totals, rows(51, 150, 2)); err != nil || n != 50 {
+	if n, err := pgsink.CopyUpsert(ctx, pool, totals, rows(51, 150, 2)); err != nil || n != 50 {
 		t.Fatalf("CopyUpsert DO NOTHING = %d, %v; want 50 new rows", n, err)
 	}
 	if n := count(t, pool, `SELECT sum(amount) FROM totals`); n != 100+2*50 {
@@ -92,7 +92,7 @@ func TestCopyUpsertIsIdempotent(t *testing.T) {
 	// DO UPDATE: the overlap takes the new amount.
 	up := totals
 	up.UpdateColumns = []string{"amount"}
-	if n, err := postgres.CopyUpsert(ctx, pool, up, rows(1, 150, 3)); err != nil || n != 150 {
+	if n, err := pgsink.CopyUpsert(ctx, pool, up, rows(1, 150, 3)); err != nil || n != 150 {
 		t.Fatalf("CopyUpsert DO UPDATE = %d, %v", n, err)
 	}
 	if n := count(t, pool, `SELECT sum(amount) FROM totals`); n != 450 {
@@ -108,7 +108,7 @@ func TestCopyUpsertInsideATransactionTwice(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	for i := range 2 {
-		if _, err := postgres.CopyUpsert(ctx, tx, totals, rows(int64(i*10+1), int64(i*10+10), 1)); err != nil {
+		if _, err := pgsink.CopyUpsert(ctx, tx, totals, rows(int64(i*10+1), int64(i*10+10), 1)); err != nil {
 			t.Fatalf("CopyUpsert %d in one transaction: %v", i, err)
 		}
 	}
@@ -126,21 +126,21 @@ func TestCopyUpsertInsideATransactionTwice(t *testing.T) {
 func TestTargetValidation(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
-		target postgres.Target
+		target pgsink.Target
 		upsert bool
 		field  string
 	}{
-		{postgres.Target{Columns: []string{"a"}}, false, "Target.Table"},
-		{postgres.Target{Table: "x"}, false, "Target.Columns"},
-		{postgres.Target{Table: "x", Columns: []string{"a"}}, true, "Target.ConflictColumns"},
+		{pgsink.Target{Columns: []string{"a"}}, false, "Target.Table"},
+		{pgsink.Target{Table: "x"}, false, "Target.Columns"},
+		{pgsink.Target{Table: "x", Columns: []string{"a"}}, true, "Target.ConflictColumns"},
 	} {
 		var err error
 		if tc.upsert {
-			_, err = postgres.CopyUpsert(ctx, nil, tc.target, nil)
+			_, err = pgsink.CopyUpsert(ctx, nil, tc.target, nil)
 		} else {
-			_, err = postgres.CopyAppend(ctx, nil, tc.target, nil)
+			_, err = pgsink.CopyAppend(ctx, nil, tc.target, nil)
 		}
-		if !errors.Is(err, postgres.ErrTarget) || !strings.Contains(err.Error(), tc.field) {
+		if !errors.Is(err, pgsink.ErrTarget) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%+v: err = %v; want ErrTarget naming %s", tc.target, err, tc.field)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
-	sinkpg "github.com/shardflow/shardflow/sinks/postgres"
+	"github.com/shardflow/shardflow/sinks/pgsink"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
@@ -35,7 +35,7 @@ func Example_transactional() {
 		for i, o := range orders {
 			rows[i] = []any{o.ID, s.Epoch}
 		}
-		_, err := sinkpg.CopyAppend(ctx, tx, sinkpg.Target{Table: "settlements", Columns: []string{"order_id", "epoch"}}, pgx.CopyFromRows(rows))
+		_, err := pgsink.CopyAppend(ctx, tx, pgsink.Target{Table: "settlements", Columns: []string{"order_id", "epoch"}}, pgx.CopyFromRows(rows))
 		return err
 	})
 	// Every replica joins the same ZooKeeper ensemble: it decides which

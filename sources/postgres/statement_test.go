@@ -16,7 +16,7 @@ import (
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/testwait"
-	sinkpg "github.com/shardflow/shardflow/sinks/postgres"
+	"github.com/shardflow/shardflow/sinks/pgsink"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
@@ -53,7 +53,7 @@ func settle(table string) postgres.TxProcessFunc[Order] {
 		for i, o := range orders {
 			rows[i] = []any{o.ID}
 		}
-		_, err := sinkpg.CopyAppend(ctx, tx, sinkpg.Target{Table: table, Columns: []string{"order_id"}}, pgx.CopyFromRows(rows))
+		_, err := pgsink.CopyAppend(ctx, tx, pgsink.Target{Table: table, Columns: []string{"order_id"}}, pgx.CopyFromRows(rows))
 		return err
 	}
 }
