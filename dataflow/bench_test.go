@@ -197,7 +197,7 @@ func medianRatio(num, den []time.Duration) float64 {
 // semantics); with ahead true it fetches the next batch at once, up to one
 // batch ahead (the channel's capacity), as PipelinedFetch does. It has no
 // panic recovery, no per-item cancellation check and no error bookkeeping.
-func poolBaseline(ctx context.Context, job Job[int], shards []Shard, threads int, ahead bool, c Counter) error {
+func poolBaseline(ctx context.Context, job Job[int], shards []Shard, threads int, ahead bool, c outcomeCounter) error {
 	type chunk struct {
 		items []int
 		done  *sync.WaitGroup

@@ -12,10 +12,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Counter receives outcome counts from the pipeline. stats.Counter
+// outcomeCounter receives outcome counts from the pipeline. stats.Counter
 // implements it. Add is called concurrently from many workers, once per
 // processed chunk (not per item), so it must be safe for concurrent use.
-type Counter interface {
+type outcomeCounter interface {
 	Add(success, failure int64)
 }
 
@@ -44,7 +44,7 @@ type pipelineConfig struct {
 	KeepGoing func() bool
 	// Counter receives the outcome counts; nil discards them (RunResult
 	// still carries the totals).
-	Counter Counter
+	Counter outcomeCounter
 	// ErrorPolicy decides what happens to each shard item's first error.
 	// Default ErrorPolicyLog.
 	ErrorPolicy ErrorPolicy
@@ -312,7 +312,7 @@ func (r *itemRun[T]) callFetch(ctx context.Context) (items []T, err error) {
 	ctx, span := r.startFetchSpan(ctx)
 	if span != nil {
 		defer func() {
-			span.SetAttributes(AttrBatch.Int(len(items)))
+			span.SetAttributes(attrBatch.Int(len(items)))
 			endSpan(span, 0, 0, err)
 		}()
 	}

@@ -1,10 +1,3 @@
-// Package dataflow is what shardflow users import: the Job[T] and BatchJob[T]
-// interfaces (Fetch, then Process per item or per batch), the Shard each call
-// receives, job configuration, listeners, and the Node that hosts many jobs
-// in one process with one scheduler.
-//
-// The pipeline engine knows nothing of ZooKeeper: it gets a context that is
-// cancelled when ownership is lost and a keep-going check between batches.
 package dataflow
 
 import (

@@ -7,9 +7,9 @@ import (
 	"github.com/shardflow/shardflow/history"
 )
 
-// Source is the history source of a run started for r: cron fires are
+// historySource is the history source of a run started for r: cron fires are
 // normal runs, triggers manual ones.
-func (r Reason) Source() history.Source {
+func (r Reason) historySource() history.Source {
 	switch r {
 	case ReasonMisfire:
 		return history.SourceMisfire
@@ -27,7 +27,7 @@ func (r Reason) Source() history.Source {
 // errs are the run's failed items with their errors (itemErrors), as its
 // Complete recorded them: history, metrics and status agree.
 func (n *Node) report(h *hostedJob, info RunInfo, res RunResult, errs map[int]string) {
-	src := info.Reason.Source()
+	src := info.Reason.historySource()
 	n.logger.Info("dataflow: run", "job", h.name, "items", info.Items, "source", string(src),
 		"success", res.Success, "failure", res.Failure, "duration", res.Duration, "err", res.Err)
 

@@ -7,14 +7,6 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 )
 
-// Job types, re-exported from jobconfig (JobConfig.JobType).
-const (
-	JobTypeDataflow = jobconfig.JobTypeDataflow
-	JobTypeSimple   = jobconfig.JobTypeSimple
-	JobTypeScript   = jobconfig.JobTypeScript
-	JobTypeHTTP     = jobconfig.JobTypeHTTP
-)
-
 // SimpleFunc is a simple job, as ElasticJob's SimpleJob: called once per
 // owned shard item per trigger, concurrently for different items. nil
 // counts one success; an error (or a recovered panic) counts one failure
@@ -35,9 +27,9 @@ func AddSimpleJob(ctx context.Context, n *Node, cfg JobConfig, fn SimpleFunc, op
 		return fmt.Errorf("dataflow: AddSimpleJob %q: fn is nil; pass the function to run per shard item", cfg.JobName)
 	}
 	if cfg.JobType == "" {
-		cfg.JobType = JobTypeSimple
+		cfg.JobType = jobconfig.JobTypeSimple
 	}
-	if cfg.JobType == JobTypeDataflow {
+	if cfg.JobType == jobconfig.JobTypeDataflow {
 		return fmt.Errorf("dataflow: AddSimpleJob %q: jobType is DATAFLOW; add a dataflow job with AddJob, or leave JobType empty", cfg.JobName)
 	}
 	return n.add(ctx, cfg, func(ctx context.Context, shards []Shard, pc pipelineConfig) RunResult {

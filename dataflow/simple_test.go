@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
@@ -172,7 +173,7 @@ func TestNodeSimpleJob(t *testing.T) {
 			}
 			defer stopNode(t, n)
 		}
-		if got, ok := nodes[0].JobConfig("once"); !ok || got.JobType != JobTypeSimple || got.ItemTimeout != 50*time.Millisecond {
+		if got, ok := nodes[0].JobConfig("once"); !ok || got.JobType != jobconfig.JobTypeSimple || got.ItemTimeout != 50*time.Millisecond {
 			t.Fatalf("JobConfig = %+v, %v; want the stored SIMPLE config", got, ok)
 		}
 		if _, ok := nodes[0].JobConfig("nope"); ok {
@@ -218,7 +219,7 @@ func TestAddSimpleJobRefuses(t *testing.T) {
 		t.Errorf("nil fn: %v", err)
 	}
 	ok := func(context.Context, Shard) error { return nil }
-	if err := AddSimpleJob(t.Context(), n, JobConfig{JobName: "x", ShardingTotalCount: 1, JobType: JobTypeDataflow}, ok); err == nil || !strings.Contains(err.Error(), "AddJob") {
+	if err := AddSimpleJob(t.Context(), n, JobConfig{JobName: "x", ShardingTotalCount: 1, JobType: jobconfig.JobTypeDataflow}, ok); err == nil || !strings.Contains(err.Error(), "AddJob") {
 		t.Errorf("DATAFLOW type: %v", err)
 	}
 	if err := AddSimpleJob(t.Context(), n, JobConfig{JobName: "x", ShardingTotalCount: 1, StreamingProcess: true}, ok); err == nil || !strings.Contains(err.Error(), "streamingProcess") {

@@ -9,7 +9,7 @@ import (
 )
 
 // TracerName is the instrumentation name of the Node's tracer.
-const TracerName = "github.com/shardflow/shardflow/dataflow"
+const tracerName = "github.com/shardflow/shardflow/dataflow"
 
 // Span names: one run span per run on a server; under it one item span per
 // shard item; under that one fetch span per Fetch and one process span per
@@ -17,24 +17,24 @@ const TracerName = "github.com/shardflow/shardflow/dataflow"
 // carry the fetch or process span, so spans of the user's own calls (a
 // database client's) nest under them.
 const (
-	SpanRun     = "shardflow.run"
-	SpanItem    = "shardflow.item"
-	SpanFetch   = "shardflow.fetch"
-	SpanProcess = "shardflow.process"
+	spanRun     = "shardflow.run"
+	spanItem    = "shardflow.item"
+	spanFetch   = "shardflow.fetch"
+	spanProcess = "shardflow.process"
 )
 
 // Span attribute keys.
 const (
-	AttrJob      = attribute.Key("shardflow.job")
-	AttrServer   = attribute.Key("shardflow.server")
-	AttrSource   = attribute.Key("shardflow.source")
-	AttrItems    = attribute.Key("shardflow.items")
-	AttrItem     = attribute.Key("shardflow.item")
-	AttrEpoch    = attribute.Key("shardflow.epoch")
-	AttrFailover = attribute.Key("shardflow.failover")
-	AttrBatch    = attribute.Key("shardflow.batch_size")
-	AttrSuccess  = attribute.Key("shardflow.success")
-	AttrFailure  = attribute.Key("shardflow.failure")
+	attrJob      = attribute.Key("shardflow.job")
+	attrServer   = attribute.Key("shardflow.server")
+	attrSource   = attribute.Key("shardflow.source")
+	attrItems    = attribute.Key("shardflow.items")
+	attrItem     = attribute.Key("shardflow.item")
+	attrEpoch    = attribute.Key("shardflow.epoch")
+	attrFailover = attribute.Key("shardflow.failover")
+	attrBatch    = attribute.Key("shardflow.batch_size")
+	attrSuccess  = attribute.Key("shardflow.success")
+	attrFailure  = attribute.Key("shardflow.failure")
 )
 
 // tracerOf returns tp's tracer for this package, nil without a provider
@@ -43,7 +43,7 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	if tp == nil {
 		return nil
 	}
-	return tp.Tracer(TracerName)
+	return tp.Tracer(tracerName)
 }
 
 // startRunSpan starts the run span; the returned ctx carries it.
@@ -51,9 +51,9 @@ func startRunSpan(ctx context.Context, tr trace.Tracer, info RunInfo) (context.C
 	if tr == nil {
 		return ctx, nil
 	}
-	return tr.Start(ctx, SpanRun, trace.WithAttributes(
-		AttrJob.String(info.JobName), AttrServer.String(info.ServerID),
-		AttrSource.String(string(info.Reason.Source())), AttrItems.IntSlice(info.Items)))
+	return tr.Start(ctx, spanRun, trace.WithAttributes(
+		attrJob.String(info.JobName), attrServer.String(info.ServerID),
+		attrSource.String(string(info.Reason.historySource())), attrItems.IntSlice(info.Items)))
 }
 
 // endSpan ends span (nil: none) with the outcome counts and err.
@@ -61,7 +61,7 @@ func endSpan(span trace.Span, success, failure int64, err error) {
 	if span == nil {
 		return
 	}
-	span.SetAttributes(AttrSuccess.Int64(success), AttrFailure.Int64(failure))
+	span.SetAttributes(attrSuccess.Int64(success), attrFailure.Int64(failure))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -74,8 +74,8 @@ func startItemSpan(ctx context.Context, tr trace.Tracer, job string, s Shard) (c
 	if tr == nil {
 		return ctx, nil
 	}
-	return tr.Start(ctx, SpanItem, trace.WithAttributes(AttrJob.String(job), AttrItem.Int(s.Item),
-		AttrEpoch.Int64(s.Epoch), AttrFailover.Bool(s.Failover)))
+	return tr.Start(ctx, spanItem, trace.WithAttributes(attrJob.String(job), attrItem.Int(s.Item),
+		attrEpoch.Int64(s.Epoch), attrFailover.Bool(s.Failover)))
 }
 
 // startFetchSpan starts a Fetch's span under the item's.
@@ -83,7 +83,7 @@ func (r *itemRun[T]) startFetchSpan(ctx context.Context) (context.Context, trace
 	if r.e.cfg.Tracer == nil {
 		return ctx, nil
 	}
-	return r.e.cfg.Tracer.Start(ctx, SpanFetch, trace.WithAttributes(AttrItem.Int(r.shard.Item)))
+	return r.e.cfg.Tracer.Start(ctx, spanFetch, trace.WithAttributes(attrItem.Int(r.shard.Item)))
 }
 
 // startProcessSpan starts the span of p's processing under the item's and
@@ -93,7 +93,7 @@ func (r *itemRun[T]) startProcessSpan(ctx context.Context, p *pass[T]) {
 	if r.e.cfg.Tracer == nil {
 		return
 	}
-	p.ctx, p.span = r.e.cfg.Tracer.Start(ctx, SpanProcess, trace.WithAttributes(AttrItem.Int(r.shard.Item), AttrBatch.Int(len(p.items))))
+	p.ctx, p.span = r.e.cfg.Tracer.Start(ctx, spanProcess, trace.WithAttributes(attrItem.Int(r.shard.Item), attrBatch.Int(len(p.items))))
 }
 
 // endProcessSpan ends p's span, once all its chunks are done.

@@ -73,7 +73,7 @@ func TestNodeTracing(t *testing.T) {
 				byID[s.SpanContext().SpanID()] = s
 				count[s.Name()]++
 			}
-			want := map[string]int{SpanRun: 1, SpanItem: 2, SpanFetch: 6, SpanProcess: 4, "user.query": 12}
+			want := map[string]int{spanRun: 1, spanItem: 2, spanFetch: 6, spanProcess: 4, "user.query": 12}
 			for name, c := range want {
 				if count[name] != c {
 					t.Errorf("%d %s spans, want %d (all: %v)", count[name], name, c, count)
@@ -85,23 +85,23 @@ func TestNodeTracing(t *testing.T) {
 				}
 				return ""
 			}
-			wantParent := map[string]string{SpanRun: "", SpanItem: SpanRun, SpanFetch: SpanItem, SpanProcess: SpanItem, "user.query": SpanProcess}
+			wantParent := map[string]string{spanRun: "", spanItem: spanRun, spanFetch: spanItem, spanProcess: spanItem, "user.query": spanProcess}
 			var items []int64
 			for _, s := range sr.Ended() {
 				if got := parentName(s); got != wantParent[s.Name()] {
 					t.Errorf("span %s has parent %q, want %q", s.Name(), got, wantParent[s.Name()])
 				}
-				if s.Name() == SpanItem {
+				if s.Name() == spanItem {
 					for _, a := range s.Attributes() {
-						if a.Key == AttrItem {
+						if a.Key == attrItem {
 							items = append(items, a.Value.AsInt64())
 						}
-						if a.Key == AttrSuccess && a.Value.AsInt64() != 6 {
+						if a.Key == attrSuccess && a.Value.AsInt64() != 6 {
 							t.Errorf("item span success %d, want 6", a.Value.AsInt64())
 						}
 					}
 				}
-				if s.Name() == SpanRun && s.SpanContext().TraceID() != sr.Ended()[0].SpanContext().TraceID() {
+				if s.Name() == spanRun && s.SpanContext().TraceID() != sr.Ended()[0].SpanContext().TraceID() {
 					t.Errorf("spans of one run in different traces")
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/internal/usererr"
 )
 
 // The Node's ErrorHandler sees every error of the job's code, with its
@@ -33,7 +34,7 @@ func TestErrorHandlerSeesAndMarksErrors(t *testing.T) {
 	if len(seen) != 1 || !errors.Is(seen[2], errBoom) {
 		t.Fatalf("handler saw %v; want item 2's errBoom only", seen)
 	}
-	var perm *permanentError
+	var perm *usererr.PermanentError
 	if !errors.As(ev.res.Err, &perm) || !errors.Is(ev.res.Err, errBoom) {
 		t.Fatalf("run error %v; want item 2's error marked permanent", ev.res.Err)
 	}
@@ -44,11 +45,11 @@ func TestMarks(t *testing.T) {
 	if Permanent(nil) != nil || RetryAfter(nil, time.Second) != nil {
 		t.Error("marking nil is not nil")
 	}
-	if !IsPermanent(Permanent(base)) || IsPermanent(base) || IsPermanent(RetryAfter(Permanent(base), 0)) {
-		t.Error("IsPermanent does not follow the outermost mark")
+	if !usererr.IsPermanent(Permanent(base)) {
+		t.Error("Permanent's mark is not read as permanent")
 	}
-	if d, ok := RetryDelay(errors.Join(errors.New("y"), RetryAfter(base, time.Minute))); !ok || d != time.Minute {
-		t.Errorf("RetryDelay through a join = %s, %v; want 1m, true", d, ok)
+	if d, ok := usererr.RetryDelay(RetryAfter(base, time.Minute)); !ok || d != time.Minute {
+		t.Errorf("RetryAfter's mark reads %s, %v; want 1m, true", d, ok)
 	}
 	if !errors.Is(Permanent(base), base) || !errors.Is(RetryAfter(base, 1), base) {
 		t.Error("marks do not unwrap to the error")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/internal/usererr"
 )
 
 // firstBackoff is the wait after the first statement error of a streak;
@@ -108,7 +109,7 @@ func keyOf(shard dataflow.Shard) backoffKey { return backoffKey{shard.JobName, s
 // shard.ReportError (the server's lastError in status). No row attempt
 // is counted by the caller.
 func (s *Source[T]) statementFailed(ctx context.Context, shard dataflow.Shard, op string, err error) {
-	fixed, _ := dataflow.RetryDelay(err)
+	fixed, _ := usererr.RetryDelay(err)
 	step, wait, opened := s.backoff.fail(keyOf(shard), time.Now(), s.cfg.MaxBackoff, fixed)
 	if !opened {
 		return

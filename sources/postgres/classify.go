@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/internal/usererr"
 )
 
 // ErrorClass says whose fault an error is: the row's, or the statement's
@@ -74,10 +74,10 @@ func (c ErrorClass) String() string {
 // comes while the run's context is cancelled (the run lost its item or
 // was stopped, which is not the row's fault).
 func Classify(err error) ErrorClass {
-	if dataflow.IsPermanent(err) {
+	if usererr.IsPermanent(err) {
 		return ClassRow
 	}
-	if _, retry := dataflow.RetryDelay(err); retry {
+	if _, retry := usererr.RetryDelay(err); retry {
 		return ClassStatement
 	}
 	if isStatementError(err) {
