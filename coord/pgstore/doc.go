@@ -13,9 +13,12 @@
 //     commit order: every write transaction increments one counter row
 //     first, and that row's lock, held until commit, serializes writers.
 //     A sequence would not do: nextval is taken before commit, so a
-//     transaction could commit after another with a smaller id. A Multi is
+//     transaction could commit after another with a smaller id. Writes are
 //     one statement (a function in the schema), so the lock is held only
-//     while the server applies it.
+//     while the server applies them.
+//   - Group commit: the writes a store's callers make while its earlier
+//     ones commit go in ONE transaction (batch.go), each in its own
+//     savepoint with its own zxid, so one's refusal fails no other.
 //   - Sessions are rows judged by the database's clock: a session lives
 //     while expires_at > clock_timestamp(); a heartbeat every third of the
 //     timeout moves it. Any store's heartbeat that sees an expired session

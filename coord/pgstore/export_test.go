@@ -7,3 +7,15 @@ package pgstore
 func SetHooks(afterZxid func(what string, zxid int64), beforeBeat func(*Store)) {
 	hookAfterZxid, hookBeforeBeat = afterZxid, beforeBeat
 }
+
+// SetFlushHook installs (nil removes) a function run before every group
+// commit with the number of requests it commits.
+func SetFlushHook(f func(requests int)) { hookFlush = f }
+
+// Writes reports how many batches of s are being committed and how many
+// write requests wait for the next one.
+func Writes(s *Store) (flushing, queued int) {
+	s.commits.mu.Lock()
+	defer s.commits.mu.Unlock()
+	return s.commits.flushing, len(s.commits.queue)
+}

@@ -5,11 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -283,7 +279,8 @@ func (s *Store) multi(ctx context.Context, what string, ops []store.Op) ([]store
 			return nil, &store.MultiError{Index: i, Op: op, Err: fmt.Errorf("pgstore: %s: %w", what, err)}
 		}
 	}
-	if n := store.MultiSize(ops); n > s.cfg.MaxRequestBytes {
+	n := store.MultiSize(ops)
+	if n > s.cfg.MaxRequestBytes {
 		return nil, fmt.Errorf("pgstore: multi of %d operations, about %d bytes, over the %d-byte limit (Config.MaxRequestBytes): %w", len(ops), n, s.cfg.MaxRequestBytes, store.ErrTooLarge)
 	}
 	tk, err := s.enter(ctx, what)
@@ -291,52 +288,11 @@ func (s *Store) multi(ctx context.Context, what string, ops []store.Op) ([]store
 		return nil, err
 	}
 	defer s.calls.Done()
-	n := len(ops)
-	kinds, versions := make([]int32, n), make([]int32, n)
-	paths, parents := make([]string, n), make([]string, n)
-	datas := make([][]byte, n)
-	for i, op := range ops {
-		switch o := op.(type) {
-		case *store.CreateOp:
-			kinds[i], paths[i], datas[i] = int32(o.Mode), o.Path, o.Data
-		case *store.SetOp:
-			kinds[i], paths[i], datas[i], versions[i] = 4, o.Path, o.Data, o.Version
-		case *store.DeleteOp:
-			kinds[i], paths[i], versions[i] = 5, o.Path, o.Version
-		case *store.CheckOp:
-			kinds[i], paths[i], versions[i] = 6, o.Path, o.Version
-		}
-		parents[i] = store.Parent(paths[i])
-	}
-	rows, err := s.pool.Query(ctx, "SELECT * FROM "+s.q+".multi($1, $2, $3, $4, $5, $6, $7)",
-		tk.id, kinds, paths, parents, datas, versions, s.channel)
-	if err != nil {
-		return nil, s.multiErr(ctx, what, tk.id, ops, err)
-	}
-	res := make([]store.OpResult, 0, n)
-	for rows.Next() {
-		var r store.OpResult
-		var ns nullStat
-		if err := rows.Scan(append([]any{&r.Path}, ns.dest()...)...); err != nil {
-			rows.Close()
-			return nil, s.mapErr(ctx, what, err)
-		}
-		if _, set := ops[len(res)].(*store.SetOp); set {
-			r.Stat = ns.stat()
-		}
-		res = append(res, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.multiErr(ctx, what, tk.id, ops, err)
-	}
-	if len(res) != n {
-		return nil, fmt.Errorf("pgstore: %s: %d results for %d operations: %w", what, len(res), n, store.ErrConnectionLoss)
-	}
-	return res, nil
+	return s.write(ctx, what, tk.id, ops, n)
 }
 
-// refusals maps the reasons multi raises (SF000 "index:reason") to the
-// store's errors.
+// refusals maps the reasons multi_batch gives a refused request
+// ("index:reason") to the store's errors.
 var refusals = map[string]error{
 	"exists":         store.ErrNodeExists,
 	"noparent":       store.ErrNoParent,
@@ -344,29 +300,6 @@ var refusals = map[string]error{
 	"nonode":         store.ErrNoNode,
 	"badversion":     store.ErrBadVersion,
 	"notempty":       store.ErrNotEmpty,
-}
-
-// multiErr maps multi's error: a refused op to a *store.MultiError, an
-// expired session to ErrSessionExpired, the rest as mapErr does.
-func (s *Store) multiErr(ctx context.Context, what string, sess int64, ops []store.Op, err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) || ctx.Err() != nil {
-		return s.mapErr(ctx, what, err)
-	}
-	switch pe.Code {
-	case "SF001":
-		return fmt.Errorf("pgstore: %s: session 0x%x expired on the server: %w", what, sess, store.ErrSessionExpired)
-	case "SF000":
-		idx, reason, _ := strings.Cut(pe.Message, ":")
-		i, perr := strconv.Atoi(idx)
-		sentinel, ok := refusals[reason]
-		if perr != nil || !ok || i < 1 || i > len(ops) {
-			return fmt.Errorf("pgstore: %s: unexpected refusal %q", what, pe.Message)
-		}
-		op := ops[i-1]
-		return &store.MultiError{Index: i - 1, Op: op, Err: fmt.Errorf("pgstore: %s %s: %w", opName(op), store.OpPath(op), sentinel)}
-	}
-	return s.mapErr(ctx, what, err)
 }
 
 func opName(op store.Op) string {

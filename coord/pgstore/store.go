@@ -29,6 +29,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	listen  *pgx.ConnConfig
 	reg     *registry
+	commits committer // group commit of the writes (batch.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -80,6 +81,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		channel:  "shardflow_coord_" + cfg.Schema,
 		listen:   lcfg,
 		reg:      newRegistry(),
+		commits:  committer{maxBytes: 4 * cfg.MaxRequestBytes},
 		sessCh:   make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
