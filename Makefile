@@ -95,14 +95,14 @@ REPEAT ?= 1
 sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STORE=zk|pg] [REPEAT=R]; last line: schedules=K violations=V seed=N
 	@out=$$(mktemp); \
 	SIM_SEED=$(SEED) SIM_SCHEDULES=$(SCHEDULES) SIM_STORE=$(STORE) SIM_REPEAT=$(REPEAT) $(TEST_ENV) $(ZK_WORK) \
-		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper|Postgres)?$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
+		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper|Postgres)?$$' -v ./coord/protocol/ > $$out 2>&1; rc=$$?; \
 	awk '/sim_test.go/ {p = 1; print; next} /^[ \t]/ {if (p) print; next} {p = 0} /^(FAIL|panic)/' $$out; grep '^repeat:' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
 
 .PHONY: join-zk
 join-zk: zk-overlay ## K processes (2..10) joining one job at once on real ZooKeeper, 100 rounds (JOIN_ROUNDS to change)
 	@out=$$(mktemp); \
 	SHARDFLOW_ZK_JOIN_ROUNDS=$(or $(JOIN_ROUNDS),100) $(TEST_ENV) $(ZK_WORK) \
-		$(GO) test -race -count=1 -timeout 0 -run '^TestProtocolZooKeeper$$/^ConcurrentJoin$$' -v ./coord/ > $$out 2>&1; rc=$$?; \
+		$(GO) test -race -count=1 -timeout 0 -run '^TestProtocolZooKeeper$$/^ConcurrentJoin$$' -v ./coord/protocol/ > $$out 2>&1; rc=$$?; \
 	grep -E '^\s*(---|ok|FAIL|panic)|join.go' $$out; rm -f $$out; exit $$rc
 
 .PHONY: zk-overlay
@@ -138,7 +138,7 @@ bench-engine: ## the pipeline engine against a hand-written worker pool (1M no-o
 
 .PHONY: bench-coord
 bench-coord: ## coordination requests per trigger for S servers and N items (counting store; COST_ITEMS to change N)
-	SHARDFLOW_COST_ITEMS=$${COST_ITEMS:-8,64,512,2048,10000} $(GO) test -count=1 -run TestCoordinationCost -v ./coord/
+	SHARDFLOW_COST_ITEMS=$${COST_ITEMS:-8,64,512,2048,10000} $(GO) test -count=1 -run TestCoordinationCost -v ./coord/protocol/
 
 .PHONY: screenshots
 screenshots: ## regenerate the console screenshots in docs/ (headless chromium, the browser test)
@@ -147,7 +147,7 @@ screenshots: ## regenerate the console screenshots in docs/ (headless chromium, 
 .PHONY: bench-scale
 bench-scale: ## a 10,000-item job over 3 servers on real ZooKeeper: reshard, run, status, crash, failover (SCALE_ITEMS to change)
 	uptime
-	$(TEST_ENV) SHARDFLOW_SCALE_ITEMS=$${SCALE_ITEMS:-10000} $(GO) test -count=1 -timeout 20m -run TestScaleZooKeeper -v ./coord/ | grep -E 'SCALE|^(---|ok|FAIL)|_test.go'
+	$(TEST_ENV) SHARDFLOW_SCALE_ITEMS=$${SCALE_ITEMS:-10000} $(GO) test -count=1 -timeout 20m -run TestScaleZooKeeper -v ./coord/protocol/ | grep -E 'SCALE|^(---|ok|FAIL)|_test.go'
 
 .PHONY: bench-failover
 bench-failover: ## failover latency after SIGKILL, busy and idle survivors, 10 kills each (FAILOVER_KILLS to change; RACE=-race for the race build)

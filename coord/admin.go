@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -20,12 +22,12 @@ type admin struct {
 
 func newAdmin(st store.Store, namespace string) *admin {
 	if namespace == "" {
-		namespace = DefaultNamespace
+		namespace = protocol.DefaultNamespace
 	}
 	return &admin{st: st, ns: namespace}
 }
 
-func (a *admin) paths(job string) jobPaths { return newJobPaths(a.ns, job) }
+func (a *admin) paths(job string) layout.JobPaths { return layout.NewJobPaths(a.ns, job) }
 
 func (a *admin) jobs(ctx context.Context) ([]string, error) {
 	names, _, err := a.st.Children(ctx, store.Join(a.ns))
@@ -37,7 +39,7 @@ func (a *admin) jobs(ctx context.Context) ([]string, error) {
 	}
 	var out []string
 	for _, n := range names {
-		if ok, _, err := a.st.Exists(ctx, store.Join(a.ns, n, nConfig)); err == nil && ok {
+		if ok, _, err := a.st.Exists(ctx, store.Join(a.ns, n, layout.NConfig)); err == nil && ok {
 			out = append(out, n)
 		}
 	}
@@ -46,14 +48,14 @@ func (a *admin) jobs(ctx context.Context) ([]string, error) {
 }
 
 // requireJob fails with ErrNoJob unless the job's config node exists.
-func (a *admin) requireJob(ctx context.Context, job string) (jobPaths, error) {
+func (a *admin) requireJob(ctx context.Context, job string) (layout.JobPaths, error) {
 	p := a.paths(job)
 	if job == "" || strings.Contains(job, "/") {
 		return p, fmt.Errorf("%w: job name %q", ErrNoJob, job)
 	}
-	ok, _, err := a.st.Exists(ctx, p.abs(nConfig))
+	ok, _, err := a.st.Exists(ctx, p.Abs(layout.NConfig))
 	if err != nil {
-		return p, fmt.Errorf("coord: read %s: %w", p.abs(nConfig), err)
+		return p, fmt.Errorf("coord: read %s: %w", p.Abs(layout.NConfig), err)
 	}
 	if !ok {
 		return p, fmt.Errorf("%w: %q in namespace %q", ErrNoJob, job, a.ns)
@@ -62,10 +64,10 @@ func (a *admin) requireJob(ctx context.Context, job string) (jobPaths, error) {
 }
 
 // servers returns the job's servers, or just server (ErrNoServer if absent).
-func (a *admin) servers(ctx context.Context, p jobPaths, job, server string) ([]string, error) {
-	names, _, err := a.st.Children(ctx, p.abs(nServers))
+func (a *admin) servers(ctx context.Context, p layout.JobPaths, job, server string) ([]string, error) {
+	names, _, err := a.st.Children(ctx, p.Abs(layout.NServers))
 	if err != nil {
-		return nil, fmt.Errorf("coord: read %s: %w", p.abs(nServers), err)
+		return nil, fmt.Errorf("coord: read %s: %w", p.Abs(layout.NServers), err)
 	}
 	if server == "" {
 		return names, nil
@@ -78,23 +80,23 @@ func (a *admin) servers(ctx context.Context, p jobPaths, job, server string) ([]
 
 // onlineServers returns the servers among names that are online
 // (serverState: a process holds them), read directly.
-func (a *admin) onlineServers(ctx context.Context, p jobPaths, names []string) ([]string, error) {
+func (a *admin) onlineServers(ctx context.Context, p layout.JobPaths, names []string) ([]string, error) {
 	var online []string
 	for _, s := range names {
-		state, _, err := readServerState(ctx, a.st, p, s)
+		state, _, err := layout.ReadServerState(ctx, a.st, p, s)
 		if err != nil {
 			return nil, err
 		}
-		if state.online {
+		if state.Online {
 			online = append(online, s)
 		}
 	}
 	return online, nil
 }
 
-func (a *admin) raiseResharding(ctx context.Context, p jobPaths) error {
-	if err := raiseFlag(ctx, a.st, p); err != nil {
-		return fmt.Errorf("coord: raise the resharding flag %s: %w", p.abs(relNecessary), err)
+func (a *admin) raiseResharding(ctx context.Context, p layout.JobPaths) error {
+	if err := layout.RaiseFlag(ctx, a.st, p); err != nil {
+		return fmt.Errorf("coord: raise the resharding flag %s: %w", p.Abs(layout.RelNecessary), err)
 	}
 	return nil
 }
@@ -135,8 +137,8 @@ func (a *admin) trigger(ctx context.Context, job, server string) ([]string, erro
 		return nil, fmt.Errorf("%w: trigger job %q: no server can run it: %s", ErrCannotRun, job, strings.Join(skipped, "; "))
 	}
 	for _, s := range asked {
-		if _, err := a.st.Create(ctx, p.server(s, nTrigger), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
-			return nil, fmt.Errorf("coord: trigger %s: %w", p.server(s, nTrigger), err)
+		if _, err := a.st.Create(ctx, p.Server(s, layout.NTrigger), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
+			return nil, fmt.Errorf("coord: trigger %s: %w", p.Server(s, layout.NTrigger), err)
 		}
 	}
 	return asked, nil
@@ -144,24 +146,24 @@ func (a *admin) trigger(ctx context.Context, job, server string) ([]string, erro
 
 // cannotRun says why server s would not run a trigger ("" when it would):
 // offline, shut down, disabled (it owns no items) or paused.
-func (a *admin) cannotRun(ctx context.Context, p jobPaths, s string) (string, error) {
-	state, ok, err := readServerState(ctx, a.st, p, s)
+func (a *admin) cannotRun(ctx context.Context, p layout.JobPaths, s string) (string, error) {
+	state, ok, err := layout.ReadServerState(ctx, a.st, p, s)
 	if err != nil {
 		return "", err
 	}
 	switch {
-	case !ok || !state.online:
+	case !ok || !state.Online:
 		return "is offline (no process holds it); start it first", nil
-	case state.shutdown:
+	case state.Shutdown:
 		return "is shut down; restart its process first", nil
-	case state.disabled:
+	case state.Disabled:
 		return "is disabled, so it owns no items; enable it first", nil
 	}
-	paused, ok, err := a.getOpt(ctx, p.server(s, nPaused))
+	paused, ok, err := a.getOpt(ctx, p.Server(s, layout.NPaused))
 	if err != nil {
 		return "", err
 	}
-	if ok && flagTrue([]byte(paused)) {
+	if ok && layout.FlagTrue([]byte(paused)) {
 		return "is paused; resume it first", nil
 	}
 	return "", nil
@@ -176,15 +178,15 @@ func (a *admin) setServerFlag(ctx context.Context, job, server, flag string, on 
 	if err != nil {
 		return err
 	}
-	membership := flag == nDisabled || flag == nShutdown
+	membership := flag == layout.NDisabled || flag == layout.NShutdown
 	for _, s := range names {
-		path := p.server(s, flag)
-		err := multiRetry(ctx, a.st, func(ctx context.Context, _ int) ([]store.Op, error) {
-			ops, err := putOps(ctx, a.st, []string{path}, [][]byte{flagData(on)})
+		path := p.Server(s, flag)
+		err := layout.MultiRetry(ctx, a.st, func(ctx context.Context, _ int) ([]store.Op, error) {
+			ops, err := layout.PutOps(ctx, a.st, []string{path}, [][]byte{layout.FlagData(on)})
 			if membership && err == nil {
 				// The leader's reshard must not clear the flag on a plan
 				// that still counts this server in or out.
-				ops = append(ops, touchMembership(p))
+				ops = append(ops, layout.TouchMembership(p))
 			}
 			return ops, err
 		})
@@ -206,17 +208,17 @@ func (a *admin) setItemDisabled(ctx context.Context, job string, item int, on bo
 	if err := a.checkItem(ctx, p, job, item); err != nil {
 		return err
 	}
-	if err := store.CreateAll(ctx, a.st, p.item(item)); err != nil {
-		return fmt.Errorf("coord: create %s: %w", p.item(item), err)
+	if err := store.CreateAll(ctx, a.st, p.Item(item)); err != nil {
+		return fmt.Errorf("coord: create %s: %w", p.Item(item), err)
 	}
 	if on {
-		if _, err := a.st.Create(ctx, p.item(item, nDisabled), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
-			return fmt.Errorf("coord: write %s: %w", p.item(item, nDisabled), err)
+		if _, err := a.st.Create(ctx, p.Item(item, layout.NDisabled), nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
+			return fmt.Errorf("coord: write %s: %w", p.Item(item, layout.NDisabled), err)
 		}
 		return nil
 	}
-	if err := a.st.Delete(ctx, p.item(item, nDisabled), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-		return fmt.Errorf("coord: delete %s: %w", p.item(item, nDisabled), err)
+	if err := a.st.Delete(ctx, p.Item(item, layout.NDisabled), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+		return fmt.Errorf("coord: delete %s: %w", p.Item(item, layout.NDisabled), err)
 	}
 	return nil
 }
@@ -224,15 +226,15 @@ func (a *admin) setItemDisabled(ctx context.Context, job string, item int, on bo
 // checkItem refuses an item outside 0..shardingTotalCount-1 of the job's
 // current stored config. Only the total is needed, so a config broken in
 // another field still lets an operator act on items.
-func (a *admin) checkItem(ctx context.Context, p jobPaths, job string, item int) error {
-	text, ok, err := a.getOpt(ctx, p.config(jobconfig.FieldShardingTotalCount))
+func (a *admin) checkItem(ctx context.Context, p layout.JobPaths, job string, item int) error {
+	text, ok, err := a.getOpt(ctx, p.Config(jobconfig.FieldShardingTotalCount))
 	if err != nil {
 		return err
 	}
 	total, cerr := strconv.Atoi(strings.TrimSpace(text))
 	if !ok || cerr != nil || total <= 0 {
 		return fmt.Errorf("%w: %s is %q, so item %d cannot be checked; set the total first (`shardflow config set --job %s %s 8`)",
-			ErrBadConfig, p.config(jobconfig.FieldShardingTotalCount), text, item, job, jobconfig.FieldShardingTotalCount)
+			protocol.ErrBadConfig, p.Config(jobconfig.FieldShardingTotalCount), text, item, job, jobconfig.FieldShardingTotalCount)
 	}
 	if item < 0 || item >= total {
 		return fmt.Errorf("%w: item %d of job %q: its shardingTotalCount is %d, so items are 0..%d", ErrNoItem, item, job, total, total-1)
@@ -241,7 +243,7 @@ func (a *admin) checkItem(ctx context.Context, p jobPaths, job string, item int)
 }
 
 func (a *admin) shutdown(ctx context.Context, job, server string) error {
-	return a.setServerFlag(ctx, job, server, nShutdown, true)
+	return a.setServerFlag(ctx, job, server, layout.NShutdown, true)
 }
 
 func (a *admin) remove(ctx context.Context, job, server string) error {
@@ -260,9 +262,9 @@ func (a *admin) remove(ctx context.Context, job, server string) error {
 	if len(live) > 0 {
 		return fmt.Errorf("coord: remove job %q: servers %v are live; shut them down first (`shardflow shutdown`)", job, live)
 	}
-	target := p.root
+	target := p.Root
 	if server != "" {
-		target = p.server(server)
+		target = p.Server(server)
 	}
 	if err := store.DeleteAll(ctx, a.st, target); err != nil {
 		return fmt.Errorf("coord: remove %s: %w", target, err)
@@ -273,19 +275,19 @@ func (a *admin) remove(ctx context.Context, job, server string) error {
 	return nil
 }
 
-func (a *admin) readFields(ctx context.Context, p jobPaths) (map[string]string, error) {
-	names, _, err := a.st.Children(ctx, p.abs(nConfig))
+func (a *admin) readFields(ctx context.Context, p layout.JobPaths) (map[string]string, error) {
+	names, _, err := a.st.Children(ctx, p.Abs(layout.NConfig))
 	if err != nil {
-		return nil, fmt.Errorf("coord: read %s: %w", p.abs(nConfig), err)
+		return nil, fmt.Errorf("coord: read %s: %w", p.Abs(layout.NConfig), err)
 	}
 	fields := make(map[string]string, len(names))
 	for _, n := range names {
-		d, _, err := a.st.Get(ctx, p.config(n))
+		d, _, err := a.st.Get(ctx, p.Config(n))
 		if errors.Is(err, store.ErrNoNode) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("coord: read %s: %w", p.config(n), err)
+			return nil, fmt.Errorf("coord: read %s: %w", p.Config(n), err)
 		}
 		fields[n] = string(d)
 	}
@@ -301,7 +303,7 @@ func (a *admin) getConfig(ctx context.Context, job string) (jobconfig.Config, er
 	if err != nil {
 		return jobconfig.Config{}, err
 	}
-	return decodeStoredConfig(p, job, fields)
+	return layout.DecodeStoredConfig(p, job, fields)
 }
 
 func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
@@ -311,9 +313,9 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	}
 	// The config node's version before the fields: the transaction checks
 	// it, so the copy it writes never drops a concurrent writer's edit.
-	_, cst, err := a.st.Get(ctx, p.abs(nConfig))
+	_, cst, err := a.st.Get(ctx, p.Abs(layout.NConfig))
 	if err != nil {
-		return fmt.Errorf("coord: read %s: %w", p.abs(nConfig), err)
+		return fmt.Errorf("coord: read %s: %w", p.Abs(layout.NConfig), err)
 	}
 	fields, err := a.readFields(ctx, p)
 	if err != nil {
@@ -330,41 +332,41 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	}
 	next, err := jobconfig.SetField(cur, field, value)
 	if err != nil {
-		return fmt.Errorf("coord: set %s: %w", p.config(field), err)
+		return fmt.Errorf("coord: set %s: %w", p.Config(field), err)
 	}
 	if err := explicitPositive(field, value); err != nil {
-		return fmt.Errorf("coord: set %s: %w", p.config(field), err)
+		return fmt.Errorf("coord: set %s: %w", p.Config(field), err)
 	}
 	if err := a.checkDependsOn(ctx, job, field, next); err != nil {
-		return fmt.Errorf("coord: set %s: %w", p.config(field), err)
+		return fmt.Errorf("coord: set %s: %w", p.Config(field), err)
 	}
 	newFields := next.Fields()
-	if _, err := configFromFields(job, mergeRepaired(fields, newFields, field)); err != nil {
-		return fmt.Errorf("coord: set %s: the resulting config is invalid: %w", p.config(field), err)
+	if _, err := layout.ConfigFromFields(job, mergeRepaired(fields, newFields, field)); err != nil {
+		return fmt.Errorf("coord: set %s: the resulting config is invalid: %w", p.Config(field), err)
 	}
 	// The field and the config node (its version bumped, its data a copy
 	// of every field) together: servers watch only the config node
 	// (docs/zookeeper-layout.md).
-	err = multiRetry(ctx, a.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+	err = layout.MultiRetry(ctx, a.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
 		stored := fields
 		if attempt > 0 {
 			// A concurrent writer: its fields, then this one on top.
 			var err error
-			if _, cst, err = a.st.Get(ctx, p.abs(nConfig)); err != nil {
-				return nil, fmt.Errorf("coord: read %s: %w", p.abs(nConfig), err)
+			if _, cst, err = a.st.Get(ctx, p.Abs(layout.NConfig)); err != nil {
+				return nil, fmt.Errorf("coord: read %s: %w", p.Abs(layout.NConfig), err)
 			}
 			if stored, err = a.readFields(ctx, p); err != nil {
 				return nil, err
 			}
 		}
-		ops, err := putOps(ctx, a.st, []string{p.config(field)}, [][]byte{[]byte(newFields[field])})
+		ops, err := layout.PutOps(ctx, a.st, []string{p.Config(field)}, [][]byte{[]byte(newFields[field])})
 		if err != nil {
 			return nil, err
 		}
-		return append(ops, writeConfigNode(p, mergeRepaired(stored, newFields, field), cst.Version)), nil
+		return append(ops, layout.WriteConfigNode(p, mergeRepaired(stored, newFields, field), cst.Version)), nil
 	})
 	if err != nil {
-		return fmt.Errorf("coord: write %s: %w", p.config(field), err)
+		return fmt.Errorf("coord: write %s: %w", p.Config(field), err)
 	}
 	old := fields[field]
 	if err := a.linkDependsOn(ctx, job, field, old, next); err != nil {
@@ -397,7 +399,7 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 		}
 	case jobconfig.FieldFailover:
 		if newFields[field] == "false" {
-			if err := a.clearExecutionNodes(ctx, p, nFailover); err != nil {
+			if err := a.clearExecutionNodes(ctx, p, layout.NFailover); err != nil {
 				return err
 			}
 			if err := a.clearQueue(ctx, p); err != nil {
@@ -436,30 +438,30 @@ func explicitPositive(field, value string) error {
 // server runs now (the leader prunes the others at its next reshard, which
 // waits for them), so a lowered total leaves no stale items in the tree or
 // in status.
-func (a *admin) pruneItemsBeyond(ctx context.Context, p jobPaths, total int) error {
-	names, _, err := a.st.Children(ctx, p.abs(nExecution))
+func (a *admin) pruneItemsBeyond(ctx context.Context, p layout.JobPaths, total int) error {
+	names, _, err := a.st.Children(ctx, p.Abs(layout.NExecution))
 	if err != nil {
-		return fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
+		return fmt.Errorf("coord: read %s: %w", p.Abs(layout.NExecution), err)
 	}
 	for _, n := range names {
-		it, ok := parseItemName(n)
+		it, ok := layout.ParseItemName(n)
 		if !ok || it < total {
 			continue
 		}
-		running, _, err := a.st.Exists(ctx, p.item(it, nRunning))
+		running, _, err := a.st.Exists(ctx, p.Item(it, layout.NRunning))
 		if err != nil {
-			return fmt.Errorf("coord: read %s: %w", p.item(it, nRunning), err)
+			return fmt.Errorf("coord: read %s: %w", p.Item(it, layout.NRunning), err)
 		}
 		if running {
 			continue
 		}
-		if err := store.DeleteAll(ctx, a.st, p.item(it)); err != nil && !errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: remove %s (beyond shardingTotalCount %d): %w", p.item(it), total, err)
+		if err := store.DeleteAll(ctx, a.st, p.Item(it)); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: remove %s (beyond shardingTotalCount %d): %w", p.Item(it), total, err)
 		}
 		// An idle claim went with the item's node: its record too
 		// (claimrecord.go), or the leader would take it for a claim lost.
-		if err := a.st.Delete(ctx, p.claim(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: delete %s: %w", p.claim(it), err)
+		if err := a.st.Delete(ctx, p.Claim(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: delete %s: %w", p.Claim(it), err)
 		}
 	}
 	return nil
@@ -472,13 +474,13 @@ func mergeRepaired(stored, next map[string]string, field string) map[string]stri
 	return m
 }
 
-func (a *admin) clearExecutionNodes(ctx context.Context, p jobPaths, node string) error {
-	items, _, err := a.st.Children(ctx, p.abs(nExecution))
+func (a *admin) clearExecutionNodes(ctx context.Context, p layout.JobPaths, node string) error {
+	items, _, err := a.st.Children(ctx, p.Abs(layout.NExecution))
 	if err != nil {
-		return fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
+		return fmt.Errorf("coord: read %s: %w", p.Abs(layout.NExecution), err)
 	}
 	for _, it := range items {
-		path := store.Join(p.abs(nExecution), it, node)
+		path := store.Join(p.Abs(layout.NExecution), it, node)
 		if err := a.st.Delete(ctx, path, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
 			return fmt.Errorf("coord: delete %s: %w", path, err)
 		}
@@ -490,14 +492,14 @@ func (a *admin) clearExecutionNodes(ctx context.Context, p jobPaths, node string
 // claim no run has taken. Each in one Multi asserting that no running node
 // exists (created and deleted in it), so a failover run that begins
 // meanwhile keeps its claim (its owner must go on skipping the item).
-func (a *admin) clearIdleClaims(ctx context.Context, p jobPaths) error {
-	items, _, err := a.st.Children(ctx, p.abs(nExecution))
+func (a *admin) clearIdleClaims(ctx context.Context, p layout.JobPaths) error {
+	items, _, err := a.st.Children(ctx, p.Abs(layout.NExecution))
 	if err != nil {
-		return fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
+		return fmt.Errorf("coord: read %s: %w", p.Abs(layout.NExecution), err)
 	}
 	for _, it := range items {
-		claim := store.Join(p.abs(nExecution), it, nFailover)
-		running := store.Join(p.abs(nExecution), it, nRunning)
+		claim := store.Join(p.Abs(layout.NExecution), it, layout.NFailover)
+		running := store.Join(p.Abs(layout.NExecution), it, layout.NRunning)
 		_, err := a.st.Multi(ctx,
 			&store.CreateOp{Path: running, Mode: store.Ephemeral},
 			&store.DeleteOp{Path: running, Version: store.AnyVersion},
@@ -512,24 +514,24 @@ func (a *admin) clearIdleClaims(ctx context.Context, p jobPaths) error {
 // bumpFailoverDir bumps the failover directory's data version after the
 // admin's failover writes (a Begin planned on the claims before them plans
 // again: markRunning).
-func (a *admin) bumpFailoverDir(ctx context.Context, p jobPaths) error {
-	if _, err := a.st.Set(ctx, p.abs(relFailoverQ), nil, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-		return fmt.Errorf("coord: write %s: %w", p.abs(relFailoverQ), err)
+func (a *admin) bumpFailoverDir(ctx context.Context, p layout.JobPaths) error {
+	if _, err := a.st.Set(ctx, p.Abs(layout.RelFailoverQ), nil, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+		return fmt.Errorf("coord: write %s: %w", p.Abs(layout.RelFailoverQ), err)
 	}
 	return nil
 }
 
-func (a *admin) clearQueue(ctx context.Context, p jobPaths) error {
-	q, _, err := a.st.Children(ctx, p.abs(relFailoverQ))
+func (a *admin) clearQueue(ctx context.Context, p layout.JobPaths) error {
+	q, _, err := a.st.Children(ctx, p.Abs(layout.RelFailoverQ))
 	if errors.Is(err, store.ErrNoNode) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("coord: read %s: %w", p.abs(relFailoverQ), err)
+		return fmt.Errorf("coord: read %s: %w", p.Abs(layout.RelFailoverQ), err)
 	}
 	for _, n := range q {
-		if err := a.st.Delete(ctx, store.Join(p.abs(relFailoverQ), n), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: delete %s: %w", store.Join(p.abs(relFailoverQ), n), err)
+		if err := a.st.Delete(ctx, store.Join(p.Abs(layout.RelFailoverQ), n), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: delete %s: %w", store.Join(p.Abs(layout.RelFailoverQ), n), err)
 		}
 	}
 	return nil

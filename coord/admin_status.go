@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -28,16 +29,16 @@ func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
 	if st.Config, err = a.readFields(ctx, p); err != nil {
 		return st, err
 	}
-	cfg, cerr := decodeStoredConfig(p, job, st.Config)
+	cfg, cerr := layout.DecodeStoredConfig(p, job, st.Config)
 	if cerr != nil {
 		st.ConfigError = cerr.Error()
 	}
 	st.NextFireTime = nextFire(cfg, cerr, time.Now())
-	if st.Leader, _, err = a.getOpt(ctx, p.abs(relHost)); err != nil {
+	if st.Leader, _, err = a.getOpt(ctx, p.Abs(layout.RelHost)); err != nil {
 		return st, err
 	}
-	if st.ReshardingPending, _, err = a.st.Exists(ctx, p.abs(relNecessary)); err != nil {
-		return st, fmt.Errorf("coord: read %s: %w", p.abs(relNecessary), err)
+	if st.ReshardingPending, _, err = a.st.Exists(ctx, p.Abs(layout.RelNecessary)); err != nil {
+		return st, fmt.Errorf("coord: read %s: %w", p.Abs(layout.RelNecessary), err)
 	}
 	names, err := a.servers(ctx, p, job, "")
 	if err != nil {
@@ -57,16 +58,16 @@ func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
 	if st.Items, err = a.itemStatuses(ctx, p, cfg, cerr == nil, st.NextFireTime, recs); err != nil {
 		return st, err
 	}
-	q, _, err := a.st.Children(ctx, p.abs(relFailoverQ))
+	q, _, err := a.st.Children(ctx, p.Abs(layout.RelFailoverQ))
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
-		return st, fmt.Errorf("coord: read %s: %w", p.abs(relFailoverQ), err)
+		return st, fmt.Errorf("coord: read %s: %w", p.Abs(layout.RelFailoverQ), err)
 	}
-	listing := parseFailoverDir(q)
-	for it := range listing.queued {
+	listing := layout.ParseFailoverDir(q)
+	for it := range listing.Queued {
 		st.FailoverQueue = append(st.FailoverQueue, it)
 	}
 	slices.Sort(st.FailoverQueue)
-	if err := a.lostClaims(ctx, p, st.Items, listing.claims); err != nil {
+	if err := a.lostClaims(ctx, p, st.Items, listing.Claims); err != nil {
 		return st, err
 	}
 	if st.Actions, err = a.audit(ctx, p, job); err != nil {
@@ -99,7 +100,7 @@ func nextFire(cfg jobconfig.Config, cerr error, now time.Time) *time.Time {
 // storedRecord is a server's run record as a status read found it, with
 // the Mzxid of its node.
 type storedRecord struct {
-	rec    runRecord
+	rec    layout.RunRecord
 	server string
 	mzxid  int64
 	// live: the server's live marker exists (its monitored run is going).
@@ -108,69 +109,69 @@ type storedRecord struct {
 
 // serverStatus reads server s's nodes, and its run record (nil: none, or
 // malformed, which only costs the per-item reads it would have saved).
-func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerStatus, *storedRecord, error) {
-	ss := ServerStatus{ID: s, Status: statusOffline, Sharding: []int{}}
+func (a *admin) serverStatus(ctx context.Context, p layout.JobPaths, s string) (ServerStatus, *storedRecord, error) {
+	ss := ServerStatus{ID: s, Status: layout.StatusOffline, Sharding: []int{}}
 	var rec *storedRecord
-	kids, _, err := a.st.Children(ctx, p.server(s))
+	kids, _, err := a.st.Children(ctx, p.Server(s))
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
-		return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s), err)
+		return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s), err)
 	}
 	for _, k := range kids {
-		if k == nRun {
-			d, nst, err := a.st.Get(ctx, p.server(s, k))
+		if k == layout.NRun {
+			d, nst, err := a.st.Get(ctx, p.Server(s, k))
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
-				return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s, k), err)
+				return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s, k), err)
 			}
 			if err == nil {
-				if r, derr := decodeRunRecord(d); derr == nil {
+				if r, derr := layout.DecodeRunRecord(d); derr == nil {
 					rec = &storedRecord{rec: r, server: s, mzxid: nst.Mzxid}
 					if nst.NumChildren > 0 {
-						if rec.live, _, err = a.st.Exists(ctx, p.server(s, nRun, nLive)); err != nil {
-							return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s, nRun, nLive), err)
+						if rec.live, _, err = a.st.Exists(ctx, p.Server(s, layout.NRun, layout.NLive)); err != nil {
+							return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s, layout.NRun, layout.NLive), err)
 						}
 					}
 				}
 			}
 			continue
 		}
-		d, stat, err := a.st.Get(ctx, p.server(s, k))
+		d, stat, err := a.st.Get(ctx, p.Server(s, k))
 		if errors.Is(err, store.ErrNoNode) {
 			continue
 		}
 		if err != nil {
-			return ss, nil, fmt.Errorf("coord: read %s: %w", p.server(s, k), err)
+			return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s, k), err)
 		}
 		v := string(d)
 		switch k {
-		case nHostName:
+		case layout.NHostName:
 			ss.HostName = v
-		case nStatus:
+		case layout.NStatus:
 			ss.Status = v
-		case nSharding:
-			items, perr := parseItems([]byte(v))
+		case layout.NSharding:
+			items, perr := layout.ParseItems([]byte(v))
 			if perr != nil && ss.LastError == "" {
-				ss.LastError = fmt.Sprintf("%s: %v", p.server(s, k), perr)
+				ss.LastError = fmt.Sprintf("%s: %v", p.Server(s, k), perr)
 			}
 			if items != nil {
 				ss.Sharding = items
 			}
-		case nSuccessTotal:
-			ss.TotalSuccessCount, _ = parseCount([]byte(v))
+		case layout.NSuccessTotal:
+			ss.TotalSuccessCount, _ = layout.ParseCount([]byte(v))
 			asOf := stat.Mtime
 			ss.CountsAsOf = &asOf
-		case nSuccess:
-			ss.ProcessSuccessCount, _ = parseCount([]byte(v))
-		case nFailure:
-			ss.ProcessFailureCount, _ = parseCount([]byte(v))
-		case nFailureTotal:
-			ss.TotalFailureCount, _ = parseCount([]byte(v))
-		case nDisabled:
-			ss.Disabled = flagTrue([]byte(v))
-		case nPaused:
-			ss.Paused = flagTrue([]byte(v))
-		case nShutdown:
-			ss.Shutdown = flagTrue([]byte(v))
-		case nLastError:
+		case layout.NSuccess:
+			ss.ProcessSuccessCount, _ = layout.ParseCount([]byte(v))
+		case layout.NFailure:
+			ss.ProcessFailureCount, _ = layout.ParseCount([]byte(v))
+		case layout.NFailureTotal:
+			ss.TotalFailureCount, _ = layout.ParseCount([]byte(v))
+		case layout.NDisabled:
+			ss.Disabled = layout.FlagTrue([]byte(v))
+		case layout.NPaused:
+			ss.Paused = layout.FlagTrue([]byte(v))
+		case layout.NShutdown:
+			ss.Shutdown = layout.FlagTrue([]byte(v))
+		case layout.NLastError:
 			if v != "" {
 				ss.LastError = v
 			}
@@ -183,14 +184,14 @@ func (a *admin) serverStatus(ctx context.Context, p jobPaths, s string) (ServerS
 // 0..total-1 plus items beyond the total that still run (a lowered total;
 // the leader prunes them at its next reshard); without one, every item in
 // the execution tree.
-func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Config, valid bool, next *time.Time, recs []storedRecord) ([]ItemStatus, error) {
-	execNames, _, err := a.st.Children(ctx, p.abs(nExecution))
+func (a *admin) itemStatuses(ctx context.Context, p layout.JobPaths, cfg jobconfig.Config, valid bool, next *time.Time, recs []storedRecord) ([]ItemStatus, error) {
+	execNames, _, err := a.st.Children(ctx, p.Abs(layout.NExecution))
 	if err != nil {
-		return nil, fmt.Errorf("coord: read %s: %w", p.abs(nExecution), err)
+		return nil, fmt.Errorf("coord: read %s: %w", p.Abs(layout.NExecution), err)
 	}
 	present := map[int]bool{} // item -> has an execution node
 	for _, n := range execNames {
-		if it, ok := parseItemName(n); ok {
+		if it, ok := layout.ParseItemName(n); ok {
 			present[it] = true
 		}
 	}
@@ -206,8 +207,8 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 	}
 	for it := range present {
 		if !shown[it] {
-			if running, _, err := a.st.Exists(ctx, p.item(it, nRunning)); err != nil {
-				return nil, fmt.Errorf("coord: read %s: %w", p.item(it, nRunning), err)
+			if running, _, err := a.st.Exists(ctx, p.Item(it, layout.NRunning)); err != nil {
+				return nil, fmt.Errorf("coord: read %s: %w", p.Item(it, layout.NRunning), err)
 			} else if running {
 				shown[it] = true
 			}
@@ -240,23 +241,16 @@ func (a *admin) itemStatuses(ctx context.Context, p jobPaths, cfg jobconfig.Conf
 	return out, nil
 }
 
-// itemReaders is how many per-item reads a scan of the items (a status
-// read, the leader's failover scan) keeps in flight. A job of thousands of
-// items costs one children listing per item (plus a read per timestamp in
-// a status); one session pipelines them (go-zookeeper has no multi-read),
-// so the scan takes about (requests / itemReaders) round trips.
-const itemReaders = 512
-
 // readItems fills out from the servers' run records and, for the items
 // that have a container (execution/{item}: failover runs, misfire and
 // disabled flags, rare), from its children, in two pipelined waves: every
 // such item's children listing, then the values those listings named
 // (failover owner, a failover run's begin and complete times, with their
-// Stat). Each wave keeps itemReaders requests in flight. An item's begin
+// Stat). Each wave keeps layout.ItemReaders requests in flight. An item's begin
 // and complete times are its newest run's: the newest record naming it
 // (by the record's Mzxid), unless a failover run began it since (its
 // lastBeginTime's Mzxid above the record's).
-func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, present map[int]bool, recs []storedRecord, monitor bool) error {
+func (a *admin) readItems(ctx context.Context, p layout.JobPaths, out []ItemStatus, present map[int]bool, recs []storedRecord, monitor bool) error {
 	type get struct {
 		is   *ItemStatus
 		name string
@@ -272,15 +266,15 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 	}
 	kids := make([][]string, len(out))
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(itemReaders)
+	g.SetLimit(layout.ItemReaders)
 	for i := range out {
 		if !present[out[i].Item] {
 			continue
 		}
 		g.Go(func() error {
-			ks, _, err := a.st.Children(gctx, p.item(out[i].Item))
+			ks, _, err := a.st.Children(gctx, p.Item(out[i].Item))
 			if err != nil && !errors.Is(err, store.ErrNoNode) {
-				return fmt.Errorf("coord: read %s: %w", p.item(out[i].Item), err)
+				return fmt.Errorf("coord: read %s: %w", p.Item(out[i].Item), err)
 			}
 			kids[i] = ks
 			return nil
@@ -295,13 +289,13 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 		is := &out[i]
 		for _, k := range kids[i] {
 			switch k {
-			case nRunning:
+			case layout.NRunning:
 				running[i] = true
-			case nMisfire:
+			case layout.NMisfire:
 				is.Misfire = true
-			case nDisabled:
+			case layout.NDisabled:
 				is.Disabled = true
-			case nLastBeginTime, nLastCompleteTime, nFailover:
+			case layout.NLastBeginTime, layout.NLastCompleteTime, layout.NFailover:
 				gets = append(gets, get{is, k})
 			}
 		}
@@ -310,15 +304,15 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 	stats := make([]store.Stat, len(gets))
 	found := make([]bool, len(gets))
 	g, gctx = errgroup.WithContext(ctx)
-	g.SetLimit(itemReaders)
+	g.SetLimit(layout.ItemReaders)
 	for i, r := range gets {
 		g.Go(func() error {
-			d, st, err := a.st.Get(gctx, p.item(r.is.Item, r.name))
+			d, st, err := a.st.Get(gctx, p.Item(r.is.Item, r.name))
 			if errors.Is(err, store.ErrNoNode) {
 				return nil // deleted between the listing and the read
 			}
 			if err != nil {
-				return fmt.Errorf("coord: read %s: %w", p.item(r.is.Item, r.name), err)
+				return fmt.Errorf("coord: read %s: %w", p.Item(r.is.Item, r.name), err)
 			}
 			vals[i], stats[i], found[i] = string(d), st, true
 			return nil
@@ -337,15 +331,15 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 		if !found[i] {
 			continue
 		}
-		if r.name == nFailover {
+		if r.name == layout.NFailover {
 			r.is.Failover = vals[i]
 			continue
 		}
-		t, terr := parseTime([]byte(vals[i]))
+		t, terr := layout.ParseTime([]byte(vals[i]))
 		if terr != nil {
 			continue
 		}
-		if r.name == nLastBeginTime {
+		if r.name == layout.NLastBeginTime {
 			fbegin[r.is] = stamp{&t, stats[i].Mzxid}
 		} else {
 			fcomplete[r.is] = stamp{&t, stats[i].Mzxid}
@@ -388,7 +382,7 @@ func (a *admin) readItems(ctx context.Context, p jobPaths, out []ItemStatus, pre
 
 // recordTime decodes a time of a run record; nil when malformed.
 func recordTime(s string) *time.Time {
-	t, err := parseTime([]byte(s))
+	t, err := layout.ParseTime([]byte(s))
 	if err != nil {
 		return nil
 	}
@@ -398,20 +392,20 @@ func recordTime(s string) *time.Time {
 // lostClaims sets FailoverLost on the items whose claim record
 // (claimrecord.go) outlived its claim: the claimant's session ended with
 // it. One read per record (records exist only while failover runs go on).
-func (a *admin) lostClaims(ctx context.Context, p jobPaths, items []ItemStatus, claims map[int]bool) error {
+func (a *admin) lostClaims(ctx context.Context, p layout.JobPaths, items []ItemStatus, claims map[int]bool) error {
 	for i := range items {
 		is := &items[i]
 		if !claims[is.Item] || is.Failover != "" {
 			continue
 		}
-		data, _, err := a.st.Get(ctx, p.claim(is.Item))
+		data, _, err := a.st.Get(ctx, p.Claim(is.Item))
 		if errors.Is(err, store.ErrNoNode) {
 			continue // completed or queued again since the listing
 		}
 		if err != nil {
-			return fmt.Errorf("coord: read %s: %w", p.claim(is.Item), err)
+			return fmt.Errorf("coord: read %s: %w", p.Claim(is.Item), err)
 		}
-		if is.FailoverLost = decodeClaimRecord(data).Server; is.FailoverLost == "" {
+		if is.FailoverLost = layout.DecodeClaimRecord(data).Server; is.FailoverLost == "" {
 			is.FailoverLost = "?"
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +12,7 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/jobconfig"
-	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testsignal"
@@ -412,90 +411,6 @@ func testAdminAudit(t *testing.T, h *coordtest.Harness) {
 	}
 }
 
-// TestStoredConfigWinsIsLogged: a local config that loses to the stored one
-// is logged at Warn, naming the differing fields.
-func TestStoredConfigWinsIsLogged(t *testing.T) {
-	srv := memstore.NewServer()
-	first := srv.Connect()
-	t.Cleanup(func() { _ = first.Close() })
-	regA, err := coord.NewRegistry(first, coord.RegistryConfig{ServerID: "a", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = regA.Close(context.Background()) })
-	if _, err := regA.Join(ctxT(t), coordtest.Config("j", 4)); err != nil {
-		t.Fatal(err)
-	}
-	rec := &warnRecorder{}
-	second := srv.Connect()
-	t.Cleanup(func() { _ = second.Close() })
-	regB, err := coord.NewRegistry(second, coord.RegistryConfig{ServerID: "b", Logger: slog.New(rec)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = regB.Close(context.Background()) })
-	jb, err := regB.Join(ctxT(t), coordtest.Config("j", 6, func(c *jobconfig.Config) { c.FetchDataCount = 10 }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := jb.Config().ShardingTotalCount; got != 4 {
-		t.Fatalf("effective total %d, want the stored 4", got)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	var found string
-	for _, r := range rec.recs {
-		if strings.Contains(r, "stored job config wins") {
-			found = r
-		}
-	}
-	if !strings.Contains(found, `shardingTotalCount: local "6", stored "4"`) || !strings.Contains(found, "fetchDataCount") || strings.Contains(found, "cron") {
-		t.Fatalf("warning %q, want one naming shardingTotalCount and fetchDataCount only; all: %v", found, rec.recs)
-	}
-}
-
-// TestJoinWaitsForOwnDyingSession: a restart under the same server id while
-// the previous incarnation's session is dying (killed, not yet expired)
-// waits for it instead of failing; a live duplicate still fails, naming the
-// setting.
-func TestJoinWaitsForOwnDyingSession(t *testing.T) {
-	srv := memstore.NewServer()
-	old := srv.Connect(memstore.WithSessionTimeout(300 * time.Millisecond))
-	t.Cleanup(func() { _ = old.Close() })
-	quiet := slog.New(slog.DiscardHandler)
-	regOld, err := coord.NewRegistry(old, coord.RegistryConfig{ServerID: "a", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = regOld.Close(context.Background()) })
-	if _, err := regOld.Join(ctxT(t), coordtest.Config("j", 2)); err != nil {
-		t.Fatal(err)
-	}
-	// A live duplicate with a short wait is refused, naming the setting.
-	dup := srv.Connect(memstore.WithSessionTimeout(200 * time.Millisecond))
-	t.Cleanup(func() { _ = dup.Close() })
-	regDup, err := coord.NewRegistry(dup, coord.RegistryConfig{ServerID: "a", ServerIDSetting: "NodeConfig.ServerID", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = regDup.Close(context.Background()) })
-	if _, err := regDup.Join(ctxT(t), coordtest.Config("j", 2)); !errors.Is(err, coord.ErrServerIDInUse) || !strings.Contains(err.Error(), "NodeConfig.ServerID") {
-		t.Fatalf("live duplicate: Join = %v, want ErrServerIDInUse naming NodeConfig.ServerID", err)
-	}
-	// The process dies: its session is cut and expires after 300 ms.
-	old.Disconnect()
-	next := srv.Connect()
-	t.Cleanup(func() { _ = next.Close() })
-	regNext, err := coord.NewRegistry(next, coord.RegistryConfig{ServerID: "a", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = regNext.Close(context.Background()) })
-	if _, err := regNext.Join(ctxT(t), coordtest.Config("j", 2)); err != nil {
-		t.Fatalf("restart while the old session dies: Join = %v, want it to wait and succeed", err)
-	}
-}
-
 // testAdminStatusTimesFromRunRecords: the status takes the items' times
 // from the server's run record (no read per item: normal runs write no
 // per-item node), and an item whose container holds a begin time written
@@ -549,7 +464,7 @@ func testAdminTriggerServer(t *testing.T, h *coordtest.Harness) {
 	if err != nil || !slices.Equal(asked, []string{"a"}) {
 		t.Fatalf("TriggerServer(a) = %v, %v; want [a]", asked, err)
 	}
-	coordtest.WaitSignal(t, a.Job, coord.SignalTrigger)
+	coordtest.WaitSignal(t, a.Job, protocol.SignalTrigger)
 	if st := mustStatus(t, h, "j"); st.Actions[0].Action != "trigger" || st.Actions[0].Server != "a" {
 		t.Fatalf("audit %+v, want trigger of server a", st.Actions[0])
 	}

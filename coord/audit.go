@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -49,7 +50,7 @@ func (a *admin) audited(ctx context.Context, actor string, act Action, do func()
 // record prepends act to the job's audit log with a version-checked write,
 // so concurrent recorders do not lose each other's entries.
 func (a *admin) record(ctx context.Context, act Action) error {
-	path := a.paths(act.Job).abs(nAudit)
+	path := a.paths(act.Job).Abs(nAudit)
 	for range auditCASRounds {
 		data, st, err := a.st.Get(ctx, path)
 		if errors.Is(err, store.ErrNoNode) {
@@ -91,13 +92,13 @@ func decodeAudit(data []byte) []Action {
 }
 
 // audit reads a job's audit log, newest first.
-func (a *admin) audit(ctx context.Context, p jobPaths, job string) ([]Action, error) {
-	data, _, err := a.st.Get(ctx, p.abs(nAudit))
+func (a *admin) audit(ctx context.Context, p layout.JobPaths, job string) ([]Action, error) {
+	data, _, err := a.st.Get(ctx, p.Abs(nAudit))
 	if errors.Is(err, store.ErrNoNode) {
 		return []Action{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coord: read %s: %w", p.abs(nAudit), err)
+		return nil, fmt.Errorf("coord: read %s: %w", p.Abs(nAudit), err)
 	}
 	log := decodeAudit(data)
 	if log == nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
+	"github.com/shardflow/shardflow/coord/protocol"
 )
 
 // testAdminFailingItems: a run's failed items are counted in status with
@@ -24,7 +25,7 @@ func testAdminFailingItems(t *testing.T, h *coordtest.Harness) {
 	fail := func(errText string) {
 		t.Helper()
 		r := coordtest.BeginAll(t, a)[0]
-		if err := r.CompleteWith(ctx, time.Time{}, coord.RunOutcome{Errors: map[int]string{1: errText}}); err != nil {
+		if err := r.CompleteWith(ctx, time.Time{}, protocol.RunOutcome{Errors: map[int]string{1: errText}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,7 +55,7 @@ func testAdminFailingItems(t *testing.T, h *coordtest.Harness) {
 		!strings.HasSuffix(it.LastError, `: cannot scan NULL into *string`) {
 		t.Fatalf("last error (%d bytes) %q..., want at most 4096 bytes keeping its head and its cause", len(it.LastError), it.LastError[:80])
 	}
-	if err := r.CompleteWith(ctx, time.Time{}, coord.RunOutcome{Errors: map[int]string{1: "third"}}); err != nil {
+	if err := r.CompleteWith(ctx, time.Time{}, protocol.RunOutcome{Errors: map[int]string{1: "third"}}); err != nil {
 		t.Fatal(err)
 	}
 	// A restart keeps the count (the server's record seeds it).
@@ -84,8 +85,8 @@ func testAdminCountsWithComplete(t *testing.T, h *coordtest.Harness) {
 	}
 	before := time.Now()
 	r := coordtest.BeginAll(t, a)[0]
-	c := &coord.CountReport{Success: 7, Failure: 2}
-	if err := r.CompleteWith(ctx, time.Time{}, coord.RunOutcome{Counts: c}); err != nil {
+	c := &protocol.CountReport{Success: 7, Failure: 2}
+	if err := r.CompleteWith(ctx, time.Time{}, protocol.RunOutcome{Counts: c}); err != nil {
 		t.Fatal(err)
 	}
 	if !c.Written {

@@ -1,6 +1,10 @@
 package coord
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/shardflow/shardflow/coord/internal/layout"
+)
 
 // health sums a job's status up (JobStatus.Health) and says why.
 func health(st JobStatus) (string, []string) {
@@ -18,7 +22,7 @@ func health(st JobStatus) (string, []string) {
 	}
 	online, paused := 0, 0
 	for _, s := range st.Servers {
-		if s.Status != statusOffline {
+		if s.Status != layout.StatusOffline {
 			online++
 			if s.Paused {
 				paused++

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -84,13 +85,13 @@ func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
 		return fmt.Errorf("%w: namespace %q holds %d jobs, the limit (jobconfig.MaxStoredJobs); remove unused jobs (`shardflow job remove`) or use another namespace",
 			ErrTooManyJobs, a.ns, len(names))
 	}
-	fields := configFields(cfg)
+	fields := layout.ConfigFields(cfg)
 	// servers and execution too, so status reads a job nobody joined yet.
 	// The config node holds a copy of the fields (writeConfigNode).
-	ops := []store.Op{&store.CreateOp{Path: p.root}, &store.CreateOp{Path: p.abs(nConfig), Data: formatConfigCopy(fields)},
-		&store.CreateOp{Path: p.abs(nServers)}, &store.CreateOp{Path: p.abs(nExecution)}}
+	ops := []store.Op{&store.CreateOp{Path: p.Root}, &store.CreateOp{Path: p.Abs(layout.NConfig), Data: layout.FormatConfigCopy(fields)},
+		&store.CreateOp{Path: p.Abs(layout.NServers)}, &store.CreateOp{Path: p.Abs(layout.NExecution)}}
 	for _, k := range slices.Sorted(maps.Keys(fields)) {
-		ops = append(ops, &store.CreateOp{Path: p.config(k), Data: []byte(fields[k])})
+		ops = append(ops, &store.CreateOp{Path: p.Config(k), Data: []byte(fields[k])})
 	}
 	if _, err := a.st.Multi(ctx, ops...); err != nil {
 		if errors.Is(err, store.ErrNodeExists) {
@@ -110,7 +111,7 @@ func ReportRefused(ctx context.Context, st store.Store, namespace, job, server, 
 	if err != nil {
 		return err
 	}
-	dir := p.abs(nRefused)
+	dir := p.Abs(nRefused)
 	if err := store.CreateAll(ctx, st, dir); err != nil {
 		return fmt.Errorf("coord: create %s: %w", dir, err)
 	}
@@ -127,7 +128,7 @@ func ReportRefused(ctx context.Context, st store.Store, namespace, job, server, 
 
 // ClearRefused deletes server's refusal of job; none is fine.
 func ClearRefused(ctx context.Context, st store.Store, namespace, job, server string) error {
-	path := store.Join(newAdmin(st, namespace).paths(job).abs(nRefused), server)
+	path := store.Join(newAdmin(st, namespace).paths(job).Abs(nRefused), server)
 	if err := st.Delete(ctx, path, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
 		return fmt.Errorf("coord: clear refusal %s: %w", path, err)
 	}
@@ -135,17 +136,17 @@ func ClearRefused(ctx context.Context, st store.Store, namespace, job, server st
 }
 
 // refused reads the job's refusals, sorted by server id.
-func (a *admin) refused(ctx context.Context, p jobPaths) ([]RefusedServer, error) {
-	names, _, err := a.st.Children(ctx, p.abs(nRefused))
+func (a *admin) refused(ctx context.Context, p layout.JobPaths) ([]RefusedServer, error) {
+	names, _, err := a.st.Children(ctx, p.Abs(nRefused))
 	if errors.Is(err, store.ErrNoNode) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coord: read %s: %w", p.abs(nRefused), err)
+		return nil, fmt.Errorf("coord: read %s: %w", p.Abs(nRefused), err)
 	}
 	var out []RefusedServer
 	for _, n := range names {
-		v, ok, err := a.getOpt(ctx, store.Join(p.abs(nRefused), n))
+		v, ok, err := a.getOpt(ctx, store.Join(p.Abs(nRefused), n))
 		if err != nil {
 			return nil, err
 		}

@@ -18,7 +18,7 @@ import (
 // started Node at rest (issue 15: at most 0.1 per job). coord runs every
 // job's watcher on its Registry's event loop (one session follower, and
 // workers only while jobs have events), signals are handled there
-// (coord.Job.OnSignal), the count reports of all jobs share the Node's
+// (protocol.Job.OnSignal), the count reports of all jobs share the Node's
 // stats.Group, and the scheduler starts a job's runner only when a run is
 // due: what remains is per Node, not per job.
 const idleJobGoroutinesPer10 = 1

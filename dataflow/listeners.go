@@ -42,7 +42,7 @@ type JobListener interface {
 // under guarantee/completed after every server's pipeline has finished.
 // The other servers wait for the callback to finish, up to StartedTimeout
 // or CompletedTimeout (<= 0: forever); a timeout is reported to
-// NodeConfig.OnError (wrapping coord.ErrGuaranteeTimeout) and the run goes
+// NodeConfig.OnError (wrapping protocol.ErrGuaranteeTimeout) and the run goes
 // on. Either callback may be nil.
 type OnceListener struct {
 	// BeforeAll runs on one server before the run's pipelines start; ctx

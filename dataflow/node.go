@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/internal/startstop"
@@ -26,7 +27,7 @@ const reportWriters = 8
 
 // stopLeavers bounds the jobs Stop unschedules (and whose last counts it
 // reports) at once; they then leave the cluster together
-// (coord.Registry.Close).
+// (protocol.Registry.Close).
 const stopLeavers = 32
 
 // Timeouts of coordination calls the Node makes without a caller's ctx.
@@ -51,7 +52,7 @@ type NodeConfig struct {
 	// Namespace is the root node of the jobs. Default "shardflow".
 	Namespace string
 	// ServerID identifies this process among a job's servers (see
-	// coord.RegistryConfig.ServerID). It is set once here and carried
+	// protocol.RegistryConfig.ServerID). It is set once here and carried
 	// everywhere else: Shard.ServerID (which sources/postgres writes to
 	// claimed_by), the servers nodes, history records and the metrics'
 	// server label. Default: the first non-loopback IPv4 address; set it
@@ -94,10 +95,10 @@ type NodeConfig struct {
 	// long a replaced pod stays listed OFFLINE. The leader checks every
 	// JobConfig.ReconcileInterval, so a node goes between the grace and the
 	// grace plus one interval after it went offline. Nodes an operator
-	// disabled are kept. Default 10m (coord.DefaultOfflineServerGrace).
+	// disabled are kept. Default 10m (protocol.DefaultOfflineServerGrace).
 	OfflineServerGrace time.Duration
 
-	// testSignals is for shardflow's own tests (coord.RegistryConfig's);
+	// testSignals is for shardflow's own tests (protocol.RegistryConfig's);
 	// tests outside this package set it with testsignal.WithNodeSignals.
 	testSignals *testsignal.Coord
 }
@@ -114,7 +115,7 @@ type NodeConfig struct {
 // concurrent use.
 //
 // Cost of an idle job: one goroutine (coord's job watcher). The job's
-// signals are handled in that goroutine (coord.Job.OnSignal), the counts of
+// signals are handled in that goroutine (protocol.Job.OnSignal), the counts of
 // every job are reported by one shared stats.Group, and the scheduler adds
 // one runner goroutine per job only while a run is due or in progress.
 type Node struct {
@@ -122,7 +123,7 @@ type Node struct {
 	logger  *slog.Logger
 	st      store.Store
 	metrics *stats.Collector // nil: no metrics
-	reg     *coord.Registry
+	reg     *protocol.Registry
 	sched   *scheduler
 	reports *stats.Group // ticks every job's count reporter
 	tracer  trace.Tracer // nil: no tracing
@@ -164,7 +165,7 @@ type Node struct {
 // hostedJob is one job on the Node.
 type hostedJob struct {
 	name     string
-	cj       *coord.Job
+	cj       *protocol.Job
 	pipeline func(ctx context.Context, shards []Shard, cfg pipelineConfig) RunResult
 	opts     jobOptions
 	counter  *stats.Counter
@@ -190,7 +191,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, logger: cfg.Logger, st: cfg.Store, jobs: map[string]*hostedJob{}}
-	reg, err := coord.NewRegistry(n.st, coord.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", OfflineServerGrace: cfg.OfflineServerGrace, Logger: cfg.Logger, TestSignals: cfg.testSignals})
+	reg, err := protocol.NewRegistry(n.st, protocol.RegistryConfig{Namespace: cfg.Namespace, ServerID: cfg.ServerID, ServerIDSetting: "NodeConfig.ServerID", OfflineServerGrace: cfg.OfflineServerGrace, Logger: cfg.Logger, TestSignals: cfg.testSignals})
 	if err != nil {
 		return nil, fmt.Errorf("dataflow: NewNode: %w", err)
 	}
@@ -224,21 +225,21 @@ func (n *Node) Store() store.Store { return n.st }
 // Namespace returns the Node's namespace, with its default applied.
 func (n *Node) Namespace() string {
 	if n.cfg.Namespace == "" {
-		return coord.DefaultNamespace
+		return protocol.DefaultNamespace
 	}
 	return n.cfg.Namespace
 }
 
 // AddJob adds a per-item job to n: it validates cfg (after defaults),
 // joins the cluster (the stored config wins unless cfg.Overwrite; see
-// coord.Registry.Join) and schedules the job on the stored config's cron.
+// protocol.Registry.Join) and schedules the job on the stored config's cron.
 // It blocks for the join, bounded by ctx; when this server id is still
 // registered by its own previous, dying session (a quick restart after a
 // crash), the join waits for that session to expire, up to the store's
 // session timeout, instead of failing, so give ctx at least that long.
 // Errors: a *jobconfig.FieldError (wrapping jobconfig.ErrInvalid),
 // ErrJobExists, ErrNodeStopped, ErrBadCron, ctx.Err(), or a coord error
-// such as coord.ErrServerIDInUse.
+// such as protocol.ErrServerIDInUse.
 func AddJob[T any](ctx context.Context, n *Node, cfg JobConfig, job Job[T], opts ...JobOption) error {
 	if job == nil {
 		return fmt.Errorf("dataflow: AddJob %q: job is nil; pass a Job implementation", cfg.JobName)
@@ -285,7 +286,7 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 	stopJoin := context.AfterFunc(n.ctx, cancel)
 	defer stopJoin()
 	err := n.checkDependsOn(ctx, cfg)
-	var cj *coord.Job
+	var cj *protocol.Job
 	if err == nil {
 		cj, err = n.reg.Join(ctx, cfg)
 	}
@@ -326,7 +327,7 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 		n.startReporterLocked(h)
 	default:
 	}
-	cj.OnSignal(func(sig coord.Signal) { n.onSignal(h, sig) })
+	cj.OnSignal(func(sig protocol.Signal) { n.onSignal(h, sig) })
 	return nil
 }
 
@@ -447,25 +448,25 @@ func (n *Node) NextFireTime(name string) time.Time {
 }
 
 // onSignal reacts to a signal of h's coord job. It is called by the job's
-// coord watcher (coord.Job.OnSignal, on the Registry's event loop), so it
+// coord watcher (protocol.Job.OnSignal, on the Registry's event loop), so it
 // does not block: leaving the job, which waits for the watcher's step, runs
 // in a goroutine of its own that Stop waits for.
-func (n *Node) onSignal(h *hostedJob, sig coord.Signal) {
+func (n *Node) onSignal(h *hostedJob, sig protocol.Signal) {
 	switch sig {
-	case coord.SignalConfigChanged:
+	case protocol.SignalConfigChanged:
 		cfg := h.cj.Config()
 		if err := n.sched.reschedule(h.name, cfg.CronSpec(), cfg.MisfireEnabled()); err != nil && !errors.Is(err, ErrNoJob) {
 			n.reportError(h.name, fmt.Errorf("dataflow: apply stored config: %w", err))
 		}
 		h.reporter.SetInterval(cfg.ProcessCountInterval)
-	case coord.SignalTrigger:
+	case protocol.SignalTrigger:
 		if err := n.sched.trigger(h.name, ReasonTrigger); err != nil && !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
 			n.reportError(h.name, err)
 		}
-	case coord.SignalFailover:
+	case protocol.SignalFailover:
 		// Claimed at once when idle, else right after the run.
 		n.sched.failover(h.name)
-	case coord.SignalShutdown, coord.SignalRemoved:
+	case protocol.SignalShutdown, protocol.SignalRemoved:
 		n.mu.Lock()
 		if n.stopping {
 			// Stop detaches every job; it would wait for this one.
@@ -489,7 +490,7 @@ func (n *Node) onSignal(h *hostedJob, sig coord.Signal) {
 // reportRunError records an error a run goes on from (Shard.ReportError)
 // as the server's lastError, and counts it in the metrics; nil clears it.
 // The caller logs it.
-func (n *Node) reportRunError(ctx context.Context, job string, run *coord.Run, err error) {
+func (n *Node) reportRunError(ctx context.Context, job string, run *protocol.Run, err error) {
 	ctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
 	if err == nil {
@@ -563,7 +564,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	stopH()
 	switch {
 	case err == nil:
-	case errors.Is(err, coord.ErrItemsRunning), errors.Is(err, coord.ErrPaused), errors.Is(err, coord.ErrShutdown):
+	case errors.Is(err, protocol.ErrItemsRunning), errors.Is(err, protocol.ErrPaused), errors.Is(err, protocol.ErrShutdown):
 		n.logger.Debug("dataflow: run skipped", "job", h.name, "reason", reason.String(), "err", err)
 		return
 	case bctx.Err() != nil:
@@ -634,9 +635,9 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	// The run's outcome and the counts so far go with the completion, in
 	// its one transaction: status shows a failing item, and the counts,
 	// as soon as the run ends, not a report interval later.
-	out := coord.RunOutcome{Errors: itemErrors(rctx, res, cancelled, nil)}
+	out := protocol.RunOutcome{Errors: itemErrors(rctx, res, cancelled, nil)}
 	if s, f := h.counter.Drain(); s != 0 || f != 0 || len(assigned) > 0 {
-		out.Counts = &coord.CountReport{Success: s, Failure: f}
+		out.Counts = &protocol.CountReport{Success: s, Failure: f}
 	}
 	err = run.CompleteWith(cctx, n.sched.nextFire(h.name, time.Now()), out)
 	if out.Counts != nil && !out.Counts.Written {

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/protocol"
 )
 
 // TestNodeRestartWaitsForOwnDyingSession: a process restarted under the same
@@ -38,7 +38,7 @@ func TestNodeRestartWaitsForOwnDyingSession(t *testing.T) {
 	}
 	defer stopNode(t, second)
 	err = AddJob(t.Context(), second, JobConfig{JobName: "r", ShardingTotalCount: 2}, Job[int](&itemJob{}))
-	if !errors.Is(err, coord.ErrServerIDInUse) || !strings.Contains(err.Error(), "NodeConfig.ServerID") || strings.Contains(err.Error(), "RegistryConfig") {
+	if !errors.Is(err, protocol.ErrServerIDInUse) || !strings.Contains(err.Error(), "NodeConfig.ServerID") || strings.Contains(err.Error(), "RegistryConfig") {
 		t.Fatalf("live duplicate: AddJob = %v, want ErrServerIDInUse naming NodeConfig.ServerID", err)
 	}
 

@@ -19,7 +19,7 @@ const DefaultInterval = 300 * time.Second
 // started or stopped: a Reporter runs once.
 var ErrReporterStarted = errors.New("stats: reporter already started or stopped; make a new Reporter with NewReporter")
 
-// Sink receives the counts of one interval. coord.Job implements it by
+// Sink receives the counts of one interval. protocol.Job implements it by
 // writing servers/{id}/processSuccessCount and processFailureCount.
 //
 // ReportCounts is called from one goroutine at a time. It should honour ctx;

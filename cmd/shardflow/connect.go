@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/connect"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -60,7 +61,7 @@ func (c *connFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.zk, "zk", os.Getenv(envZooKeeper), "ZooKeeper servers, comma-separated host:port (default $"+envZooKeeper+"; --coord wins when both are set)")
 	ns := os.Getenv(envNamespace)
 	if ns == "" {
-		ns = coord.DefaultNamespace
+		ns = protocol.DefaultNamespace
 	}
 	fs.StringVar(&c.namespace, "namespace", ns, "namespace: the root node of the jobs (default $"+envNamespace+", else shardflow)")
 	fs.StringVar(&c.auth, "auth", os.Getenv(envAuth), "digest credentials user:password, if the nodes carry ACLs (default $"+envAuth+"; prefer --auth-file or the variable: arguments are visible to every local user)")

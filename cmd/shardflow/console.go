@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
 )
@@ -314,7 +315,7 @@ func errorStatus(err error) int {
 		return http.StatusNotFound
 	case errors.As(err, &ue), errors.Is(err, coord.ErrNoItem), errors.Is(err, jobconfig.ErrInvalid):
 		return http.StatusBadRequest
-	case errors.Is(err, coord.ErrBadConfig):
+	case errors.Is(err, protocol.ErrBadConfig):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError

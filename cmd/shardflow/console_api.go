@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/history"
 )
 
@@ -79,7 +80,7 @@ func writeAPIErr(w http.ResponseWriter, err error) {
 		field = "item"
 	case errors.As(err, &fe):
 		field = "value"
-	case errors.Is(err, coord.ErrBadConfig):
+	case errors.Is(err, protocol.ErrBadConfig):
 		field = "config"
 	}
 	var fieldErr apiFieldError

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/history"
 )
 
@@ -26,7 +27,7 @@ func apiFixture(t *testing.T, creds *credentials, hist history.Reader) (*httptes
 	startNodeAs(t, srv, "w1", "api-job", 4)
 	startNodeAs(t, srv, "w2", "api-job", 4)
 	admin := coord.NewAdmin(sess, "")
-	ts := httptest.NewServer(newConsole(consoleOptions{admin: admin, namespace: coord.DefaultNamespace, creds: creds,
+	ts := httptest.NewServer(newConsole(consoleOptions{admin: admin, namespace: protocol.DefaultNamespace, creds: creds,
 		historyReader: hist, logger: cliLogger}))
 	t.Cleanup(ts.Close)
 	return ts, admin

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/dataflow"
 )
 
@@ -38,10 +39,10 @@ func consoleServerFixture(t *testing.T, creds *credentials, history HistorySecti
 	srv := memstore.NewServer()
 	adminSession := srv.Connect()
 	t.Cleanup(func() { _ = adminSession.Close() })
-	startNode(t, srv, coord.DefaultNamespace, "console-job", 3)
+	startNode(t, srv, protocol.DefaultNamespace, "console-job", 3)
 	admin := coord.NewAdmin(adminSession, "")
 	// httptest's requests name example.com in Host.
-	cs, h := buildConsole(consoleOptions{admin: admin, namespace: coord.DefaultNamespace, creds: creds, history: history, logger: cliLogger,
+	cs, h := buildConsole(consoleOptions{admin: admin, namespace: protocol.DefaultNamespace, creds: creds, history: history, logger: cliLogger,
 		allowedHosts: []string{"example.com"}})
 	return h, cs, admin
 }

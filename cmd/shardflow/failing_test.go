@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
@@ -80,7 +81,7 @@ func TestFailingItemShownEverywhere(t *testing.T) {
 	if strings.Contains(out, `\"`) {
 		t.Fatalf("status output escapes quotes:\n%s", out)
 	}
-	_, page := buildConsole(consoleOptions{admin: coord.NewAdmin(srv.Connect(), ""), namespace: coord.DefaultNamespace, logger: cliLogger,
+	_, page := buildConsole(consoleOptions{admin: coord.NewAdmin(srv.Connect(), ""), namespace: protocol.DefaultNamespace, logger: cliLogger,
 		allowedHosts: []string{"example.com"}})
 	overview := get(page, "/", nil).Body.String()
 	if !strings.Contains(overview, `data-health="failing"`) || !strings.Contains(overview, "item 1 failing for 2 runs") {

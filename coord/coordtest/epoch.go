@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
@@ -53,7 +53,7 @@ func testEpochAfterFailover(t *testing.T, h *Harness, other bool) {
 			claimer = b
 		}
 	}
-	WaitSignal(t, claimer.Job, coord.SignalFailover)
+	WaitSignal(t, claimer.Job, protocol.SignalFailover)
 	if ok, err := claimer.Job.ClaimFailover(testCtx(t)); err != nil || !ok {
 		t.Fatalf("ClaimFailover on %s = %v, %v", claimer.ID, ok, err)
 	}
@@ -72,13 +72,13 @@ func testEpochAfterFailover(t *testing.T, h *Harness, other bool) {
 	// (the sharding node's Mzxid, below the claim: the case in point).
 	// Another claimer's end reaches the owner through its watch on the
 	// failover node: until then its runs leave the item out.
-	var nrun *coord.Run
+	var nrun *protocol.Run
 	Eventually(t, "the owner's run carries the item again", func() bool {
 		r, err := owner.Job.Begin(testCtx(t), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if slices.ContainsFunc(r.Shards(), func(s coord.Assignment) bool { return s.Item == item }) {
+		if slices.ContainsFunc(r.Shards(), func(s protocol.Assignment) bool { return s.Item == item }) {
 			nrun = r
 			return true
 		}
@@ -89,7 +89,7 @@ func testEpochAfterFailover(t *testing.T, h *Harness, other bool) {
 		return false
 	})
 	defer CompleteAll(t, nrun)
-	var got *coord.Assignment
+	var got *protocol.Assignment
 	for _, s := range nrun.Shards() {
 		if s.Failover {
 			t.Fatalf("owner %s's run %+v has a failover item", owner.ID, nrun.Shards())

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 )
 
 // concurrentJoinRounds returns how many processes join in each round of
@@ -51,9 +51,9 @@ func concurrentJoinRounds(b Backend) []int {
 func testConcurrentJoin(t *testing.T, h *Harness) {
 	const total = 10
 	const maxK = 10
-	regs := make([]*coord.Registry, maxK)
+	regs := make([]*protocol.Registry, maxK)
 	for i := range regs {
-		reg, err := coord.NewRegistry(h.B.Connect(t), coord.RegistryConfig{
+		reg, err := protocol.NewRegistry(h.B.Connect(t), protocol.RegistryConfig{
 			Namespace: h.NS, ServerID: fmt.Sprintf("s%d", i), HostName: fmt.Sprintf("host-s%d", i),
 			Logger: quietLogger(), Now: h.Now,
 		})
@@ -83,7 +83,7 @@ func testConcurrentJoin(t *testing.T, h *Harness) {
 			}
 		}
 		ctx := testCtx(t)
-		jobs := make([]*coord.Job, k)
+		jobs := make([]*protocol.Job, k)
 		errs := make([]error, k)
 		barrier := make(chan struct{})
 		var wg sync.WaitGroup

@@ -19,6 +19,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -162,8 +163,8 @@ const simJob = "sim"
 type simServer struct {
 	id           string
 	st           store.Store
-	reg          *coord.Registry
-	job          *coord.Job
+	reg          *protocol.Registry
+	job          *protocol.Job
 	disconnected bool
 	// begin is an open trigger: its Begin runs on its own goroutine (it
 	// may wait for the leader's reshard, which waits for other open runs)
@@ -182,7 +183,7 @@ type simServer struct {
 
 type beginResult struct {
 	sv    *simServer
-	run   *coord.Run
+	run   *protocol.Run
 	err   error
 	gen   int // sv.gen at the trigger
 	round int // the trigger step
@@ -350,7 +351,7 @@ func (s *sim) config() jobconfig.Config {
 func (s *sim) join(sv *simServer) {
 	s.step("join %s", sv.id)
 	st := s.h.B.Connect(s.t)
-	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: s.h.NS, ServerID: sv.id, HostName: "host-" + sv.id, Logger: slog.New(s.blog), Now: s.h.Now})
+	reg, err := protocol.NewRegistry(st, protocol.RegistryConfig{Namespace: s.h.NS, ServerID: sv.id, HostName: "host-" + sv.id, Logger: slog.New(s.blog), Now: s.h.Now})
 	if err != nil {
 		s.violate("NewRegistry %s: %v", sv.id, err)
 		return
@@ -361,7 +362,7 @@ func (s *sim) join(sv *simServer) {
 		_ = st.Close()
 		// A crashed predecessor's session may still hold the id on real
 		// ZooKeeper until it expires: documented, and Join waited for it.
-		if errors.Is(err, coord.ErrServerIDInUse) {
+		if errors.Is(err, protocol.ErrServerIDInUse) {
 			return
 		}
 		s.violate("Join %s: %v", sv.id, err)
@@ -552,7 +553,7 @@ func (s *sim) editCron() {
 
 // beginErrOK reports whether err is one Begin documents.
 func beginErrOK(err error) bool {
-	for _, e := range []error{coord.ErrItemsRunning, coord.ErrPaused, coord.ErrShutdown, coord.ErrClockSkew, coord.ErrSessionLost, coord.ErrBadConfig} {
+	for _, e := range []error{protocol.ErrItemsRunning, protocol.ErrPaused, protocol.ErrShutdown, protocol.ErrClockSkew, protocol.ErrSessionLost, protocol.ErrBadConfig} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -612,7 +613,7 @@ func (s *sim) onceTimeout() time.Duration {
 
 // barriers takes run r through both distribute-once phases, as a pipeline
 // does around its work; a phase that fails ends it.
-func (s *sim) barriers(ctx context.Context, server string, st store.Store, r *coord.Run) []*onceCall {
+func (s *sim) barriers(ctx context.Context, server string, st store.Store, r *protocol.Run) []*onceCall {
 	var calls []*onceCall
 	for _, phase := range []string{"started", "completed"} {
 		c := &onceCall{phase: phase, server: server, total: r.Config().ShardingTotalCount}
@@ -681,7 +682,7 @@ func (s *sim) onceCalls() string {
 // onceErrOK reports whether err is one a barrier participant may get (see
 // Simulate).
 func onceErrOK(err error) bool {
-	for _, e := range []error{coord.ErrGuaranteeTimeout, coord.ErrSessionLost, context.Canceled, context.DeadlineExceeded, store.ErrConnectionLoss, store.ErrSessionExpired, store.ErrClosed} {
+	for _, e := range []error{protocol.ErrGuaranteeTimeout, protocol.ErrSessionLost, context.Canceled, context.DeadlineExceeded, store.ErrConnectionLoss, store.ErrSessionExpired, store.ErrClosed} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -994,7 +995,7 @@ func (s *sim) finish(res beginResult) {
 	for _, a := range r.Shards() {
 		err := r.CheckOwnership(octx, a.Item)
 		if err != nil {
-			if !errors.Is(err, coord.ErrNotOwner) && !errors.Is(err, coord.ErrSessionLost) {
+			if !errors.Is(err, protocol.ErrNotOwner) && !errors.Is(err, protocol.ErrSessionLost) {
 				s.violate("CheckOwnership %s item %d: %v", sv.id, a.Item, err)
 			}
 			continue
@@ -1024,7 +1025,7 @@ func (s *sim) finish(res beginResult) {
 		defer cancel()
 	}
 	err := r.Complete(cctx, time.Time{})
-	if err != nil && !errors.Is(err, coord.ErrSessionLost) && !errors.Is(err, coord.ErrNotOwner) {
+	if err != nil && !errors.Is(err, protocol.ErrSessionLost) && !errors.Is(err, protocol.ErrNotOwner) {
 		s.violate("Complete %s: %v", sv.id, err)
 	}
 	s.fo.completed(res, err == nil)

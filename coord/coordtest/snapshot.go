@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -72,7 +72,7 @@ func testConfigSnapshot(t *testing.T, h *Harness) {
 
 // checkSnapshot asserts that run's config has total items, that its items
 // are exactly 0..total-1, and that each has its parameter from params.
-func checkSnapshot(t *testing.T, what string, run *coord.Run, total int, params map[int]string) {
+func checkSnapshot(t *testing.T, what string, run *protocol.Run, total int, params map[int]string) {
 	t.Helper()
 	if got := run.Config().ShardingTotalCount; got != total {
 		t.Fatalf("%s: Config().ShardingTotalCount = %d, want %d", what, got, total)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
 	"github.com/shardflow/shardflow/internal/testwait"
@@ -111,8 +112,8 @@ func (h *Harness) Now() time.Time {
 type Server struct {
 	ID  string
 	St  store.Store
-	Reg *coord.Registry
-	Job *coord.Job
+	Reg *protocol.Registry
+	Job *protocol.Job
 }
 
 // Config returns a job config for tests: no cron, total items, the given tweaks.
@@ -139,7 +140,7 @@ func (h *Harness) TryStart(id string, cfg jobconfig.Config, st store.Store) (*Se
 	if st == nil {
 		st = h.B.Connect(h.t)
 	}
-	reg, err := coord.NewRegistry(st, coord.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger(), OfflineServerGrace: h.Grace, Now: h.Now, TestSignals: h.Signals})
+	reg, err := protocol.NewRegistry(st, protocol.RegistryConfig{Namespace: h.NS, ServerID: id, HostName: "host-" + id, Logger: quietLogger(), OfflineServerGrace: h.Grace, Now: h.Now, TestSignals: h.Signals})
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +167,9 @@ func (s *Server) Stop(t testing.TB) {
 
 // BeginAll begins a run on every server concurrently (non-leaders wait for
 // the leader's resharding) and returns the runs in order.
-func BeginAll(t testing.TB, servers ...*Server) []*coord.Run {
+func BeginAll(t testing.TB, servers ...*Server) []*protocol.Run {
 	t.Helper()
-	runs := make([]*coord.Run, len(servers))
+	runs := make([]*protocol.Run, len(servers))
 	errs := make([]error, len(servers))
 	var wg sync.WaitGroup
 	// The runs' contexts derive from this one: it lives until the test ends.
@@ -186,7 +187,7 @@ func BeginAll(t testing.TB, servers ...*Server) []*coord.Run {
 }
 
 // CompleteAll completes runs.
-func CompleteAll(t testing.TB, runs ...*coord.Run) {
+func CompleteAll(t testing.TB, runs ...*protocol.Run) {
 	t.Helper()
 	for _, r := range runs {
 		if err := r.Complete(testCtx(t), time.Time{}); err != nil {
@@ -196,7 +197,7 @@ func CompleteAll(t testing.TB, runs ...*coord.Run) {
 }
 
 // AssertPartition checks that the runs' items are disjoint and cover 0..n-1.
-func AssertPartition(t testing.TB, n int, runs ...*coord.Run) [][]int {
+func AssertPartition(t testing.TB, n int, runs ...*protocol.Run) [][]int {
 	t.Helper()
 	seen := map[int]int{}
 	var out [][]int
@@ -233,7 +234,7 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 const signalWait = 10 * time.Second
 
 // WaitSignal waits for sig on j's Signals, skipping other signals.
-func WaitSignal(t testing.TB, j *coord.Job, sig coord.Signal) {
+func WaitSignal(t testing.TB, j *protocol.Job, sig protocol.Signal) {
 	t.Helper()
 	timeout := time.After(10 * time.Second)
 	for {
@@ -278,13 +279,13 @@ func testRegistration(t *testing.T, h *Harness) {
 	}
 	// A live duplicate: no wait for the other session to expire (Join
 	// would wait up to the session timeout, then refuse the same way).
-	dupReg, err := coord.NewRegistry(h.B.Connect(t), coord.RegistryConfig{Namespace: h.NS, ServerID: "a", ServerIDWait: -1, Logger: quietLogger()})
+	dupReg, err := protocol.NewRegistry(h.B.Connect(t), protocol.RegistryConfig{Namespace: h.NS, ServerID: "a", ServerIDWait: -1, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = dupReg.Close(context.Background()) })
 	_, err = dupReg.Join(testCtx(t), Config("job", 4))
-	if !errors.Is(err, coord.ErrServerIDInUse) {
+	if !errors.Is(err, protocol.ErrServerIDInUse) {
 		t.Fatalf("second live server with id a: err = %v, want ErrServerIDInUse", err)
 	}
 	ss := serverStatus(t, h, "job", "a")
@@ -319,7 +320,7 @@ func testOverwriteRule(t *testing.T, h *Harness) {
 	}
 	bumpConfig(t, h, st, "job") // a hand edit, as docs/zookeeper-layout.md says
 	_, err := h.TryStart("d", Config("job", 8), nil)
-	if !errors.Is(err, coord.ErrBadConfig) {
+	if !errors.Is(err, protocol.ErrBadConfig) {
 		t.Fatalf("jobType SIMPLE: err = %v, want ErrBadConfig", err)
 	}
 }
@@ -455,7 +456,7 @@ func testPromptReshard(t *testing.T, h *Harness) {
 	aRun := BeginAll(t, a)[0]
 	d := h.Start("d", Config("job", n))
 	began := make(chan error, 1)
-	var dRun *coord.Run
+	var dRun *protocol.Run
 	go func() {
 		r, err := d.Job.Begin(testCtx(t), time.Now())
 		dRun = r
@@ -525,7 +526,7 @@ func testBeginComplete(t *testing.T, h *Harness) {
 func testMisfire(t *testing.T, h *Harness) {
 	a := h.Start("a", Config("job", 3))
 	runs := BeginAll(t, a)
-	if _, err := a.Job.Begin(testCtx(t), time.Now()); !errors.Is(err, coord.ErrItemsRunning) {
+	if _, err := a.Job.Begin(testCtx(t), time.Now()); !errors.Is(err, protocol.ErrItemsRunning) {
 		t.Fatalf("Begin during a run: err = %v, want ErrItemsRunning", err)
 	}
 	for _, it := range status(t, h, "job").Items {
@@ -567,7 +568,7 @@ func testFailover(t *testing.T, h *Harness) {
 	if q := status(t, h, "job").FailoverQueue; !slices.Equal(q, aItems) {
 		t.Fatalf("failover queue = %v, want a's items %v", q, aItems)
 	}
-	WaitSignal(t, b.Job, coord.SignalFailover)
+	WaitSignal(t, b.Job, protocol.SignalFailover)
 	ok, err := b.Job.ClaimFailover(testCtx(t))
 	if err != nil || !ok {
 		t.Fatalf("ClaimFailover = %v, %v", ok, err)
@@ -601,7 +602,7 @@ func testFailover(t *testing.T, h *Harness) {
 	// item, never claimed, may still be queued ahead of this one after the
 	// reshard branch, so the item comes in one of the survivor's next runs,
 	// at most one per queued item later.
-	var seen [][]coord.Assignment
+	var seen [][]protocol.Assignment
 	for len(seen) <= len(aItems) {
 		if _, err := c.Job.ClaimFailover(testCtx(t)); err != nil {
 			t.Fatalf("c ClaimFailover: %v", err)
@@ -612,11 +613,11 @@ func testFailover(t *testing.T, h *Harness) {
 		}
 		seen = append(seen, run.Shards())
 		CompleteAll(t, run)
-		if slices.ContainsFunc(run.Shards(), func(a coord.Assignment) bool { return a.Item == item }) {
+		if slices.ContainsFunc(run.Shards(), func(a protocol.Assignment) bool { return a.Item == item }) {
 			break
 		}
 	}
-	if last := seen[len(seen)-1]; !slices.ContainsFunc(last, func(a coord.Assignment) bool { return a.Item == item }) {
+	if last := seen[len(seen)-1]; !slices.ContainsFunc(last, func(a protocol.Assignment) bool { return a.Item == item }) {
 		t.Fatalf("the survivor's runs %+v lack the dead claimer's item %d", seen, item)
 	}
 	st := status(t, h, "job")
@@ -666,7 +667,7 @@ func testFencing(t *testing.T, h *Harness) {
 	b := h.Start("b", Config("job", 4))
 	CompleteAll(t, run2)
 	runs = BeginAll(t, a, b)
-	if err := run2.CheckOwnership(testCtx(t), item); !errors.Is(err, coord.ErrNotOwner) {
+	if err := run2.CheckOwnership(testCtx(t), item); !errors.Is(err, protocol.ErrNotOwner) {
 		t.Fatalf("CheckOwnership of the pre-reshard run: %v, want ErrNotOwner", err)
 	}
 	for _, sh := range runs[0].Shards() {
@@ -677,7 +678,7 @@ func testFencing(t *testing.T, h *Harness) {
 			t.Fatalf("CheckOwnership after reshard: %v", err)
 		}
 	}
-	if err := runs[0].CheckOwnership(testCtx(t), 99); !errors.Is(err, coord.ErrNotOwner) {
+	if err := runs[0].CheckOwnership(testCtx(t), 99); !errors.Is(err, protocol.ErrNotOwner) {
 		t.Fatalf("CheckOwnership of an item not in the run: %v", err)
 	}
 	// Session loss fences.
@@ -688,7 +689,7 @@ func testFencing(t *testing.T, h *Harness) {
 		t.Fatal("run context not cancelled on session expiry")
 	}
 	err := runs[0].CheckOwnership(testCtx(t), runs[0].Shards()[0].Item)
-	if !errors.Is(err, coord.ErrSessionLost) && !errors.Is(err, coord.ErrNotOwner) {
+	if !errors.Is(err, protocol.ErrSessionLost) && !errors.Is(err, protocol.ErrNotOwner) {
 		t.Fatalf("CheckOwnership after session loss: %v", err)
 	}
 	if runs[0].KeepGoing() {
@@ -728,8 +729,8 @@ func testClockSkew(t *testing.T, h *Harness) {
 	h.B.SkewServerClock(t, time.Hour)
 	defer h.B.SkewServerClock(t, 0)
 	_, err := a.Job.Begin(testCtx(t), h.Now())
-	var cse *coord.ClockSkewError
-	if !errors.As(err, &cse) || !errors.Is(err, coord.ErrClockSkew) {
+	var cse *protocol.ClockSkewError
+	if !errors.As(err, &cse) || !errors.Is(err, protocol.ErrClockSkew) {
 		t.Fatalf("Begin with a 1h skew: err = %v, want *ClockSkewError", err)
 	}
 	if d := cse.Coordinator.Sub(cse.Local); d < 59*time.Minute || d > 61*time.Minute {
@@ -765,10 +766,10 @@ func testCorruptedConfig(t *testing.T, h *Harness) {
 		bumpConfig(t, h, adminSt, "job")
 		// The edit reaches the job through its watch.
 		h.Signals.ConfigApplied.Wait(t, signalWait, "the job refusing the corrupted config", func(e testsignal.ConfigApplied) bool {
-			return e.Server == "a" && e.Job == "job" && errors.Is(e.Err, coord.ErrBadConfig)
+			return e.Server == "a" && e.Job == "job" && errors.Is(e.Err, protocol.ErrBadConfig)
 		})
 		_, err = a.Job.Begin(ctx, time.Now())
-		if !errors.Is(err, coord.ErrBadConfig) || !strings.Contains(err.Error(), "config/"+tc.field) {
+		if !errors.Is(err, protocol.ErrBadConfig) || !strings.Contains(err.Error(), "config/"+tc.field) {
 			t.Fatalf("%s=%q: Begin err = %v, want ErrBadConfig naming config/%s", tc.field, tc.value, err, tc.field)
 		}
 		st := status(t, h, "job")
@@ -778,7 +779,7 @@ func testCorruptedConfig(t *testing.T, h *Harness) {
 		if le := serverStatus(t, h, "job", "a").LastError; !strings.Contains(le, tc.field) {
 			t.Fatalf("lastError = %q, want it to name %s", le, tc.field)
 		}
-		if _, err := h.TryStart("b", Config("job", 2), nil); !errors.Is(err, coord.ErrBadConfig) {
+		if _, err := h.TryStart("b", Config("job", 2), nil); !errors.Is(err, protocol.ErrBadConfig) {
 			t.Fatalf("join with corrupted stored config: %v, want ErrBadConfig", err)
 		}
 		// The other job in the namespace keeps working.
@@ -945,7 +946,7 @@ func testOnce(t *testing.T, h *Harness) {
 
 // runOnce calls Once on every server with its run's items and returns how
 // many times fn ran.
-func runOnce(t *testing.T, servers []*Server, runs []*coord.Run, phase string) int64 {
+func runOnce(t *testing.T, servers []*Server, runs []*protocol.Run, phase string) int64 {
 	t.Helper()
 	var calls atomic.Int64
 	var wg sync.WaitGroup
@@ -979,7 +980,7 @@ func testOnceDisabledItem(t *testing.T, h *Harness) {
 	if err := h.Admin.DisableItem(testCtx(t), "job", 1); err != nil {
 		t.Fatal(err)
 	}
-	var runs []*coord.Run
+	var runs []*protocol.Run
 	Eventually(t, "item 1 excluded from the runs", func() bool {
 		runs = BeginAll(t, servers...)
 		for _, r := range runs {
@@ -1031,7 +1032,7 @@ func testOnceTimeout(t *testing.T, h *Harness) {
 	h.B.Kill(t, b.St)
 	called := false
 	err := a.Job.Once(testCtx(t), "completed", items, 200*time.Millisecond, func(context.Context) error { called = true; return nil })
-	if !errors.Is(err, coord.ErrGuaranteeTimeout) || called {
+	if !errors.Is(err, protocol.ErrGuaranteeTimeout) || called {
 		t.Fatalf("Once with a dead peer: err = %v, called = %v; want ErrGuaranteeTimeout, not called", err, called)
 	}
 	kids, _, err := h.B.Connect(t).Children(testCtx(t), store.Join(h.NS, "job", "guarantee", "completed"))
@@ -1088,8 +1089,8 @@ func testAdmin(t *testing.T, h *Harness) {
 	if err := h.Admin.Trigger(ctx, "job"); err != nil {
 		t.Fatal(err)
 	}
-	WaitSignal(t, a.Job, coord.SignalTrigger)
-	WaitSignal(t, b.Job, coord.SignalTrigger)
+	WaitSignal(t, a.Job, protocol.SignalTrigger)
+	WaitSignal(t, b.Job, protocol.SignalTrigger)
 	// Pause / resume.
 	runs := BeginAll(t, a, b)
 	if err := h.Admin.Pause(ctx, "job", "a"); err != nil {
@@ -1100,7 +1101,7 @@ func testAdmin(t *testing.T, h *Harness) {
 		t.Fatal("KeepGoing false on the server that was not paused")
 	}
 	CompleteAll(t, runs...)
-	if _, err := a.Job.Begin(ctx, time.Now()); !errors.Is(err, coord.ErrPaused) {
+	if _, err := a.Job.Begin(ctx, time.Now()); !errors.Is(err, protocol.ErrPaused) {
 		t.Fatalf("Begin while paused: %v, want ErrPaused", err)
 	}
 	if err := h.Admin.Resume(ctx, "job", ""); err != nil {
@@ -1131,8 +1132,8 @@ func testAdmin(t *testing.T, h *Harness) {
 	if err := h.Admin.Shutdown(ctx, "job", "b"); err != nil {
 		t.Fatal(err)
 	}
-	WaitSignal(t, b.Job, coord.SignalShutdown)
-	if _, err := b.Job.Begin(ctx, time.Now()); !errors.Is(err, coord.ErrShutdown) {
+	WaitSignal(t, b.Job, protocol.SignalShutdown)
+	if _, err := b.Job.Begin(ctx, time.Now()); !errors.Is(err, protocol.ErrShutdown) {
 		t.Fatalf("Begin after shutdown: %v, want ErrShutdown", err)
 	}
 	Eventually(t, "b offline", func() bool { return serverStatus(t, h, "job", "b").Status == "OFFLINE" })
@@ -1153,7 +1154,7 @@ func testAdmin(t *testing.T, h *Harness) {
 	if err != nil || cfg.JobParameter != "p2" {
 		t.Fatalf("Config after set: %+v, %v", cfg.JobParameter, err)
 	}
-	WaitSignal(t, a.Job, coord.SignalConfigChanged)
+	WaitSignal(t, a.Job, protocol.SignalConfigChanged)
 	h.Signals.ConfigApplied.Wait(t, signalWait, "the config edit applied on a", func(e testsignal.ConfigApplied) bool {
 		return e.Server == "a" && a.Job.Config().JobParameter == "p2"
 	})
@@ -1164,12 +1165,12 @@ func testAdmin(t *testing.T, h *Harness) {
 	if err := h.Admin.Shutdown(ctx, "job", ""); err != nil {
 		t.Fatal(err)
 	}
-	WaitSignal(t, a.Job, coord.SignalShutdown)
+	WaitSignal(t, a.Job, protocol.SignalShutdown)
 	Eventually(t, "a offline", func() bool { return serverStatus(t, h, "job", "a").Status == "OFFLINE" })
 	if err := h.Admin.Remove(ctx, "job", ""); err != nil {
 		t.Fatalf("Remove of a stopped job: %v", err)
 	}
-	WaitSignal(t, a.Job, coord.SignalRemoved)
+	WaitSignal(t, a.Job, protocol.SignalRemoved)
 }
 
 func testSuspended(t *testing.T, h *Harness) {
@@ -1179,7 +1180,7 @@ func testSuspended(t *testing.T, h *Harness) {
 	// A new run is refused while suspended; the running one goes on.
 	Eventually(t, "Begin refused while suspended", func() bool {
 		_, err := a.Job.Begin(testCtx(t), time.Now())
-		return errors.Is(err, coord.ErrSessionLost)
+		return errors.Is(err, protocol.ErrSessionLost)
 	})
 	if err := runs[0].Context().Err(); err != nil {
 		t.Fatalf("run cancelled while merely suspended: %v", err)
@@ -1191,7 +1192,7 @@ func testSuspended(t *testing.T, h *Harness) {
 	short, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
 	err := runs[0].Complete(short, time.Time{})
 	cancel()
-	if !errors.Is(err, coord.ErrSessionLost) {
+	if !errors.Is(err, protocol.ErrSessionLost) {
 		t.Fatalf("Complete while suspended: %v, want ErrSessionLost", err)
 	}
 	if err := runs[0].Context().Err(); err == nil {
@@ -1229,11 +1230,11 @@ func testSuspendedRunAbandoned(t *testing.T, h *Harness) {
 	short, cancel := context.WithTimeout(testCtx(t), 50*time.Millisecond)
 	err := old[0].Complete(short, time.Time{})
 	cancel()
-	if !errors.Is(err, coord.ErrSessionLost) {
+	if !errors.Is(err, protocol.ErrSessionLost) {
 		t.Fatalf("Complete while suspended: %v, want ErrSessionLost", err)
 	}
 	h.B.Reconnect(t, a.St)
-	var runs []*coord.Run
+	var runs []*protocol.Run
 	Eventually(t, "Begin after the session resumed", func() bool {
 		// ErrItemsRunning only until the job wrote the parked completion.
 		r, err := a.Job.Begin(testCtx(t), time.Now())
@@ -1244,7 +1245,7 @@ func testSuspendedRunAbandoned(t *testing.T, h *Harness) {
 	})
 	AssertPartition(t, 2, runs...)
 	// A late retry of the old Complete must not complete the new run's items.
-	if err := old[0].Complete(testCtx(t), time.Time{}); err != nil && !errors.Is(err, coord.ErrNotOwner) {
+	if err := old[0].Complete(testCtx(t), time.Time{}); err != nil && !errors.Is(err, protocol.ErrNotOwner) {
 		t.Fatalf("late Complete of the abandoned run: %v, want nil (already done) or ErrNotOwner", err)
 	}
 	for _, it := range status(t, h, "job").Items {

@@ -21,7 +21,7 @@ import (
 // cannot be moved (a real ZooKeeper server): SkewServerClock(d) then shifts
 // the servers' LOCAL clock by -d instead, which is the same skew seen from
 // either side. The Harness hands LocalNow to every Registry it starts
-// (coord.RegistryConfig.Now) and the suite passes it to Begin.
+// (protocol.RegistryConfig.Now) and the suite passes it to Begin.
 type LocalClock interface {
 	// LocalNow returns the (possibly skewed) local time of the servers.
 	LocalNow() time.Time

@@ -12,8 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/connect"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
@@ -134,7 +134,7 @@ func runWork(ctx context.Context, args []string) error {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, coord.ErrServerIDInUse) || ctx.Err() != nil {
+		if !errors.Is(err, protocol.ErrServerIDInUse) || ctx.Err() != nil {
 			return fmt.Errorf("work: adding job %s: %w", cfg.JobName, err)
 		}
 		select {

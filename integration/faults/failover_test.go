@@ -278,7 +278,7 @@ var timelineSteps = map[string]string{
 	"queued crashed items for failover": "queued",
 	"claimed failover item":             "claimed",
 	// A claim lost with its claimant's session (the victim killed in a
-	// failover run), its item queued again (coord/claimrecord.go).
+	// failover run), its item queued again (coord/internal/layout/claimrecord.go).
 	"failover claim lost with its claimant's session: item queued again": "requeued",
 }
 

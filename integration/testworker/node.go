@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/dataflow"
 )
@@ -61,7 +61,7 @@ func (l runListener) AfterRun(ctx context.Context, _ dataflow.RunInfo, _ dataflo
 
 // startNode hosts the job on a dataflow.Node over st and starts it. The
 // previous incarnation of this server id may still hold its session (a
-// restart right after a crash): AddJob is retried on coord.ErrServerIDInUse
+// restart right after a crash): AddJob is retried on protocol.ErrServerIDInUse
 // until that session expires or ctx ends. The caller stops the Node.
 func startNode(ctx context.Context, st store.Store, o options, em *emitter, job *tickJob, logger *slog.Logger) (*dataflow.Node, error) {
 	node, err := dataflow.NewNode(dataflow.NodeConfig{
@@ -97,7 +97,7 @@ func startNode(ctx context.Context, st store.Store, o options, em *emitter, job 
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, coord.ErrServerIDInUse) || ctx.Err() != nil {
+		if !errors.Is(err, protocol.ErrServerIDInUse) || ctx.Err() != nil {
 			_ = node.Stop(context.Background())
 			return nil, fmt.Errorf("add job %s: %w", o.job, err)
 		}

@@ -6,7 +6,7 @@
 // turn them on (Init).
 //
 // The package is internal: programs that import shardflow cannot turn the
-// signals on, and leave the fields that carry them (coord.RegistryConfig,
+// signals on, and leave the fields that carry them (protocol.RegistryConfig,
 // dataflow.NodeConfig) nil.
 package testsignal
 

@@ -32,6 +32,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/zkstore"
 )
 
@@ -65,7 +66,7 @@ func run() error {
 	}
 	defer func() { _ = zs.Close() }()
 	cs := coord.NewCountingStore(zs)
-	reg, err := coord.NewRegistry(cs, coord.RegistryConfig{Namespace: *ns, ServerID: *id, HostName: "host-" + *id, Logger: logger})
+	reg, err := protocol.NewRegistry(cs, protocol.RegistryConfig{Namespace: *ns, ServerID: *id, HostName: "host-" + *id, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -77,7 +78,7 @@ func run() error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGTERM)
 	fmt.Println("ready")
-	var r *coord.Run
+	var r *protocol.Run
 	for step := 1; ; step++ {
 		if s := <-sigs; s == syscall.SIGTERM {
 			return reg.Close(ctx)

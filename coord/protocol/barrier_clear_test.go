@@ -1,0 +1,129 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/memstore"
+)
+
+// A runner clears only its set's items: a registration made while its
+// callback runs, by a run of another total (runs begun during a reshard
+// see different totals), of an item beyond the runner's total, is not that
+// set's and must not read as released. Before the fix the clear deleted
+// every registration it listed after bumping the generation, and the other
+// run's Once returned nil without a callback for its set (ZooKeeper
+// simulation seed 1000297: s6's Once of the "started" phase; memstore seed
+// 9805454). In a synctest bubble.
+func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memstore.NewServer()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		barrier := func(id string, total int) onceBarrier {
+			st := srv.Connect()
+			t.Cleanup(func() { _ = st.Close() })
+			return onceBarrier{
+				st: st, base: "/ns/job/guarantee/started", id: id, job: "job", log: quiet, total: total,
+				disabled: func(context.Context, int) (bool, error) { return false, nil },
+				owe:      func(int64, string, func(context.Context) error) {},
+			}
+		}
+		a := barrier("a", 2) // a run over items 0 and 1 of 2
+		b := barrier("b", 3) // a run of item 2, begun on a total of 3
+
+		inCallback, release := make(chan struct{}), make(chan struct{})
+		aDone := make(chan error, 1)
+		go func() {
+			aDone <- a.run(t.Context(), []int{0, 1}, 5*time.Second, func(context.Context) error {
+				close(inCallback)
+				<-release
+				return nil
+			})
+		}()
+		<-inCallback
+		var bRan atomic.Bool
+		bDone := make(chan error, 1)
+		go func() {
+			bDone <- b.run(t.Context(), []int{2}, 2*time.Second, func(context.Context) error {
+				bRan.Store(true)
+				return nil
+			})
+		}()
+		synctest.Wait() // b registered item 2 and waits
+		close(release)
+		if err := <-aDone; err != nil {
+			t.Fatalf("a's Once: %v", err)
+		}
+		err := <-bDone
+		if err == nil && !bRan.Load() {
+			t.Fatal("b's Once returned nil without a callback: released by a set it had no part in")
+		}
+		if !errors.Is(err, ErrGuaranteeTimeout) {
+			t.Fatalf("b's Once = %v, want a timeout (its set, over 3 items, never completes)", err)
+		}
+	})
+}
+
+// A runner whose session ends during its callback (expired; the store opens
+// a new one at once) has nothing of its set left to clear: its registrations
+// and the runner latch went with the session. A participant that registers
+// after that, at the same generation (nothing bumped it), belongs to a later
+// set, which must not read as released. Before the fix the runner's clear
+// ran on the new session, bumped the generation and deleted that
+// registration, and the participant's Once returned nil without a callback
+// (ZooKeeper simulation seed 1107147: "distribute-once started: s0's Once
+// returned without a callback having run during it", s1's session expired
+// during its callback). In a synctest bubble.
+func TestOnceRunnerWhoseSessionEndedInTheCallbackClearsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memstore.NewServer()
+		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+		barrier := func(id string) (onceBarrier, *memstore.Session) {
+			st := srv.Connect()
+			t.Cleanup(func() { _ = st.Close() })
+			return onceBarrier{
+				st: st, base: "/ns/job/guarantee/started", id: id, job: "job", log: quiet, total: 2,
+				disabled: func(context.Context, int) (bool, error) { return false, nil },
+				owe:      func(int64, string, func(context.Context) error) {},
+			}, st
+		}
+		a, aSession := barrier("a") // a run over items 0 and 1: it completes its set alone
+		b, _ := barrier("b")        // a later run of item 0
+
+		inCallback, release := make(chan struct{}), make(chan struct{})
+		aDone := make(chan error, 1)
+		go func() {
+			aDone <- a.run(t.Context(), []int{0, 1}, 5*time.Second, func(context.Context) error {
+				close(inCallback)
+				<-release
+				return nil
+			})
+		}()
+		<-inCallback
+		aSession.Expire() // a's registrations and latch go; a's store opens a new session
+		var bRan atomic.Bool
+		bDone := make(chan error, 1)
+		go func() {
+			bDone <- b.run(t.Context(), []int{0}, 2*time.Second, func(context.Context) error {
+				bRan.Store(true)
+				return nil
+			})
+		}()
+		synctest.Wait() // b registered item 0 and waits for item 1
+		close(release)
+		<-aDone
+		err := <-bDone
+		if err == nil && !bRan.Load() {
+			t.Fatal("b's Once returned nil without a callback: released by the clear of a set that ended with its runner's session")
+		}
+		if !errors.Is(err, ErrGuaranteeTimeout) {
+			t.Fatalf("b's Once = %v, want a timeout (its set, item 1 missing, never completes)", err)
+		}
+	})
+}

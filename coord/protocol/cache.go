@@ -1,0 +1,993 @@
+package protocol
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// treeCache mirrors the hot part of one job's subtree (config, servers,
+// execution, leader flags) in memory, kept current by one-shot watches that
+// are re-armed per node each time they fire, and rebuilt in full after a
+// session change. Begin, KeepGoing and the reactions of the job's watcher
+// read it, so a trigger costs no reads.
+//
+// Threading: only the job's watcher (its steps on the Registry's event
+// loop, one at a time; and Join, before the watcher starts) calls load,
+// resync and handle, which do store calls and arm
+// watches. Readers and the write-through notes may run on any goroutine;
+// everything is guarded by mu.
+//
+// What it keeps, and with which watches, is its watch policy (watchPolicy,
+// passed in by its owner: the job's is jobWatchPolicy). Existence of a node
+// is read from its parent's children list (every parent of a node whose
+// existence matters is children-watched); data and Stat are kept for the
+// nodes whose policy asks for it.
+type treeCache struct {
+	st   *cacheStore
+	root string
+	pol  watchPolicy
+
+	mu      sync.RWMutex
+	nodes   map[string]*cnode
+	stubs   map[string]bool // stub nodes the watcher must load
+	changed chan struct{}
+	// writes counts our write-throughs (noteCreated, noteDeleted): an
+	// unwatched read that overlapped one may hold what it undid, so it reads
+	// again (loadItem).
+	writes uint64
+	// kick wakes the watcher (to load stubs).
+	kick func()
+	// ahead: nodes loadRootsAhead is loading beside their parents; a
+	// parent's listing leaves them to it instead of reading them twice.
+	ahead map[string]bool
+	// ownData and ownItems memoize the parse of pol.ownRel's data (mu held for
+	// writing): wantedLocked is asked once per item, and parsing a sharding
+	// node of thousands of items each time made a trigger O(items^2).
+	ownData  []byte
+	ownItems map[int]bool
+	// partial: a resync cleared the nodes and has not loaded them all
+	// again (it failed midway, say on a connection lost again): absent
+	// nodes then prove nothing.
+	partial bool
+}
+
+type cnode struct {
+	data    []byte
+	stat    store.Stat
+	hasData bool
+	// stub marks a node known only from our own writes: not yet loaded
+	// and not watched; the next children reload of its parent loads it.
+	stub     bool
+	children []string
+	// kidData is, for pol.versioned only, the data of each of children
+	// (same order): its children have no nodes of their own.
+	kidData []string
+	dataW   watchID
+	childW  watchID
+}
+
+type watchKind int
+
+const (
+	watchData watchKind = iota + 1
+	watchChildren
+)
+
+// newTreeCache returns an empty cache of the subtree at root, keeping what
+// pol says, its watches armed through w and their events passed to
+// deliver (to be handed back to handle by the owner's watcher); kick (nil:
+// none) wakes its owner's watcher to load nodes known only from
+// write-throughs (loadStubs).
+func newTreeCache(w *watchFuncs, root string, pol watchPolicy, deliver func(watchRef, store.Event), kick func()) *treeCache {
+	st := &cacheStore{Store: w.st, w: w, root: root, deliver: deliver}
+	if kick == nil {
+		kick = func() {}
+	}
+	if pol.claimed == nil {
+		pol.claimed = func(int) bool { return false }
+	}
+	if pol.versionedCopy == nil {
+		pol.versionedCopy = func([]byte) (map[string]string, bool) { return nil, false }
+	}
+	return &treeCache{st: st, root: root, pol: pol, kick: kick, nodes: make(map[string]*cnode), stubs: make(map[string]bool), ahead: make(map[string]bool), changed: make(chan struct{})}
+}
+
+func (c *treeCache) abs(rel string) string { return store.Join(c.root, rel) }
+
+func parentRel(rel string) string {
+	i := strings.LastIndexByte(rel, '/')
+	if i < 0 {
+		return ""
+	}
+	return rel[:i]
+}
+
+func joinRel(parent, name string) string {
+	if parent == "" {
+		return name
+	}
+	return parent + "/" + name
+}
+
+// resync drops everything and loads the tree again (after a session change).
+func (c *treeCache) resync(ctx context.Context) error {
+	c.beginLoad()
+	if err := c.loadRootsAhead(ctx, c.pol.roots, nil); err != nil {
+		return err
+	}
+	return c.endLoad(ctx)
+}
+
+// beginLoad drops everything: a full load (loadRoots, then endLoad)
+// follows. Join splits one so it reads the config before it registers.
+func (c *treeCache) beginLoad() {
+	c.mu.Lock()
+	c.nodes = make(map[string]*cnode)
+	clear(c.stubs)
+	c.partial = true
+	c.mu.Unlock()
+}
+
+// loadRoots loads the roots rels side by side (and their children, see
+// reloadChildren): the store pipelines the reads on its session, so a load
+// takes a round trip per level of the tree, not one per node.
+func (c *treeCache) loadRoots(ctx context.Context, rels []string) error {
+	if len(rels) == 1 {
+		return c.load(ctx, rels[0])
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, rel := range rels {
+		g.Go(func() error { return c.load(gctx, rel) })
+	}
+	return g.Wait()
+}
+
+// loadRootsAhead is loadRoots that also loads the nodes ahead, known to
+// exist below those roots (a join's own writes: its host node, its
+// sharding), side by side with the roots instead of after their parents'
+// listings: one round trip for the whole load rather than one per level.
+// The roots themselves count as ahead too (the job node's listing holds
+// some of them). A node ahead found missing while its parent's listing
+// shows it (created in between) is loaded again after.
+func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) error {
+	ahead = append(slices.Clone(ahead), rels...)
+	c.mu.Lock()
+	for _, rel := range ahead {
+		c.ahead[rel] = true
+	}
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		clear(c.ahead)
+		c.mu.Unlock()
+	}()
+	g, gctx := errgroup.WithContext(ctx)
+	for _, rel := range ahead {
+		g.Go(func() error { return c.load(gctx, rel) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	var again []string
+	c.mu.Lock()
+	for _, rel := range ahead {
+		if c.nodes[rel] == nil && c.hasLocked(rel) {
+			again = append(again, rel)
+		}
+	}
+	clear(c.ahead) // a node loaded again below is its own parent's no longer
+	c.mu.Unlock()
+	for _, rel := range again {
+		if err := c.load(ctx, rel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// endLoad completes a full load: the items this server owns are known
+// once pol.ownRel is loaded, which may have come after the items
+// directory's list; then the watcher is notified.
+func (c *treeCache) endLoad(ctx context.Context) error {
+	if err := c.refreshItemsQuiet(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.partial = false
+	c.mu.Unlock()
+	c.notify()
+	return nil
+}
+
+// missingRoots lists the roots (other than the job's own node) a full
+// load found absent.
+func (c *treeCache) missingRoots() []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []string
+	for _, rel := range c.pol.roots {
+		if rel != "" && c.nodes[rel] == nil {
+			out = append(out, rel)
+		}
+	}
+	return out
+}
+
+// incomplete reports whether a resync is unfinished (see partial).
+func (c *treeCache) incomplete() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.partial
+}
+
+// isItemContainer reports {items}/{item}; isItemFlag its watched flags.
+func (c *treeCache) isItemContainer(rel string) bool {
+	return strings.HasPrefix(rel, c.pol.items+"/") && strings.Count(rel, "/") == 1
+}
+
+func (c *treeCache) isItemFlag(rel string) bool {
+	return strings.HasPrefix(rel, c.pol.items+"/") && strings.Count(rel, "/") == 2
+}
+
+// loadItem reads an item container's children once (no watch) and arms
+// existence watches on its flags.
+func (c *treeCache) loadItem(ctx context.Context, rel string) error {
+	// The flags' watches first, then the children: a change after a
+	// flag's read fires its watch (handle then reads the container
+	// again), so the children are never older than the flags. The other
+	// way round, a failover run's Complete between the two reads left the
+	// item running and not completed in the cache for good: the claim's
+	// failover node, read after, was already gone, so no watch fired.
+	for _, flag := range c.pol.itemFlags {
+		if err := c.reloadData(ctx, joinRel(rel, flag)); err != nil {
+			return err
+		}
+	}
+	return c.readItem(ctx, rel)
+}
+
+// readItem reads an item container's children and Stat (no watch) into
+// the cache; a container found gone is dropped.
+func (c *treeCache) readItem(ctx context.Context, rel string) error {
+	// The item container is not watched, so nothing would correct a list
+	// read before one of our own Begins or Completes committed and stored
+	// after its write-through (a "running" left in the cache for good): a
+	// read that overlapped a write-through is read again.
+	var (
+		names []string
+		cst   store.Stat
+	)
+	for {
+		c.mu.RLock()
+		seq := c.writes
+		c.mu.RUnlock()
+		var err error
+		names, cst, err = c.st.Children(ctx, c.abs(rel))
+		if errors.Is(err, store.ErrNoNode) {
+			c.drop(rel)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if c.writes == seq {
+			break // still locked
+		}
+		c.mu.Unlock()
+	}
+	n := c.node(rel)
+	// Keep names written through meanwhile by this server.
+	for _, name := range n.children {
+		if _, ok := slices.BinarySearch(names, name); !ok && n.stub {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	n.children, n.childW, n.stub = names, 0, false
+	// The container's Stat goes with its children: the item's epoch
+	// derives from it (itemStat), and never from an older read than its
+	// flags.
+	if cst.Mzxid >= n.stat.Mzxid {
+		n.stat = cst
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// load reads rel per its policy, arms its watches, and loads its children.
+func (c *treeCache) load(ctx context.Context, rel string) error {
+	if c.isItemContainer(rel) {
+		return c.loadItem(ctx, rel)
+	}
+	if rel == c.pol.versioned && rel != "" {
+		return c.loadVersioned(ctx, rel)
+	}
+	data, children := c.pol.node(rel)
+	if data {
+		if err := c.reloadData(ctx, rel); err != nil {
+			return err
+		}
+	}
+	if children {
+		return c.reloadChildren(ctx, rel)
+	}
+	return nil
+}
+
+func (c *treeCache) node(rel string) *cnode {
+	n := c.nodes[rel]
+	if n == nil {
+		n = &cnode{}
+		// The same relative paths recur in every job of a process.
+		c.nodes[intern(rel)] = n
+	}
+	return n
+}
+
+func (c *treeCache) reloadData(ctx context.Context, rel string) error {
+	if rel == c.pol.versioned && rel != "" {
+		return c.loadVersioned(ctx, rel)
+	}
+	var (
+		data   []byte
+		stat   store.Stat
+		ch     watchID
+		exists = true
+		err    error
+	)
+	if rel == "" || c.isItemFlag(rel) {
+		exists, stat, ch, err = c.st.ExistsW(ctx, c.abs(rel))
+	} else {
+		data, stat, ch, err = c.st.GetW(ctx, c.abs(rel))
+		if errors.Is(err, store.ErrNoNode) {
+			exists, err = false, nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.isItemFlag(rel) {
+		// The node stays (it holds the watch); its existence is mirrored
+		// into the container's children list.
+		n := c.node(rel)
+		n.data, n.stat, n.hasData, n.dataW, n.stub = nil, stat, exists, ch, false
+		if p := c.nodes[parentRel(rel)]; p != nil {
+			name := rel[strings.LastIndexByte(rel, '/')+1:]
+			i, ok := slices.BinarySearch(p.children, name)
+			switch {
+			case exists && !ok:
+				p.children = slices.Insert(slices.Clone(p.children), i, name)
+			case !exists && ok:
+				p.children = slices.Delete(slices.Clone(p.children), i, i+1)
+			}
+		}
+		return nil
+	}
+	if !exists && rel != "" {
+		c.dropLocked(rel)
+		return nil
+	}
+	n := c.node(rel)
+	n.data, n.stat, n.hasData, n.dataW, n.stub = data, stat, exists, ch, false
+	return nil
+}
+
+func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
+	names, _, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		c.drop(rel)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var toLoad []string
+	c.mu.Lock()
+	n := c.node(rel)
+	old := n.children
+	n.children, n.childW, n.stub = names, ch, false
+	for _, name := range old {
+		if _, ok := slices.BinarySearch(names, name); !ok {
+			c.dropLocked(joinRel(rel, name))
+		}
+	}
+	for _, name := range names {
+		crel := joinRel(rel, name)
+		d, k := c.pol.node(crel)
+		if rel == c.pol.items && !c.wantedLocked(name) {
+			continue
+		}
+		if cn := c.nodes[crel]; (d || k) && (cn == nil || cn.stub) && !c.ahead[crel] {
+			toLoad = append(toLoad, crel)
+		}
+	}
+	c.mu.Unlock()
+	// Side by side, as resync's roots.
+	if len(toLoad) == 1 {
+		return c.load(ctx, toLoad[0])
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(childReaders)
+	for _, crel := range toLoad {
+		g.Go(func() error { return c.load(gctx, crel) })
+	}
+	return g.Wait()
+}
+
+// loadShallow reads rel's children with a watch, as reloadChildren does,
+// but loads none of them: a join lists the servers before its transaction
+// and loads their nodes after it (joinServerRoots). It returns the listing
+// and its Stat. A missing node is dropped (and store.ErrNoNode returned).
+func (c *treeCache) loadShallow(ctx context.Context, rel string) ([]string, store.Stat, error) {
+	names, st, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		c.drop(rel)
+		return nil, store.Stat{}, err
+	}
+	if err != nil {
+		return nil, store.Stat{}, err
+	}
+	c.mu.Lock()
+	n := c.node(rel)
+	n.children, n.childW, n.stub = names, ch, false
+	c.mu.Unlock()
+	return names, st, nil
+}
+
+// childReaders bounds the children of one node loaded at once.
+const childReaders = 32
+
+// loadVersioned loads pol.versioned (rel): a data watch on the node
+// itself, armed first, then its children and their data read without
+// watches, side by side. Every writer of a child bumps rel's data version
+// in the same transaction, so the watch fires after any change of a child
+// and the reads that follow see it (docs/zookeeper-layout.md, "config").
+// When the node's data is a copy of its children (pol.versionedCopy: every
+// shardflow writer writes one), the copy stands for the reads.
+func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
+	data, stat, ch, err := c.st.GetW(ctx, c.abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		c.drop(rel)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var (
+		names []string
+		kids  [][]byte
+	)
+	if copied, ok := c.pol.versionedCopy(data); ok {
+		data = nil // kept as kidData; nobody reads the copy itself
+		names = slices.Sorted(maps.Keys(copied))
+		for _, n := range names {
+			kids = append(kids, []byte(copied[n]))
+		}
+	} else {
+		names, _, err = c.st.Children(ctx, c.abs(rel))
+		if errors.Is(err, store.ErrNoNode) {
+			c.drop(rel)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		kids = make([][]byte, len(names))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(childReaders)
+		for i, n := range names {
+			g.Go(func() error {
+				d, _, err := c.st.Get(gctx, c.abs(joinRel(rel, n)))
+				if errors.Is(err, store.ErrNoNode) {
+					return nil // deleted meanwhile: the watch fired
+				}
+				if err != nil {
+					return err
+				}
+				if d == nil {
+					d = []byte{}
+				}
+				kids[i] = d
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(rel)
+	n.data, n.stat, n.hasData, n.dataW, n.stub = data, stat, true, ch, false
+	// The children are kept compactly on n (kidData), their names and
+	// common values shared between jobs (intern): thousands of jobs hold
+	// the same two dozen field names and mostly the same values.
+	n.children, n.kidData = make([]string, 0, len(names)), make([]string, 0, len(names))
+	for i, name := range names {
+		if kids[i] == nil {
+			continue
+		}
+		n.children = append(n.children, intern(name))
+		n.kidData = append(n.kidData, internBytes(kids[i]))
+	}
+	return nil
+}
+
+// versionedFields returns the children of pol.versioned rel and their data
+// (nil when rel is not loaded).
+func (c *treeCache) versionedFields(rel string) map[string]string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[rel]
+	if n == nil || rel != c.pol.versioned {
+		return nil
+	}
+	out := make(map[string]string, len(n.children))
+	for i, name := range n.children {
+		out[name] = n.kidData[i]
+	}
+	return out
+}
+
+// internMax bounds the strings intern keeps (and their length).
+const (
+	internMax    = 4096
+	internMaxLen = 64
+)
+
+var (
+	internMu    sync.Mutex
+	internTable = make(map[string]string)
+)
+
+// intern returns a shared copy of s when it is short and the table has
+// room: config field names and common values, repeated in every job.
+func intern(s string) string {
+	if len(s) > internMaxLen {
+		return s
+	}
+	internMu.Lock()
+	defer internMu.Unlock()
+	if t, ok := internTable[s]; ok {
+		return t
+	}
+	if len(internTable) < internMax {
+		internTable[s] = s
+	}
+	return s
+}
+
+// internBytes is intern of string(b), without the copy when b's text is
+// in the table already.
+func internBytes(b []byte) string {
+	if len(b) > internMaxLen {
+		return string(b)
+	}
+	internMu.Lock()
+	if t, ok := internTable[string(b)]; ok {
+		internMu.Unlock()
+		return t
+	}
+	internMu.Unlock()
+	return intern(string(b))
+}
+
+// wantedLocked reports whether execution/{name} is watched; mu held.
+func (c *treeCache) wantedLocked(name string) bool {
+	it, ok := layout.ParseItemName(name)
+	if !ok {
+		return false
+	}
+	if c.pol.ownRel == "" || c.pol.claimed(it) {
+		return true
+	}
+	n := c.nodes[c.pol.ownRel]
+	if n == nil || !n.hasData {
+		return false
+	}
+	if c.ownItems == nil || !bytes.Equal(c.ownData, n.data) {
+		items, err := layout.ParseItems(n.data)
+		if err != nil {
+			return false
+		}
+		c.ownData = bytes.Clone(n.data)
+		c.ownItems = make(map[int]bool, len(items))
+		for _, i := range items {
+			c.ownItems[i] = true
+		}
+	}
+	return c.ownItems[it]
+}
+
+// refreshItems loads the execution/{item} nodes that became wanted and
+// forgets those no longer wanted; watcher only.
+func (c *treeCache) refreshItems(ctx context.Context) error {
+	rels := c.itemsToRefresh()
+	return c.loadAll(ctx, rels)
+}
+
+// refreshItemsQuiet is refreshItems without the notification (resync
+// notifies once at its end).
+func (c *treeCache) refreshItemsQuiet(ctx context.Context) error {
+	return c.loadAllQuiet(ctx, c.itemsToRefresh())
+}
+
+// itemsToRefresh drops the item containers no longer wanted and returns
+// those wanted but not loaded.
+func (c *treeCache) itemsToRefresh() []string {
+	c.mu.Lock()
+	var toLoad []string
+	if n := c.nodes[c.pol.items]; n != nil {
+		for _, name := range n.children {
+			rel := joinRel(c.pol.items, name)
+			cn := c.nodes[rel]
+			switch want := c.wantedLocked(name); {
+			case want && (cn == nil || cn.stub):
+				toLoad = append(toLoad, rel)
+			case !want && cn != nil:
+				c.dropLocked(rel)
+			}
+		}
+	}
+	c.mu.Unlock()
+	return toLoad
+}
+
+// loadAll loads each node of rels and notifies the watcher once if any was
+// loaded. The caller must not hold c.mu.
+func (c *treeCache) loadAll(ctx context.Context, rels []string) error {
+	if err := c.loadAllQuiet(ctx, rels); err != nil {
+		return err
+	}
+	if len(rels) > 0 {
+		c.notify()
+	}
+	return nil
+}
+
+// loadAllQuiet is loadAll without the notification.
+func (c *treeCache) loadAllQuiet(ctx context.Context, rels []string) error {
+	// Item containers are independent of each other: they are read
+	// pipelined (itemReaders requests in flight), since a server taking
+	// over thousands of items (a crashed server's, after the reshard) would
+	// otherwise read them one after the other, three round trips each.
+	var items []string
+	for _, rel := range rels {
+		if c.isItemContainer(rel) {
+			items = append(items, rel)
+			continue
+		}
+		if err := c.load(ctx, rel); err != nil {
+			return err
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(layout.ItemReaders / 3)
+	for _, rel := range items {
+		g.Go(func() error { return c.load(gctx, rel) })
+	}
+	return g.Wait()
+}
+
+// known reports whether the cache can answer has(rel) for an execution
+// node: its item is loaded. Elsewhere it is always true.
+func (c *treeCache) known(rel string) bool {
+	if !strings.HasPrefix(rel, c.pol.items+"/") || strings.Count(rel, "/") < 2 {
+		return true
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[parentRel(rel)]
+	if n != nil && !n.stub {
+		return true
+	}
+	// A container missing from the watched listing of the items has no
+	// children: normal runs write none (layout 2), so most items have no
+	// container, and asking the store about each would cost a read per
+	// item per trigger. A container created since the listing shows up
+	// through the listing's watch; what must not lag is covered by the
+	// failover directory's version (Begin, markRunning).
+	if items := c.nodes[c.pol.items]; items != nil && !items.stub && n == nil && strings.Count(rel, "/") == 2 {
+		_, ok := slices.BinarySearch(items.children, strings.Split(rel, "/")[1])
+		return !ok
+	}
+	return false
+}
+
+// drop forgets rel and everything below it (a node found gone).
+func (c *treeCache) drop(rel string) {
+	c.mu.Lock()
+	c.dropLocked(rel)
+	c.mu.Unlock()
+}
+
+// dropLocked forgets rel and everything below it.
+func (c *treeCache) dropLocked(rel string) {
+	delete(c.nodes, rel)
+	prefix := rel + "/"
+	for k := range c.nodes {
+		if strings.HasPrefix(k, prefix) {
+			delete(c.nodes, k)
+		}
+	}
+}
+
+// handle re-reads the node whose watch fired and re-arms it. A
+// not-watching event of the node's current watch returns errResyncNeeded;
+// one of a watch replaced since (the node was reloaded or dropped) says
+// nothing about the current one and is ignored.
+func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) error {
+	c.mu.Lock()
+	current := false
+	if n := c.nodes[ref.rel]; n != nil {
+		if ref.kind == watchData && n.dataW == ref.id {
+			n.dataW, current = 0, true
+		}
+		if ref.kind == watchChildren && n.childW == ref.id {
+			n.childW, current = 0, true
+		}
+	}
+	c.mu.Unlock()
+	if ev.Type == store.EventNotWatching {
+		if !current {
+			return nil
+		}
+		return errResyncNeeded
+	}
+	var err error
+	if ref.kind == watchData && c.isItemFlag(ref.rel) {
+		// A flag others write changed (a failover claim, or a failover
+		// run's Complete): the container is read first, so a reader that
+		// sees the flag's new state sees the container's Stat of that
+		// transaction or later (the epoch after a failover run derives
+		// from it; see itemStat), and its children too: the failover
+		// run's Complete deleted running and wrote its time, which no
+		// watch reports.
+		if err := c.reloadItem(ctx, parentRel(ref.rel)); err != nil {
+			return err
+		}
+	}
+	if ref.kind == watchData {
+		err = c.reloadData(ctx, ref.rel)
+	} else {
+		err = c.reloadChildren(ctx, ref.rel)
+	}
+	if err == nil {
+		c.notify()
+	}
+	return err
+}
+
+var errResyncNeeded = errors.New("coord: tree cache needs a resync")
+
+func (c *treeCache) notify() {
+	c.mu.Lock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// changedCh returns a channel closed at the next change; take it before
+// reading the state it guards.
+func (c *treeCache) changedCh() <-chan struct{} {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.changed
+}
+
+// has reports whether rel exists, per its parent's children list.
+func (c *treeCache) has(rel string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.hasLocked(rel)
+}
+
+func (c *treeCache) hasLocked(rel string) bool {
+	if rel == "" {
+		n := c.nodes[""]
+		return n != nil && !n.stub
+	}
+	p := c.nodes[parentRel(rel)]
+	if p == nil {
+		return false
+	}
+	_, ok := slices.BinarySearch(p.children, rel[strings.LastIndexByte(rel, '/')+1:])
+	return ok
+}
+
+// reloadItem reads an item container's children and Stat (no watch) into
+// the cache, if the container is loaded.
+func (c *treeCache) reloadItem(ctx context.Context, rel string) error {
+	c.mu.RLock()
+	n := c.nodes[rel]
+	loaded := n != nil && !n.stub
+	c.mu.RUnlock()
+	if !loaded {
+		return nil
+	}
+	return c.readItem(ctx, rel)
+}
+
+// noteItemStat records st as the Stat of the item container rel when it is
+// loaded and st is not older than what the cache holds.
+func (c *treeCache) noteItemStat(rel string, st store.Stat) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := c.nodes[rel]; n != nil && !n.stub && st.Mzxid >= n.stat.Mzxid {
+		n.stat = st
+	}
+}
+
+// itemStat returns the cached Stat of the item container rel; false when
+// the container is not loaded (read it directly then).
+func (c *treeCache) itemStat(rel string) (store.Stat, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[rel]
+	if n == nil || n.stub {
+		return store.Stat{}, false
+	}
+	return n.stat, true
+}
+
+// get returns rel's cached data and stat.
+func (c *treeCache) get(rel string) ([]byte, store.Stat, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if p := parentRel(rel); p == c.pol.versioned && p != "" {
+		// A child of pol.versioned: kept on its parent (no Stat).
+		if pn := c.nodes[p]; pn != nil {
+			if i, ok := slices.BinarySearch(pn.children, rel[len(p)+1:]); ok {
+				return []byte(pn.kidData[i]), store.Stat{}, true
+			}
+		}
+		return nil, store.Stat{}, false
+	}
+	n := c.nodes[rel]
+	if n == nil || !n.hasData || !c.hasLocked(rel) {
+		return nil, store.Stat{}, false
+	}
+	return n.data, n.stat, true
+}
+
+// loadedData returns the data of a node the cache has loaded with a data
+// watch, whether or not its parent's children are loaded yet (a join
+// loads a few nodes before the rest; get asks the parent's list).
+func (c *treeCache) loadedData(rel string) ([]byte, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := c.nodes[rel]; n != nil && n.hasData && !n.stub {
+		return n.data, true
+	}
+	return nil, false
+}
+
+// dataStat returns the Stat of a node whose data the cache keeps (a data
+// watch), without asking its parent's children: the config node's parent
+// (the job root) keeps no children list.
+func (c *treeCache) dataStat(rel string) (store.Stat, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := c.nodes[rel]; n != nil && n.hasData {
+		return n.stat, true
+	}
+	return store.Stat{}, false
+}
+
+// children returns rel's cached children names, sorted.
+func (c *treeCache) children(rel string) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if n := c.nodes[rel]; n != nil {
+		return slices.Clone(n.children)
+	}
+	return nil
+}
+
+// flag reports a flag node (disabled, paused, shutdown) as on.
+func (c *treeCache) flag(rel string) bool {
+	d, _, ok := c.get(rel)
+	return ok && layout.FlagTrue(d)
+}
+
+// noteCreated and noteDeleted write our own committed changes through to
+// the children lists, so the next read sees them before the watch fires.
+func (c *treeCache) noteCreated(rels ...string) {
+	c.mu.Lock()
+	c.writes++
+	// Each parent's children are copied once per call (readers may hold
+	// the old slice), not once per created node: a transaction creating
+	// thousands of siblings would copy the list thousands of times.
+	copied := map[*cnode]bool{}
+	for _, rel := range rels {
+		if c.pol.versioned != "" && parentRel(rel) == c.pol.versioned {
+			continue // followed by its parent's watch only
+		}
+		p := c.nodes[parentRel(rel)]
+		if p == nil {
+			// The parent was created in the same transaction.
+			if _, children := c.pol.node(parentRel(rel)); !children || c.nodes[parentRel(parentRel(rel))] == nil {
+				continue
+			}
+			p = &cnode{stub: true}
+			c.nodes[parentRel(rel)] = p
+			c.stubs[parentRel(rel)] = true
+		}
+		name := rel[strings.LastIndexByte(rel, '/')+1:]
+		if i, ok := slices.BinarySearch(p.children, name); !ok {
+			if !copied[p] {
+				p.children = slices.Clone(p.children)
+				copied[p] = true
+			}
+			p.children = slices.Insert(p.children, i, name)
+		}
+	}
+	stubs := len(c.stubs) > 0
+	c.mu.Unlock()
+	c.notify()
+	if stubs {
+		c.kick()
+	}
+}
+
+// loadStubs loads the nodes known only from our own writes; watcher only.
+func (c *treeCache) loadStubs(ctx context.Context) error {
+	c.mu.Lock()
+	var rels []string
+	for rel := range c.stubs {
+		if n := c.nodes[rel]; n != nil && n.stub {
+			rels = append(rels, rel)
+		}
+	}
+	clear(c.stubs)
+	c.mu.Unlock()
+	return c.loadAll(ctx, rels)
+}
+
+func (c *treeCache) noteDeleted(rels ...string) {
+	c.mu.Lock()
+	c.writes++
+	for _, rel := range rels {
+		p := c.nodes[parentRel(rel)]
+		if p == nil || c.pol.versioned != "" && parentRel(rel) == c.pol.versioned {
+			continue
+		}
+		name := rel[strings.LastIndexByte(rel, '/')+1:]
+		if i, ok := slices.BinarySearch(p.children, name); ok {
+			p.children = slices.Delete(slices.Clone(p.children), i, i+1)
+		}
+		if !c.isItemFlag(rel) {
+			c.dropLocked(rel)
+		}
+	}
+	c.mu.Unlock()
+	c.notify()
+}
+
+// waitFor blocks until cond (evaluated on the cache) holds or ctx ends.
+func (c *treeCache) waitFor(ctx context.Context, cond func() bool) error {
+	for {
+		ch := c.changedCh()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// recvLeader waits for the next leader id Observe reports.
+func recvLeader(t *testing.T, ch <-chan string) string {
+	t.Helper()
+	select {
+	case id, ok := <-ch:
+		if !ok {
+			t.Fatal("Observe closed its channel")
+		}
+		return id
+	case <-time.After(10 * time.Second):
+		t.Fatal("no leader change observed")
+	}
+	return ""
+}
+
+// The election recipe on its own: Campaign blocks until the candidate
+// before it resigns or its session ends; Leader and Observe follow.
+func TestElectionRecipe(t *testing.T) {
+	ctx := t.Context()
+	srv := memstore.NewServer()
+	latch, host := "/e/leader/election/latch", "/e/leader/election/host"
+	newElection := func(id string) (*election, *memstore.Session) {
+		sess := srv.Connect()
+		t.Cleanup(func() { _ = sess.Close() })
+		return &election{st: sess, latch: latch, host: host, id: id}, sess
+	}
+	a, _ := newElection("a")
+	b, bSess := newElection("b")
+	c, _ := newElection("c")
+	if err := store.CreateAll(ctx, a.st, latch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Leader(ctx); !errors.Is(err, errNoLeader) {
+		t.Fatalf("Leader before any campaign: err = %v, want errNoLeader", err)
+	}
+	octx, stop := context.WithCancel(ctx)
+	observed := c.Observe(octx)
+	if id := recvLeader(t, observed); id != "" {
+		t.Fatalf("first observed leader %q, want none", id)
+	}
+
+	if err := a.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if id := recvLeader(t, observed); id != "a" {
+		t.Fatalf("observed %q, want a", id)
+	}
+	// b stands (second in line) before its Campaign waits, so that c
+	// stands behind it.
+	if elected, _, err := b.proceed(ctx, existsNoWatch(b.st)); err != nil || elected {
+		t.Fatalf("b's first step while a leads: elected %v, err %v", elected, err)
+	}
+	bDone := make(chan error, 1)
+	go func() { bDone <- b.Campaign(ctx) }()
+	// c stands behind b; its Campaign gives up when its ctx ends.
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	if err := c.Campaign(cctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("c's Campaign behind a leader: err = %v, want its ctx's end", err)
+	}
+	cancel()
+	select {
+	case err := <-bDone:
+		t.Fatalf("b's Campaign returned (%v) while a leads", err)
+	default:
+	}
+	if err := a.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-bDone; err != nil {
+		t.Fatalf("b's Campaign after a resigned: %v", err)
+	}
+	if id, err := c.Leader(ctx); err != nil || id != "b" {
+		t.Fatalf("Leader = %q, %v; want b", id, err)
+	}
+	for id := recvLeader(t, observed); id != "b"; id = recvLeader(t, observed) {
+		if id != "" {
+			t.Fatalf("observed %q between a and b", id)
+		}
+	}
+	// b's session ends: its nodes go, and c, next in line, leads.
+	if err := bSess.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Campaign(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id := recvLeader(t, observed); id != "c"; id = recvLeader(t, observed) {
+		if id != "" {
+			t.Fatalf("observed %q between b and c", id)
+		}
+	}
+	stop()
+	for range observed {
+	}
+}

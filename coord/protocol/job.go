@@ -1,0 +1,1231 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/testsignal"
+)
+
+// Job is this server's handle on one job's protocol. Begin, Complete,
+// TakeMisfire and ClaimFailover are called from one goroutine at a time (the
+// Node runs one run per job at a time); the others are safe for concurrent
+// use. Its methods are in contract.go, the package's public API.
+//
+// A joined job's watcher (watcher.go: a state machine run by the
+// Registry's event loop, loop.go; started by startJob, stopped and awaited
+// by leave) owns the tree cache's watches, the election, session handling,
+// the operator-flag reactions, reconcile and the signals.
+type Job struct {
+	reg   *registry
+	st    store.Store
+	p     layout.JobPaths
+	jname string
+	id    string
+	log   *slog.Logger
+	cache *treeCache
+
+	errMu sync.Mutex // serialises lastError writes
+	// reshardMu orders the leader's resharding commit against the watcher's
+	// decision to raise the flag: without it the watcher could judge a
+	// membership change against the previous reshard and raise the flag
+	// just after a reshard that already applied the change, so the flag
+	// stays up for a run that started in between. Lock order: reshardMu,
+	// then mu.
+	reshardMu sync.Mutex
+	mu        sync.Mutex
+	cfg       jobconfig.Config
+	// itemParams is cfg's shardingItemParameters, parsed when cfg was
+	// decoded: a run takes both together (snapshot), never re-parsing.
+	itemParams map[int]string
+	cfgErr     error
+	cfgFields  map[string]string
+	regSession int64
+	regCtx     context.Context
+	regCancel  context.CancelFunc
+	lostCh     chan struct{}
+	suspended  bool
+	leader     bool
+	offline    bool // shut down by an operator
+	removed    bool
+	left       bool
+	claims     map[int]int64 // failover items claimed, to their epoch
+	// claimsTaken are the claims a Begin took for its run (until Complete):
+	// a Begin beside that run (the Node runs failover beside a busy run)
+	// must not take them again.
+	claimsTaken map[int]bool
+	// claimsUnsure are the items whose claim transaction failed on the
+	// connection (a reply lost: it may have been applied), to the session
+	// it was made on: resolved by a direct read before the next claim or
+	// Begin (claimsettle.go).
+	claimsUnsure map[int]int64
+	// inRun counts, per item, the runs of this process that Begin is
+	// marking or marked running and whose Complete has not returned yet. A running node of
+	// this server's session on an item outside inRun is a leftover of a run
+	// whose Complete was refused while the session was suspended (the
+	// session came back, so the ephemeral node did not go): Begin removes
+	// it instead of calling the trigger a misfire for ever.
+	inRun map[int]int
+	// markerRuns counts, per session, the runs of this process holding the
+	// live marker servers/{id}/run/live (from before Begin's Multi until
+	// Complete returns): a marker of this session while none does is a
+	// leftover.
+	markerRuns map[int64]int
+	// foView is the failover directory version (with the sharding node's
+	// Mzxid and the registration) at which this server last read its
+	// items' claims and failover marks directly: while Begin reads the
+	// same, the cache's are current (run.go, failoverViewCurrent).
+	foView  failoverView
+	foItems map[int]foItem
+	// layoutOK is the live server set the layout guard last passed
+	// (layoutGuard).
+	layoutOK string
+	// owed: writes a cut connection kept from the store, owed to their
+	// session (owed.go); paying is held by the payDebts under way.
+	owed       []sessionDebt
+	paying     chan struct{}
+	lastErrSet bool
+	// localDisabled is the joining config's Disabled, applied only to a
+	// server node that has never been written.
+	localDisabled bool
+	offlineSeen   map[string]time.Time // leader: when a server was first seen offline
+
+	// failing: this server's items whose last run ended in an error
+	// (failing.go); failingSeeded: set from its own record at its first
+	// join, or by a run's outcome since.
+	failing       map[int]layout.ItemFailure
+	failingSeeded bool
+
+	// Cumulative counts (reportCounts), loaded once from the store.
+	totalsMu       sync.Mutex
+	totalS, totalF int64
+	totalsLoaded   bool
+
+	// Watcher state.
+	elec election // leader election (its candidate is the watcher's)
+	w    watcherState
+	// flagRaised: the join (or the watcher's re-registration on a new
+	// session) raised the resharding flag just before its election, whose
+	// leader duties need not raise it again.
+	flagRaised bool
+	// joinResharded: the join's transaction resharded (lonejoin.go), just
+	// before its election: the new leader's duties check the membership
+	// against that reshard instead of raising the flag unconditionally.
+	joinResharded bool
+	// Leader bookkeeping, guarded by mu: the live set and total last seen
+	// by the watcher, and "live/total" as the last reshard used them.
+	lastLive    string
+	lastTotal   int
+	shardedLive string
+	// departed are the servers the cache showed without a status node at
+	// the leader's last check (watcher only; newlyDeparted).
+	departed []string
+
+	q   jobQueue    // its place in the Registry's event loop
+	fw  *watchFuncs // arms its watches, delivered to q
+	sig signalBox
+
+	// configDecodes counts decodeConfig's calls: a join decodes only a
+	// stored config that wins over its own (join_config_test.go).
+	configDecodes atomic.Int64
+}
+
+// job is Job's name in the implementation files.
+type job = Job
+
+func startJob(ctx context.Context, r *registry, lc localConfig) (*job, error) {
+	local := lc.cfg
+	j := &job{
+		reg:         r,
+		st:          r.st,
+		p:           layout.NewJobPaths(r.cfg.Namespace, local.JobName),
+		jname:       local.JobName,
+		id:          r.cfg.ServerID,
+		log:         r.cfg.Logger.With("server", r.cfg.ServerID, "job", local.JobName),
+		claims:      make(map[int]int64),
+		offlineSeen: make(map[string]time.Time),
+	}
+	j.q.init()
+	j.sig.init()
+	j.fw = &watchFuncs{st: r.st, fw: store.FuncWatcherOf(r.st), q: &j.q}
+	j.elec = election{st: j.st, latch: j.p.Abs(layout.RelLatch), host: j.p.Abs(layout.RelHost), id: j.id}
+	j.cache = newTreeCache(j.fw, j.p.Root, jobWatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
+	joined := false
+	defer func() {
+		if !joined {
+			// The watches armed so far end with it (their forwarders, on a
+			// store without store.FuncWatcher).
+			_ = r.loop.stop(context.Background(), j)
+		}
+	}()
+	// The watcher follows session changes from this snapshot on, so a
+	// change during Join is never missed.
+	sess, sessCh := j.st.Session()
+	if sess.State != store.StateConnected {
+		return nil, fmt.Errorf("coord: join job %q: store session is %s: %w", j.jname, sess.State, ErrSessionLost)
+	}
+	if err := r.ensureNamespace(ctx); err != nil {
+		return nil, fmt.Errorf("coord: join job %q: %w", j.jname, err)
+	}
+	// The skeleton, the config when this join writes it, this server's
+	// registration and election candidate: one transaction
+	// (joinTransaction).
+	jt, err := j.joinTransaction(ctx, lc, sess.ID)
+	if err != nil {
+		return nil, err
+	}
+	// The config is read once, by the tree cache's watched load (one read
+	// when the config node holds a copy of the fields): for a stored
+	// config, by the transaction's plan, before this server registers on
+	// it (a config that does not decode refuses the join without a trace
+	// in the store); a config the transaction wrote, now.
+	if jt.configWritten {
+		if err := j.cache.loadRoots(ctx, []string{layout.NConfig}); err != nil {
+			return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err))
+		}
+	}
+	fields := j.cachedConfigFields()
+	if t, ok := fields[layout.JobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
+		return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type()))
+	}
+	// The config the transaction wrote, or the stored one its plan
+	// decoded, unless another writer changed it since.
+	cfg := jt.cfg
+	if !maps.Equal(fields, jt.cfgFields) {
+		if cfg, err = j.decodeConfig(fields); err != nil {
+			return nil, j.abandonJoin(ctx, jt.registered, err)
+		}
+	}
+	if jt.storedWins {
+		j.warnStoredWins(lc.fields, cfg)
+	}
+	j.cfg, j.itemParams, j.cfgFields, j.lastTotal = cfg, itemParameters(cfg), fields, cfg.ShardingTotalCount
+	j.localDisabled = local.Disabled
+	if !jt.registered {
+		if err := j.registerServer(ctx, sess.ID, true); err != nil {
+			return nil, err
+		}
+	}
+	rest := slices.DeleteFunc(slices.Clone(j.cache.pol.roots), func(rel string) bool {
+		return rel == layout.NConfig || jt.preloaded && (rel == "" || rel == layout.RelFailoverQ || rel == layout.NServers)
+	})
+	if jt.preloaded {
+		rest = append(rest, j.joinServerRoots()...)
+	}
+	if err := j.cache.loadRootsAhead(ctx, rest, j.joinAhead(jt)); err != nil {
+		_ = j.goOffline(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
+	}
+	if missing := j.cache.missingRoots(); len(missing) > 0 {
+		// A skeleton left partial below an existing top-level node (the
+		// transaction took it as whole): create it node by node and load
+		// again.
+		j.log.Info("job skeleton incomplete; creating the missing nodes", "missing", missing)
+		for _, rel := range layout.SkeletonNodes {
+			if err := store.CreateAll(ctx, j.st, j.p.Abs(rel)); err != nil {
+				_ = j.goOffline(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, j.p.Abs(rel), err)
+			}
+		}
+		j.cache.beginLoad()
+		if err := j.cache.loadRootsAhead(ctx, j.cache.pol.roots, nil); err != nil {
+			_ = j.goOffline(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
+		}
+	}
+	if err := j.cache.endLoad(ctx); err != nil {
+		_ = j.goOffline(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
+	}
+	j.regSession = sess.ID
+	j.regCtx, j.regCancel = context.WithCancel(context.Background())
+	j.lostCh = make(chan struct{})
+	if jt.flagPending { // else the transaction raised it
+		if err := j.setNecessary(ctx); err != nil {
+			j.regCancel()
+			_ = j.goOffline(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
+		}
+	}
+	if jt.lone != nil {
+		j.resharded(jt.lone.live, jt.lone.total, "join")
+		j.pruneItemsBeyond(ctx, jt.lone.total)
+		j.signalResharded(jt.lone.live, jt.lone.total)
+	}
+	// Unless the transaction resharded, it (or setNecessary) raised the
+	// flag: the leader duties of this election need not raise it again.
+	// After a lone join's reshard they find nothing changed (shardedLive).
+	j.flagRaised, j.joinResharded = jt.lone == nil, jt.lone != nil
+	pred, err := j.elect(ctx)
+	j.flagRaised, j.joinResharded = false, false // a later election raises it itself
+	if err != nil {
+		j.regCancel()
+		// Do not leave a live-looking registration behind.
+		_ = j.goOffline(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("coord: join job %q: leader election: %w", j.jname, err)
+	}
+	joined = true
+	j.startWatcher(sessCh, pred)
+	j.log.Debug("joined job")
+	return j, nil
+}
+
+// joinResult is what joinTransaction did.
+type joinResult struct {
+	// storedWins: a stored config was kept (not overwritten).
+	storedWins bool
+	// registered: the transaction registered this server too:
+	// registerServer and setNecessary are done, and this server stands in
+	// the election (first, and holding the host node, for a new job).
+	registered bool
+	// configWritten: the transaction wrote the config (the cache has not
+	// read it yet).
+	configWritten bool
+	// flagPending: the transaction did not raise the resharding flag
+	// (setNecessary is due).
+	flagPending bool
+	// lone: the join stood alone and its transaction resharded
+	// (lonejoin.go); nil otherwise.
+	lone *loneResult
+	// cfg is the config the job runs on after this join and cfgFields
+	// the stored form it is: the local config's when the transaction
+	// wrote it, the stored config (decoded by the plan) when it won.
+	cfg       jobconfig.Config
+	cfgFields map[string]string
+	// preloaded: a stored job's join loaded the job node's listing, the
+	// servers' listing and the failover directory into the cache before
+	// its transaction (readForJoin); the load after it skips them.
+	preloaded bool
+	// ownSharding: this server's sharding node existed (readForJoin).
+	ownSharding bool
+}
+
+// joinReads is what a join of a stored job reads besides the config.
+type joinReads struct {
+	statusOwner  int64    // servers/{id}/status's session, 0: absent
+	serverKids   []string // servers/{id}'s children; nil: no such node
+	ownCandidate string   // this session's election candidate, "" if none
+	noCandidate  bool     // no candidate stood at all
+	run          runRead  // servers/{id}/run, for layoutOps
+	flagUp       bool     // the resharding flag exists
+	// The servers listed and the membership version of the listing, for a
+	// join that stands alone (lonejoin.go).
+	servers        []string
+	membersVersion int32
+	serversListed  bool // the servers node exists (servers may be empty)
+}
+
+// runRead is a read of servers/{id}/run made beside a join's other reads,
+// so that the registration's layout write (layoutOps) costs no round trip
+// of its own.
+type runRead struct {
+	found   bool
+	data    []byte
+	version int32
+}
+
+// readForJoin loads the config into the tree cache (when the job has a
+// config node) and reads, side by side, what the registration needs.
+func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error) {
+	var rd joinReads
+	g, gctx := errgroup.WithContext(ctx)
+	if hasConfig {
+		g.Go(func() error { return j.cache.loadRoots(gctx, []string{layout.NConfig}) })
+	}
+	g.Go(func() error {
+		kids, _, err := j.st.Children(gctx, j.p.Server(j.id))
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		if err != nil {
+			return wrapRead(j, j.p.Server(j.id), err)
+		}
+		if kids == nil {
+			kids = []string{}
+		}
+		rd.serverKids = kids
+		if !slices.Contains(kids, layout.NStatus) {
+			// No status node to own (a restart after a clean Stop); one
+			// created after this listing fails the transaction's create.
+			return nil
+		}
+		ok, st, err := j.st.Exists(gctx, j.p.Server(j.id, layout.NStatus))
+		if ok {
+			rd.statusOwner = st.EphemeralOwner
+			if rd.statusOwner == 0 {
+				rd.statusOwner = -1 // a persistent node: never ours
+			}
+		}
+		return wrapRead(j, j.p.Server(j.id, layout.NStatus), err)
+	})
+	g.Go(func() error {
+		data, st, err := j.st.Get(gctx, j.p.Server(j.id, layout.NRun))
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		rd.run = runRead{found: err == nil, data: data, version: st.Version}
+		return wrapRead(j, j.p.Server(j.id, layout.NRun), err)
+	})
+	g.Go(func() error {
+		ok, _, err := j.st.Exists(gctx, j.p.Abs(layout.RelNecessary))
+		rd.flagUp = ok
+		return wrapRead(j, j.p.Abs(layout.RelNecessary), err)
+	})
+	// Loaded now rather than after the transaction, which does not change
+	// them (the servers' listing, unless this server is new there; its
+	// nodes load after it, joinServerRoots): a join that stands alone
+	// plans on them (lonejoin.go).
+	g.Go(func() error {
+		names, st, err := j.cache.loadShallow(gctx, layout.NServers)
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		rd.servers, rd.membersVersion, rd.serversListed = names, st.Version, err == nil
+		return wrapRead(j, j.p.Abs(layout.NServers), err)
+	})
+	g.Go(func() error { return j.cache.loadRoots(gctx, []string{layout.RelFailoverQ}) })
+	g.Go(func() error { return j.cache.load(gctx, layout.RelServer(j.id, layout.NDisabled)) })
+	g.Go(func() error {
+		own, none, err := j.elec.standing(gctx)
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		rd.ownCandidate, rd.noCandidate = own, none
+		return wrapRead(j, j.p.Abs(layout.RelLatch), err)
+	})
+	if err := g.Wait(); err != nil {
+		return joinReads{}, err
+	}
+	j.seedFailing(rd.run)
+	return rd, nil
+}
+
+// joinAhead are the nodes below the roots that the join's transaction
+// left in place for certain (its own writes), loaded beside the roots
+// (treeCache.loadRootsAhead): this server's node, flags and sharding, and
+// the host node it took.
+func (j *job) joinAhead(jt joinResult) []string {
+	var ahead []string
+	if !jt.preloaded { // the servers' listing loads with the roots
+		ahead = append(ahead, layout.RelServer(j.id), layout.RelServer(j.id, layout.NDisabled))
+	}
+	if jt.lone != nil || jt.ownSharding {
+		ahead = append(ahead, layout.RelServer(j.id, layout.NSharding))
+	}
+	if j.elec.hostHeld {
+		ahead = append(ahead, layout.RelHost)
+	}
+	return ahead
+}
+
+// joinServerRoots are the servers' nodes a join loads after its
+// transaction, the servers' own listing loaded before it (readForJoin):
+// the servers listed then, and this server's (its node may be new; the
+// listing's watch, fired by its creation, finds it loaded).
+func (j *job) joinServerRoots() []string {
+	names := j.cache.children(layout.NServers)
+	if !slices.Contains(names, j.id) {
+		names = append(slices.Clone(names), j.id)
+	}
+	out := make([]string, len(names))
+	for i, s := range names {
+		out[i] = layout.NServers + "/" + s
+	}
+	return out
+}
+
+// wrapRead names the node of a failed read of a join.
+func wrapRead(j *job, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, path, err)
+}
+
+// joinTransaction makes sure the job's skeleton exists and writes the local
+// config when nothing is stored or Overwrite is set, in one transaction;
+// for a job that does not exist yet, the same transaction registers this
+// server (registerServer's nodes), raises the resharding flag and makes it
+// the election's first candidate and leader (the host node). A stored
+// config of another job type is a conflict (checked here only when this
+// join would overwrite it; otherwise on the cache's read, before
+// registering).
+//
+// Joiners racing on a new job all plan the same creation: one wins, and
+// the others re-plan on what is stored (multiRetry), keeping the stored
+// config unless Overwrite. The first attempt takes the skeleton below an
+// existing top-level node (leader, guarantee) as present; a transaction
+// that fails on a missing parent re-plans from reads of every skeleton
+// node.
+//
+// Every config write bumps the config node's data version in the same
+// transaction (servers watch that node only; docs/zookeeper-layout.md), and
+// the cache is seeded with what was written.
+func (j *job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (joinResult, error) {
+	local, fields := lc.cfg, lc.fields
+	keys := slices.Sorted(maps.Keys(fields))
+	var (
+		res         joinResult
+		candAt      = -1 // index of the candidate's create in the ops
+		ownCand     string
+		newJob      bool
+		hostPlanned bool // the ops create the host node beside the candidate
+	)
+	results, err := layout.MultiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+		res, candAt, ownCand, newJob, hostPlanned = joinResult{}, -1, "", false, false
+		var (
+			top  []string
+			rd   joinReads
+			rdOK bool
+		)
+		var err error
+		// The job node's listing arms the tree cache's watch on it (the
+		// cache is loaded anew from here).
+		j.cache.beginLoad()
+		if attempt == 0 && j.reg.storedAtStart(j.jname) {
+			// A job stored when the process started (its restart): the
+			// job node's listing and the stored nodes' reads side by side,
+			// one round trip instead of two. The listing decides; the
+			// reads are used when it shows the config.
+			g, gctx := errgroup.WithContext(ctx)
+			var rdErr error
+			g.Go(func() error {
+				top, _, err = j.cache.loadShallow(gctx, "")
+				return nil
+			})
+			g.Go(func() error {
+				rd, rdErr = j.readForJoin(gctx, true)
+				return nil
+			})
+			_ = g.Wait()
+			rdOK = err == nil && rdErr == nil && slices.Contains(top, layout.NConfig)
+		} else {
+			top, _, err = j.cache.loadShallow(ctx, "")
+		}
+		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
+			// Maybe the namespace went (ErrNoParent).
+			if err := store.CreateAll(ctx, j.st, store.Parent(j.p.Root)); err != nil {
+				return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, store.Parent(j.p.Root), err)
+			}
+		}
+		if errors.Is(err, store.ErrNoNode) {
+			// A new job: everything in one transaction.
+			ops := []store.Op{&store.CreateOp{Path: j.p.Root}}
+			for _, rel := range layout.SkeletonNodes {
+				ops = append(ops, &store.CreateOp{Path: j.p.Abs(rel)})
+			}
+			for _, k := range keys {
+				ops = append(ops, &store.CreateOp{Path: j.p.Config(k), Data: []byte(fields[k])})
+			}
+			ops = append(ops, layout.WriteConfigNode(j.p, fields, store.AnyVersion),
+				&store.CreateOp{Path: j.p.Server(j.id)},
+				&store.CreateOp{Path: j.p.Server(j.id, layout.NHostName), Data: []byte(j.reg.cfg.HostName)},
+				&store.CreateOp{Path: j.p.Server(j.id, layout.NDisabled), Data: layout.FlagData(local.Disabled)},
+				&store.CreateOp{Path: j.p.Server(j.id, layout.NStatus), Data: []byte(layout.StatusReady), Mode: store.Ephemeral},
+				&store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout})},
+				layout.TouchMembership(j.p),
+			)
+			// The first and only candidate of a new job, and its leader
+			// (election.hostHeld).
+			candAt = len(ops)
+			ops = append(ops,
+				&store.CreateOp{Path: store.Join(j.p.Abs(layout.RelLatch), layout.CandidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential},
+				&store.CreateOp{Path: j.p.Abs(layout.RelHost), Data: []byte(j.id), Mode: store.Ephemeral},
+			)
+			// The only server of a new job assigns its items itself
+			// (lonejoin.go); else the flag is raised as raiseFlag does (the
+			// flag version bumped).
+			lops, lone, ok, err := j.loneReshard(ctx, loneInput{cfg: local, ownDisabled: local.Disabled})
+			if err != nil {
+				return nil, err
+			}
+			if ok && j.fitsWith(ops, lops) {
+				ops = append(ops, lops...)
+				res.lone = &lone
+			} else {
+				ops = append(ops, &store.CreateOp{Path: j.p.Abs(layout.RelNecessary)},
+					&store.SetOp{Path: j.p.Abs(layout.RelShardingDir), Version: store.AnyVersion})
+			}
+			res.registered, res.configWritten, newJob = true, true, true
+			res.cfg, res.cfgFields = local, fields
+			return ops, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.Root, err)
+		}
+		var ops []store.Op
+		missing := func(rel string) bool {
+			for p := rel; p != "."; p = path.Dir(p) {
+				if !strings.Contains(p, "/") && !slices.Contains(top, p) {
+					return true // its top-level node is missing
+				}
+			}
+			return false
+		}
+		for _, rel := range layout.SkeletonNodes {
+			switch {
+			case missing(rel):
+				ops = append(ops, &store.CreateOp{Path: j.p.Abs(rel)})
+			case attempt > 0 && strings.Contains(rel, "/"):
+				// A transaction failed: maybe on a missing parent below
+				// an existing top-level node.
+				ok, _, err := j.st.Exists(ctx, j.p.Abs(rel))
+				if err != nil {
+					return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.Abs(rel), err)
+				}
+				if !ok {
+					ops = append(ops, &store.CreateOp{Path: j.p.Abs(rel)})
+				}
+			}
+		}
+		// A stored job: the config (through the tree cache, which arms its
+		// watch) and what the registration needs, read side by side.
+		if !rdOK {
+			if rd, err = j.readForJoin(ctx, slices.Contains(top, layout.NConfig)); err != nil {
+				return nil, err
+			}
+		}
+		res.preloaded, res.ownSharding = true, slices.Contains(rd.serverKids, layout.NSharding)
+		stored := j.cachedConfigFields()
+		if t, ok := stored[layout.JobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
+			return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type())
+		}
+		runCfg := local // the config the job runs on after this join
+		if len(stored) > 0 && !local.Overwrite {
+			// The stored config wins; it must decode before this server
+			// registers on it.
+			if runCfg, err = j.decodeConfig(stored); err != nil {
+				return nil, err
+			}
+			res.storedWins = true
+			res.cfg, res.cfgFields = runCfg, stored
+		} else {
+			res.cfg, res.cfgFields = local, fields
+			for _, k := range keys {
+				if _, ok := stored[k]; ok {
+					ops = append(ops, &store.SetOp{Path: j.p.Config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
+				} else {
+					ops = append(ops, &store.CreateOp{Path: j.p.Config(k), Data: []byte(fields[k])})
+				}
+			}
+			copied := fields
+			for n := range stored {
+				if _, ok := fields[n]; !ok {
+					copied = nil // stored fields beyond ours: no copy, servers read the fields
+					break
+				}
+			}
+			// Any version: this transaction writes every field its copy
+			// holds, so the copy matches the fields whatever committed
+			// before it (K servers joining with overwrite at once would
+			// otherwise fail each other's version checks); a concurrent
+			// SetConfig checks the version and plans again.
+			ops = append(ops, layout.WriteConfigNode(j.p, copied, store.AnyVersion))
+			res.configWritten = true
+		}
+		// The registration (registerServer's nodes), the election
+		// candidate and, on the first attempt, the resharding flag, in the
+		// same transaction: a reshard either committed before it (and the
+		// flag is raised again here) or reads this server (its Multi
+		// checks the membership version this transaction bumps). A later
+		// attempt (joiners racing, whose reshards keep clearing the flag)
+		// raises the flag after the transaction, by a direct create: it
+		// must be up after the registration.
+		// The record read beside the rest, unless a previous session's
+		// status is waited for below (its run may rewrite the record
+		// meanwhile): then read again after the wait.
+		pre := &rd.run
+		if rd.statusOwner != 0 && rd.statusOwner != sid && attempt == 0 {
+			pre = nil
+			ok, stat, err := j.awaitStatusGone(ctx, j.p.Server(j.id, layout.NStatus), sid)
+			if err != nil {
+				return nil, err
+			}
+			rd.statusOwner = 0
+			if ok {
+				rd.statusOwner = stat.EphemeralOwner
+			}
+		}
+		if rd.statusOwner != 0 && rd.statusOwner != sid {
+			return nil, fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, j.p.Server(j.id, layout.NStatus), rd.statusOwner, j.reg.serverIDSetting())
+		}
+		if rd.serverKids == nil {
+			ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id)})
+		}
+		put := func(name string, data []byte) {
+			if slices.Contains(rd.serverKids, name) {
+				ops = append(ops, &store.SetOp{Path: j.p.Server(j.id, name), Data: data, Version: store.AnyVersion})
+			} else {
+				ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, name), Data: data})
+			}
+		}
+		put(layout.NHostName, []byte(j.reg.cfg.HostName))
+		if !slices.Contains(rd.serverKids, layout.NDisabled) {
+			put(layout.NDisabled, layout.FlagData(local.Disabled))
+		}
+		if slices.Contains(rd.serverKids, layout.NShutdown) {
+			ops = append(ops, &store.DeleteOp{Path: j.p.Server(j.id, layout.NShutdown), Version: store.AnyVersion})
+		}
+		if rd.statusOwner == 0 {
+			ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, layout.NStatus), Data: []byte(layout.StatusReady), Mode: store.Ephemeral})
+		}
+		lops, err := j.layoutOps(ctx, rd.serverKids, pre)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, lops...)
+		memberAt := len(ops)
+		ops = append(ops, layout.TouchMembership(j.p))
+		if rd.ownCandidate == "" {
+			candAt = len(ops)
+			ops = append(ops, &store.CreateOp{Path: store.Join(j.p.Abs(layout.RelLatch), layout.CandidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential})
+			if rd.noCandidate && attempt == 0 {
+				// No candidate stood (a restarted process's jobs, one
+				// server each): take the leadership in the same
+				// transaction, as a new job's join does, instead of an
+				// election's listing and create after it. The host node
+				// of a leader still standing makes it fail and plan
+				// again without this. A candidate created between the
+				// listing and this commit stands first behind a host
+				// node this server holds: it waits on that node, as
+				// behind any leader (election.takeHost).
+				ops = append(ops, &store.CreateOp{Path: j.p.Abs(layout.RelHost), Data: []byte(j.id), Mode: store.Ephemeral})
+				hostPlanned = true
+			}
+		} else {
+			ownCand = rd.ownCandidate
+		}
+		if hostPlanned && pre != nil && rd.statusOwner == 0 && rd.serversListed {
+			lops, lone, ok, err := j.planLoneJoin(ctx, local, runCfg, res.storedWins, rd)
+			if err != nil {
+				return nil, err
+			}
+			if ok && j.fitsWith(ops, lops) {
+				ops[memberAt] = membershipAt(j.p, rd.membersVersion)
+				ops = append(ops, lops...)
+				res.lone = &lone
+			}
+		}
+		switch {
+		case res.lone != nil:
+			// The flag went in its reshard (lonejoin.go).
+		case attempt > 0:
+			res.flagPending = true
+		case rd.flagUp:
+			// Still up at the commit, else plan again: a reshard that
+			// cleared it in between may have missed this server.
+			ops = append(ops, &store.CheckOp{Path: j.p.Abs(layout.RelNecessary), Version: store.AnyVersion})
+		default:
+			// Raised as raiseFlag does (the flag version bumped).
+			ops = append(ops, &store.CreateOp{Path: j.p.Abs(layout.RelNecessary)},
+				&store.SetOp{Path: j.p.Abs(layout.RelShardingDir), Version: store.AnyVersion})
+		}
+		res.registered = true
+		return ops, nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrBadConfig) {
+			return joinResult{}, err
+		}
+		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
+	}
+	switch {
+	case candAt >= 0 && candAt < len(results):
+		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, newJob || hostPlanned
+	case ownCand != "":
+		j.elec.candidate = ownCand // this session's, from an earlier attempt
+	}
+	return res, nil
+}
+
+// abandonJoin undoes a registration the join transaction made (a new job
+// whose config, read back, is refused) and returns err.
+func (j *job) abandonJoin(ctx context.Context, registered bool, err error) error {
+	if registered {
+		_ = j.goOffline(context.WithoutCancel(ctx))
+	}
+	return err
+}
+
+// cachedConfigFields returns the config fields the tree cache holds.
+func (j *job) cachedConfigFields() map[string]string {
+	fields := j.cache.versionedFields(layout.NConfig)
+	if fields == nil {
+		fields = map[string]string{}
+	}
+	return fields
+}
+
+// warnStoredWins logs at Warn which fields of the local config lose to
+// the stored one (docs/configuration.md promises it): a changed local
+// config without Overwrite is otherwise ignored silently.
+func (j *job) warnStoredWins(local map[string]string, stored jobconfig.Config) {
+	// Both with defaults filled in (local by prepareLocal, stored by its
+	// decode), so a stored "0" (default) and a local explicit default are
+	// not reported.
+	want, have := local, stored.Fields()
+	var differ []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if k != jobconfig.FieldOverwrite && want[k] != have[k] {
+			differ = append(differ, fmt.Sprintf("%s: local %q, stored %q", k, want[k], have[k]))
+		}
+	}
+	if len(differ) > 0 {
+		j.log.Warn("the stored job config wins over this process's config (Overwrite is false); set Overwrite, or `shardflow config set`, to change it",
+			"differing", strings.Join(differ, "; "))
+	}
+}
+
+func (j *job) readConfigFields(ctx context.Context) (map[string]string, error) {
+	names, _, err := j.st.Children(ctx, j.p.Abs(layout.NConfig))
+	if err != nil {
+		return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NConfig), err)
+	}
+	// The fields are read side by side: the store pipelines them on its
+	// session, so a join waits about one round trip for them, not one per
+	// field.
+	data := make([][]byte, len(names))
+	var g errgroup.Group
+	g.SetLimit(configReaders)
+	for i, n := range names {
+		g.Go(func() error {
+			d, _, err := j.st.Get(ctx, j.p.Config(n))
+			if errors.Is(err, store.ErrNoNode) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Config(n), err)
+			}
+			data[i] = d
+			if d == nil {
+				data[i] = []byte{}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	fields := make(map[string]string, len(names))
+	for i, n := range names {
+		if data[i] != nil {
+			fields[n] = string(data[i])
+		}
+	}
+	return fields, nil
+}
+
+// configReaders bounds the config field reads of one join in flight.
+const configReaders = 8
+
+// decodeConfig decodes stored fields; errors wrap ErrBadConfig and name the node.
+func (j *job) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
+	j.configDecodes.Add(1)
+	return layout.DecodeStoredConfig(j.p, j.jname, fields)
+}
+
+// registerServer writes servers/{id} for session sid: hostName, status
+// READY (ephemeral), disabled only when it was never written (an operator's
+// disable or enable survives restarts); a first join clears shutdown. The
+// transaction bumps the membership version (touchMembership); an operator
+// writing this server's flags at the same time makes it re-plan.
+func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
+	statusPath := j.p.Server(j.id, layout.NStatus)
+	err := layout.MultiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+		// The two reads side by side (one round trip).
+		var (
+			kids      []string
+			kerr      error
+			noDir     bool
+			readsDone = make(chan struct{})
+		)
+		go func() {
+			defer close(readsDone)
+			kids, _, kerr = j.st.Children(ctx, j.p.Server(j.id))
+		}()
+		ok, stat, err := j.st.Exists(ctx, statusPath)
+		<-readsDone
+		if err != nil {
+			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
+		}
+		if errors.Is(kerr, store.ErrNoNode) {
+			noDir, kerr = true, nil
+		}
+		if kerr != nil {
+			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id), kerr)
+		}
+		if ok && stat.EphemeralOwner != sid && first && attempt == 0 {
+			ok, stat, err = j.awaitStatusGone(ctx, statusPath, sid)
+			if err != nil {
+				return nil, err
+			}
+		}
+		if ok && stat.EphemeralOwner != sid {
+			return nil, fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, statusPath, stat.EphemeralOwner, j.reg.serverIDSetting())
+		}
+		var ops []store.Op
+		if noDir {
+			ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id)})
+		}
+		put := func(name string, data []byte) {
+			if slices.Contains(kids, name) {
+				ops = append(ops, &store.SetOp{Path: j.p.Server(j.id, name), Data: data, Version: store.AnyVersion})
+			} else {
+				ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, name), Data: data})
+			}
+		}
+		put(layout.NHostName, []byte(j.reg.cfg.HostName))
+		if !slices.Contains(kids, layout.NDisabled) {
+			put(layout.NDisabled, layout.FlagData(j.localDisabled))
+		}
+		if first && slices.Contains(kids, layout.NShutdown) {
+			ops = append(ops, &store.DeleteOp{Path: j.p.Server(j.id, layout.NShutdown), Version: store.AnyVersion})
+		}
+		if !ok {
+			ops = append(ops, &store.CreateOp{Path: statusPath, Data: []byte(layout.StatusReady), Mode: store.Ephemeral})
+		}
+		lops, err := j.layoutOps(ctx, kids, nil)
+		if err != nil {
+			return nil, err
+		}
+		return append(append(ops, lops...), layout.TouchMembership(j.p)), nil
+	})
+	if err != nil && !errors.Is(err, ErrServerIDInUse) {
+		return fmt.Errorf("coord: job %q: register %s: %w", j.jname, j.p.Server(j.id), err)
+	}
+	return err
+}
+
+// awaitStatusGone waits, up to the store's session timeout, for a status
+// node held by another session to go: after a crash and a quick restart
+// under the same server id, the previous incarnation's session is dying but
+// not yet expired. A live duplicate keeps it past the timeout; the caller
+// then refuses with ErrServerIDInUse. It returns the node's last state.
+func (j *job) awaitStatusGone(ctx context.Context, statusPath string, sid int64) (bool, store.Stat, error) {
+	wait := j.reg.cfg.ServerIDWait
+	if wait == 0 {
+		sess, _ := j.st.Session()
+		wait = sess.Timeout
+	}
+	if wait <= 0 {
+		ok, stat, err := j.st.Exists(ctx, statusPath)
+		if err != nil {
+			return false, store.Stat{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
+		}
+		return ok, stat, nil
+	}
+	j.log.Info("this server id's status node is held by another session, probably this server's previous incarnation; waiting for it to expire",
+		"node", statusPath, "up-to", wait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		ok, stat, ch, err := j.st.ExistsW(ctx, statusPath)
+		if err != nil {
+			return false, store.Stat{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
+		}
+		if !ok || stat.EphemeralOwner == sid {
+			return ok, stat, nil
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return ok, stat, nil
+		case <-ctx.Done():
+			return false, store.Stat{}, fmt.Errorf("coord: job %q: waiting for %s (session 0x%x) to expire: %w: %w", j.jname, statusPath, stat.EphemeralOwner, ErrServerIDInUse, ctx.Err())
+		}
+	}
+}
+
+// setNecessary raises the resharding flag directly (raiseFlag): the cache
+// may still show a flag that a reshard has just cleared. The cache learns
+// of it from its watch (a write-through could race with the reshard's
+// delete and leave a phantom flag).
+func (j *job) setNecessary(ctx context.Context) error {
+	return layout.RaiseFlag(ctx, j.st, j.p)
+}
+
+// elect runs one step of the election (election.proceed): when this
+// server becomes leader it takes up the leader's duties and returns 0;
+// otherwise it returns the id of the watch (its event queued on the job as
+// evPred) to elect again on. Only the watcher (and startJob) calls it.
+func (j *job) elect(ctx context.Context) (uint64, error) {
+	var id uint64
+	elected, waiting, err := j.elec.proceed(ctx, j.loopExists(evPred, &id))
+	if err != nil {
+		return 0, err
+	}
+	if !elected {
+		if !waiting {
+			id = 0
+		}
+		return id, nil
+	}
+	j.mu.Lock()
+	was := j.leader
+	j.leader = true
+	j.mu.Unlock()
+	if !was {
+		j.log.Info("elected leader")
+		j.leaderDuties(ctx, !j.joinResharded) // raises the flag (unless flagRaised or joinResharded)
+		if s := j.reg.cfg.TestSignals; s != nil {
+			s.Elected.Send(j.event())
+		}
+	}
+	return 0, nil
+}
+
+// event names this job and server in a test signal.
+func (j *job) event() testsignal.Event { return testsignal.Event{Job: j.jname, Server: j.id} }
+
+func (j *job) isLeader() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.leader
+}
+
+// kick wakes the watcher (to load the stub nodes of the tree cache).
+func (j *job) kick() { j.post(loopEvent{kind: evWake}) }
+
+// postWatch queues a fired tree cache watch on the job.
+func (j *job) postWatch(ref watchRef, ev store.Event) {
+	j.post(loopEvent{kind: evCache, ref: ref, ev: ev})
+}
+
+func (j *job) name() string { return j.jname }
+
+func (j *job) config() jobconfig.Config {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cfg
+}
+
+// itemParameters parses a validated config's item parameters (validation
+// parsed them already, so this cannot fail).
+func itemParameters(cfg jobconfig.Config) map[int]string {
+	params, _ := jobconfig.ParseItemParameters(cfg.ShardingItemParameters, cfg.ShardingTotalCount)
+	return params
+}
+
+func (j *job) lost() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.lostCh
+}
+
+// registration returns the current registration's session and context.
+func (j *job) registration() (int64, context.Context) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.regSession, j.regCtx
+}
+
+// loseRegistration cancels runs and closes Lost; watcher only.
+func (j *job) loseRegistration(why string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.regCtx.Err() == nil {
+		j.log.Warn("registration lost; runs cancelled", "reason", why)
+		j.regCancel()
+		close(j.lostCh)
+	}
+	j.leader = false
+	j.elec.forget()
+	j.claims = make(map[int]int64)
+	j.claimsTaken = nil
+	j.claimsUnsure = nil
+}
+
+func (j *job) leave(ctx context.Context) error {
+	online, err := j.leaveLocal(ctx)
+	if err != nil || !online {
+		return err
+	}
+	return j.goOffline(ctx)
+}
+
+// leaveLocal is a leave up to its store writes: the watcher stopped and
+// awaited, the registration cancelled, the job forgotten by the Registry,
+// the writes owed to the session (completions among them) made. It reports whether the job's session is
+// still the live one (its ephemerals remain: goOffline is due).
+func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
+	j.mu.Lock()
+	if j.left {
+		j.mu.Unlock()
+		return false, nil
+	}
+	j.left = true
+	j.mu.Unlock()
+	if err := j.reg.loop.stop(ctx, j); err != nil {
+		j.sig.close()
+		return false, fmt.Errorf("coord: leave job %q: waiting for the watcher: %w", j.jname, err)
+	}
+	j.sig.close()
+	j.mu.Lock()
+	j.regCancel()
+	live := j.regSession
+	j.mu.Unlock()
+	j.reg.forget(j.jname, j)
+	sess, _ := j.st.Session()
+	if sess.State != store.StateConnected || sess.ID != live {
+		return false, nil // our ephemerals are gone with the session
+	}
+	// Completions owed since the session was suspended are written before
+	// going offline: the watcher that would have written them on the
+	// resume is stopped, and the running nodes, gone with the session,
+	// would make the runs look crashed (failed over again: simulation
+	// seed 52).
+	_ = j.payDebts(ctx, sess) // a failure is logged: nothing pays it after the leave
+	// Claims no run has taken go back to the queue at once: held, they
+	// would keep their items from every server until this session ends.
+	j.releaseClaims(ctx)
+	return true, nil
+}
+
+// goOffline deletes this server's ephemerals (status, candidate, host when
+// leading) and raises the resharding flag so the others take over its items.
+// It tries one transaction first (goOfflineAtOnce), then node by node.
+func (j *job) goOffline(ctx context.Context) error {
+	if j.goOfflineAtOnce(ctx) {
+		return nil
+	}
+	var errs []error
+	if err := j.elec.Resign(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	j.mu.Lock()
+	j.leader = false
+	j.mu.Unlock()
+	status := j.p.Server(j.id, layout.NStatus)
+	err := layout.MultiRetry(ctx, j.st, func(ctx context.Context, _ int) ([]store.Op, error) {
+		if ok, _, err := j.st.Exists(ctx, status); err != nil || !ok {
+			return nil, err
+		}
+		return []store.Op{&store.DeleteOp{Path: status, Version: store.AnyVersion}, layout.TouchMembership(j.p)}, nil
+	})
+	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
+		errs = append(errs, err)
+	}
+	if err := layout.RaiseFlag(ctx, j.st, j.p); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("coord: leave job %q: %w", j.jname, err)
+	}
+	return nil
+}
+
+// goOfflineAtOnce is goOffline in one transaction (the host node when this
+// session holds it, the candidate, the status node, the membership version
+// bumped) with the resharding flag's create sent beside it: a Stop of
+// thousands of jobs waits a round trip or two per job instead of six. A
+// reshard that read the servers before the transaction fails on the
+// membership version, so the flag may go up first. It reports false, having
+// changed nothing or only raised the flag, when any of those nodes is not
+// as expected; goOffline then goes node by node.
+func (j *job) goOfflineAtOnce(ctx context.Context) bool {
+	sess, _ := j.st.Session()
+	cand := j.elec.candidate
+	if cand == "" || sess.State != store.StateConnected {
+		return false
+	}
+	var ops []store.Op
+	ok, stat, err := j.st.Exists(ctx, j.elec.host)
+	if err != nil {
+		return false
+	}
+	if ok && stat.EphemeralOwner == sess.ID {
+		ops = append(ops, &store.DeleteOp{Path: j.elec.host, Version: stat.Version})
+	}
+	ops = append(ops,
+		&store.DeleteOp{Path: cand, Version: store.AnyVersion},
+		&store.DeleteOp{Path: j.p.Server(j.id, layout.NStatus), Version: store.AnyVersion},
+		layout.TouchMembership(j.p))
+	flagDone := make(chan error, 1)
+	go func() { flagDone <- layout.RaiseFlag(ctx, j.st, j.p) }()
+	_, err = j.st.Multi(ctx, ops...)
+	ferr := <-flagDone
+	if err != nil {
+		return false
+	}
+	j.wentOffline()
+	return ferr == nil || errors.Is(ferr, store.ErrNoNode) || errors.Is(ferr, store.ErrClosed)
+}
+
+// recordLastError writes servers/{id}/lastError (empty text clears it).
+// Writes are serialised, and a clear is skipped while the stored config is
+// invalid, so a run that began on the old config cannot erase the report.
+func (j *job) recordLastError(ctx context.Context, msg string) {
+	j.errMu.Lock()
+	defer j.errMu.Unlock()
+	j.mu.Lock()
+	skip := msg == "" && j.cfgErr != nil
+	j.mu.Unlock()
+	if !skip {
+		j.writeLastErrorLocked(ctx, msg)
+	}
+}
+
+// writeLastErrorLocked writes lastError; errMu must be held.
+func (j *job) writeLastErrorLocked(ctx context.Context, msg string) {
+	j.mu.Lock()
+	set := j.lastErrSet
+	j.lastErrSet = msg != ""
+	j.mu.Unlock()
+	if msg == "" && !set {
+		return
+	}
+	p := j.p.Server(j.id, layout.NLastError)
+	if _, err := j.st.Set(ctx, p, []byte(msg), store.AnyVersion); errors.Is(err, store.ErrNoNode) {
+		_, err = j.st.Create(ctx, p, []byte(msg), store.Persistent)
+		if err != nil && !errors.Is(err, store.ErrNodeExists) {
+			j.log.Warn("cannot record lastError", "err", err)
+		}
+	} else if err != nil {
+		j.log.Warn("cannot record lastError", "err", err)
+	}
+}
+
+// layoutOps are the registration's writes of the run record that says this
+// server's layout (layoutGuard): created when absent (kids: the server
+// node's children), rewritten over a record of an older release (read only
+// then). pre, when not nil, is the record as read beside the join's other
+// reads (readForJoin), used instead of a read of its own; a record changed
+// since fails the transaction's create or version check, and the join
+// plans again on fresh reads.
+func (j *job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]store.Op, error) {
+	fresh := layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout})
+	if pre == nil && !slices.Contains(kids, layout.NRun) || pre != nil && !pre.found {
+		return []store.Op{&store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: fresh}}, nil
+	}
+	var rd runRead
+	if pre != nil {
+		rd = *pre
+	} else {
+		d, rst, err := j.st.Get(ctx, j.p.Server(j.id, layout.NRun))
+		if errors.Is(err, store.ErrNoNode) {
+			return []store.Op{&store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: fresh}}, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NRun), err)
+		}
+		rd = runRead{found: true, data: d, version: rst.Version}
+	}
+	if rec, derr := layout.DecodeRunRecord(rd.data); derr != nil || rec.Layout < layout.RecordLayout {
+		return []store.Op{&store.SetOp{Path: j.p.Server(j.id, layout.NRun), Data: fresh, Version: rd.version}}, nil
+	}
+	return nil, nil
+}

@@ -1,0 +1,1515 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// Run is one run of a job on this server. Its methods are in contract.go,
+// the package's public API.
+type Run struct {
+	j       *job
+	session int64
+	items   []Assignment
+	// cfg and params are the config snapshot the run began on: its items
+	// were computed with cfg's total, and the pipeline gets the same.
+	cfg    jobconfig.Config
+	params map[int]string
+	// shardMzxid is the Mzxid of this server's sharding node that the
+	// run's normal items took their epochs from (0: failover items only).
+	// A reshard since changes it: the run is then fenced for good.
+	shardMzxid int64
+	// begin is the begin time Begin wrote (lastBeginTime and the run
+	// record), as stored.
+	begin  string
+	ctx    context.Context
+	cancel context.CancelFunc
+	stop   func() bool
+	done   bool
+	// released: complete has dropped the run's items from job.inRun.
+	released bool
+	// live: Begin created the live marker servers/{id}/run/live (a
+	// monitored normal run); Complete deletes it.
+	live bool
+	// failing: the run's failing items, as its Complete writes them in its
+	// record (set once by complete from the RunOutcome).
+	failing map[int]layout.ItemFailure
+	// counts: the interval counts its Complete reports (nil: none); only
+	// complete's own writes carry them, never an owed completion.
+	counts *CountReport
+}
+
+// run is Run's name in the implementation files.
+type run = Run
+
+// ready checks the preconditions every Begin shares: a live registration on
+// a connected session, not shut down, removed, paused, and a valid config.
+func (j *job) ready() (int64, context.Context, error) {
+	sess, _ := j.st.Session()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	switch {
+	case j.left:
+		return 0, nil, fmt.Errorf("coord: job %q: Leave was called: %w", j.jname, ErrShutdown)
+	case j.removed:
+		return 0, nil, fmt.Errorf("coord: job %q was removed from the namespace: %w", j.jname, ErrShutdown)
+	case j.offline:
+		return 0, nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrShutdown)
+	case sess.State != store.StateConnected || sess.ID != j.regSession || j.regCtx.Err() != nil:
+		return 0, nil, fmt.Errorf("coord: job %q: %s: %w", j.jname, layout.SessionProblem(sess, j.regSession), ErrSessionLost)
+	case j.cfgErr != nil:
+		return 0, nil, j.cfgErr
+	}
+	return j.regSession, j.regCtx, nil
+}
+
+func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
+	defer func() {
+		if err != nil && !errors.Is(err, ErrSessionLost) && (lostConnection(j.st, err) || j.registrationGone()) {
+			// A store call failed because the connection or session went:
+			// to the caller that is a lost session, as documented.
+			err = fmt.Errorf("%w: %w", ErrSessionLost, err)
+		}
+	}()
+	sid, regCtx, err := j.ready()
+	if err != nil {
+		return nil, err
+	}
+	if j.cache.flag(layout.RelServer(j.id, layout.NShutdown)) {
+		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrShutdown)
+	}
+	if j.cache.flag(layout.RelServer(j.id, layout.NPaused)) {
+		if j.isLeader() {
+			// A paused leader runs nothing but still reshards: else a
+			// flag its watcher missed (raised while it re-registered or
+			// resumed) holds every other server's Begin, trigger after
+			// trigger (simulation seeds 200040, 300290 on ZooKeeper). It
+			// never waits for running items here.
+			if _, err := j.reshardWhenIdle(ctx, existsNoWatch(j.st)); err != nil {
+				j.log.Debug("paused leader: prompt resharding failed; the next trigger retries", "err", err)
+			}
+		}
+		// Failover items claimed before the pause go back to the queue
+		// for another server: held here they would run nowhere (their
+		// owner skips an item failed over to another) until a resume.
+		// A claim whose reply was lost is one of them.
+		if _, err := j.settleUnsureClaims(ctx, sid); err != nil {
+			j.log.Debug("paused: cannot read a claim whose reply was lost; the next Begin does", "err", err)
+		}
+		j.releaseClaims(ctx)
+		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
+	}
+	// One config snapshot for the whole trigger: an edit that arrives
+	// while this Begin runs applies to the next trigger, whole.
+	cfg, params := j.snapshot()
+	if cfg.MaxTimeDiff > 0 {
+		if err := j.checkClock(ctx, now, cfg.MaxTimeDiff); err != nil {
+			return nil, err
+		}
+	}
+	var (
+		items      []Assignment
+		shardMzxid int64
+	)
+	for attempt := 0; ; attempt++ {
+		var (
+			shardVersion int32
+			// flagVersion: leader/sharding's data version when Begin
+			// found no resharding flag (-1: not read, a failover run).
+			flagVersion int32 = -1
+			fo          failoverDir
+		)
+		shardMzxid = 0
+		// A claim of this server whose reply was lost is run as claimed.
+		if _, err := j.settleUnsureClaims(ctx, sid); err != nil {
+			return nil, err
+		}
+		if items, shardVersion, err = j.failoverAssignments(ctx, cfg); err != nil {
+			return nil, err
+		}
+		if len(items) == 0 {
+			// Failover items run first and need no resharding; otherwise
+			// reshard (leader) or wait for it.
+			if flagVersion, err = j.awaitSharding(ctx, cfg); err != nil {
+				return nil, err
+			}
+			// The registration the run belongs to is the one current now.
+			if sid, regCtx, err = j.ready(); err != nil {
+				return nil, err
+			}
+			if err = j.layoutGuard(ctx); err != nil {
+				return nil, err
+			}
+			// One direct read of this server's sharding node: the fresh
+			// assignment and the version that fences the Multi below.
+			data, st, err := j.st.Get(ctx, j.p.Server(j.id, layout.NSharding))
+			if err != nil && !errors.Is(err, store.ErrNoNode) {
+				return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
+			}
+			found := err == nil
+			// One direct read of the failover directory: its queue
+			// entries (the tokens of crashed runs, which this run
+			// consumes for its items) and its version, which the Multi
+			// checks: a claim, a failover run's completion, a queueing
+			// since fails it.
+			if fo, err = j.readFailoverDir(ctx); err != nil {
+				return nil, err
+			}
+			// The claims and failover marks of this server's items: from
+			// its last direct read of them while the directory's version
+			// is the one that read was made at, else (a failover writer
+			// came since: rare) read directly, pipelined.
+			var view map[int]foItem
+			if attempt == 0 {
+				view = j.failoverViewAt(fo.version, st.Mzxid)
+			}
+			if items, shardVersion, view, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, found, view, fo.claims); err != nil {
+				return nil, err
+			}
+			j.noteFailoverView(fo.version, st.Mzxid, view)
+			shardMzxid = st.Mzxid
+		}
+		err := j.markRunning(ctx, cfg, now, items, shardVersion, flagVersion, shardMzxid, fo)
+		if err != nil {
+			j.takeClaims(items, false)
+		}
+		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, errBeginAgain) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover) && attempt < 3 {
+			continue // resharded, failover writers, or leftovers removed between our reads and the Multi
+		}
+		if err != nil {
+			return nil, err
+		}
+		break
+	}
+	j.recordLastError(ctx, "")
+	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid, begin: string(layout.FormatTime(now)),
+		live: len(items) > 0 && !items[0].Failover && cfg.MonitorsExecution()}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	r.stop = context.AfterFunc(regCtx, r.cancel)
+	return r, nil
+}
+
+// errBeginAgain says the items were found not running after all: the
+// Begin plans again.
+var errBeginAgain = errors.New("coord: items not running after all; begin again")
+
+// failoverDir is a Begin's read of the failover directory
+// (leader/failover/items): the items queued for failover and the
+// directory's data version, which every failover writer bumps.
+type failoverDir struct {
+	queued map[int]bool
+	// claims are the items with a claim record (claimrecord.go).
+	claims  map[int]bool
+	version int32
+}
+
+// readFailoverDir lists the failover directory with its Stat (one read).
+func (j *job) readFailoverDir(ctx context.Context) (failoverDir, error) {
+	names, st, err := j.st.Children(ctx, j.p.Abs(layout.RelFailoverQ))
+	if errors.Is(err, store.ErrNoNode) {
+		return failoverDir{version: -1}, nil
+	}
+	if err != nil {
+		return failoverDir{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.RelFailoverQ), err)
+	}
+	l := layout.ParseFailoverDir(names)
+	return failoverDir{queued: l.Queued, claims: l.Claims, version: st.Version}, nil
+}
+
+// bumpFailoverDir is the intent every failover writer adds to its
+// transaction: it bumps the failover directory's data version, which a
+// normal Begin checks (markRunning).
+func bumpFailoverDir() intent { return intent{kind: opSet, rel: layout.RelFailoverQ} }
+
+// failoverViewAt returns this server's last direct read of its items'
+// claims and failover marks if it was made at failover directory version
+// v, on the sharding node of Mzxid shardMzxid, on this registration (nil
+// otherwise): every failover writer bumps v, so they are still current.
+func (j *job) failoverViewAt(v int32, shardMzxid int64) map[int]foItem {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if v < 0 || j.foView != (failoverView{version: v, shardMzxid: shardMzxid, session: j.regSession}) {
+		return nil
+	}
+	return j.foItems
+}
+
+// noteFailoverView keeps view as the claims and marks of this server's
+// items at failover directory version v.
+func (j *job) noteFailoverView(v int32, shardMzxid int64, view map[int]foItem) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.foView = failoverView{version: v, shardMzxid: shardMzxid, session: j.regSession}
+	j.foItems = view
+}
+
+// markRunning begins a run in ONE Multi (in parts only beyond the request
+// limit, split.go).
+//
+// A normal run (layout 2) writes no per-item node: the Multi checks the
+// version of this server's sharding node (a reshard since fails it), the
+// flag version (flagVersion >= 0; see raiseFlag: a resharding flag raised
+// since awaitSharding found none fails it, and Begin waits for the reshard
+// instead of starting a run the leader's wait has missed) and the failover
+// directory's version fo.version (a claim, a queueing or a failover run's
+// completion since fails it, and Begin plans again on a fresh read); it
+// deletes the queue entries of its items (the run re-runs them: it
+// consumes the crashed run's token, and a claim of the same item, which
+// deletes the same entry, cannot commit too), and writes the run record
+// (epoch: the Mzxid of the sharding node it was planned on), the live
+// marker (monitored runs) and status RUNNING.
+//
+// A failover run writes per item, as before: its claim checked, running
+// (ephemeral), lastBeginTime.
+//
+// A monitored normal run overlapping a monitored run of this server (its
+// live marker exists, held by a run of this process on this session) flags
+// misfire on its items and returns ErrItemsRunning.
+func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, epoch int64, fo failoverDir) error {
+	monitor := cfg.MonitorsExecution()
+	failover := len(items) > 0 && items[0].Failover
+	j.mu.Lock()
+	sid := j.regSession
+	j.mu.Unlock()
+	var head, tail []intent
+	if shardVersion >= 0 {
+		head = append(head, intent{kind: opCheck, rel: layout.RelServer(j.id, layout.NSharding), version: shardVersion})
+	}
+	if flagVersion >= 0 && len(items) > 0 {
+		head = append(head, intent{kind: opCheck, rel: layout.RelShardingDir, version: flagVersion})
+	}
+	if !failover && len(items) > 0 && fo.version >= 0 {
+		head = append(head, intent{kind: opCheck, rel: layout.RelFailoverQ, version: fo.version})
+	}
+	begin := layout.FormatTime(now)
+	var groups [][]intent
+	for _, a := range items {
+		if a.Failover {
+			// The claim must still be there: an edit switching failover
+			// or monitorExecution off clears the claims no run has taken
+			// (Admin.SetConfig), and this Begin's snapshot may predate it.
+			groups = append(groups, []intent{
+				{kind: opCreateIfAbsent, rel: layout.RelItem(a.Item)},
+				{kind: opCheck, rel: layout.RelItem(a.Item, layout.NFailover), version: store.AnyVersion},
+				{kind: opCreate, rel: layout.RelItem(a.Item, layout.NRunning), data: []byte(j.id), mode: store.Ephemeral},
+				{kind: opPut, rel: layout.RelItem(a.Item, layout.NLastBeginTime), data: begin}})
+			continue
+		}
+		var g []intent
+		if fo.queued[a.Item] {
+			// This run re-runs a crashed run's item: it consumes the entry.
+			g = append(g, intent{kind: opDelete, rel: layout.RelFailoverQ + "/" + strconv.Itoa(a.Item)})
+		}
+		if fo.claims[a.Item] && !j.claimed(a.Item) {
+			// A claim record whose claim is gone (assignments skips an
+			// item whose claim lives): the token of a cut failover run,
+			// consumed the same way. A claim since fails the version
+			// check above.
+			g = append(g, intent{kind: opDelete, rel: layout.RelClaim(a.Item)})
+		}
+		if len(g) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	live := false
+	if len(items) > 0 {
+		tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusRunning)})
+		if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
+			j.keepFailing(rec.Items)
+			rec.Failing = j.failingOf(rec.Items)
+			tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
+			if monitor {
+				live = true
+				tail = append(tail, intent{kind: opCreate, rel: layout.RelServer(j.id, layout.NRun, layout.NLive), data: []byte(j.id), mode: store.Ephemeral})
+			}
+		}
+	}
+	// Held from before the transaction, not after it: a Begin beside this
+	// one that finds the marker or the items held must see them held, or
+	// it would take them for leftovers.
+	j.holdItems(items, 1)
+	if live {
+		j.holdMarker(sid, 1)
+	}
+	applied, err := j.commitSplit(ctx, head, groups, tail)
+	if err != nil && applied > 0 {
+		j.undoBegin(ctx, items, groups[:applied])
+	}
+	if err != nil {
+		// Released at once: if the transaction was applied but its reply
+		// lost, its marker (or running nodes) are leftovers the next Begin
+		// removes.
+		j.holdItems(items, -1)
+		if live {
+			j.holdMarker(sid, -1)
+			if ambiguous(j.st, err) {
+				// Applied, perhaps: the marker would stay on a session
+				// that resumes, with no run holding it, and hold every
+				// reshard until this server's next Begin.
+				j.oweMarkerLeftover(sid, string(begin), epoch)
+			}
+		}
+		if errors.Is(err, store.ErrNodeExists) && live {
+			return j.markerInTheWay(ctx, cfg, items)
+		}
+		if errors.Is(err, store.ErrNodeExists) && failover {
+			// A running node of a failover item: a leftover of this
+			// server's run of it, or another failover run's.
+			all := make([]int, len(items))
+			for i, a := range items {
+				all[i] = a.Item
+			}
+			if merr := j.misfireIfRunning(ctx, cfg, all); merr != nil {
+				return merr
+			}
+			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+		}
+		if errors.Is(err, store.ErrBadVersion) {
+			return fmt.Errorf("coord: job %q: resharded or failover state changed while starting: %w", j.jname, err)
+		}
+		if errors.Is(err, store.ErrNoNode) && failover {
+			if lost, lerr := j.dropLostClaims(ctx, items); lerr != nil {
+				return lerr
+			} else if lost {
+				return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+			}
+		}
+		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
+	}
+	return nil
+}
+
+// markerInTheWay handles a Begin whose live marker exists already: left by
+// a run of this server on this session that no run of this process holds
+// any more (a Begin whose reply was lost, a Complete refused while the
+// session was suspended), it is deleted (versioned) and the Begin plans
+// again; otherwise a run holds it and the items misfire.
+func (j *job) markerInTheWay(ctx context.Context, cfg jobconfig.Config, items []Assignment) error {
+	p := j.p.Server(j.id, layout.NRun, layout.NLive)
+	ok, st, err := j.st.Exists(ctx, p)
+	if err != nil {
+		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+	}
+	if !ok {
+		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+	}
+	if j.markerLeftByEndedRun(st) {
+		if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
+			j.log.Info("removed the live marker left by an earlier run of this server whose Complete was refused while the session was suspended", "job", j.jname)
+			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+		} else if !errors.Is(err, store.ErrBadVersion) {
+			return fmt.Errorf("coord: job %q: delete leftover %s: %w", j.jname, p, err)
+		}
+	}
+	all := make([]int, len(items))
+	for i, a := range items {
+		all[i] = a.Item
+	}
+	return j.flagMisfire(ctx, cfg, all)
+}
+
+// ambiguous reports whether err, from a write, leaves it unknown whether the
+// write was applied: the connection or the session failed, or ctx ended,
+// while it was in flight.
+func ambiguous(st store.Store, err error) bool {
+	return lostConnection(st, err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+}
+
+// oweMarkerLeftover owes session sid the settling of what a Begin's or a
+// Complete's transaction that failed on the connection, or whose ctx ended
+// in flight, may have left, once no run of this process holds the marker:
+// the transaction may have been applied (a Begin's reply lost, or its ctx
+// cancelled by a stop) or not (a Complete's write not made). Two things
+// are settled, in one transaction:
+//
+//   - the live marker, an ephemeral of a session that may resume, which
+//     would hold the leader's reshard (firstRunning) until this server's
+//     next Begin removed it (markerInTheWay), up to a cron period later;
+//   - the run record that transaction wrote (begin and epoch name it),
+//     still without a completion: no run of this process runs it (the
+//     Begin failed, or the run ended), and a record left incomplete when
+//     the marker goes (deleted here, or with the session at the process's
+//     exit) is what the leader's failover scan takes for a crashed run
+//     (findOrphans): a graceful stop whose Begin was cancelled in flight
+//     had its items failed over (examples/pgbatch's TestRollingRestart
+//     under load). It gets its completion time.
+//
+// Paid as soon as the session is connected again, and at a leave before
+// the server goes offline (sessionDebt).
+func (j *job) oweMarkerLeftover(sid int64, begin string, epoch int64) {
+	p := j.p.Server(j.id, layout.NRun, layout.NLive)
+	j.owe(sid, "settle the run record and live marker "+p+" no run holds", func(ctx context.Context) error {
+		for attempt := 0; ; attempt++ {
+			err := j.settleLeftover(ctx, sid, begin, epoch)
+			if attempt < 2 && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrBadVersion)) {
+				continue // changed between the reads and the write: look again
+			}
+			return err
+		}
+	})
+}
+
+// settleLeftover is oweMarkerLeftover's payment: the marker deleted if it
+// is session sid's and no run of this process holds it, and the run record
+// of the Begin at begin on the sharding node of Mzxid epoch completed if it
+// is still without a completion, both versioned, in one transaction.
+func (j *job) settleLeftover(ctx context.Context, sid int64, begin string, epoch int64) error {
+	marker, recPath := j.p.Server(j.id, layout.NRun, layout.NLive), j.p.Server(j.id, layout.NRun)
+	ok, st, err := j.st.Exists(ctx, marker)
+	if err != nil {
+		return err
+	}
+	// A marker of another session, or one a run of this process holds (a
+	// later Begin's), belongs to that run, and so does the record then.
+	if ok && (st.EphemeralOwner != sid || !j.markerLeftByEndedRun(st)) {
+		return nil
+	}
+	var ops []store.Op
+	if ok {
+		ops = append(ops, &store.DeleteOp{Path: marker, Version: st.Version})
+	}
+	data, recSt, err := j.st.Get(ctx, recPath)
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return err
+	}
+	if err == nil {
+		rec, derr := layout.DecodeRunRecord(data)
+		if derr == nil && rec.Complete == "" && !rec.Queued && rec.Begin == begin && rec.Epoch == epoch {
+			rec.Complete = string(layout.FormatTime(j.reg.cfg.Now()))
+			ops = append(ops, &store.SetOp{Path: recPath, Data: layout.EncodeRunRecord(rec), Version: recSt.Version})
+		}
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if _, err := j.st.Multi(ctx, ops...); err != nil {
+		return err
+	}
+	j.log.Info("settled the run record and live marker left on this session by a Begin or Complete whose transaction failed in flight", "job", j.jname)
+	return nil
+}
+
+// undoBegin reverts the parts of a split Begin that were applied before a
+// later part failed: the queue entries those parts consumed come back, a
+// failover item's running node goes. The run does not start. If the undo
+// fails too, running nodes are ephemeral: they go with the session.
+func (j *job) undoBegin(ctx context.Context, items []Assignment, applied [][]intent) {
+	var groups [][]intent
+	for _, g := range applied {
+		for _, in := range g {
+			switch {
+			case in.kind == opDelete && strings.HasPrefix(in.rel, layout.RelFailoverQ+"/"):
+				// A consumed claim record comes back as a queue entry: the
+				// token of a cut run, which any server may claim.
+				rel := in.rel
+				if it, ok := layout.ParseClaimName(strings.TrimPrefix(rel, layout.RelFailoverQ+"/")); ok {
+					rel = layout.RelFailoverQ + "/" + strconv.Itoa(it)
+				}
+				groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: rel}})
+			case in.kind == opCreate && strings.HasSuffix(in.rel, "/"+layout.NRunning):
+				groups = append(groups, []intent{{kind: opDeleteIfPresent, rel: in.rel}})
+			}
+		}
+	}
+	var head []intent
+	if len(groups) > 0 {
+		head = []intent{bumpFailoverDir()}
+	}
+	if _, err := j.commitSplit(context.WithoutCancel(ctx), head, groups, nil); err != nil {
+		j.log.Warn("cannot undo a partial Begin", "items", len(items), "err", err)
+	}
+}
+
+// flagMisfire flags items misfire (when enabled) and returns
+// ErrItemsRunning: they run in a run of this server now.
+func (j *job) flagMisfire(ctx context.Context, cfg jobconfig.Config, running []int) error {
+	if cfg.MisfireEnabled() {
+		var groups [][]intent
+		for _, it := range running {
+			groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: layout.RelItem(it)}, {kind: opCreateIfAbsent, rel: layout.RelItem(it, layout.NMisfire)}})
+		}
+		if _, err := j.commitSplit(ctx, nil, groups, nil); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
+		}
+	}
+	return fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
+}
+
+// misfireIfRunning checks suspects (failover items found with a running
+// node) directly; a node left by an ended run of this server is removed,
+// and if any really runs, it flags them misfire (when enabled) and returns
+// ErrItemsRunning.
+func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspects []int) error {
+	var running, stale []int
+	for _, it := range suspects {
+		p := j.p.Item(it, layout.NRunning)
+		ok, st, err := j.st.Exists(ctx, p)
+		if err != nil {
+			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
+		}
+		if !ok {
+			continue
+		}
+		if j.leftByEndedRun(it, st) {
+			if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
+				stale = append(stale, it)
+				continue
+			} else if !errors.Is(err, store.ErrBadVersion) {
+				return fmt.Errorf("coord: job %q: delete leftover %s: %w", j.jname, p, err)
+			}
+		}
+		running = append(running, it)
+	}
+	if len(stale) > 0 {
+		j.log.Info("removed running nodes left by an earlier failover run of this server", "job", j.jname, "items", stale)
+	}
+	if len(running) == 0 {
+		return nil
+	}
+	return j.flagMisfire(ctx, cfg, running)
+}
+
+// holdMarker adds delta to the count of this process's runs on session
+// sid holding the live marker (job.markerRuns).
+func (j *job) holdMarker(sid int64, delta int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.markerRuns == nil {
+		j.markerRuns = make(map[int64]int)
+	}
+	if j.markerRuns[sid] += delta; j.markerRuns[sid] <= 0 {
+		delete(j.markerRuns, sid)
+	}
+}
+
+// markerLeftByEndedRun reports whether the live marker (its Stat st) was
+// created on this server's current registration while no run of this
+// process holds it.
+func (j *job) markerLeftByEndedRun(st store.Stat) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.markerRuns[j.regSession] == 0
+}
+
+// holdItems adds delta to the count of this process's runs holding each
+// item (job.inRun).
+func (j *job) holdItems(items []Assignment, delta int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.inRun == nil {
+		j.inRun = make(map[int]int)
+	}
+	for _, a := range items {
+		if j.inRun[a.Item] += delta; j.inRun[a.Item] <= 0 {
+			delete(j.inRun, a.Item)
+		}
+	}
+}
+
+// heldByAnotherRun reports whether a run of this process holds any of items.
+func (j *job) heldByAnotherRun(items []Assignment) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, a := range items {
+		if j.inRun[a.Item] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// leftByEndedRun reports whether the running node of item (its stat st) was
+// written on this server's current registration while no run of this
+// process holds the item.
+func (j *job) leftByEndedRun(item int, st store.Stat) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.inRun[item] == 0
+}
+
+// checkClock writes systemTime/current and compares its Mtime with now.
+func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Duration) error {
+	p := j.p.Abs(layout.RelClock)
+	st, err := j.st.Set(ctx, p, layout.FormatTime(now), store.AnyVersion)
+	if errors.Is(err, store.ErrNoNode) {
+		// First check of the job: create it, then Set for a fresh Mtime.
+		if err = layout.Put(ctx, j.st, p, layout.FormatTime(now)); err == nil {
+			st, err = j.st.Set(ctx, p, layout.FormatTime(now), store.AnyVersion)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("coord: job %q: clock check via %s: %w", j.jname, p, err)
+	}
+	diff := now.Sub(st.Mtime)
+	if diff < 0 {
+		diff = -diff
+	}
+	if diff > maxDiff {
+		e := &ClockSkewError{Local: now, Coordinator: st.Mtime, MaxDiff: maxDiff}
+		j.recordLastError(ctx, e.Error())
+		return e
+	}
+	return nil
+}
+
+// awaitSharding reshards first if the flag is set and this server leads;
+// otherwise it waits until the leader has (flag and processing gone). It
+// returns the flag version (leader/sharding's data version, read with the
+// absent flag; -1 when the node is gone) for Begin's transaction to check.
+func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVersion int32, err error) {
+	for {
+		ch := j.cache.changedCh()
+		// The flag is read directly (one read per trigger): a cache that
+		// has not seen it yet must not let this server run stale items.
+		// Its parent's children and Stat in one read: the flag version
+		// comes with the flag's absence.
+		names, st, err := j.st.Children(ctx, j.p.Abs(layout.RelShardingDir))
+		if errors.Is(err, store.ErrNoNode) {
+			names, st.Version, err = nil, -1, nil
+		}
+		if err != nil {
+			return -1, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.RelShardingDir), err)
+		}
+		nec := slices.Contains(names, layout.NNecessary)
+		if !nec && !j.cache.has(layout.RelProcessing) {
+			if j.cache.has(layout.RelNecessary) {
+				// Let the cache catch up so KeepGoing does not stop the
+				// new run on a flag that is already gone.
+				wctx, cancel := context.WithTimeout(ctx, time.Second)
+				_ = j.cache.waitFor(wctx, func() bool { return !j.cache.has(layout.RelNecessary) })
+				cancel()
+			}
+			return st.Version, nil
+		}
+		if _, _, err := j.ready(); err != nil {
+			return -1, err
+		}
+		if nec && j.isLeader() && !j.cache.has(layout.RelProcessing) {
+			if err := j.reshard(ctx, cfg); err != nil {
+				return -1, err
+			}
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return -1, fmt.Errorf("coord: job %q: waiting for the leader to reshard: %w", j.jname, ctx.Err())
+		}
+	}
+}
+
+// failoverAssignments returns the failover items this server claimed and
+// no run of it has taken, with the failover nodes' Czxid as epochs; it
+// takes them (releaseClaims gives them back if the Begin fails). On a
+// config without failover (failoverOn) it drops every claim no run has
+// taken and returns none.
+func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]Assignment, int32, error) {
+	var out []Assignment
+	j.mu.Lock()
+	claims := make(map[int]int64, len(j.claims))
+	dropped := make(map[int]int64)
+	for k, v := range j.claims {
+		switch {
+		case j.claimsTaken[k]:
+		case k >= cfg.ShardingTotalCount:
+			// The total was lowered below it since the claim: the item
+			// is gone, and running it would run it again (simulation
+			// seed 2000169). The claim is dropped.
+			delete(j.claims, k)
+			dropped[k] = v
+		case !failoverOn(cfg):
+			// Failover or monitorExecution went off since the claim: its
+			// owner runs the item at its next trigger without looking
+			// for a claim (with monitorExecution off nothing would stop
+			// the two runs side by side: simulation seed 3002508).
+			delete(j.claims, k)
+			dropped[k] = v
+		default:
+			claims[k] = v
+		}
+	}
+	j.mu.Unlock()
+	for it, czxid := range dropped {
+		j.dropClaimNode(ctx, it, czxid)
+	}
+	if len(claims) > 0 {
+		for it, epoch := range claims {
+			// Read directly unless the cache has loaded the item: the
+			// watcher starts watching a claimed item only after the claim.
+			// A failed read fails the Begin: skipped here, the claimed item
+			// would go to the normal run (ZooKeeper simulation seed
+			// 1005053: an epoch below that run's when its failover run
+			// came after).
+			disabled, err := j.itemHas(ctx, layout.RelItem(it, layout.NDisabled))
+			if err != nil {
+				return nil, -1, err
+			}
+			if disabled {
+				continue
+			}
+			out = append(out, Assignment{Item: it, Epoch: epoch, Failover: true})
+		}
+		slices.SortFunc(out, func(a, b Assignment) int { return a.Item - b.Item })
+	}
+	j.takeClaims(out, true)
+	return out, -1, nil
+}
+
+// dropClaimNode deletes item's failover node if it is this server's claim
+// made at czxid (an edit may have cleared it and another server claimed the
+// item since). Failures are logged: the node is ephemeral, and a failover
+// Begin checks its claim's node.
+func (j *job) dropClaimNode(ctx context.Context, item int, czxid int64) {
+	p := j.p.Item(item, layout.NFailover)
+	ok, st, err := j.st.Exists(ctx, p)
+	if err == nil && ok && st.Czxid == czxid {
+		// With its record (claimrecord.go), read again if it changed.
+		for attempt := 0; attempt < 3; attempt++ {
+			var rec []store.Op
+			if rec, err = j.claimRecordOps(ctx, item); err != nil {
+				break
+			}
+			_, err = j.st.Multi(ctx, append(rec, &store.DeleteOp{Path: p, Version: st.Version},
+				&store.SetOp{Path: j.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion})...)
+			if len(rec) == 0 || !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+				break
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+		j.log.Warn("cannot drop a failover claim", "item", item, "err", err)
+		return
+	}
+	j.cache.noteDeleted(layout.RelItem(item, layout.NFailover))
+	j.log.Info("failover claim dropped: failover is off, or the item is beyond the total", "item", item)
+}
+
+// dropLostClaims forgets the claims among items whose failover node is gone
+// (an edit switching failover or monitorExecution off cleared it): it
+// reports whether there was one, for Begin to plan again without it.
+func (j *job) dropLostClaims(ctx context.Context, items []Assignment) (bool, error) {
+	lost := false
+	for _, a := range items {
+		if !a.Failover {
+			continue
+		}
+		ok, st, err := j.st.Exists(ctx, j.p.Item(a.Item, layout.NFailover))
+		if err != nil {
+			return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(a.Item, layout.NFailover), err)
+		}
+		if ok && st.Czxid == a.Epoch {
+			continue
+		}
+		lost = true
+		j.mu.Lock()
+		delete(j.claims, a.Item)
+		j.mu.Unlock()
+		j.log.Info("failover claim gone before its run began (cleared by a config edit)", "item", a.Item)
+	}
+	return lost, nil
+}
+
+// takeClaims marks failover assignments taken by a run (or, with false,
+// released).
+func (j *job) takeClaims(items []Assignment, taken bool) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, a := range items {
+		if !a.Failover {
+			continue
+		}
+		if !taken {
+			delete(j.claimsTaken, a.Item)
+			continue
+		}
+		if j.claimsTaken == nil {
+			j.claimsTaken = make(map[int]bool)
+		}
+		j.claimsTaken[a.Item] = true
+	}
+}
+
+// itemHas reports whether an execution node exists: from the cache when
+// the item is loaded there, else by a direct read (only right after the
+// item became this server's).
+func (j *job) itemHas(ctx context.Context, rel string) (bool, error) {
+	if j.cache.known(rel) {
+		return j.cache.has(rel), nil
+	}
+	ok, _, err := j.st.Exists(ctx, j.p.Abs(rel))
+	if err != nil {
+		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(rel), err)
+	}
+	return ok, nil
+}
+
+// claimTaken reports whether a run of this server has taken its failover
+// claim on item.
+func (j *job) claimTaken(item int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.claimsTaken[item]
+}
+
+// claimed reports whether this server holds a failover claim on item.
+func (j *job) claimed(item int) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	_, ok := j.claims[item]
+	return ok
+}
+
+// assignments computes this server's sharding items minus items with a
+// failover claim (another server's, or this server's, which its failover
+// run runs) and disabled items, with the sharding node's version.
+// The claims of its items and their failover marks (the epochs) come from
+// view, this server's last direct read of them (see failoverViewCurrent);
+// with view nil, or for an item view lacks, they are read directly
+// (pipelined) and kept as the new view.
+//
+// An item with a claim record (records) is read directly too: while its
+// claim lives the item is skipped; a record whose claim is gone (the
+// claimant's session ended) is a cut failover run, which this run re-runs
+// and consumes (markRunning deletes the record, as it does a queue entry).
+func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool, view map[int]foItem, records map[int]bool) ([]Assignment, int32, map[int]foItem, error) {
+	var out []Assignment
+	if !ok {
+		return nil, -1, view, nil
+	}
+	if j.cache.flag(layout.RelServer(j.id, layout.NDisabled)) {
+		return nil, st.Version, view, nil
+	}
+	items, err := layout.ParseItems(data)
+	if err != nil {
+		j.log.Error("malformed sharding node; running nothing until the next reshard", "node", j.p.Server(j.id, layout.NSharding), "err", err)
+		return nil, st.Version, view, nil
+	}
+	var cand []int
+	for _, it := range items {
+		if it >= total {
+			continue
+		}
+		disabled, err := j.itemHas(ctx, layout.RelItem(it, layout.NDisabled))
+		if err != nil {
+			return nil, -1, nil, err
+		}
+		if disabled {
+			continue
+		}
+		if j.claimTaken(it) {
+			continue // a failover run of this server runs it now
+		}
+		cand = append(cand, it)
+	}
+	var missing []int
+	for _, it := range cand {
+		// A claim seen on the item is read again: a claimer whose session
+		// ends loses its claim (ephemeral) without a failover writer's
+		// version bump, so the view would keep the item skipped for good
+		// (memstore simulation seed 9317484). Claims are rare; marks are
+		// persistent and only set with a bump, so they stay.
+		if f, ok := view[it]; !ok || f.claimed || records[it] {
+			missing = append(missing, it)
+		}
+	}
+	if len(missing) > 0 {
+		got := make([]foItem, len(missing))
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(layout.ItemReaders)
+		for i, it := range missing {
+			g.Go(func() error {
+				ok, cst, err := j.st.Exists(gctx, j.p.Item(it))
+				if err != nil {
+					return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it), err)
+				}
+				if !ok {
+					return nil
+				}
+				j.cache.noteItemStat(layout.RelItem(it), cst)
+				got[i].mark = failoverDone(cst)
+				if cst.NumChildren == 0 {
+					return nil
+				}
+				claimed, _, err := j.st.Exists(gctx, j.p.Item(it, layout.NFailover))
+				if err != nil {
+					return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it, layout.NFailover), err)
+				}
+				got[i].claimed = claimed
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, -1, nil, err
+		}
+		next := make(map[int]foItem, len(view)+len(missing))
+		for k, v := range view {
+			next[k] = v
+		}
+		for i, it := range missing {
+			next[it] = got[i]
+		}
+		view = next
+	}
+	for _, it := range cand {
+		f := view[it]
+		if f.claimed {
+			// Failed over to another server, or claimed by this one and
+			// run by its failover run only: a normal run of it would
+			// consume nothing, and the failover run after it would carry
+			// the lower epoch (ZooKeeper simulation seed 1005053).
+			continue
+		}
+		out = append(out, Assignment{Item: it, Epoch: max(st.Mzxid, f.mark)})
+	}
+	return out, st.Version, view, nil
+}
+
+// foItem is what a direct read found of one item: a failover claim on it,
+// and its failover mark (failoverDone).
+type foItem struct {
+	claimed bool
+	mark    int64
+}
+
+// failoverDone reads the mark of a completed failover run off the Stat of
+// an item container: a failover run's Complete sets the container's data
+// (nothing else does), so once its Version is above 0 its Mzxid is the
+// zxid of the last such Complete. A normal run's epoch is the larger of its
+// sharding node's Mzxid and this mark: a failover claim made after the
+// reshard has a Czxid above the sharding node's Mzxid, and the item's
+// return to its owner must still raise the epoch.
+func failoverDone(st store.Stat) int64 {
+	if st.Version > 0 {
+		return st.Mzxid
+	}
+	return 0
+}
+
+func (r *run) shards() []Assignment { return slices.Clone(r.items) }
+
+// snapshot returns the current config and its parsed item parameters
+// together: one trigger's view of the config.
+func (j *job) snapshot() (jobconfig.Config, map[int]string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cfg, j.itemParams
+}
+
+func (r *run) context() context.Context { return r.ctx }
+
+func (r *run) keepGoing() bool {
+	j := r.j
+	if r.ctx.Err() != nil {
+		return false
+	}
+	if r.shardMzxid != 0 {
+		// Resharded since Begin: every commit of the run is fenced now. A
+		// reshard waits for live markers, but one planned just before this
+		// run's Begin committed does not see it. (A cache that has not loaded the node
+		// yet lags; it does not make the run stale.)
+		if _, st, ok := j.cache.get(layout.RelServer(j.id, layout.NSharding)); ok && st.Mzxid > r.shardMzxid {
+			return false
+		}
+	}
+	return !j.cache.flag(layout.RelServer(j.id, layout.NPaused)) && !j.cache.has(layout.RelNecessary) && !j.cache.flag(layout.RelServer(j.id, layout.NShutdown))
+}
+
+func (r *run) checkOwnership(ctx context.Context, item int) error {
+	j := r.j
+	var a *Assignment
+	for i := range r.items {
+		if r.items[i].Item == item {
+			a = &r.items[i]
+		}
+	}
+	if a == nil {
+		return fmt.Errorf("coord: job %q: item %d is not part of this run: %w", j.jname, item, ErrNotOwner)
+	}
+	if err := j.st.Sync(ctx, j.p.Root); err != nil {
+		return r.fenceErr("fencing sync", err)
+	}
+	sess, _ := j.st.Session()
+	if sess.State != store.StateConnected || sess.ID != r.session {
+		return fmt.Errorf("coord: job %q: item %d: session changed: %w", j.jname, item, ErrSessionLost)
+	}
+	if a.Failover {
+		ok, st, err := j.st.Exists(ctx, j.p.Item(item, layout.NFailover))
+		if err != nil {
+			return r.fenceErr("fencing read", err)
+		}
+		if !ok || st.Czxid != a.Epoch || st.EphemeralOwner != r.session {
+			return fmt.Errorf("coord: job %q: failover item %d (epoch %d): %w", j.jname, item, a.Epoch, ErrNotOwner)
+		}
+		return nil
+	}
+	// The epoch is also the item's failover mark when that is larger (see
+	// failoverDone): a failover run that completed since this run began
+	// changes it. The container is read beside the sharding node (one
+	// round trip for both on ZooKeeper, whose client pipelines).
+	type stat struct {
+		ok  bool
+		st  store.Stat
+		err error
+	}
+	cont := make(chan stat, 1)
+	go func() {
+		ok, st, err := j.st.Exists(ctx, j.p.Item(item))
+		cont <- stat{ok, st, err}
+	}()
+	data, st, err := j.st.Get(ctx, j.p.Server(j.id, layout.NSharding))
+	c := <-cont
+	if errors.Is(err, store.ErrNoNode) {
+		return fmt.Errorf("coord: job %q: item %d: %s is gone: %w", j.jname, item, j.p.Server(j.id, layout.NSharding), ErrNotOwner)
+	}
+	if err == nil {
+		err = c.err
+	}
+	if err != nil {
+		return r.fenceErr("fencing read", err)
+	}
+	ok, ist := c.ok, c.st
+	epoch := st.Mzxid
+	if ok {
+		epoch = max(epoch, failoverDone(ist))
+	}
+	items, perr := layout.ParseItems(data)
+	if perr != nil || epoch != a.Epoch || !slices.Contains(items, item) {
+		return fmt.Errorf("coord: job %q: item %d (epoch %d, now %d): %w", j.jname, item, a.Epoch, epoch, ErrNotOwner)
+	}
+	return nil
+}
+
+// lostConnection reports whether err comes from a store call that failed
+// because the connection or the session is gone (or not connected now).
+func lostConnection(st store.Store, err error) bool {
+	if errors.Is(err, store.ErrConnectionLoss) || errors.Is(err, store.ErrSessionExpired) || errors.Is(err, store.ErrClosed) {
+		return true
+	}
+	sess, _ := st.Session()
+	return sess.State != store.StateConnected && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// registrationGone reports whether the registration a call began under is
+// no longer the live one (lost, replaced, or not yet renewed on a new
+// session): a store error then means the session, not the protocol, failed.
+func (j *job) registrationGone() bool {
+	sess, _ := j.st.Session()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return sess.ID != j.regSession || j.regCtx.Err() != nil
+}
+
+// fenceErr wraps a store error of a fencing check. When the run's session
+// is no longer the live one (expired, replaced, or merely suspended, so that
+// ownership cannot be confirmed) the error is ErrSessionLost as well, as
+// CheckOwnership promises, whatever the store call reported.
+func (r *run) fenceErr(what string, err error) error {
+	j := r.j
+	sess, _ := j.st.Session()
+	// A connection lost mid-call counts too: the client may not have
+	// reported the suspension yet (seen on ZooKeeper, simulation seed
+	// 200093), and ownership cannot be confirmed either way.
+	if lostConnection(j.st, err) || sess.State != store.StateConnected || sess.ID != r.session {
+		return fmt.Errorf("coord: job %q: %s: %w: %w", j.jname, what, ErrSessionLost, err)
+	}
+	return fmt.Errorf("coord: job %q: %s: %w", j.jname, what, err)
+}
+
+func (r *run) complete(ctx context.Context, next time.Time, out RunOutcome) error {
+	j := r.j
+	if r.done {
+		return nil
+	}
+	if r.failing == nil {
+		r.failing = j.noteOutcome(r.items, out.Errors, j.reg.cfg.Now())
+	}
+	r.counts = out.Counts
+	defer func() { r.counts = nil }()
+	if r.released && j.heldByAnotherRun(r.items) {
+		// A retry after a refused Complete, too late: a later Begin removed
+		// this run's leftover running nodes and runs the items now.
+		r.done = true
+		return fmt.Errorf("coord: job %q: complete: a later run of this server holds the items now: %w", j.jname, ErrNotOwner)
+	}
+	// The run is over for its pipeline whatever the outcome; the run is done
+	// (later calls are no-ops) once the outcome is final: written, not
+	// owned, the session gone, or the completion handed to the job because
+	// ctx ended while the session was suspended. A store error on a live
+	// session leaves it retryable.
+	parked := false
+	// cut: the last write failed on the connection (it may or may not
+	// have deleted the live marker).
+	cut := false
+	defer func() {
+		r.stop()
+		r.cancel()
+		if !r.released && !parked {
+			// Whatever the outcome, the pipeline is over: the items are no
+			// longer held by this run (see job.inRun). A run whose
+			// completion is owed holds them until it is written.
+			r.released = true
+			j.releaseRun(r)
+			if cut && r.live {
+				// Owed once the run no longer holds the marker.
+				j.oweMarkerLeftover(r.session, r.begin, r.shardMzxid)
+			}
+		}
+	}()
+	for attempt := 0; ; attempt++ {
+		sess, _ := j.st.Session()
+		if sess.State == store.StateSuspended && sess.ID == r.session {
+			// A connection blip: the run's session and its running nodes
+			// live on. Wait (within ctx) for it to resume or end.
+			sess, _ = store.AwaitSession(ctx, j.st, func(s store.Session) bool {
+				return s.State != store.StateSuspended || s.ID != r.session
+			})
+		}
+		if sess.State == store.StateConnected && sess.ID == r.session {
+			err := r.apply(ctx, next)
+			if err == nil || errors.Is(err, ErrNotOwner) {
+				r.done = true
+			}
+			cut = err != nil && ambiguous(j.st, err)
+			if err == nil || !lostConnection(j.st, err) {
+				return err
+			}
+			if attempt < 2 {
+				continue // the connection dropped during the write
+			}
+			return fmt.Errorf("%w: %w", ErrSessionLost, err)
+		}
+		r.done = true
+		if sess.State == store.StateSuspended && sess.ID == r.session {
+			// Still suspended when ctx ended. The live marker would
+			// outlive the run on the resumed session and hold the leader's
+			// reshard (which waits for live markers) and with it every
+			// Begin: the completion is owed to the session (owe looks at
+			// the session again, which may have resumed since it was read:
+			// a completion kept for good kept the item running, simulation
+			// seed 9978 of 9090).
+			parked, r.released = true, true
+			j.oweCompletion(r, next)
+			return fmt.Errorf("coord: job %q: complete: %s; completing when it resumes: %w", j.jname, layout.SessionProblem(sess, r.session), ErrSessionLost)
+		}
+		// The run's session and its nodes are gone: nothing to complete.
+		return fmt.Errorf("coord: job %q: complete: %s: %w", j.jname, layout.SessionProblem(sess, r.session), ErrSessionLost)
+	}
+}
+
+// apply writes a run's completion on its connected session; see complete.
+// It runs on the caller's goroutine, or on payDebts' for an owed
+// completion (complete has then marked the run done): it leaves r.done and
+// r.released alone.
+//
+// A normal run writes one Multi whatever its items: the run record with
+// the completion (and the next fire time), the live marker deleted, status
+// READY. A failover run completes per item: running deleted,
+// lastCompleteTime, the item's failover mark (its container's data, which
+// the owner's next epoch takes: failoverDone), the claim deleted, and the
+// failover directory's version bumped (a normal Begin of the item's owner
+// planned before this completion must plan again, on the new mark).
+func (r *run) apply(ctx context.Context, next time.Time) error {
+	j := r.j
+	now := layout.FormatTime(j.reg.cfg.Now())
+	var head, tail []intent
+	groups := make([][]intent, 0, len(r.items))
+	failover := false
+	for _, a := range r.items {
+		if !a.Failover {
+			continue
+		}
+		failover = true
+		// The mark the item's next normal run takes its epoch from
+		// (failoverDone): its zxid is above this run's epoch.
+		groups = append(groups, []intent{
+			{kind: opDeleteIfPresent, rel: layout.RelItem(a.Item, layout.NRunning)},
+			{kind: opPut, rel: layout.RelItem(a.Item, layout.NLastCompleteTime), data: now},
+			{kind: opSet, rel: layout.RelItem(a.Item)},
+			{kind: opDeleteIfPresent, rel: layout.RelItem(a.Item, layout.NFailover)},
+			// The claim's record (claimrecord.go), read directly: left
+			// behind by a cache that lagged, the leader would take it
+			// for a lost claim and the item would run again.
+			{kind: opDeleteIfPresentRead, rel: layout.RelClaim(a.Item)}})
+	}
+	if failover {
+		head = append(head, bumpFailoverDir())
+	}
+	j.mu.Lock()
+	offline := j.offline || j.removed
+	j.mu.Unlock()
+	if len(r.items) > 0 && !offline {
+		// A server shut down mid-run has no status node any more.
+		tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusReady)})
+	}
+	var nextText string
+	if !next.IsZero() {
+		nextText = string(layout.FormatTime(next))
+	}
+	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok {
+		rec.Next = nextText
+		rec.Failing = r.failing
+		tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
+	}
+	if c := r.counts; c != nil && !c.Written && !j.isRemoved() {
+		// The interval counts go with the completion (no write of their
+		// own); the totals are held until the outcome is known.
+		j.totalsMu.Lock()
+		defer j.totalsMu.Unlock()
+		ins, ts, tf, err := j.countIntents(ctx, c.Success, c.Failure)
+		if err != nil {
+			return err
+		}
+		tail = append(tail, ins...)
+		defer func() {
+			if c.Written {
+				j.totalS, j.totalF = ts, tf
+			}
+		}()
+	}
+	withMarker := tail
+	if r.live {
+		withMarker = append(slices.Clone(tail), intent{kind: opDelete, rel: layout.RelServer(j.id, layout.NRun, layout.NLive)})
+	}
+	// Beyond the store's request limit, in parts (split.go): only failover
+	// runs have per-item groups.
+	applied, err := j.commitSplit(ctx, head, groups, withMarker)
+	if r.live && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
+		// The marker is gone (a session change removed it with the run's
+		// ephemerals, or a Begin of this server removed it as a leftover):
+		// the completion is written without it.
+		if ok, _, xerr := j.st.Exists(ctx, j.p.Server(j.id, layout.NRun, layout.NLive)); xerr == nil && !ok {
+			_, err = j.commitSplit(ctx, head, groups[applied:], tail)
+		}
+	}
+	if failover && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
+		// An item's node may be gone: pruned by the leader after the
+		// total was lowered below it. Its completion is moot; complete the rest.
+		var kept [][]intent
+		for i, a := range r.items {
+			ok, _, xerr := j.st.Exists(ctx, j.p.Item(a.Item))
+			if xerr != nil || ok {
+				kept = append(kept, groups[i])
+			}
+		}
+		if len(kept) < len(groups) {
+			_, err = j.commitSplit(ctx, head, kept, tail)
+		}
+	}
+	if err == nil {
+		// The mark just written goes into the cache before the claims are
+		// dropped (until then this server's Begins skip the items): a
+		// Begin of this server must not take an item's epoch from before
+		// its failover run.
+		for _, a := range r.items {
+			if !a.Failover {
+				continue
+			}
+			if ok, st, xerr := j.st.Exists(ctx, j.p.Item(a.Item)); xerr == nil && ok {
+				j.cache.noteItemStat(layout.RelItem(a.Item), st)
+			}
+		}
+	}
+	j.mu.Lock()
+	for _, a := range r.items {
+		if a.Failover {
+			delete(j.claims, a.Item)
+			delete(j.claimsTaken, a.Item)
+		}
+	}
+	j.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: job %q: complete: this server's nodes are gone: %w", j.jname, ErrNotOwner)
+		}
+		return fmt.Errorf("coord: job %q: complete: %w", j.jname, err)
+	}
+	if r.counts != nil {
+		r.counts.Written = true
+	}
+	return nil
+}
+
+// isRemoved reports whether the job was removed from the namespace.
+func (j *job) isRemoved() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.removed
+}
+
+// oweCompletion owes r's completion to its session, suspended when
+// Complete ended: payDebts writes it when the session resumes (on the
+// watcher, before a Once registers, or at a leave), and the run holds its
+// items and live marker until then; a session that ends instead drops it
+// (the run's nodes went with it). A run no longer the owner counts as
+// completed.
+func (j *job) oweCompletion(r *run, next time.Time) {
+	j.oweAndRelease(r.session, fmt.Sprintf("the completion of the run of items %v", r.items), func(ctx context.Context) error {
+		if err := r.apply(ctx, next); err != nil && !errors.Is(err, ErrNotOwner) {
+			return err
+		}
+		return nil
+	}, func() { j.releaseRun(r) })
+}
+
+// releaseRun drops a run's hold on its items and the live marker.
+func (j *job) releaseRun(r *run) {
+	j.holdItems(r.items, -1)
+	if r.live {
+		j.holdMarker(r.session, -1)
+	}
+}
+
+func (j *job) myItems() []int {
+	d, _, ok := j.cache.get(layout.RelServer(j.id, layout.NSharding))
+	if !ok {
+		return nil
+	}
+	items, _ := layout.ParseItems(d)
+	return items
+}
+
+func (j *job) takeMisfire(ctx context.Context) (bool, error) {
+	cfg := j.config()
+	if !cfg.MisfireEnabled() {
+		return false, nil
+	}
+	// Direct reads: the flag and the assignment must not lag behind the
+	// run that just completed.
+	nec, _, err := j.st.Exists(ctx, j.p.Abs(layout.RelNecessary))
+	if err != nil {
+		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.RelNecessary), err)
+	}
+	if nec {
+		return false, nil
+	}
+	data, _, err := j.st.Get(ctx, j.p.Server(j.id, layout.NSharding))
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
+	}
+	if err != nil || j.cache.flag(layout.RelServer(j.id, layout.NDisabled)) {
+		return false, nil
+	}
+	mine, perr := layout.ParseItems(data)
+	if perr != nil {
+		return false, nil
+	}
+	var ins []intent
+	for _, it := range mine {
+		if it >= cfg.ShardingTotalCount {
+			continue
+		}
+		if flagged, err := j.itemHas(ctx, layout.RelItem(it, layout.NMisfire)); err != nil {
+			return false, err
+		} else if flagged {
+			ins = append(ins, intent{kind: opDeleteIfPresent, rel: layout.RelItem(it, layout.NMisfire)})
+		}
+	}
+	if len(ins) == 0 {
+		return false, nil
+	}
+	if _, err := j.commitSplit(ctx, nil, each(ins), nil); err != nil {
+		return false, fmt.Errorf("coord: job %q: clear misfire: %w", j.jname, err)
+	}
+	return true, nil
+}
+
+func (j *job) recordNextFireTime(ctx context.Context, next time.Time) error {
+	var groups [][]intent
+	for _, it := range j.myItems() {
+		groups = append(groups, []intent{
+			{kind: opCreateIfAbsent, rel: layout.RelItem(it)},
+			{kind: opPut, rel: layout.RelItem(it, layout.NNextFireTime), data: layout.FormatTime(next)}})
+	}
+	if _, err := j.commitSplit(ctx, nil, groups, nil); err != nil {
+		return fmt.Errorf("coord: job %q: record nextFireTime: %w", j.jname, err)
+	}
+	return nil
+}
+
+// reportCounts writes the interval's counts and the cumulative totals in
+// one transaction. The totals are read from the store once (they
+// survive restarts), then kept here: only this server
+// writes its own nodes. They advance only when the write succeeds, since
+// the stats reporter re-reports counts whose write failed.
+func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
+	j.totalsMu.Lock()
+	defer j.totalsMu.Unlock()
+	ins, ts, tf, err := j.countIntents(ctx, success, failure)
+	if err != nil {
+		return err
+	}
+	if err := j.commit(ctx, ins); err != nil {
+		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.Server(j.id), err)
+	}
+	j.totalS, j.totalF = ts, tf
+	return nil
+}
+
+// countIntents are the writes of a report of the interval's counts and
+// the totals they make (loaded from the store the first time). The caller
+// holds totalsMu and sets totalS and totalF once the writes are made.
+func (j *job) countIntents(ctx context.Context, success, failure int64) ([]intent, int64, int64, error) {
+	if !j.totalsLoaded {
+		s, err := j.readCount(ctx, layout.NSuccessTotal)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		f, err := j.readCount(ctx, layout.NFailureTotal)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		j.totalS, j.totalF, j.totalsLoaded = s, f, true
+	}
+	ts, tf := j.totalS+success, j.totalF+failure
+	ins := []intent{
+		{kind: opPut, rel: layout.RelServer(j.id, layout.NSuccess), data: []byte(strconv.FormatInt(success, 10))},
+		{kind: opPut, rel: layout.RelServer(j.id, layout.NFailure), data: []byte(strconv.FormatInt(failure, 10))},
+		{kind: opPut, rel: layout.RelServer(j.id, layout.NSuccessTotal), data: []byte(strconv.FormatInt(ts, 10))},
+		{kind: opPut, rel: layout.RelServer(j.id, layout.NFailureTotal), data: []byte(strconv.FormatInt(tf, 10))},
+	}
+	return ins, ts, tf, nil
+}
+
+// readCount reads one of this server's count nodes directly; absent is 0.
+func (j *job) readCount(ctx context.Context, node string) (int64, error) {
+	d, _, err := j.st.Get(ctx, j.p.Server(j.id, node))
+	if errors.Is(err, store.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, node), err)
+	}
+	n, perr := layout.ParseCount(d)
+	if perr != nil {
+		j.log.Warn("malformed count node; counting again from 0", "node", j.p.Server(j.id, node), "err", perr)
+		return 0, nil
+	}
+	return n, nil
+}
+
+// runRecordOf is the run record of the normal items of a run (false: a
+// failover run, or no items, which writes none).
+func runRecordOf(items []Assignment, begin, complete string, monitor bool, epoch int64) (layout.RunRecord, bool) {
+	var its []int
+	for _, a := range items {
+		if !a.Failover {
+			its = append(its, a.Item)
+		}
+	}
+	if len(its) == 0 {
+		return layout.RunRecord{}, false
+	}
+	slices.Sort(its)
+	return layout.RunRecord{Layout: layout.RecordLayout, Items: its, Begin: begin, Complete: complete, Monitor: monitor, Epoch: epoch}, true
+}

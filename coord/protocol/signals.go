@@ -1,0 +1,138 @@
+package protocol
+
+import (
+	"sync"
+)
+
+// signalBox holds a job's pending signals, each kind coalesced, and
+// delivers them: to OnSignal's function at the end of the watcher's step,
+// or on the Signals channel through a goroutine that the first Signals
+// call starts (a host of many jobs uses OnSignal and pays for none).
+type signalBox struct {
+	mu      sync.Mutex
+	pending [SignalRemoved + 1]bool
+	f       func(Signal) // OnSignal's; nil: the channel
+	out     chan Signal
+	wake    chan struct{} // capacity 1: the forwarder looks again
+	fwdOn   bool
+	stop    chan struct{}
+	fwdDone chan struct{}
+	closed  bool
+}
+
+func (b *signalBox) init() {
+	b.out = make(chan Signal)
+	b.wake = make(chan struct{}, 1)
+	b.stop = make(chan struct{})
+	b.fwdDone = make(chan struct{})
+}
+
+// emit marks s pending (coalesced); watcher only.
+func (j *job) emit(s Signal) {
+	b := &j.sig
+	b.mu.Lock()
+	b.pending[s] = true
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// nextLocked returns the first pending signal; mu held.
+func (b *signalBox) nextLocked() (Signal, bool) {
+	for s := SignalConfigChanged; s <= SignalRemoved; s++ {
+		if b.pending[s] {
+			return s, true
+		}
+	}
+	return 0, false
+}
+
+func (j *job) onSignal(f func(Signal)) {
+	j.sig.mu.Lock()
+	j.sig.f = f
+	j.sig.mu.Unlock()
+	j.post(loopEvent{kind: evDeliver}) // the watcher delivers what is pending
+}
+
+// deliverSignals calls OnSignal's f with the pending signals, if it is set.
+// Watcher only (the end of a step).
+func (j *job) deliverSignals() {
+	b := &j.sig
+	b.mu.Lock()
+	f := b.f
+	var due []Signal
+	if f != nil {
+		for s, ok := b.nextLocked(); ok; s, ok = b.nextLocked() {
+			b.pending[s] = false
+			due = append(due, s)
+		}
+	}
+	b.mu.Unlock()
+	for _, s := range due {
+		f(s)
+	}
+}
+
+// signals returns the Signals channel, starting its forwarder on the first
+// call (the channel is closed already after Leave).
+func (j *job) signals() <-chan Signal {
+	b := &j.sig
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.fwdOn && !b.closed {
+		b.fwdOn = true
+		go b.forward()
+	}
+	return b.out
+}
+
+// forward sends the pending signals on out, the lowest kind first, until
+// stop. A kind stays pending until its send: emits meanwhile coalesce.
+func (b *signalBox) forward() {
+	defer close(b.fwdDone)
+	for {
+		b.mu.Lock()
+		s, ok := b.nextLocked()
+		if b.f != nil {
+			ok = false // OnSignal's f takes them
+		}
+		b.mu.Unlock()
+		if !ok {
+			select {
+			case <-b.wake:
+				continue
+			case <-b.stop:
+				return
+			}
+		}
+		select {
+		case b.out <- s:
+			b.mu.Lock()
+			b.pending[s] = false
+			b.mu.Unlock()
+		case <-b.wake:
+		case <-b.stop:
+			return
+		}
+	}
+}
+
+// close stops the forwarder and closes the channel (Leave, once the
+// watcher has stopped). Safe twice.
+func (b *signalBox) close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	fwd := b.fwdOn
+	b.mu.Unlock()
+	if fwd {
+		close(b.stop)
+		<-b.fwdDone
+	}
+	close(b.out)
+}

@@ -1,0 +1,132 @@
+package protocol
+
+import (
+	"context"
+
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// Splitting transactions that grow with the items.
+//
+// A transaction covering every item of a server (marking them running,
+// completed, queued) grows with the items, and ZooKeeper refuses a request
+// beyond its jute.maxbuffer (1 MB): about 1,000 items in one Begin by
+// store.OpSize's upper-bound estimate (3 operations per item). Such
+// transactions are built as a head (guards, e.g. the version check of the
+// server's sharding node), one group of intents per item, and a tail (the
+// write that states the outcome, e.g. the server's status). When the whole
+// fits the store's limit (store.RequestLimit) it is ONE Multi, as before;
+// otherwise it is cut between groups into consecutive Multis, each below
+// the limit and each beginning with the head, and the tail goes in the
+// last one. So:
+//   - every part is fenced by the same guards: a reshard between two parts
+//     fails the later part (and every part after it);
+//   - each item's group is applied whole or not at all;
+//   - the tail is the commit point: it is written only if every part was.
+// What is lost is all-or-nothing across items: when part k fails, the
+// groups of parts before it stay applied, and the caller undoes them
+// (Begin) or keeps them because they are true (Complete: those items did
+// complete). See markRunning and complete.
+
+// splitBudget is the share of the store's request limit a part may use:
+// the size estimate (store.OpSize) is an upper bound, the margin is for
+// the paths' absolute form.
+func (j *job) splitBudget() int { return store.RequestLimit(j.st) * 7 / 8 }
+
+// intentSize estimates the bytes an intent adds to a Multi (an upper bound:
+// a conditional intent may resolve to nothing).
+func (j *job) intentSize(in intent) int {
+	p := j.p.Abs(in.rel)
+	switch in.kind {
+	case opDelete, opDeleteIfPresent, opDeleteIfPresentRead:
+		return store.OpSize(&store.DeleteOp{Path: p})
+	case opCheck:
+		return store.OpSize(&store.CheckOp{Path: p})
+	}
+	return store.OpSize(&store.CreateOp{Path: p, Data: in.data})
+}
+
+func (j *job) intentsSize(ins []intent) int {
+	n := 0
+	for _, in := range ins {
+		n += j.intentSize(in)
+	}
+	return n
+}
+
+// splitParts cuts head + groups + tail into parts below splitBudget (see
+// the comment at the top of this file). ends[k] is the number of groups in
+// parts 0..k. A single group too large for a part still gets a part of its
+// own (the store then refuses it).
+func (j *job) splitParts(head []intent, groups [][]intent, tail []intent) (parts [][]intent, ends []int) {
+	budget := j.splitBudget()
+	fixed := 32 + j.intentsSize(head) + j.intentsSize(tail)
+	var cur []intent
+	size := fixed
+	open := false
+	for i, g := range groups {
+		gs := j.intentsSize(g)
+		if open && size+gs > budget {
+			parts = append(parts, cur)
+			ends = append(ends, i)
+			cur, size, open = nil, fixed, false
+		}
+		if !open {
+			cur = append(cur, head...)
+			open = true
+		}
+		cur = append(cur, g...)
+		size += gs
+	}
+	if !open {
+		cur = append(cur, head...)
+	}
+	cur = append(cur, tail...)
+	parts = append(parts, cur)
+	ends = append(ends, len(groups))
+	return parts, ends
+}
+
+// commitSplit commits head + groups + tail as ONE Multi when it fits the
+// store's request limit, else in parts (see the top of this file). It
+// returns how many groups are applied: len(groups) on success; on error,
+// those of the parts committed before the failing one.
+func (j *job) commitSplit(ctx context.Context, head []intent, groups [][]intent, tail []intent) (applied int, err error) {
+	parts, ends := j.splitParts(head, groups, tail)
+	for k, part := range parts {
+		if err := j.commit(ctx, part); err != nil {
+			return applied, err
+		}
+		applied = ends[k]
+	}
+	return applied, nil
+}
+
+// each makes every intent a group of its own, for transactions whose
+// intents are independent of each other.
+func each(ins []intent) [][]intent {
+	groups := make([][]intent, len(ins))
+	for i := range ins {
+		groups[i] = ins[i : i+1]
+	}
+	return groups
+}
+
+// multiSplit applies independent operations in as few Multis below the
+// store's request limit as they fit in, in order, stopping at the first
+// failure.
+func (j *job) multiSplit(ctx context.Context, ops []store.Op) error {
+	budget := j.splitBudget()
+	for len(ops) > 0 {
+		n, size := 0, 32
+		for n < len(ops) && (n == 0 || size+store.OpSize(ops[n]) <= budget) {
+			size += store.OpSize(ops[n])
+			n++
+		}
+		if _, err := j.st.Multi(ctx, ops[:n]...); err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
