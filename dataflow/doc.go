@@ -40,7 +40,7 @@
 //
 // # Observing
 //
-// NodeConfig.Metrics registers Prometheus metrics (see stats.Collector),
+// NodeConfig.Metrics registers Prometheus metrics (listed in its doc),
 // NodeConfig.History records every item's run, and NodeConfig.TracerProvider
 // traces runs with OpenTelemetry under the instrumentation name
 // "github.com/shardflow/shardflow/dataflow": a span shardflow.run per run on

@@ -17,8 +17,8 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/internal/startstop"
+	"github.com/shardflow/shardflow/internal/stats"
 	"github.com/shardflow/shardflow/internal/testsignal"
-	"github.com/shardflow/shardflow/stats"
 )
 
 // reportWriters bounds the jobs' interval count writes in flight at once
@@ -73,8 +73,20 @@ type NodeConfig struct {
 	// ErrorHandler). Default nil: errors are acted on as returned.
 	ErrorHandler ErrorHandler
 	// Metrics, when set, is where the Node registers its Prometheus
-	// collector (a stats.Collector labelled server=ServerID; see its doc
-	// for the metrics) at NewNode, and unregisters it at the end of Stop.
+	// collector at NewNode (unregistered at the end of Stop). Its metrics
+	// carry the label server=ServerID, and job (and item) of the job:
+	//
+	//	shardflow_items_processed_total{result="success|failure"}  counter
+	//	shardflow_runs_total{result="success|failure"}             counter
+	//	shardflow_run_duration_seconds                             histogram, 10 ms to 1 h
+	//	shardflow_reported_errors_total                            counter, errors runs went on from (Shard.ReportError)
+	//	shardflow_last_run_timestamp_seconds                       gauge, end of the last run
+	//	shardflow_last_success_timestamp_seconds                   gauge, end of the last run without error
+	//	shardflow_item_last_success_timestamp_seconds{item}        gauge, end of the item's last run without failure
+	//	shardflow_item_run_errors_total{item}                      counter, runs of the item that ended in an error
+	//	shardflow_item_consecutive_failed_runs{item}               gauge, such runs in a row on this server
+	//
+	// A job's metrics appear when it is added and go when it is removed.
 	// Default nil: no metrics.
 	Metrics prometheus.Registerer
 	// History, when set, receives one record per shard item run (job,

@@ -52,7 +52,7 @@ func (m *Memory) Runs(_ context.Context, f Filter) ([]Record, error) {
 			out = append(out, r)
 		}
 	}
-	SortNewestFirst(out)
+	sortNewestFirst(out)
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[:f.Limit]
 	}
@@ -88,9 +88,9 @@ func (m *Memory) OwnersAt(_ context.Context, f Filter, at time.Time) ([]Record, 
 	return out, nil
 }
 
-// SortNewestFirst orders recs by Begin, latest first (then job, item and
+// sortNewestFirst orders recs by Begin, latest first (then job, item and
 // server, so the order is stable).
-func SortNewestFirst(recs []Record) {
+func sortNewestFirst(recs []Record) {
 	slices.SortFunc(recs, func(a, b Record) int {
 		return cmp.Or(b.Begin.Compare(a.Begin), cmp.Compare(a.Job, b.Job), cmp.Compare(a.Item, b.Item), cmp.Compare(a.Server, b.Server))
 	})

@@ -49,8 +49,8 @@ func StartProcess(t testing.TB, bin string, args []string, env []string) *Proces
 	p := &Process{outPath: outPath, done: make(chan struct{}), file: f, changed: make(chan struct{})}
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout = p
-	cmd.Stderr = p
+	cmd.Stdout = output{p}
+	cmd.Stderr = output{p}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	p.cmd = cmd
 	if err := cmd.Start(); err != nil {
@@ -83,8 +83,13 @@ func StartProcess(t testing.TB, bin string, args []string, env []string) *Proces
 	return p
 }
 
-// Write implements io.Writer for the process's output; it is not for callers.
-func (p *Process) Write(b []byte) (int, error) {
+// output is the io.Writer of a Process's stdout and stderr: it keeps the
+// output file and the lines WaitForLine and Lines read.
+type output struct{ p *Process }
+
+// Write records b, a chunk of the process's output.
+func (o output) Write(b []byte) (int, error) {
+	p := o.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	_, _ = p.file.Write(b)

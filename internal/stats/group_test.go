@@ -78,7 +78,7 @@ func statsGoroutines() int {
 	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
 	n := 0
 	for _, g := range strings.Split(b.String(), "\n\n") {
-		if strings.Contains(g, "shardflow/stats.(*") {
+		if strings.Contains(g, "shardflow/internal/stats.(*") {
 			n++
 		}
 	}
