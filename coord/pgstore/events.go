@@ -169,17 +169,17 @@ func (s *Store) checkWatch(ctx context.Context, q querier, w *watch) error {
 	}
 	var typ store.EventType
 	switch {
-	case czxid == nil && (w.existed || w.kind != watchExist):
+	case czxid == nil && (w.existed || w.kind != store.WatchExist):
 		typ = store.EventNodeDeleted
 	case czxid == nil:
 		return nil
-	case !w.existed && w.kind == watchExist:
+	case !w.existed && w.kind == store.WatchExist:
 		typ = store.EventNodeCreated
 	case *czxid > w.since:
 		typ = store.EventNodeDeleted // deleted and created again
-	case w.kind == watchChild && *pzxid > w.since:
+	case w.kind == store.WatchChild && *pzxid > w.since:
 		typ = store.EventNodeChildrenChanged
-	case w.kind != watchChild && *mzxid > w.since:
+	case w.kind != store.WatchChild && *mzxid > w.since:
 		typ = store.EventNodeDataChanged
 	default:
 		return nil

@@ -81,8 +81,8 @@ func (s *Store) read(ctx context.Context, what, p string, data, children bool) (
 // arm registers a watch of kind on the read r and, when transactions after
 // the read were dispatched before the watch was armed, checks the node
 // itself for a change it would have missed.
-func (s *Store) arm(ctx context.Context, gen uint64, kind watchKind, p string, r *readResult, fn store.WatchFunc) {
-	w := &watch{kind: kind, path: p, since: r.seen, existed: r.ns.exists(), gen: gen, fire: onceFunc(fn)}
+func (s *Store) arm(ctx context.Context, gen uint64, kind store.WatchKind, p string, r *readResult, fn store.WatchFunc) {
+	w := &watch{kind: kind, path: p, since: r.seen, existed: r.ns.exists(), gen: gen, fire: store.OnceFunc(fn)}
 	last, ok := s.reg.add(w)
 	if !ok || last <= r.seen {
 		return
@@ -112,7 +112,7 @@ func (s *Store) Get(ctx context.Context, p string) ([]byte, store.Stat, error) {
 
 // GetW implements store.Store.
 func (s *Store) GetW(ctx context.Context, p string) ([]byte, store.Stat, <-chan store.Event, error) {
-	ch, fn := chanWatch()
+	ch, fn := store.ChanWatch()
 	data, st, err := s.get(ctx, p, fn)
 	if err != nil {
 		return nil, store.Stat{}, nil, err
@@ -139,7 +139,7 @@ func (s *Store) get(ctx context.Context, p string, fn store.WatchFunc) ([]byte, 
 		return nil, store.Stat{}, fmt.Errorf("pgstore: get %s: %w", p, store.ErrNoNode)
 	}
 	if fn != nil {
-		s.arm(ctx, tk.gen, watchData, p, r, fn)
+		s.arm(ctx, tk.gen, store.WatchData, p, r, fn)
 	}
 	return r.data, r.ns.stat(), nil
 }
@@ -151,7 +151,7 @@ func (s *Store) Exists(ctx context.Context, p string) (bool, store.Stat, error) 
 
 // ExistsW implements store.Store.
 func (s *Store) ExistsW(ctx context.Context, p string) (bool, store.Stat, <-chan store.Event, error) {
-	ch, fn := chanWatch()
+	ch, fn := store.ChanWatch()
 	ok, st, err := s.exists(ctx, p, fn)
 	if err != nil {
 		return false, store.Stat{}, nil, err
@@ -175,7 +175,7 @@ func (s *Store) exists(ctx context.Context, p string, fn store.WatchFunc) (bool,
 		return false, store.Stat{}, err
 	}
 	if fn != nil {
-		s.arm(ctx, tk.gen, watchExist, p, r, fn)
+		s.arm(ctx, tk.gen, store.WatchExist, p, r, fn)
 	}
 	return r.ns.exists(), r.ns.stat(), nil
 }
@@ -187,7 +187,7 @@ func (s *Store) Children(ctx context.Context, p string) ([]string, store.Stat, e
 
 // ChildrenW implements store.Store.
 func (s *Store) ChildrenW(ctx context.Context, p string) ([]string, store.Stat, <-chan store.Event, error) {
-	ch, fn := chanWatch()
+	ch, fn := store.ChanWatch()
 	names, st, err := s.children(ctx, p, fn)
 	if err != nil {
 		return nil, store.Stat{}, nil, err
@@ -214,7 +214,7 @@ func (s *Store) children(ctx context.Context, p string, fn store.WatchFunc) ([]s
 		return nil, store.Stat{}, fmt.Errorf("pgstore: children %s: %w", p, store.ErrNoNode)
 	}
 	if fn != nil {
-		s.arm(ctx, tk.gen, watchChild, p, r, fn)
+		s.arm(ctx, tk.gen, store.WatchChild, p, r, fn)
 	}
 	return r.children, r.ns.stat(), nil
 }

@@ -2,63 +2,19 @@ package pgstore
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// watchKind is which one-shot watch a call armed.
-type watchKind uint8
-
-const (
-	watchData  watchKind = iota + 1 // GetW: data change or deletion
-	watchExist                      // ExistsW: creation, data change or deletion
-	watchChild                      // ChildrenW: child change or deletion
-)
-
-// fires reports whether a node event of type t triggers a watch of kind k
-// (ZooKeeper's table).
-func (k watchKind) fires(t store.EventType) bool {
-	switch t {
-	case store.EventNodeCreated:
-		return k == watchExist
-	case store.EventNodeDataChanged:
-		return k == watchExist || k == watchData
-	case store.EventNodeChildrenChanged:
-		return k == watchChild
-	case store.EventNodeDeleted:
-		return true
-	}
-	return false
-}
-
 // watch is one armed watch: it fires on the first event of its kind on its
 // path in a transaction after since, the zxid its read saw.
 type watch struct {
-	kind    watchKind
+	kind    store.WatchKind
 	path    string
 	since   int64
 	existed bool   // the node existed at the read (set-watches check)
 	gen     uint64 // session generation it was armed on
 	fire    store.WatchFunc
-}
-
-// onceFunc guards fn to run at most once: a watch may be fired by the
-// dispatcher and by the arm-time or reconnect check.
-func onceFunc(fn store.WatchFunc) store.WatchFunc {
-	var done atomic.Bool
-	return func(ev store.Event) {
-		if done.CompareAndSwap(false, true) {
-			fn(ev)
-		}
-	}
-}
-
-// chanWatch returns a channel of capacity 1 and the function, called at
-// most once, that sends the watch's event on it.
-func chanWatch() (<-chan store.Event, store.WatchFunc) {
-	ch := make(chan store.Event, 1)
-	return ch, func(ev store.Event) { ch <- ev }
 }
 
 // event is one node event of a committed transaction.
@@ -158,7 +114,7 @@ func (r *registry) dispatch(zxid int64, evs []event) {
 		}
 		keep := ws[:0]
 		for _, w := range ws {
-			if ev.zxid > w.since && w.kind.fires(ev.typ) {
+			if ev.zxid > w.since && w.kind.Fires(ev.typ) {
 				w.fire(store.Event{Type: ev.typ, Path: ev.path})
 				continue
 			}

@@ -2,38 +2,32 @@ package zkstore
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// watchKind is which one-shot watch a call armed, as in the ZooKeeper
-// protocol: each kind fires on a different set of node events.
-type watchKind uint8
+// watchKind is store.WatchKind (the firing table every adapter shares)
+// applied to the event types the ZooKeeper client sends.
+type watchKind store.WatchKind
 
 const (
-	watchData  watchKind = iota + 1 // GetW: data change or deletion
-	watchExist                      // ExistsW: creation, data change or deletion
-	watchChild                      // ChildrenW: child change or deletion
+	watchData  = watchKind(store.WatchData)
+	watchExist = watchKind(store.WatchExist)
+	watchChild = watchKind(store.WatchChild)
 )
 
-// fires reports whether a node event of type t triggers a watch of kind k
-// (the same table as the ZooKeeper client's notifyWatches).
-func (k watchKind) fires(t zk.EventType) bool {
-	switch t {
-	case zk.EventNodeCreated:
-		return k == watchExist
-	case zk.EventNodeDataChanged:
-		return k == watchExist || k == watchData
-	case zk.EventNodeChildrenChanged:
-		return k == watchChild
-	case zk.EventNodeDeleted:
-		return true
-	}
-	return false
+// storeEvents maps the client's node event types to the store's.
+var storeEvents = map[zk.EventType]store.EventType{
+	zk.EventNodeCreated:         store.EventNodeCreated,
+	zk.EventNodeDeleted:         store.EventNodeDeleted,
+	zk.EventNodeDataChanged:     store.EventNodeDataChanged,
+	zk.EventNodeChildrenChanged: store.EventNodeChildrenChanged,
 }
+
+// fires reports whether a node event of type t triggers a watch of kind k.
+func (k watchKind) fires(t zk.EventType) bool { return store.WatchKind(k).Fires(storeEvents[t]) }
 
 // watch is one armed store watch: fire is called with its one event by
 // whoever removes the watch from the registry, with the registry's lock
@@ -47,24 +41,11 @@ type watch struct {
 	fire store.WatchFunc
 }
 
-// onceFunc returns fn guarded to run at most once: a call may arm its watch
-// again on a new client after an attempt that failed, and the failed
-// attempt's watch may have fired already.
-func onceFunc(fn store.WatchFunc) store.WatchFunc {
-	var done atomic.Bool
-	return func(ev store.Event) {
-		if done.CompareAndSwap(false, true) {
-			fn(ev)
-		}
-	}
-}
-
-// chanWatch returns a channel of capacity 1 and the function, called at
-// most once, that sends the watch's event on it.
-func chanWatch() (<-chan store.Event, store.WatchFunc) {
-	ch := make(chan store.Event, 1)
-	return ch, onceFunc(func(ev store.Event) { ch <- ev })
-}
+// onceFunc and chanWatch are the store's (store.OnceFunc, store.ChanWatch).
+var (
+	onceFunc  = store.OnceFunc
+	chanWatch = store.ChanWatch
+)
 
 // watchRegistry dispatches ZooKeeper node events to store watches (channels
 // or store.WatchFuncs) without a goroutine per watch. Events arrive through
