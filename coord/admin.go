@@ -372,16 +372,24 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 	if err := a.linkDependsOn(ctx, job, field, old, next); err != nil {
 		return err
 	}
+	return a.afterConfigSet(ctx, p, field, old, newFields[field], next)
+}
+
+// afterConfigSet makes what an edit of field from old to value implies
+// beyond the field: a changed total reshards and prunes the items beyond
+// it; monitoring or failover turned off clears what failover left queued
+// or claimed.
+func (a *admin) afterConfigSet(ctx context.Context, p layout.JobPaths, field, old, value string, next jobconfig.Config) error {
 	switch field {
 	case jobconfig.FieldShardingTotalCount:
-		if old != newFields[field] {
+		if old != value {
 			if err := a.raiseResharding(ctx, p); err != nil {
 				return err
 			}
 			return a.pruneItemsBeyond(ctx, p, next.ShardingTotalCount)
 		}
 	case jobconfig.FieldMonitorExecution:
-		if newFields[field] == "false" {
+		if value == "false" {
 			// No failover without monitoring (docs/configuration.md):
 			// the queue and the claims no run has taken go (the running
 			// nodes of failover runs tell which claims a run holds:
@@ -398,7 +406,7 @@ func (a *admin) setConfig(ctx context.Context, job, field, value string) error {
 			return a.bumpFailoverDir(ctx, p)
 		}
 	case jobconfig.FieldFailover:
-		if newFields[field] == "false" {
+		if value == "false" {
 			if err := a.clearExecutionNodes(ctx, p, layout.NFailover); err != nil {
 				return err
 			}

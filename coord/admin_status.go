@@ -251,11 +251,77 @@ func (a *admin) itemStatuses(ctx context.Context, p layout.JobPaths, cfg jobconf
 // (by the record's Mzxid), unless a failover run began it since (its
 // lastBeginTime's Mzxid above the record's).
 func (a *admin) readItems(ctx context.Context, p layout.JobPaths, out []ItemStatus, present map[int]bool, recs []storedRecord, monitor bool) error {
-	type get struct {
-		is   *ItemStatus
-		name string
+	kids, err := a.listItems(ctx, p, out, present)
+	if err != nil {
+		return err
 	}
-	// newest: per item, the newest run record naming it.
+	var gets []itemGet
+	running := make([]bool, len(out))
+	for i := range out {
+		is := &out[i]
+		for _, k := range kids[i] {
+			switch k {
+			case layout.NRunning:
+				running[i] = true
+			case layout.NMisfire:
+				is.Misfire = true
+			case layout.NDisabled:
+				is.Disabled = true
+			case layout.NLastBeginTime, layout.NLastCompleteTime, layout.NFailover:
+				gets = append(gets, itemGet{is: is, name: k})
+			}
+		}
+	}
+	if err := a.getItemNodes(ctx, p, gets); err != nil {
+		return err
+	}
+	// A failover run's times, per item.
+	fbegin, fcomplete := map[*ItemStatus]stamp{}, map[*ItemStatus]stamp{}
+	for _, r := range gets {
+		if !r.found {
+			continue
+		}
+		if r.name == layout.NFailover {
+			r.is.Failover = r.val
+			continue
+		}
+		t, terr := layout.ParseTime([]byte(r.val))
+		if terr != nil {
+			continue
+		}
+		if r.name == layout.NLastBeginTime {
+			fbegin[r.is] = stamp{&t, r.mzxid}
+		} else {
+			fcomplete[r.is] = stamp{&t, r.mzxid}
+		}
+	}
+	newest := newestRecords(recs)
+	for i := range out {
+		is := &out[i]
+		itemTimes(is, newest[is.Item], fbegin[is], fcomplete[is], running[i], monitor)
+	}
+	return nil
+}
+
+// itemGet is one value a status read gets below an item's container, and
+// what it found.
+type itemGet struct {
+	is    *ItemStatus
+	name  string
+	val   string
+	mzxid int64
+	found bool
+}
+
+// stamp is a time read from a node, with the node's Mzxid: which of an
+// item's runs came last. A zero stamp (t nil) is none.
+type stamp struct {
+	t     *time.Time
+	mzxid int64
+}
+
+// newestRecords maps each item to the newest run record naming it.
+func newestRecords(recs []storedRecord) map[int]*storedRecord {
 	newest := map[int]*storedRecord{}
 	for i := range recs {
 		for _, it := range recs[i].rec.Items {
@@ -264,6 +330,12 @@ func (a *admin) readItems(ctx context.Context, p layout.JobPaths, out []ItemStat
 			}
 		}
 	}
+	return newest
+}
+
+// listItems lists the children of the items of out that have a container
+// (present), layout.ItemReaders at a time; kids[i] are out[i]'s.
+func (a *admin) listItems(ctx context.Context, p layout.JobPaths, out []ItemStatus, present map[int]bool) ([][]string, error) {
 	kids := make([][]string, len(out))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(layout.ItemReaders)
@@ -280,104 +352,65 @@ func (a *admin) readItems(ctx context.Context, p layout.JobPaths, out []ItemStat
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	var gets []get
-	running := make([]bool, len(out))
-	for i := range out {
-		is := &out[i]
-		for _, k := range kids[i] {
-			switch k {
-			case layout.NRunning:
-				running[i] = true
-			case layout.NMisfire:
-				is.Misfire = true
-			case layout.NDisabled:
-				is.Disabled = true
-			case layout.NLastBeginTime, layout.NLastCompleteTime, layout.NFailover:
-				gets = append(gets, get{is, k})
-			}
-		}
-	}
-	vals := make([]string, len(gets))
-	stats := make([]store.Stat, len(gets))
-	found := make([]bool, len(gets))
-	g, gctx = errgroup.WithContext(ctx)
+	return kids, g.Wait()
+}
+
+// getItemNodes reads the nodes gets name, layout.ItemReaders at a time; a node
+// deleted since its listing is left not found.
+func (a *admin) getItemNodes(ctx context.Context, p layout.JobPaths, gets []itemGet) error {
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(layout.ItemReaders)
-	for i, r := range gets {
+	for i := range gets {
+		r := &gets[i]
 		g.Go(func() error {
 			d, st, err := a.st.Get(gctx, p.Item(r.is.Item, r.name))
 			if errors.Is(err, store.ErrNoNode) {
-				return nil // deleted between the listing and the read
+				return nil
 			}
 			if err != nil {
 				return fmt.Errorf("coord: read %s: %w", p.Item(r.is.Item, r.name), err)
 			}
-			vals[i], stats[i], found[i] = string(d), st, true
+			r.val, r.mzxid, r.found = string(d), st.Mzxid, true
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	// A failover run's times, per item: value and Mzxid.
-	type stamp struct {
-		t     *time.Time
-		mzxid int64
-	}
-	fbegin, fcomplete := map[*ItemStatus]stamp{}, map[*ItemStatus]stamp{}
-	for i, r := range gets {
-		if !found[i] {
-			continue
-		}
-		if r.name == layout.NFailover {
-			r.is.Failover = vals[i]
-			continue
-		}
-		t, terr := layout.ParseTime([]byte(vals[i]))
-		if terr != nil {
-			continue
-		}
-		if r.name == layout.NLastBeginTime {
-			fbegin[r.is] = stamp{&t, stats[i].Mzxid}
-		} else {
-			fcomplete[r.is] = stamp{&t, stats[i].Mzxid}
-		}
-	}
-	for i := range out {
-		is := &out[i]
-		rec := newest[is.Item]
-		fb, hasF := fbegin[is]
-		if hasF && (rec == nil || fb.mzxid > rec.mzxid) {
-			// A failover run is the item's newest.
-			is.LastBeginTime = fb.t
-			fc, done := fcomplete[is]
-			if done && fc.mzxid > fb.mzxid {
-				is.LastCompleteTime = fc.t
-			}
-			is.Running = running[i] && monitor
-			is.Completed = !is.Running && done && fc.mzxid > fb.mzxid
-			continue
-		}
-		if rec == nil || recordTime(rec.rec.Begin) == nil {
-			continue
-		}
-		is.LastBeginTime = recordTime(rec.rec.Begin)
-		if f, ok := rec.rec.Failing[is.Item]; ok {
-			is.ConsecutiveFailures, is.FailingSince, is.LastError, is.FailingOn = f.Runs, recordTime(f.Since), f.Error, rec.server
-		}
-		if rec.rec.Complete != "" {
-			is.LastCompleteTime = recordTime(rec.rec.Complete)
-			is.Completed = rec.rec.Monitor
-		} else if fc, ok := fcomplete[is]; ok && hasF && fc.mzxid > fb.mzxid {
-			// The record's run has not completed; the item's last
-			// completion is an earlier failover run's.
+	return g.Wait()
+}
+
+// itemTimes sets an item's times and its running and completed states
+// from its newest run: a failover run that began after rec (the newest
+// record naming the item, nil when none), whose begin and complete are fb
+// and fc (zero when absent), else rec's run. running: the item's running
+// node exists; monitor: the config monitors execution (else nothing runs
+// for readers).
+func itemTimes(is *ItemStatus, rec *storedRecord, fb, fc stamp, running, monitor bool) {
+	failoverDone := fb.t != nil && fc.t != nil && fc.mzxid > fb.mzxid
+	if fb.t != nil && (rec == nil || fb.mzxid > rec.mzxid) {
+		// A failover run is the item's newest.
+		is.LastBeginTime = fb.t
+		if failoverDone {
 			is.LastCompleteTime = fc.t
 		}
-		is.Running = monitor && (rec.live && rec.rec.Complete == "" && rec.rec.Monitor || running[i])
+		is.Running = running && monitor
+		is.Completed = !is.Running && failoverDone
+		return
 	}
-	return nil
+	if rec == nil || recordTime(rec.rec.Begin) == nil {
+		return
+	}
+	is.LastBeginTime = recordTime(rec.rec.Begin)
+	if f, ok := rec.rec.Failing[is.Item]; ok {
+		is.ConsecutiveFailures, is.FailingSince, is.LastError, is.FailingOn = f.Runs, recordTime(f.Since), f.Error, rec.server
+	}
+	if rec.rec.Complete != "" {
+		is.LastCompleteTime = recordTime(rec.rec.Complete)
+		is.Completed = rec.rec.Monitor
+	} else if failoverDone {
+		// The record's run has not completed; the item's last
+		// completion is an earlier failover run's.
+		is.LastCompleteTime = fc.t
+	}
+	is.Running = monitor && (rec.live && rec.rec.Complete == "" && rec.rec.Monitor || running)
 }
 
 // recordTime decodes a time of a run record; nil when malformed.
