@@ -61,6 +61,10 @@ type Shard struct {
 	Epoch int64
 	// Failover is true when this server took the item over from a crashed one.
 	Failover bool
+	// WorkflowRun is the workflow run this item's run serves (a job with
+	// DependsOn, or a job others depend on: docs/workflows.md); "" for a
+	// job in no workflow.
+	WorkflowRun string
 
 	fence  func(ctx context.Context) error
 	report func(ctx context.Context, err error)

@@ -18,6 +18,9 @@ type RunInfo struct {
 	Items []int
 	// Started is when the run began (before coordination).
 	Started time.Time
+	// WorkflowRun is the workflow run the run serves ("" for a job in no
+	// workflow); Items are then only the items not completed in it yet.
+	WorkflowRun string
 }
 
 // JobListener is told before and after each run of a job on this server,

@@ -15,6 +15,7 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/workflow"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/internal/startstop"
 	"github.com/shardflow/shardflow/internal/stats"
@@ -185,6 +186,8 @@ type hostedJob struct {
 
 	detachOnce sync.Once
 	detachErr  error
+	// wf is the job's workflow state (coord/workflow): the runs it serves.
+	wf workflowJob
 	// halt is cancelled when the job starts being detached: no new run,
 	// streaming loops end, a run still waiting in Begin gives up.
 	halt       context.Context
@@ -275,6 +278,7 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 	// The join validates cfg (after defaults) and encodes it, once; the
 	// job runs on the config the join returns (Job.Config).
 	h := &hostedJob{name: cfg.JobName, pipeline: pipeline, counter: new(stats.Counter)}
+	h.wf.steps = workflow.ForJob(n.st, n.Namespace(), cfg.JobName)
 	h.halt, h.haltCancel = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(&h.opts)
@@ -340,6 +344,7 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 	default:
 	}
 	cj.OnSignal(func(sig protocol.Signal) { n.onSignal(h, sig) })
+	n.armKick(h, cj.Config(), 0)
 	return nil
 }
 
@@ -372,6 +377,7 @@ func (n *Node) RemoveJob(ctx context.Context, name string) error {
 func (n *Node) detach(ctx context.Context, h *hostedJob, leave bool) error {
 	h.detachOnce.Do(func() {
 		h.haltCancel()
+		n.stopKick(h)
 		var errs []error
 		if err := n.sched.remove(ctx, h.name); err != nil && !errors.Is(err, ErrNoJob) {
 			errs = append(errs, err) // the run was cancelled and has returned
@@ -471,6 +477,7 @@ func (n *Node) onSignal(h *hostedJob, sig protocol.Signal) {
 			n.reportError(h.name, fmt.Errorf("dataflow: apply stored config: %w", err))
 		}
 		h.reporter.SetInterval(cfg.ProcessCountInterval)
+		n.armKick(h, cfg, 0)
 	case protocol.SignalTrigger:
 		if err := n.sched.trigger(h.name, ReasonTrigger); err != nil && !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
 			n.reportError(h.name, err)
@@ -540,6 +547,10 @@ type hostedRuns struct {
 }
 
 func (r hostedRuns) run(ctx context.Context, reason Reason) {
+	if (reason == ReasonTrigger || reason == ReasonMisfire) && len(r.h.cj.Config().DependsOn) > 0 && !r.n.hasOpenStep(ctx, r.h) {
+		// A job that runs after others runs in workflow runs only.
+		return
+	}
 	if ctx.Err() == nil && !r.n.isStopping(r.h) {
 		r.n.runOnce(ctx, r.h, reason)
 	}
@@ -589,7 +600,12 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	// edit during the run applies to the next one, whole.
 	cfg := run.Config()
 	assigned := run.Shards()
-	info := RunInfo{JobName: h.name, ServerID: n.reg.ServerID(), Reason: reason, Started: started, Items: make([]int, len(assigned))}
+	// A job in a workflow runs the items its workflow run still owes.
+	wfRun, assigned, err := n.pickWorkflow(bctx, h, cfg, assigned)
+	if err != nil {
+		n.reportError(h.name, fmt.Errorf("dataflow: workflow run: %w", err))
+	}
+	info := RunInfo{JobName: h.name, ServerID: n.reg.ServerID(), Reason: reason, Started: started, Items: make([]int, len(assigned)), WorkflowRun: wfRun}
 	shards := make([]Shard, len(assigned))
 	for i, a := range assigned {
 		item := a.Item
@@ -598,7 +614,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 			JobName: h.name, Item: item, Total: cfg.ShardingTotalCount,
 			ItemParameter: run.ItemParameter(item), JobParameter: cfg.JobParameter,
 			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
-			ServerID: info.ServerID,
+			ServerID: info.ServerID, WorkflowRun: wfRun,
 		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }).
 			WithReporter(func(ctx context.Context, err error) { n.reportRunError(ctx, h.name, run, err) })
 		shards[i].handle = n.cfg.ErrorHandler
@@ -648,6 +664,10 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	// its one transaction: status shows a failing item, and the counts,
 	// as soon as the run ends, not a report interval later.
 	out := protocol.RunOutcome{Errors: itemErrors(rctx, res, cancelled, nil)}
+	// The workflow run's record of its items before the completion: a
+	// crash between the two re-runs nothing (the items' failover run
+	// finds them completed in the workflow run).
+	n.recordWorkflow(cctx, h, wfRun, assigned, cancelled, out.Errors)
 	if s, f := h.counter.Drain(); s != 0 || f != 0 || len(assigned) > 0 {
 		out.Counts = &protocol.CountReport{Success: s, Failure: f}
 	}

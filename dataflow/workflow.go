@@ -3,9 +3,25 @@ package dataflow
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
 
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/workflow"
 )
+
+// workflowJob is a hosted job's part in workflows.
+type workflowJob struct {
+	steps *workflow.Steps
+
+	mu         sync.Mutex
+	first      bool      // jobs depend on it (read at firstRead)
+	firstRead  time.Time // zero: never read
+	kick       *time.Timer
+	kickStop   bool
+	kickActive sync.WaitGroup
+}
 
 // checkDependsOn checks a job's DependsOn against the namespace before it
 // joins: the jobs it names are stored (added to a Node, or `shardflow job
@@ -27,4 +43,150 @@ func (n *Node) linkDependsOn(ctx context.Context, eff JobConfig) error {
 		return fmt.Errorf("link dependsOn: %w", err)
 	}
 	return nil
+}
+
+// isFirst reports whether h starts workflow runs (depends on nothing, and
+// jobs depend on it). The answer is kept for the job's reconcile interval:
+// a job in no workflow reads its dependents' links at most that often, not
+// at every run; a dependency stored meanwhile applies from the first
+// job's first fire after that.
+func (n *Node) isFirst(ctx context.Context, h *hostedJob, cfg JobConfig) (bool, error) {
+	if len(cfg.DependsOn) > 0 {
+		return false, nil
+	}
+	w := &h.wf
+	w.mu.Lock()
+	if !w.firstRead.IsZero() && time.Since(w.firstRead) < max(cfg.ReconcileInterval, time.Second) {
+		defer w.mu.Unlock()
+		return w.first, nil
+	}
+	w.mu.Unlock()
+	first, err := w.steps.First(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	w.mu.Lock()
+	w.first, w.firstRead = first, time.Now()
+	w.mu.Unlock()
+	return first, nil
+}
+
+// pickWorkflow decides which workflow run a run of h serves and which of
+// its items it runs (workflow.Steps.Pick): a job in no workflow runs all
+// of them in none; on an error a job in a workflow runs none (its next
+// run, or the reconcile kick, tries again).
+func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, assigned []protocol.Assignment) (string, []protocol.Assignment, error) {
+	first, err := n.isFirst(ctx, h, cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	if !first && len(cfg.DependsOn) == 0 {
+		return "", assigned, nil
+	}
+	items := make([]int, len(assigned))
+	for i, a := range assigned {
+		items[i] = a.Item
+	}
+	pick, err := h.wf.steps.Pick(ctx, items, cfg.DependsOn, first, cfg.ShardingTotalCount)
+	if err != nil {
+		return "", nil, err
+	}
+	if pick.Run == "" {
+		if len(cfg.DependsOn) > 0 {
+			return "", nil, nil
+		}
+		return "", assigned, nil
+	}
+	keep := make([]protocol.Assignment, 0, len(pick.Items))
+	for _, a := range assigned {
+		if slices.Contains(pick.Items, a.Item) {
+			keep = append(keep, a)
+		}
+	}
+	return pick.Run, keep, nil
+}
+
+// recordWorkflow records the completion of a run's items in its workflow
+// run (workflow.Steps.Record), which starts the steps after it when they
+// complete its step. A cancelled run records nothing: its items run again
+// (their new owner's run, or their failover run) in the same workflow run.
+func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, run string, assigned []protocol.Assignment, cancelled bool, errs map[int]string) {
+	if run == "" || cancelled || len(assigned) == 0 {
+		return
+	}
+	outcomes := make(map[int]string, len(assigned))
+	for _, a := range assigned {
+		outcomes[a.Item] = errs[a.Item]
+	}
+	started, err := h.wf.steps.Record(ctx, run, outcomes)
+	if err != nil {
+		n.reportError(h.name, fmt.Errorf("dataflow: record the run's items in workflow run %s: %w", run, err))
+		return
+	}
+	if len(started) > 0 {
+		n.logger.Info("dataflow: workflow steps started", "job", h.name, "workflowRun", run, "started", started)
+	}
+}
+
+// hasOpenStep reports whether a job with DependsOn has a step to run: a
+// trigger or a kick of one without runs nothing (and begins no run).
+func (n *Node) hasOpenStep(ctx context.Context, h *hostedJob) bool {
+	open, err := h.wf.steps.Open(ctx)
+	if err != nil {
+		n.logger.Warn("dataflow: reading the job's workflow runs", "job", h.name, "err", err)
+		return true // Begin and Pick decide
+	}
+	return len(open) > 0
+}
+
+// armKick starts h's workflow kick when its config has DependsOn: at once
+// (a server joining after a step started runs it), then every reconcile
+// interval, a trigger of this server when a step of the job is open (its
+// items moved here after the trigger, or this server missed it). The
+// kick runs on a timer (no goroutine while waiting); stopKick waits for
+// one in progress.
+func (n *Node) armKick(h *hostedJob, cfg JobConfig, after time.Duration) {
+	w := &h.wf
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kickStop || len(cfg.DependsOn) == 0 || w.kick != nil {
+		return
+	}
+	w.kick = time.AfterFunc(max(after, 0), func() { n.kickOnce(h) })
+}
+
+func (n *Node) kickOnce(h *hostedJob) {
+	w := &h.wf
+	w.mu.Lock()
+	if w.kickStop {
+		w.mu.Unlock()
+		return
+	}
+	w.kickActive.Add(1)
+	w.kick = nil
+	w.mu.Unlock()
+	defer w.kickActive.Done()
+	cfg := h.cj.Config()
+	if len(cfg.DependsOn) == 0 {
+		return // no longer in a workflow: armed again by a config change
+	}
+	ctx, cancel := context.WithTimeout(h.halt, reportTimeout)
+	if n.hasOpenStep(ctx, h) {
+		_ = n.sched.trigger(h.name, ReasonTrigger)
+	}
+	cancel()
+	n.armKick(h, cfg, max(cfg.ReconcileInterval, time.Second))
+}
+
+// stopKick stops h's kick and waits for one in progress.
+func (n *Node) stopKick(h *hostedJob) {
+	w := &h.wf
+	w.mu.Lock()
+	w.kickStop = true
+	if w.kick != nil {
+		w.kick.Stop()
+		w.kick = nil
+	}
+	w.mu.Unlock()
+	w.kickActive.Wait()
 }

@@ -38,6 +38,9 @@ type ShardContext struct {
 	Epoch    int64  `json:"epoch"`
 	ServerID string `json:"serverId"`
 	Failover bool   `json:"failover"`
+	// WorkflowRun is the workflow run the item's run serves
+	// (dataflow.Shard.WorkflowRun); absent for a job in no workflow.
+	WorkflowRun string `json:"workflowRun,omitempty"`
 }
 
 // NewShardContext is the context of shard on server serverID.
@@ -45,7 +48,7 @@ func NewShardContext(shard dataflow.Shard, serverID string) ShardContext {
 	return ShardContext{
 		JobName: shard.JobName, ShardingItem: shard.Item, ShardingTotalCount: shard.Total,
 		ShardingParameter: shard.ItemParameter, JobParameter: shard.JobParameter,
-		Epoch: shard.Epoch, ServerID: serverID, Failover: shard.Failover,
+		Epoch: shard.Epoch, ServerID: serverID, Failover: shard.Failover, WorkflowRun: shard.WorkflowRun,
 	}
 }
 
@@ -57,9 +60,10 @@ func (c ShardContext) JSON() []byte {
 
 // Env returns c as environment entries: SHARDFLOW_JOB, SHARDFLOW_ITEM,
 // SHARDFLOW_TOTAL, SHARDFLOW_ITEM_PARAMETER, SHARDFLOW_JOB_PARAMETER,
-// SHARDFLOW_EPOCH, SHARDFLOW_SERVER_ID and SHARDFLOW_FAILOVER.
+// SHARDFLOW_EPOCH, SHARDFLOW_SERVER_ID and SHARDFLOW_FAILOVER, and
+// SHARDFLOW_WORKFLOW_RUN for an item run in a workflow run.
 func (c ShardContext) Env() []string {
-	return []string{
+	env := []string{
 		"SHARDFLOW_JOB=" + c.JobName,
 		"SHARDFLOW_ITEM=" + strconv.Itoa(c.ShardingItem),
 		"SHARDFLOW_TOTAL=" + strconv.Itoa(c.ShardingTotalCount),
@@ -69,4 +73,8 @@ func (c ShardContext) Env() []string {
 		"SHARDFLOW_SERVER_ID=" + c.ServerID,
 		"SHARDFLOW_FAILOVER=" + strconv.FormatBool(c.Failover),
 	}
+	if c.WorkflowRun != "" {
+		env = append(env, "SHARDFLOW_WORKFLOW_RUN="+c.WorkflowRun)
+	}
+	return env
 }

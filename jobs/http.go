@@ -72,6 +72,10 @@ func (e *redactedError) Is(target error) bool { return errors.Is(e.err, target) 
 // As is errors.As over e's chain, for typed causes (dataflow.TimeoutError).
 func (e *redactedError) As(target any) bool { return errors.As(e.err, target) }
 
+// WorkflowRunHeader carries the workflow run an HTTP job's item runs in
+// (ShardContext.WorkflowRun), beside the same in the JSON body.
+const WorkflowRunHeader = "Shardflow-Workflow-Run"
+
 func runHTTP(ctx context.Context, client *http.Client, req HTTPRequest, c ShardContext) error {
 	method := req.Method
 	if method == "" {
@@ -88,6 +92,9 @@ func runHTTP(ctx context.Context, client *http.Client, req HTTPRequest, c ShardC
 	}
 	if hreq.Header.Get("Content-Type") == "" {
 		hreq.Header.Set("Content-Type", "application/json")
+	}
+	if c.WorkflowRun != "" {
+		hreq.Header.Set(WorkflowRunHeader, c.WorkflowRun)
 	}
 	resp, err := client.Do(hreq)
 	if err != nil {
