@@ -43,7 +43,7 @@ func main() {
 	batch := flag.Int("batch", 1000, "FetchDataCount: rows claimed per fetch")
 	items := flag.Int("items", 8, "ShardingTotalCount")
 	riverWorkers := flag.Int("river-workers", 2000, "river MaxWorkers")
-	only := flag.String("only", "", "comma-separated subset of: shardflow,shardflow-tx,pgx,river,update")
+	only := flag.String("only", "", "comma-separated subset of: shardflow,shardflow-tx,shardflow-tx-pgcoord,shardflow-tx-shared,pgx,river,update")
 	rounds := flag.Int("rounds", 1, "rounds of every measurement, in alternating order (odd rounds reversed); the table shows each one's median")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
@@ -55,7 +55,7 @@ func main() {
 		if !want(name) {
 			return
 		}
-		pool, drop, err := freshDB(ctx, *dsn, name)
+		pool, _, drop, err := freshDB(ctx, *dsn, name)
 		if err != nil {
 			fatal(err)
 		}
@@ -77,6 +77,21 @@ func main() {
 		}},
 		{"shardflow-tx", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
 			return benchShardflow(ctx, p, *rows, *items, *batch, true)
+		}},
+		{"shardflow-tx-pgcoord", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
+			// Coordination on pgstore in a database of its own on the same
+			// server: every batch asks the store (a separate check).
+			_, coordDSN, drop, err := freshDB(ctx, *dsn, "coord")
+			if err != nil {
+				return result{}, err
+			}
+			defer drop()
+			return benchShardflowPgCoord(ctx, p, coordDSN, *rows, *items, *batch, false)
+		}},
+		{"shardflow-tx-shared", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
+			// Coordination and data in one database: every batch checks its
+			// ownership in its own transaction.
+			return benchShardflowPgCoord(ctx, p, p.Config().ConnString(), *rows, *items, *batch, true)
 		}},
 		{"pgx", func(ctx context.Context, p *pgxpool.Pool) (result, error) {
 			return benchPgxLoop(ctx, p, *rows, *items, *batch)
@@ -133,9 +148,14 @@ func main() {
 	for _, t := range []struct {
 		a, b   string
 		target float64
-	}{{"shardflow", "pgx", 0.9}, {"shardflow", "river", 3}, {"shardflow-tx", "update", 0.5}} {
+	}{{"shardflow", "pgx", 0.9}, {"shardflow", "river", 3}, {"shardflow-tx", "update", 0.5},
+		{"shardflow-tx-shared", "update", 0.5}, {"shardflow-tx-shared", "shardflow-tx-pgcoord", 0}} {
 		if rate[t.a] > 0 && rate[t.b] > 0 {
-			fmt.Printf("- %s / %s = %.2fx (target >= %.1fx)\n", t.a, t.b, rate[t.a]/rate[t.b], t.target)
+			target := ""
+			if t.target > 0 {
+				target = fmt.Sprintf(" (target >= %.1fx)", t.target)
+			}
+			fmt.Printf("- %s / %s = %.2fx%s\n", t.a, t.b, rate[t.a]/rate[t.b], target)
 		}
 	}
 }
@@ -174,32 +194,35 @@ func fatal(err error) {
 }
 
 // freshDB creates database shardflow_bench_<pid>_<name> and returns a pool
-// on it and a func dropping it.
-func freshDB(ctx context.Context, dsn, name string) (*pgxpool.Pool, func(), error) {
+// on it, its DSN and a func dropping it.
+func freshDB(ctx context.Context, dsn, name string) (*pgxpool.Pool, string, func(), error) {
 	admin, err := postgres.Connect(ctx, dsn, 1)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	db := fmt.Sprintf("shardflow_bench_%d_%s", os.Getpid(), strings.ReplaceAll(name, "-", "_"))
 	if _, err := admin.Exec(ctx, "CREATE DATABASE "+db); err != nil {
 		admin.Close()
-		return nil, nil, fmt.Errorf("creating database %s: %w", db, err)
+		return nil, "", nil, fmt.Errorf("creating database %s: %w", db, err)
 	}
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, nil, err
-	}
-	u := url.URL{Scheme: "postgres", User: url.UserPassword(cfg.User, cfg.Password), Host: fmt.Sprintf("%s:%d", cfg.Host, cfg.Port), Path: "/" + db}
-	pool, err := postgres.Connect(ctx, u.String(), 32)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pool, func() {
+	drop := func() {
 		if _, err := admin.Exec(context.Background(), "DROP DATABASE "+db+" WITH (FORCE)"); err != nil {
 			fmt.Fprintln(os.Stderr, "pgbench: dropping", db+":", err)
 		}
 		admin.Close()
-	}, nil
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		drop()
+		return nil, "", nil, err
+	}
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(cfg.User, cfg.Password), Host: fmt.Sprintf("%s:%d", cfg.Host, cfg.Port), Path: "/" + db}
+	pool, err := postgres.Connect(ctx, u.String(), 32)
+	if err != nil {
+		drop()
+		return nil, "", nil, err
+	}
+	return pool, u.String(), drop, nil
 }
 
 // seedWork creates a work table "work" with n pending rows: the business

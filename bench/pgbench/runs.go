@@ -15,6 +15,8 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/pgstore"
+	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
@@ -29,6 +31,45 @@ type workRow struct {
 // and its half of the items, each running the dataflow pipeline engine
 // (streaming, one worker per item).
 func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch int, tx bool) (result, error) {
+	// Two Nodes in this process over one in-memory coordination server:
+	// the real scheduler, coord protocol (resharding, running marks,
+	// fencing checks through the store) and pipeline, without ZooKeeper's
+	// network round trips.
+	srv := memstore.NewServer()
+	r, err := drainWith(ctx, pool, n, items, batch, tx, func(context.Context) (store.Store, error) { return srv.Connect(), nil })
+	if err != nil {
+		return result{}, err
+	}
+	r.name, r.note = "shardflow", "claim mode"
+	if tx {
+		r.name, r.note = "shardflow-tx", "transactional mode (rows locked and marked done by one statement in the batch transaction, fence)"
+	}
+	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d", items, batch)
+	return r, nil
+}
+
+// benchShardflowPgCoord is the transactional mode coordinated by pgstore at
+// coordDSN: in the work table's database (shared: each batch checks its
+// ownership inside its own transaction) or in another database of the same
+// server (each batch asks the store in a check of its own).
+func benchShardflowPgCoord(ctx context.Context, pool *pgxpool.Pool, coordDSN string, n int64, items, batch int, shared bool) (result, error) {
+	r, err := drainWith(ctx, pool, n, items, batch, true, func(ctx context.Context) (store.Store, error) {
+		return pgstore.Open(ctx, pgstore.Config{DSN: coordDSN})
+	})
+	if err != nil {
+		return result{}, err
+	}
+	r.name, r.note = "shardflow-tx-pgcoord", "transactional mode coordinated by pgstore in another database of the server (a separate ownership check per batch)"
+	if shared {
+		r.name, r.note = "shardflow-tx-shared", "transactional mode coordinated by pgstore in the same database (ownership checked in each batch's transaction)"
+	}
+	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process (streaming, 1 worker per item), batch %d", items, batch)
+	return r, nil
+}
+
+// drainWith drains the table with the claim mode (or, with tx, the
+// transactional mode) on two Nodes whose stores open opens.
+func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch int, tx bool, open func(context.Context) (store.Store, error)) (result, error) {
 	if err := seedWork(ctx, pool, n); err != nil {
 		return result{}, err
 	}
@@ -45,11 +86,6 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 			jobs = append(jobs, src.Claim(func(context.Context, dataflow.Shard, workRow) error { return nil }))
 		}
 	}
-	// Two Nodes in this process over one in-memory coordination server:
-	// the real scheduler, coord protocol (resharding, running marks,
-	// fencing checks through the store) and pipeline, without ZooKeeper's
-	// network round trips.
-	srv := memstore.NewServer()
 	var counted atomic.Int64
 	done := make(chan struct{})
 	var closeOnce sync.Once
@@ -68,7 +104,10 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 		}
 	}()
 	for i, job := range jobs {
-		st := srv.Connect()
+		st, err := open(ctx)
+		if err != nil {
+			return result{}, err
+		}
 		stores = append(stores, st)
 		nd, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, ServerID: fmt.Sprintf("server-%c", 'a'+i)})
 		if err != nil {
@@ -102,12 +141,7 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 	if d != n {
 		return result{}, fmt.Errorf("done %d; want %d", d, n)
 	}
-	name, mode := "shardflow", "claim mode"
-	if tx {
-		name, mode = "shardflow-tx", "transactional mode (rows locked and marked done by one statement in the batch transaction, fence)"
-	}
-	return result{name: name, rows: n, elapsed: elapsed,
-		note: fmt.Sprintf(mode+", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d", items, batch)}, nil
+	return result{rows: n, elapsed: elapsed}, nil
 }
 
 // benchPgxLoop is what one would write by hand: one goroutine per item

@@ -135,6 +135,7 @@ func (s *Store) get(ctx context.Context, p string, fn store.WatchFunc) ([]byte, 
 	if err != nil {
 		return nil, store.Stat{}, err
 	}
+	s.recordRead(ctx, p, r.ns.exists(), r.ns.stat())
 	if !r.ns.exists() {
 		return nil, store.Stat{}, fmt.Errorf("pgstore: get %s: %w", p, store.ErrNoNode)
 	}
@@ -174,6 +175,7 @@ func (s *Store) exists(ctx context.Context, p string, fn store.WatchFunc) (bool,
 	if err != nil {
 		return false, store.Stat{}, err
 	}
+	s.recordRead(ctx, p, r.ns.exists(), r.ns.stat())
 	if fn != nil {
 		s.arm(ctx, tk.gen, store.WatchExist, p, r, fn)
 	}

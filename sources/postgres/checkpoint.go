@@ -222,7 +222,7 @@ func (j *CheckpointJob[T]) commit(ctx context.Context, shard dataflow.Shard, row
 	if _, err := tx.Exec(ctx, s.sql.checkpoint, shard.JobName, buckets, lasts, shard.Epoch); err != nil {
 		return fmt.Errorf("sources/postgres: writing the checkpoint of job %s item %d: %w", shard.JobName, shard.Item, err)
 	}
-	if err := FenceTx(ctx, tx, shard); err != nil {
+	if err := s.fence(ctx, tx, shard); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -255,7 +255,7 @@ ON CONFLICT (job, key) DO UPDATE SET error = EXCLUDED.error, failed_at = now()`,
 			}
 			skipped = true
 		}
-		return FenceTx(ctx, tx, shard)
+		return s.fence(ctx, tx, shard)
 	})
 	if err != nil {
 		return false, fmt.Errorf("sources/postgres: recording the failure of row %d (job %s item %d; %v): %w", key, shard.JobName, shard.Item, perr, err)

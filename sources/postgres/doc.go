@@ -46,7 +46,12 @@
 //     locked (FOR UPDATE SKIP LOCKED, re-checked pending), the user's
 //     function writes its effects with the transaction, the done mark and
 //     the fencing row are written, Shard.CheckOwnership is consulted, and
-//     the transaction commits once.
+//     the transaction commits once. When the coordination store is
+//     coord/pgstore in the same database, the ownership is checked inside
+//     that transaction instead, by the statement writing the fencing row
+//     (the coordination rows it read locked until the commit), and the
+//     store is asked only at an item run's first batch or after its
+//     ownership's nodes changed; nothing to configure (see FenceTx).
 //   - Checkpoint: read-only tables read by keyset on (bucket, key); the
 //     position of each item is a row of shardflow_checkpoint committed in
 //     the same transaction as the sink's writes, fenced the same way.

@@ -79,6 +79,11 @@ type Source[T any] struct {
 	sql       statements
 
 	backoff backoffs // per job and item: statement errors being backed off
+
+	// guards and origin: the fencing check in a database shared with
+	// coord/pgstore (sharedfence.go).
+	guards guards
+	origin dbOrigin
 }
 
 // NewSource fills in cfg's defaults, validates it, and runs Validate: the

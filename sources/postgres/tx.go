@@ -170,6 +170,9 @@ func (s *Source[T]) backedOff(ctx context.Context, shard dataflow.Shard, err err
 	return true
 }
 
+// afterFence, when set (tests), runs between a batch's fence and its commit.
+var afterFence func()
+
 var errRowFailed = errors.New("sources/postgres: row processing failed")
 
 func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row[T]) error {
@@ -216,8 +219,11 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 		}
 		return &userError{err: err}
 	}
-	if err := FenceTx(ctx, tx, shard); err != nil {
+	if err := s.fence(ctx, tx, shard); err != nil {
 		return err
+	}
+	if afterFence != nil {
+		afterFence()
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("sources/postgres: committing rows of table %s (job %s item %d): %w", s.spec.Table, shard.JobName, shard.Item, err)
@@ -233,7 +239,7 @@ func (j *TxJob[T]) recordFailure(ctx context.Context, shard dataflow.Shard, key 
 		if _, err := tx.Exec(ctx, s.sql.txFail, key, perr.Error(), owner(shard), shard.Epoch, s.cfg.MaxAttempts); err != nil {
 			return err
 		}
-		return FenceTx(ctx, tx, shard)
+		return s.fence(ctx, tx, shard)
 	})
 	if err != nil {
 		return fmt.Errorf("sources/postgres: recording the failure of row %d of table %s (%v): %w", key, s.spec.Table, perr, err)
@@ -265,7 +271,7 @@ func (j *TxJob[T]) setAside(ctx context.Context, shard dataflow.Shard, items []R
 		if _, err := tx.Exec(ctx, s.sql.txSetAside, bad, errs, owner(shard), shard.Epoch, lo, hi); err != nil {
 			return err
 		}
-		return FenceTx(ctx, tx, shard)
+		return s.fence(ctx, tx, shard)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("sources/postgres: setting aside %d unreadable rows of table %s (job %s item %d): %w", len(bad), s.spec.Table, shard.JobName, shard.Item, err)
