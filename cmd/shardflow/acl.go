@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 )
@@ -26,29 +27,29 @@ type aclStore interface {
 // credentials, and a check (or repair) of every node of the namespace
 // against the ACLs this session's flags define (zkstore.ACLFor).
 func runACL(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || helpArg(args[0]) {
-		return groupUsage(args, stdout, "acl")
+	if len(args) == 0 || cli.HelpArg(args[0]) {
+		return cli.GroupUsage(args, stdout, "acl")
 	}
 	switch args[0] {
 	case "digest":
 		return runACLDigest(args[1:], stdout)
 	case "check", "fix":
 	default:
-		return usagef("unknown acl subcommand %q: use acl digest | acl check | acl fix", args[0])
+		return cli.Usagef("unknown acl subcommand %q: use acl digest | acl check | acl fix", args[0])
 	}
 	fix := args[0] == "fix"
-	fs, cf := zkFlagSet("acl "+args[0], stderr)
-	if err := parseFlags(fs, args[1:]); err != nil {
+	fs, cf := cli.ZKFlagSet("acl "+args[0], stderr)
+	if err := cli.ParseFlags(fs, args[1:]); err != nil {
 		return err
 	}
-	if err := cf.loadAuthFile(); err != nil {
+	if err := cf.LoadAuthFile(); err != nil {
 		return err
 	}
-	if cf.auth == "" {
-		return usagef("acl %s needs the operator's credentials: --auth-file FILE or $%s (user:password)", args[0], envAuth)
+	if cf.Auth == "" {
+		return cli.Usagef("acl %s needs the operator's credentials: --auth-file FILE or $%s (user:password)", args[0], cli.EnvAuth)
 	}
-	cf.allowOpenNamespace = true // this command is the fix
-	st, _, err := cf.open(ctx)
+	cf.AllowOpenNamespace = true // this command is the fix
+	st, _, err := cf.Open(ctx)
 	if err != nil {
 		return err
 	}
@@ -58,7 +59,7 @@ func runACL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("acl: this store has no ACLs (only ZooKeeper has)")
 	}
 	var wrong, fixed int
-	err = walk(ctx, as, store.Join(cf.namespace), func(path string) error {
+	err = walk(ctx, as, store.Join(cf.Namespace), func(path string) error {
 		have, err := as.GetACL(ctx, path)
 		if err != nil {
 			return err
@@ -82,22 +83,22 @@ func runACL(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	switch {
 	case wrong == 0:
-		fmt.Fprintf(stdout, "acl %s: every node of namespace %s carries the expected ACL\n", args[0], cf.namespace)
+		fmt.Fprintf(stdout, "acl %s: every node of namespace %s carries the expected ACL\n", args[0], cf.Namespace)
 		return nil
 	case fix:
-		fmt.Fprintf(stdout, "acl fix: %d nodes of namespace %s re-applied\n", fixed, cf.namespace)
+		fmt.Fprintf(stdout, "acl fix: %d nodes of namespace %s re-applied\n", fixed, cf.Namespace)
 		return nil
 	}
-	return fmt.Errorf("acl check: %d nodes of namespace %s carry another ACL; run `shardflow acl fix` with the same flags", wrong, cf.namespace)
+	return fmt.Errorf("acl check: %d nodes of namespace %s carry another ACL; run `shardflow acl fix` with the same flags", wrong, cf.Namespace)
 }
 
 func runACLDigest(args []string, stdout io.Writer) error {
-	auth := os.Getenv(envAuth)
+	auth := os.Getenv(cli.EnvAuth)
 	if len(args) == 1 {
 		auth = args[0]
 	}
 	if len(args) > 1 || !strings.Contains(auth, ":") {
-		return usagef("acl digest USER:PASSWORD (or $%s): prints the digest id for --operator-digest / --worker-digest", envAuth)
+		return cli.Usagef("acl digest USER:PASSWORD (or $%s): prints the digest id for --operator-digest / --worker-digest", cli.EnvAuth)
 	}
 	fmt.Fprintln(stdout, zkstore.Digest(auth))
 	return nil

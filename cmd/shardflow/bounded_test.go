@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
@@ -47,7 +48,7 @@ func TestBrokenJobListedBesideOthers(t *testing.T) {
 		t.Errorf("status --job broken: exit %d %s", code, errOut)
 	}
 
-	h := newConsole(consoleOptions{admin: coord.NewAdmin(sess, "bounded"), namespace: "bounded", creds: &credentials{}, logger: cliLogger, allowedHosts: []string{"example.com"}})
+	h := newConsole(consoleOptions{admin: coord.NewAdmin(sess, "bounded"), namespace: "bounded", creds: &credentials{}, logger: cli.Logger, allowedHosts: []string{"example.com"}})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `href="/jobs/good"`) || !strings.Contains(rec.Body.String(), "Unreadable jobs") {

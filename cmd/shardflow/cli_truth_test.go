@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/dataflow"
 )
@@ -18,7 +19,7 @@ import (
 func startNodeAs(t *testing.T, srv *memstore.Server, id, job string, total int) {
 	t.Helper()
 	sess := srv.Connect()
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: sess, ServerID: id, Logger: cliLogger})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: sess, ServerID: id, Logger: cli.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol"
@@ -62,7 +63,7 @@ type consoleServer struct {
 
 // runConsole serves the web console until ctx ends.
 func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := zkFlagSet("console", stderr)
+	fs, cf := cli.ZKFlagSet("console", stderr)
 	listen := fs.String("listen", "127.0.0.1:8899", "address to serve the console on (non-loopback needs credentials)")
 	tokenFile := fs.String("token-file", "", "file holding the bearer token for actions (default $"+envConsoleToken+")")
 	basicFile := fs.String("basic-auth-file", "", "file holding user:password for actions (default $"+envConsoleBasicAuth+")")
@@ -75,24 +76,24 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	var proxies stringList
 	fs.Var(&proxies, "trusted-proxy", "address or CIDR of a TLS-terminating reverse proxy whose X-Forwarded-Proto: https makes session cookies Secure (repeatable)")
 	historyTable := fs.String("history-table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if (*tlsCert == "") != (*tlsKey == "") {
-		return usagef("--tls-cert and --tls-key go together: give both to serve HTTPS")
+		return cli.Usagef("--tls-cert and --tls-key go together: give both to serve HTTPS")
 	}
 	trusted, err := parseTrustedProxies(proxies)
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.Usagef("%s", err.Error())
 	}
 	creds, err := loadCredentials(*tokenFile, *basicFile)
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.Usagef("%s", err.Error())
 	}
 	if err := requireLoopbackOrAuth(*listen, creds); err != nil {
-		return usageError{err.Error()}
+		return cli.Usagef("%s", err.Error())
 	}
-	st, admin, err := cf.open(ctx)
+	st, admin, err := cf.Open(ctx)
 	if err != nil {
 		return err
 	}
@@ -111,8 +112,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		defer closeHist()
 		hist = historySection(histReader, time.Now)
 	}
-	h := newConsole(consoleOptions{admin: admin, namespace: cf.namespace, creds: creds, history: hist, historyReader: histReader,
-		logger: cliLogger, allowedHosts: allowedHosts, trustedProxies: trusted})
+	h := newConsole(consoleOptions{admin: admin, namespace: cf.Namespace, creds: creds, history: hist, historyReader: histReader,
+		logger: cli.Logger, allowedHosts: allowedHosts, trustedProxies: trusted})
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	mode := "actions need a login"
 	if !creds.configured() {
@@ -122,7 +123,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *tlsCert != "" {
 		scheme = "https"
 	}
-	fmt.Fprintf(stdout, "console on %s (namespace %q; %s)\n", consoleURL(scheme, ln.Addr()), cf.namespace, mode)
+	fmt.Fprintf(stdout, "console on %s (namespace %q; %s)\n", consoleURL(scheme, ln.Addr()), cf.Namespace, mode)
 	if scheme == "http" && len(trusted) == 0 && creds.configured() && !loopbackListen(*listen) {
 		fmt.Fprintln(stderr, "console: warning: credentials and session cookies travel in clear text; serve HTTPS (--tls-cert, --tls-key) or behind a TLS proxy (--trusted-proxy)")
 	}
@@ -301,7 +302,7 @@ func (cs *consoleServer) perform(r *http.Request, action string) error {
 	if v := r.FormValue("item"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return usagef("item %q is not a shard item number", v)
+			return cli.Usagef("item %q is not a shard item number", v)
 		}
 		item = n
 	}
@@ -309,7 +310,7 @@ func (cs *consoleServer) perform(r *http.Request, action string) error {
 }
 
 func errorStatus(err error) int {
-	var ue usageError
+	var ue cli.UsageError
 	switch {
 	case errors.Is(err, coord.ErrNoJob), errors.Is(err, coord.ErrNoServer):
 		return http.StatusNotFound

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/protocol"
@@ -28,7 +29,7 @@ func apiFixture(t *testing.T, creds *credentials, hist history.Reader) (*httptes
 	startNodeAs(t, srv, "w2", "api-job", 4)
 	admin := coord.NewAdmin(sess, "")
 	ts := httptest.NewServer(newConsole(consoleOptions{admin: admin, namespace: protocol.DefaultNamespace, creds: creds,
-		historyReader: hist, logger: cliLogger}))
+		historyReader: hist, logger: cli.Logger}))
 	t.Cleanup(ts.Close)
 	return ts, admin
 }

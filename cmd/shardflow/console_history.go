@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
 	"github.com/shardflow/shardflow/sources/postgres"
@@ -35,7 +36,7 @@ func openHistory(ctx context.Context, dsn, table string) (history.Reader, func()
 	st, err := pghistory.New(pghistory.Config{Pool: pool, Table: table})
 	if err != nil {
 		pool.Close()
-		return nil, nil, usageError{err.Error()}
+		return nil, nil, cli.Usagef("%s", err.Error())
 	}
 	return st, pool.Close, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/protocol"
@@ -42,7 +43,7 @@ func consoleServerFixture(t *testing.T, creds *credentials, history HistorySecti
 	startNode(t, srv, protocol.DefaultNamespace, "console-job", 3)
 	admin := coord.NewAdmin(adminSession, "")
 	// httptest's requests name example.com in Host.
-	cs, h := buildConsole(consoleOptions{admin: admin, namespace: protocol.DefaultNamespace, creds: creds, history: history, logger: cliLogger,
+	cs, h := buildConsole(consoleOptions{admin: admin, namespace: protocol.DefaultNamespace, creds: creds, history: history, logger: cli.Logger,
 		allowedHosts: []string{"example.com"}})
 	return h, cs, admin
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord/memstore"
 )
 
@@ -31,8 +32,8 @@ func TestCoordSelectsTheStore(t *testing.T) {
 		{"--coord flag over SHARDFLOW_COORD", dsn, []string{"--coord", "zk:9"}, []string{"zk:9"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(envCoord, tc.env)
-			t.Setenv(envZooKeeper, "")
+			t.Setenv(cli.EnvCoord, tc.env)
+			t.Setenv(cli.EnvZooKeeper, "")
 			_, errOut, code := runCLI(t, append([]string{"status", "--json"}, tc.args...)...)
 			if code != 0 {
 				t.Fatalf("status %v: exit %d: %s", tc.args, code, errOut)
@@ -43,8 +44,8 @@ func TestCoordSelectsTheStore(t *testing.T) {
 		})
 	}
 	t.Run("none", func(t *testing.T) {
-		t.Setenv(envCoord, "")
-		t.Setenv(envZooKeeper, "")
+		t.Setenv(cli.EnvCoord, "")
+		t.Setenv(cli.EnvZooKeeper, "")
 		_, errOut, code := runCLI(t, "status")
 		if code == 0 || !strings.Contains(errOut, "--coord is required") {
 			t.Fatalf("status without a store: exit %d: %s; want a refusal naming --coord", code, errOut)

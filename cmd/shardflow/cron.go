@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 )
 
@@ -16,9 +17,9 @@ import (
 // expression Quartz refuses exits 1 with the message naming the field.
 func runCron(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "next" {
-		return groupUsage(args, stdout, "cron")
+		return cli.GroupUsage(args, stdout, "cron")
 	}
-	fs := newFlagSet("cron next", stderr)
+	fs := cli.NewFlagSet("cron next", stderr)
 	tz := fs.String("tz", "", `time zone, as a job's timeZone: "Asia/Shanghai", "UTC", "GMT+08:00" (default: the local zone)`)
 	from := fs.String("from", "", "start after this instant, RFC 3339 (default: now)")
 	n := fs.Int("n", 5, "how many fire times, > 0")
@@ -26,7 +27,7 @@ func runCron(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	// quoted argument or its fields as separate arguments.
 	var fields []string
 	for rest := args[1:]; ; {
-		if err := parseFlags(fs, rest); err != nil {
+		if err := cli.ParseFlags(fs, rest); err != nil {
 			return err
 		}
 		if fs.NArg() == 0 {
@@ -37,16 +38,16 @@ func runCron(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	expr := strings.Join(fields, " ")
 	if strings.TrimSpace(expr) == "" {
-		return usagef(`give the cron expression, e.g. shardflow cron next "0 15 10 ? * MON-FRI"`)
+		return cli.Usagef(`give the cron expression, e.g. shardflow cron next "0 15 10 ? * MON-FRI"`)
 	}
 	if *n <= 0 {
-		return usagef("-n must be > 0 (got %d)", *n)
+		return cli.Usagef("-n must be > 0 (got %d)", *n)
 	}
 	start := time.Now()
 	if *from != "" {
 		var err error
 		if start, err = time.Parse(time.RFC3339, *from); err != nil {
-			return usagef("--from %q is not an RFC 3339 time such as 2025-03-08T00:00:00-05:00", *from)
+			return cli.Usagef("--from %q is not an RFC 3339 time such as 2025-03-08T00:00:00-05:00", *from)
 		}
 	}
 	loc, err := jobconfig.LoadZone(*tz)

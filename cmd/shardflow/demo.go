@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
@@ -27,7 +28,7 @@ import (
 
 // demoOptions are the demo's flags.
 type demoOptions struct {
-	conn      connFlags
+	conn      cli.ConnFlags
 	job       string
 	servers   int
 	records   int
@@ -47,11 +48,11 @@ type demoOptions struct {
 // process then works its own generated copy of the data for the items it owns.
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o demoOptions
-	fs := newFlagSet("demo", stderr)
-	o.conn.register(fs)
+	fs := cli.NewFlagSet("demo", stderr)
+	o.conn.Register(fs)
 	fs.Lookup("zk").Usage = "ZooKeeper servers host:port,... (default: the embedded in-process store)"
 	fs.Lookup("coord").Usage = "ZooKeeper servers host:port,... or a postgres:// URL (default: the embedded in-process store)"
-	o.conn.zk, o.conn.coord = "", "" // the demo is embedded unless --coord or --zk is given; $SHARDFLOW_COORD and $SHARDFLOW_ZK do not apply
+	o.conn.ZK, o.conn.Coord = "", "" // the demo is embedded unless --coord or --zk is given; $SHARDFLOW_COORD and $SHARDFLOW_ZK do not apply
 	fs.StringVar(&o.job, "job", "demo", "job name")
 	fs.IntVar(&o.servers, "servers", 3, "servers to run in this process")
 	fs.IntVar(&o.records, "records", 240_000, "records to generate")
@@ -62,14 +63,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&o.deadline, "deadline", 55*time.Second, "embedded store: give up (exit 1) if the work is not done by then")
 	fs.DurationVar(&o.duration, "duration", 0, "with --zk: run this long, then print the table and exit 0 (default: until interrupted)")
 	fs.BoolVar(&o.quiet, "quiet", false, "no progress lines, only the final table")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if o.servers < 1 || o.records < 1 || o.total < 1 {
-		return usagef("--servers, --records and --total must be >= 1")
+		return cli.Usagef("--servers, --records and --total must be >= 1")
 	}
 	if o.leaveAt < 0 || o.leaveAt >= 1 {
-		return usagef("--leave-at must be in [0, 1)")
+		return cli.Usagef("--leave-at must be in [0, 1)")
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	d := &demo{opts: o, out: stdout, logger: logger, src: memory.NewSource[int64](), sink: memsink.NewSink[int64]()}
@@ -153,7 +154,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.src.Add(recs...); err != nil {
 		return err
 	}
-	embedded := o.conn.spec() == ""
+	embedded := o.conn.Spec() == ""
 	var mem *memstore.Server
 	if embedded {
 		mem = memstore.NewServer()
@@ -183,14 +184,14 @@ func (d *demo) run(ctx context.Context) error {
 		var err error
 		if embedded {
 			s.st = mem.Connect()
-		} else if s.st, _, err = o.conn.open(ctx); err != nil {
+		} else if s.st, _, err = o.conn.Open(ctx); err != nil {
 			d.stopAll(servers)
 			return err
 		}
 		s.job = &demoJob{src: d.src, sink: d.sink, work: o.work, failEvery: o.failEvery, items: map[int]bool{}}
 		s.node, err = dataflow.NewNode(dataflow.NodeConfig{
 			Store:     s.st,
-			Namespace: o.conn.namespace,
+			Namespace: o.conn.Namespace,
 			ServerID:  s.id,
 			Logger:    d.logger,
 		})
@@ -207,9 +208,9 @@ func (d *demo) run(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(d.out, "demo: job %q, %d records over %d shard items, %d servers (%s)\n",
-		o.job, o.records, o.total, o.servers, map[bool]string{true: "embedded store", false: o.conn.describe()}[embedded])
+		o.job, o.records, o.total, o.servers, map[bool]string{true: "embedded store", false: o.conn.Describe()}[embedded])
 
-	admin := coord.NewAdmin(servers[0].st, o.conn.namespace)
+	admin := coord.NewAdmin(servers[0].st, o.conn.Namespace)
 	err := d.watch(ctx, servers, admin, embedded)
 	final, statusErr := admin.Status(context.Background(), o.job)
 	d.stopAll(servers)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord/memstore"
 )
 
@@ -66,7 +67,7 @@ func TestSecretFlagFromFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("postgres://app:file-pass-1@db/x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	fs := newFlagSet("t", io.Discard)
+	fs := cli.NewFlagSet("t", io.Discard)
 	var dsn string
 	secretVar(fs, &dsn, "pg", "SHARDFLOW_TEST_UNSET_PG", "a DSN")
 	if err := fs.Parse([]string{"--pg", "@" + path}); err != nil || dsn != "postgres://app:file-pass-1@db/x" {

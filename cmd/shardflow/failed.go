@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
@@ -39,7 +40,7 @@ func (f *failedFlags) register(fs *flag.FlagSet, requeue bool) {
 
 func (f *failedFlags) spec() (postgres.TableSpec, error) {
 	if f.table == "" {
-		return postgres.TableSpec{}, usagef("--table is required: name the source's work table")
+		return postgres.TableSpec{}, cli.Usagef("--table is required: name the source's work table")
 	}
 	spec := postgres.TableSpec{Table: f.table, Key: f.key}
 	if f.bookkeeping == "" {
@@ -54,7 +55,7 @@ func (f *failedFlags) spec() (postgres.TableSpec, error) {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		p, known := fields[k]
 		if !ok || !known || v == "" {
-			return spec, usagef("--bookkeeping %q: want FIELD=column pairs, FIELD one of Bucket, Status, ClaimedBy, ClaimEpoch, ClaimedAt, Attempts, LastError", kv)
+			return spec, cli.Usagef("--bookkeeping %q: want FIELD=column pairs, FIELD one of Bucket, Status, ClaimedBy, ClaimEpoch, ClaimedAt, Attempts, LastError", kv)
 		}
 		*p = v
 	}
@@ -69,7 +70,7 @@ func (f *failedFlags) filter() (postgres.FailedFilter, error) {
 		}
 		id, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return flt, usagef("--id %q is not an integer key", s)
+			return flt, cli.Usagef("--id %q is not an integer key", s)
 		}
 		flt.Keys = append(flt.Keys, id)
 	}
@@ -80,24 +81,24 @@ func (f *failedFlags) filter() (postgres.FailedFilter, error) {
 // of a sources/postgres work table, the way back for them, and the upgrade
 // of a table prepared by the first release.
 func runFailed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || helpArg(args[0]) {
-		return groupUsage(args, stdout, "failed")
+	if len(args) == 0 || cli.HelpArg(args[0]) {
+		return cli.GroupUsage(args, stdout, "failed")
 	}
 	if args[0] != "list" && args[0] != "requeue" && args[0] != "upgrade-v1" {
-		return usagef("want `failed list`, `failed requeue` or `failed upgrade-v1` (then --pg DSN --table TABLE ...; -h for the flags)")
+		return cli.Usagef("want `failed list`, `failed requeue` or `failed upgrade-v1` (then --pg DSN --table TABLE ...; -h for the flags)")
 	}
 	requeue, upgrade := args[0] == "requeue", args[0] == "upgrade-v1"
-	fs := newFlagSet("failed "+args[0], stderr)
+	fs := cli.NewFlagSet("failed "+args[0], stderr)
 	var ff failedFlags
 	ff.register(fs, requeue)
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := cli.ParseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return cli.Usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if ff.dsn == "" {
-		return usagef("--pg is empty; name the source table's database (or set SHARDFLOW_PG)")
+		return cli.Usagef("--pg is empty; name the source table's database (or set SHARDFLOW_PG)")
 	}
 	spec, err := ff.spec()
 	if err != nil {
@@ -108,13 +109,13 @@ func runFailed(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if upgrade && (ff.all || len(flt.Keys) > 0 || flt.ErrorContains != "") {
-		return usagef("upgrade-v1 takes no selection: it converts the whole table")
+		return cli.Usagef("upgrade-v1 takes no selection: it converts the whole table")
 	}
 	if requeue && ff.all == (len(flt.Keys) > 0 || flt.ErrorContains != "") {
-		return usagef("requeue needs exactly one selection: --all, or --id and/or --error")
+		return cli.Usagef("requeue needs exactly one selection: --all, or --id and/or --error")
 	}
 	if ff.limit < 0 {
-		return usagef("--limit %d is negative; 0 prints all rows", ff.limit)
+		return cli.Usagef("--limit %d is negative; 0 prints all rows", ff.limit)
 	}
 	pool, err := postgres.Connect(ctx, ff.dsn, 2)
 	if err != nil {

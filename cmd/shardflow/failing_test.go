@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/protocol"
@@ -35,7 +36,7 @@ func TestFailingItemShownEverywhere(t *testing.T) {
 	srv := memstore.NewServer()
 	useMemstore(t, srv)
 	sess := srv.Connect()
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: sess, ServerID: "w1", Logger: cliLogger})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: sess, ServerID: "w1", Logger: cli.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestFailingItemShownEverywhere(t *testing.T) {
 	if strings.Contains(out, `\"`) {
 		t.Fatalf("status output escapes quotes:\n%s", out)
 	}
-	_, page := buildConsole(consoleOptions{admin: coord.NewAdmin(srv.Connect(), ""), namespace: protocol.DefaultNamespace, logger: cliLogger,
+	_, page := buildConsole(consoleOptions{admin: coord.NewAdmin(srv.Connect(), ""), namespace: protocol.DefaultNamespace, logger: cli.Logger,
 		allowedHosts: []string{"example.com"}})
 	overview := get(page, "/", nil).Body.String()
 	if !strings.Contains(overview, `data-health="failing"`) || !strings.Contains(overview, "item 1 failing for 2 runs") {

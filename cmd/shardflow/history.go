@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
 	"github.com/shardflow/shardflow/sources/postgres"
@@ -25,7 +26,7 @@ type historyFlags struct {
 }
 
 func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("history", stderr)
+	fs := cli.NewFlagSet("history", stderr)
 	var hf historyFlags
 	secretVar(fs, &hf.dsn, "pg", "SHARDFLOW_PG", "Postgres DSN of the history database")
 	fs.StringVar(&hf.table, "table", pghistory.DefaultTable, "history table, optionally SCHEMA.TABLE")
@@ -36,26 +37,26 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&hf.at, "at", "", "RFC3339 instant: who owned each item then, under which epoch")
 	fs.IntVar(&hf.limit, "limit", 200, "most runs printed; 0: all")
 	fs.BoolVar(&hf.asJSON, "json", false, "print a JSON array of {job, server, item, epoch, source, begin, end, success, failure, error}")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return cli.Usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if hf.dsn == "" {
-		return usagef("--pg is empty; name the history database (or set SHARDFLOW_PG)")
+		return cli.Usagef("--pg is empty; name the history database (or set SHARDFLOW_PG)")
 	}
 	if hf.since < 0 {
-		return usagef("--since %s is negative; give a duration such as 1h", hf.since)
+		return cli.Usagef("--since %s is negative; give a duration such as 1h", hf.since)
 	}
 	if hf.limit < 0 {
-		return usagef("--limit %d is negative; 0 prints all runs", hf.limit)
+		return cli.Usagef("--limit %d is negative; 0 prints all runs", hf.limit)
 	}
 	var at time.Time
 	if hf.at != "" {
 		var err error
 		if at, err = time.Parse(time.RFC3339, hf.at); err != nil {
-			return usagef("--at %q is not an RFC3339 time such as 2026-11-23T10:00:00Z", hf.at)
+			return cli.Usagef("--at %q is not an RFC3339 time such as 2026-11-23T10:00:00Z", hf.at)
 		}
 	}
 	f := history.Filter{Job: hf.job, Server: hf.server, Limit: hf.limit}
@@ -73,7 +74,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer pool.Close()
 	st, err := pghistory.New(pghistory.Config{Pool: pool, Table: hf.table})
 	if err != nil {
-		return usageError{err.Error()}
+		return cli.Usagef("%s", err.Error())
 	}
 	var recs []history.Record
 	if at.IsZero() {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
 	"github.com/shardflow/shardflow/integration"
@@ -135,13 +136,13 @@ func TestHistoryCommandUsage(t *testing.T) {
 // `serve --history-pg` records through startHistoryRecorder: the records
 // are in the table once stop has flushed them.
 func TestStartHistoryRecorder(t *testing.T) {
-	rec, stop, err := startHistoryRecorder(t.Context(), "", cliLogger)
+	rec, stop, err := startHistoryRecorder(t.Context(), "", cli.Logger)
 	if err != nil || rec != nil {
 		t.Fatalf("no DSN: recorder %v, err %v; want none", rec, err)
 	}
 	stop()
 	dsn := integration.SharedPostgres(t).NewDatabase(t)
-	rec, stop, err = startHistoryRecorder(t.Context(), dsn, cliLogger)
+	rec, stop, err = startHistoryRecorder(t.Context(), dsn, cli.Logger)
 	if err != nil {
 		t.Fatal(err)
 	}

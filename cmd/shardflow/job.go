@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/internal/redact"
@@ -24,8 +25,8 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // runJob is `shardflow job add|list|remove`: jobs without code, stored in
 // the namespace and run by `shardflow serve` workers.
 func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || helpArg(args[0]) {
-		return groupUsage(args, stdout, "job")
+	if len(args) == 0 || cli.HelpArg(args[0]) {
+		return cli.GroupUsage(args, stdout, "job")
 	}
 	switch args[0] {
 	case "add":
@@ -35,11 +36,11 @@ func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case "remove":
 		return runJobRemove(ctx, args[1:], stdout, stderr)
 	}
-	return usagef("unknown job subcommand %q: use job add | job list | job remove", args[0])
+	return cli.Usagef("unknown job subcommand %q: use job add | job list | job remove", args[0])
 }
 
 func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := zkFlagSet("job add", stderr)
+	fs, cf := cli.ZKFlagSet("job add", stderr)
 	var cfg jobconfig.Config
 	var headers stringList
 	fs.StringVar(&cfg.JobName, "job", "", "job name (required)")
@@ -57,7 +58,7 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.StringVar(&cfg.Description, "description", "", "free text for operators")
 	dependsOn := fs.String("depends-on", "", "jobs this job runs after, once per workflow run, e.g. extract,clean (no --cron then)")
 	fs.StringVar((*string)(&cfg.UpstreamFailure), "upstream-failure", "", `with --depends-on: "stop" (default: skip this job when an upstream step failed) or "run"`)
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	cfg.DependsOn = jobconfig.ParseList(*dependsOn)
@@ -65,24 +66,24 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case "script":
 		cfg.JobType = jobconfig.JobTypeScript
 		if cfg.HTTP.URL != "" || len(headers) > 0 || cfg.HTTP.Method != "" {
-			return usagef("--url, --method and --header are for --type http")
+			return cli.Usagef("--url, --method and --header are for --type http")
 		}
 	case "http":
 		cfg.JobType = jobconfig.JobTypeHTTP
 		if cfg.Script.CommandLine != "" {
-			return usagef("--command is for --type script")
+			return cli.Usagef("--command is for --type script")
 		}
 	default:
-		return usagef("--type must be script or http, got %q", *typ)
+		return cli.Usagef("--type must be script or http, got %q", *typ)
 	}
 	if cfg.JobName == "" {
-		return usagef("--job is required: name the new job")
+		return cli.Usagef("--job is required: name the new job")
 	}
 	cfg.HTTP.Headers = strings.Join(headers, "\n")
 	if err := cfg.WithDefaults().Validate(); err != nil {
-		return usageError{err.Error()}
+		return cli.Usagef("%s", err.Error())
 	}
-	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+	return cf.WithAdmin(ctx, func(admin *coord.Admin) error {
 		if err := admin.CreateJob(ctx, cfg); err != nil {
 			return err
 		}
@@ -94,7 +95,7 @@ func runJobAdd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			when = "when triggered (`shardflow trigger --job " + cfg.JobName + "`)"
 		}
 		fmt.Fprintf(stdout, "job add: %s job %s stored in namespace %s; `shardflow serve` workers allowed to run it will, %s\n",
-			cfg.JobType, cfg.JobName, cf.namespace, when)
+			cfg.JobType, cfg.JobName, cf.Namespace, when)
 		return nil
 	})
 }
@@ -113,12 +114,12 @@ type jobRow struct {
 }
 
 func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := zkFlagSet("job list", stderr)
+	fs, cf := cli.ZKFlagSet("job list", stderr)
 	asJSON := fs.Bool("json", false, "print a JSON array")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
-	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+	return cf.WithAdmin(ctx, func(admin *coord.Admin) error {
 		names, err := admin.Jobs(ctx)
 		if err != nil {
 			return err
@@ -183,16 +184,16 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // runJobRemove shuts the job down on every server, waits for them to
 // leave, then deletes it: the workers drop it at once.
 func runJobRemove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := zkFlagSet("job remove", stderr)
+	fs, cf := cli.ZKFlagSet("job remove", stderr)
 	job := fs.String("job", "", "job name (required)")
 	wait := fs.Duration("wait", 30*time.Second, "how long to wait for the servers to stop the job (runs in progress finish first)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *job == "" {
-		return usagef("--job is required: name the job to remove, see `shardflow job list`")
+		return cli.Usagef("--job is required: name the job to remove, see `shardflow job list`")
 	}
-	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+	return cf.WithAdmin(ctx, func(admin *coord.Admin) error {
 		wctx, cancel := context.WithTimeout(ctx, *wait)
 		defer cancel()
 		for {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testwait"
@@ -37,9 +38,9 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 func TestJobAddServeTriggerRemove(t *testing.T) {
 	srv := memstore.NewServer()
 	// Not useMemstore: serve dials from its own goroutine.
-	prev := dialStore
-	dialStore = func(context.Context, []string, *connFlags) (store.Store, error) { return srv.Connect(), nil }
-	t.Cleanup(func() { dialStore = prev })
+	prev := cli.DialStore
+	cli.DialStore = func(context.Context, []string, *cli.ConnFlags) (store.Store, error) { return srv.Connect(), nil }
+	t.Cleanup(func() { cli.DialStore = prev })
 	dir := t.TempDir()
 	zk := []string{"--zk", "mem:1", "--namespace", "cli-jobs"}
 

@@ -30,14 +30,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 )
-
-// usageError marks errors caused by the command line (exit status 2).
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
 type command struct {
 	name    string
@@ -97,7 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			stderr = ee
 		}
 		err := c.run(ctx, args[1:], out, errOut)
-		var ue usageError
+		var ue cli.UsageError
 		switch {
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 )
@@ -17,11 +18,11 @@ import (
 // opCommand builds one operator action command.
 func opCommand(action string) func(context.Context, []string, io.Writer, io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		fs, cf := zkFlagSet(action, stderr)
+		fs, cf := cli.ZKFlagSet(action, stderr)
 		job := fs.String("job", "", "job name (required)")
 		server := fs.String("server", "", "server id (default: every server of the job)")
 		item := fs.Int("item", 0, "shard item 0..shardingTotalCount-1 (disable/enable only): act on one item instead of a server")
-		if err := parseFlags(fs, args); err != nil {
+		if err := cli.ParseFlags(fs, args); err != nil {
 			return err
 		}
 		// Whether --item was given, not its value, picks an item action:
@@ -32,15 +33,15 @@ func opCommand(action string) func(context.Context, []string, io.Writer, io.Writ
 			*item = noItem
 		}
 		if *job == "" {
-			return usagef("--job is required: name the job, see `shardflow status --zk ...`")
+			return cli.Usagef("--job is required: name the job, see `shardflow status --zk ...`")
 		}
 		if itemSet && action != "disable" && action != "enable" {
-			return usagef("--item applies only to disable and enable")
+			return cli.Usagef("--item applies only to disable and enable")
 		}
 		if itemSet && *server != "" {
-			return usagef("--item and --server exclude each other: disable an item everywhere, or a server")
+			return cli.Usagef("--item and --server exclude each other: disable an item everywhere, or a server")
 		}
-		return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+		return cf.WithAdmin(ctx, func(admin *coord.Admin) error {
 			if action == "trigger" {
 				asked, err := admin.TriggerServer(ctx, *job, *server)
 				if err != nil {
@@ -97,33 +98,33 @@ func doAction(ctx context.Context, admin *coord.Admin, action, job, server strin
 	case "remove":
 		return admin.Remove(ctx, job, server)
 	}
-	return usagef("unknown action %q", action)
+	return cli.Usagef("unknown action %q", action)
 }
 
 func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || (args[0] != "get" && args[0] != "set") {
-		return groupUsage(args, stdout, "config")
+		return cli.GroupUsage(args, stdout, "config")
 	}
 	verb := args[0]
-	fs, cf := zkFlagSet("config "+verb, stderr)
+	fs, cf := cli.ZKFlagSet("config "+verb, stderr)
 	job := fs.String("job", "", "job name (required)")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := cli.ParseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if *job == "" {
-		return usagef("--job is required: name the job, see `shardflow status`")
+		return cli.Usagef("--job is required: name the job, see `shardflow status`")
 	}
 	if verb == "set" && fs.NArg() != 2 {
-		return usagef("config set takes FIELD VALUE after the flags, e.g. config set --zk ... --job j cron '0/10 * * * * ?'")
+		return cli.Usagef("config set takes FIELD VALUE after the flags, e.g. config set --zk ... --job j cron '0/10 * * * * ?'")
 	}
 	if verb == "get" && fs.NArg() > 1 {
-		return usagef("config get takes at most one FIELD, got %q", fs.Args())
+		return cli.Usagef("config get takes at most one FIELD, got %q", fs.Args())
 	}
 	field := fs.Arg(0)
 	if verb == "get" && field != "" && !slices.Contains(jobconfig.FieldNames(), field) {
-		return usagef("config get: no config field %q; the fields are %s", field, strings.Join(jobconfig.FieldNames(), ", "))
+		return cli.Usagef("config get: no config field %q; the fields are %s", field, strings.Join(jobconfig.FieldNames(), ", "))
 	}
-	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
+	return cf.WithAdmin(ctx, func(admin *coord.Admin) error {
 		if verb == "set" {
 			if err := admin.SetConfig(ctx, *job, fs.Arg(0), fs.Arg(1)); err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/dataflow"
@@ -18,12 +19,12 @@ import (
 func useMemstore(t *testing.T, srv *memstore.Server) *[]string {
 	t.Helper()
 	var asked []string
-	prev := dialStore
-	dialStore = func(_ context.Context, servers []string, _ *connFlags) (store.Store, error) {
+	prev := cli.DialStore
+	cli.DialStore = func(_ context.Context, servers []string, _ *cli.ConnFlags) (store.Store, error) {
 		asked = servers
 		return srv.Connect(), nil
 	}
-	t.Cleanup(func() { dialStore = prev })
+	t.Cleanup(func() { cli.DialStore = prev })
 	return &asked
 }
 
@@ -31,7 +32,7 @@ func useMemstore(t *testing.T, srv *memstore.Server) *[]string {
 func startNode(t *testing.T, srv *memstore.Server, ns, job string, total int) {
 	t.Helper()
 	sess := srv.Connect()
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: sess, Namespace: ns, ServerID: "w1", Logger: cliLogger})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: sess, Namespace: ns, ServerID: "w1", Logger: cli.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,18 +122,18 @@ func TestCLIReadsEnvironment(t *testing.T) {
 	srv := memstore.NewServer()
 	asked := useMemstore(t, srv)
 	startNode(t, srv, "other-ns", "E", 2)
-	t.Setenv(envZooKeeper, "")
-	if _, errOut, code := runCLI(t, "status"); code != 2 || !strings.Contains(errOut, "--zk") || !strings.Contains(errOut, envZooKeeper) {
-		t.Fatalf("no --zk, no env: exit %d %q, want usage naming --zk and %s", code, errOut, envZooKeeper)
+	t.Setenv(cli.EnvZooKeeper, "")
+	if _, errOut, code := runCLI(t, "status"); code != 2 || !strings.Contains(errOut, "--zk") || !strings.Contains(errOut, cli.EnvZooKeeper) {
+		t.Fatalf("no --zk, no env: exit %d %q, want usage naming --zk and %s", code, errOut, cli.EnvZooKeeper)
 	}
-	t.Setenv(envZooKeeper, "env-zk:2181, env-zk2:2181")
-	t.Setenv(envNamespace, "other-ns")
+	t.Setenv(cli.EnvZooKeeper, "env-zk:2181, env-zk2:2181")
+	t.Setenv(cli.EnvNamespace, "other-ns")
 	doc := statusJSON(t)
 	if doc.Namespace != "other-ns" || len(doc.Jobs) != 1 || doc.Jobs[0].Job != "E" {
 		t.Fatalf("status from the environment: %+v", doc)
 	}
 	if !slices.Equal(*asked, []string{"env-zk:2181", "env-zk2:2181"}) {
-		t.Fatalf("servers from %s = %v", envZooKeeper, *asked)
+		t.Fatalf("servers from %s = %v", cli.EnvZooKeeper, *asked)
 	}
 	doc = statusJSON(t, "--zk", "flag-zk:1", "--namespace", "shardflow")
 	if doc.Namespace != "shardflow" || len(doc.Jobs) != 0 || !slices.Equal(*asked, []string{"flag-zk:1"}) {

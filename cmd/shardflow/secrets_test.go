@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
@@ -34,9 +35,9 @@ var planted = []string{"hdr-bearer-7f3a", "query-key-7f3b", "set-key-7f3c", "dsn
 // runs the same scan on real ZooKeeper with the history in Postgres.
 func TestSecretsNeverShown(t *testing.T) {
 	srv := memstore.NewServer()
-	prev := dialStore
-	dialStore = func(context.Context, []string, *connFlags) (store.Store, error) { return srv.Connect(), nil }
-	t.Cleanup(func() { dialStore = prev })
+	prev := cli.DialStore
+	cli.DialStore = func(context.Context, []string, *cli.ConnFlags) (store.Store, error) { return srv.Connect(), nil }
+	t.Cleanup(func() { cli.DialStore = prev })
 	admin := coord.NewAdmin(srv.Connect(), "secrets")
 	scanForSecrets(t, []string{"--zk", "mem:1", "--namespace", "secrets"}, admin, "")
 }
@@ -66,7 +67,7 @@ func scanForSecrets(t *testing.T, conn []string, admin *coord.Admin, historyDSN 
 			" connecting to postgres://app:dsn-pass-7f3d@db/orders password=dsn-pass-7f3d")
 	}))
 	defer endpoint.Close()
-	cli := func(args ...string) string {
+	sf := func(args ...string) string {
 		t.Helper()
 		// The connection flags before the first flag: positional
 		// arguments (config set's FIELD VALUE) come last.
@@ -82,11 +83,11 @@ func scanForSecrets(t *testing.T, conn []string, admin *coord.Admin, historyDSN 
 		return out + errOut
 	}
 	var surfaces []string
-	surfaces = append(surfaces, cli("job", "add", "--job", "hook", "--type", "http", "--total", "1",
+	surfaces = append(surfaces, sf("job", "add", "--job", "hook", "--type", "http", "--total", "1",
 		"--url", endpoint.URL+"/run?api_key=query-key-7f3b", "--header", "Authorization: Bearer hdr-bearer-7f3a"))
-	surfaces = append(surfaces, cli("job", "add", "--job", "elsewhere", "--type", "http", "--total", "1",
+	surfaces = append(surfaces, sf("job", "add", "--job", "elsewhere", "--type", "http", "--total", "1",
 		"--url", "https://user:url-pass-7f3f@other.internal/run?token=refused-key-7f3e"))
-	surfaces = append(surfaces, cli("config", "set", "--job", "hook", "httpHeaders", "Authorization: Bearer hdr-bearer-7f3a\nX-Api-Key: set-key-7f3c"))
+	surfaces = append(surfaces, sf("config", "set", "--job", "hook", "httpHeaders", "Authorization: Bearer hdr-bearer-7f3a\nX-Api-Key: set-key-7f3c"))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var serveOut, serveErr syncBuffer
@@ -113,15 +114,15 @@ func scanForSecrets(t *testing.T, conn []string, admin *coord.Admin, historyDSN 
 		}
 		return rows[0].Job == "elsewhere" && len(rows[0].Refused) == 1 && rows[1].Job == "hook" && rows[1].Servers == 1
 	})
-	cli("trigger", "--job", "hook")
+	sf("trigger", "--job", "hook")
 	testwait.For(t, 30*time.Second, "the failed request in the worker's log", func() bool {
 		return strings.Contains(serveErr.String(), "502")
 	})
 	stop() // its last runs recorded in the history
 
 	surfaces = append(surfaces,
-		cli("status"), cli("status", "--json"), cli("config", "get", "--job", "hook"), cli("config", "get", "--job", "elsewhere"),
-		cli("job", "list"), cli("job", "list", "--json"))
+		sf("status"), sf("status", "--json"), sf("config", "get", "--job", "hook"), sf("config", "get", "--job", "elsewhere"),
+		sf("job", "list"), sf("job", "list", "--json"))
 	var hist HistorySection
 	var histReader history.Reader
 	paths := []string{"/", "/jobs/hook", "/jobs/elsewhere", "/api/status", "/api/status?job=hook",
@@ -143,7 +144,7 @@ func scanForSecrets(t *testing.T, conn []string, admin *coord.Admin, historyDSN 
 		paths = append(paths, "/api/v1/jobs/hook/history")
 	}
 	h := newConsole(consoleOptions{admin: admin, namespace: "secrets", creds: &credentials{}, history: hist, historyReader: histReader,
-		logger: cliLogger, allowedHosts: []string{"example.com"}})
+		logger: cli.Logger, allowedHosts: []string{"example.com"}})
 	for _, path := range paths {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))

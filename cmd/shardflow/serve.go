@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/redact"
 	"github.com/shardflow/shardflow/jobs"
@@ -24,33 +25,33 @@ const defaultStopGrace = 25 * time.Second
 // SCRIPT and HTTP job of the namespace its allow-lists permit, picking up
 // added jobs and dropping removed ones without a restart.
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := zkFlagSet("serve", stderr)
+	fs, cf := cli.ZKFlagSet("serve", stderr)
 	var allowCmd, allowURL, scriptEnv stringList
 	serverID := fs.String("server-id", "", "this worker's id among a job's servers (default: the first non-loopback IPv4 address; set one per process when several share a host)")
 	fs.Var(&allowCmd, "allow-command", `a command line this worker may run: words, "*" one argument, a last "..." any further ones, e.g. "/opt/jobs/export --day=*" (repeatable; see docs/operations.md)`)
 	fs.Var(&allowURL, "allow-url", `a URL prefix this worker may request, e.g. "https://jobs.internal/run/" (repeatable)`)
 	fs.Var(&scriptEnv, "script-env", "a variable of this worker's environment its scripts get besides PATH, HOME, LANG, ... and the SHARDFLOW_* run context (repeatable; never the worker's SHARDFLOW_* credentials)")
 	secretDir := fs.String("secret-dir", "", `directory whose files an HTTP job's header may name as ${file:NAME} (a mounted secret); ${env:NAME} reads this worker's SHARDFLOW_SECRET_* variables`)
-	fs.DurationVar(&cf.sessionTimeout, "session-timeout", 0, "ZooKeeper session timeout: how long after a crash this worker's items fail over (default 10s)")
+	fs.DurationVar(&cf.SessionTimeout, "session-timeout", 0, "ZooKeeper session timeout: how long after a crash this worker's items fail over (default 10s)")
 	verbose := fs.Bool("v", false, "log every run (info level) instead of warnings and errors only")
 	historyPG := new(string)
 	secretVar(fs, historyPG, "history-pg", envHistoryPG, `Postgres DSN: record every item run there (table shardflow_history; see "shardflow history")`)
 	httpAddr := fs.String("http", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (default: none)")
 	stopGrace := fs.Duration("stop-grace", defaultStopGrace, "on SIGTERM, how long runs in progress get to finish before they are cancelled; keep it below Kubernetes' terminationGracePeriodSeconds (docs/kubernetes.md)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if len(allowCmd) == 0 && len(allowURL) == 0 {
-		return usagef("give at least one --allow-command or --allow-url: a worker runs only the stored commands and URLs it is allowed to")
+		return cli.Usagef("give at least one --allow-command or --allow-url: a worker runs only the stored commands and URLs it is allowed to")
 	}
 	if _, err := jobs.NewAllowList(allowCmd, allowURL); err != nil {
-		return usageError{err.Error()}
+		return cli.Usagef("%s", err.Error())
 	}
 	if err := jobs.CheckScriptEnv(scriptEnv); err != nil {
-		return usageError{err.Error()}
+		return cli.Usagef("%s", err.Error())
 	}
 	if *stopGrace <= 0 {
-		return usagef("--stop-grace %s must be positive, e.g. 25s", *stopGrace)
+		return cli.Usagef("--stop-grace %s must be positive, e.g. 25s", *stopGrace)
 	}
 	// metrics stays a nil interface without --http: no metrics.
 	var metrics prometheus.Registerer
@@ -65,7 +66,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	st, _, err := cf.open(ctx)
+	st, _, err := cf.Open(ctx)
 	if err != nil {
 		return err
 	}
@@ -75,7 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopHistory() // after node.Stop below: the last runs are recorded
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.namespace, ServerID: *serverID, Logger: logger, History: rec, Metrics: metrics})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.Namespace, ServerID: *serverID, Logger: logger, History: rec, Metrics: metrics})
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stdout, "serve: worker %s running the stored jobs of namespace %s (allowed commands %q, URLs %q)\n",
-		node.ServerID(), cf.namespace, []string(allowCmd), redactAll(allowURL))
+		node.ServerID(), cf.Namespace, []string(allowCmd), redactAll(allowURL))
 	<-ctx.Done()
 
 	sctx, cancel := context.WithTimeout(context.Background(), *stopGrace)

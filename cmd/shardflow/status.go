@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/internal/redact"
 )
@@ -33,14 +34,14 @@ type unreadableJob struct {
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := zkFlagSet("status", stderr)
+	fs, cf := cli.ZKFlagSet("status", stderr)
 	job := fs.String("job", "", "only this job (default: every job in the namespace)")
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	if err := parseFlags(fs, args); err != nil {
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
-	return cf.withAdmin(ctx, func(admin *coord.Admin) error {
-		doc, err := collectStatus(ctx, admin, cf.namespace, *job)
+	return cf.WithAdmin(ctx, func(admin *coord.Admin) error {
+		doc, err := collectStatus(ctx, admin, cf.Namespace, *job)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 )
 
 // Set with -ldflags "-X main.version=v0.1.0 -X main.commit=abc123" by a
@@ -54,12 +56,12 @@ func readVersion(info *debug.BuildInfo, ok bool) buildVersion {
 
 // runVersion is `shardflow version`: version, commit and Go version.
 func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("version", stderr)
-	if err := parseFlags(fs, args); err != nil {
+	fs := cli.NewFlagSet("version", stderr)
+	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("version takes no arguments, got %q", fs.Args())
+		return cli.Usagef("version takes no arguments, got %q", fs.Args())
 	}
 	v := readVersion(debug.ReadBuildInfo())
 	dirty := ""

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"errors"
@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// synopses are the usage lines printed by `shardflow COMMAND -h`, by flag
+// Synopses are the usage lines printed by `shardflow COMMAND -h`, by flag
 // set name; every command's flags follow them.
-var synopses = map[string]string{
+var Synopses = map[string]string{
 	"demo":              "shardflow demo [--zk HOSTS] [--servers K] [--job NAME] [flags]",
 	"shard":             "shardflow shard --strategy average|odd-even|round-robin --servers a,b,c --total N [--job NAME] [--json]",
 	"cron":              "shardflow cron next [--tz ZONE] [--from RFC3339] [-n N] EXPR",
@@ -54,10 +54,10 @@ var valueNames = map[string]string{
 	"strategy": "NAME", "type": "TYPE", "id": "K,...", "error": "TEXT",
 }
 
-// parseFlags parses args into fs. `-h` prints the command's usage and
+// ParseFlags parses args into fs. `-h` prints the command's usage and
 // returns flag.ErrHelp (run exits 0); a bad flag is a usage error naming
 // it (the flag package's own printing is silenced, so it shows once).
-func parseFlags(fs *flag.FlagSet, args []string) error {
+func ParseFlags(fs *flag.FlagSet, args []string) error {
 	out := fs.Output()
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
@@ -67,7 +67,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		printFlagUsage(out, fs)
 		return err
 	case err != nil:
-		return usagef("%v (`shardflow %s -h` lists the flags)", err, fs.Name())
+		return Usagef("%v (`shardflow %s -h` lists the flags)", err, fs.Name())
 	}
 	return nil
 }
@@ -76,7 +76,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 // flag whose text already says its default (from the environment, say)
 // does not repeat it.
 func printFlagUsage(w io.Writer, fs *flag.FlagSet) {
-	syn, ok := synopses[fs.Name()]
+	syn, ok := Synopses[fs.Name()]
 	if !ok {
 		syn = "shardflow " + fs.Name() + " [flags]"
 	}
@@ -146,18 +146,18 @@ func zeroDefault(f *flag.Flag) bool {
 	return false
 }
 
-// helpArg reports whether arg asks for help (a group command's `-h`).
-func helpArg(arg string) bool {
+// HelpArg reports whether arg asks for help (a group command's `-h`).
+func HelpArg(arg string) bool {
 	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
 }
 
-// groupUsage answers a group command (config, job, failed, cron) given no
+// GroupUsage answers a group command (config, job, failed, cron) given no
 // subcommand or a request for help: its usage on stdout and exit 0 for
 // help, a usage error otherwise.
-func groupUsage(args []string, stdout io.Writer, name string) error {
-	if len(args) > 0 && helpArg(args[0]) {
-		fmt.Fprintf(stdout, "usage: %s\n(`shardflow %s SUBCOMMAND -h` lists its flags)\n", synopses[name], name)
+func GroupUsage(args []string, stdout io.Writer, name string) error {
+	if len(args) > 0 && HelpArg(args[0]) {
+		fmt.Fprintf(stdout, "usage: %s\n(`shardflow %s SUBCOMMAND -h` lists its flags)\n", Synopses[name], name)
 		return flag.ErrHelp
 	}
-	return usagef("%s needs a subcommand; usage: %s", name, synopses[name])
+	return Usagef("%s needs a subcommand; usage: %s", name, Synopses[name])
 }
