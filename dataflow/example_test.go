@@ -3,12 +3,17 @@ package dataflow_test
 import (
 	"context"
 	"fmt"
+	"log"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/dataflow/dataflowtest"
 )
@@ -39,9 +44,9 @@ func (d done) AfterRun(_ context.Context, _ dataflow.RunInfo, r dataflow.RunResu
 	d <- r
 }
 
-// A basic Job on the embedded default: no Store in NodeConfig gives an
-// in-process coordination store owned by the Node, so one process runs the
-// job's shard items without ZooKeeper.
+// A basic Job on the embedded store (memstore), chosen explicitly: one
+// process runs the job's shard items without ZooKeeper, as a demo or a test
+// does. A fleet of processes shares a ZooKeeper ensemble (ExampleNewNode).
 func ExampleAddJob() {
 	ctx := context.Background()
 	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "example"})
@@ -167,4 +172,51 @@ func ExampleAddSimpleJob() {
 	// report 1/3 for us
 	// report 2/3 for asia
 	// success=3 failure=0
+}
+
+// A Node in production: every replica of the service opens a session on the
+// same ZooKeeper ensemble and adds the same jobs; ZooKeeper decides which
+// replica owns which shard item, and moves a stopped or crashed replica's
+// items to the others. The server id is the pod's name (a StatefulSet keeps
+// it across restarts). SIGTERM ends ctx, which drains the Node: no new runs,
+// the runs in progress finish, then the replica leaves and its items are
+// resharded at once. (Not run here: it needs a ZooKeeper ensemble.)
+func ExampleNewNode() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	zk, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{"zk-0:2181", "zk-1:2181", "zk-2:2181"}})
+	if err != nil {
+		log.Fatal(err) // names the servers it could not reach
+	}
+	defer zk.Close()
+	node, err := dataflow.NewNode(dataflow.NodeConfig{
+		Store:    zk,
+		ServerID: os.Getenv("POD_NAME"),
+		// A replica replaced under a new id (a Deployment) is listed
+		// OFFLINE until its leader prunes it after this grace.
+		OfflineServerGrace: 10 * time.Minute,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = dataflow.AddJob(ctx, node, dataflow.JobConfig{
+		JobName:                "cities",
+		Cron:                   "0 */5 * * * ?", // every five minutes
+		ShardingTotalCount:     2,
+		ShardingItemParameters: "0=Beijing,1=Shanghai",
+		Failover:               true, // a crashed replica's running items run again at once
+	}, dataflow.Job[string](&cities{}))
+	if err != nil {
+		log.Fatal(err) // a bad config names the field
+	}
+	if err := node.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	<-ctx.Done()
+	grace, cancel := context.WithTimeout(context.Background(), 25*time.Second) // below terminationGracePeriodSeconds
+	defer cancel()
+	if err := node.Stop(grace); err != nil {
+		log.Print(err) // the grace ended: the runs were cancelled
+		<-node.Stopped()
+	}
 }

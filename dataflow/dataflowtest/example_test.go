@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/dataflow/dataflowtest"
 )
@@ -47,7 +48,10 @@ func ExampleRun() {
 // A bad config is an error naming the field and the fix.
 func ExampleRun_badConfig() {
 	_, err := dataflowtest.Run(context.Background(), dataflow.JobConfig{JobName: "settle"}, invoices{})
-	fmt.Println(err != nil)
+	var fe *jobconfig.FieldError
+	if errors.As(err, &fe) {
+		fmt.Printf("%s: %s; %s\n", fe.Field, fe.Problem, fe.Fix)
+	}
 	// Output:
-	// true
+	// shardingTotalCount: must be > 0, got 0; set it to the number of shard items, e.g. 8
 }
