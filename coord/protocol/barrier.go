@@ -571,13 +571,13 @@ func (b onceBarrier) state(ctx context.Context) string {
 }
 
 // once is Job.Once: this run's phase barrier over the job's current total.
-func (j *job) once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
-	return j.onceOver(ctx, j.config().ShardingTotalCount, phase, items, timeout, fn)
+func (j *Job) once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
+	return j.onceOver(ctx, j.Config().ShardingTotalCount, phase, items, timeout, fn)
 }
 
 // once is Run.Once: the phase barrier over the run's items and its config
 // snapshot's total.
-func (r *run) once(ctx context.Context, phase string, timeout time.Duration, fn func(context.Context) error) error {
+func (r *Run) once(ctx context.Context, phase string, timeout time.Duration, fn func(context.Context) error) error {
 	items := make([]int, len(r.items))
 	for i, a := range r.items {
 		items[i] = a.Item
@@ -586,7 +586,7 @@ func (r *run) once(ctx context.Context, phase string, timeout time.Duration, fn 
 }
 
 // onceOver runs the phase barrier for items out of 0..total-1.
-func (j *job) onceOver(ctx context.Context, total int, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
+func (j *Job) onceOver(ctx context.Context, total int, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
 	if phase != "started" && phase != "completed" {
 		return fmt.Errorf("coord: Once phase %q must be \"started\" or \"completed\"", phase)
 	}
@@ -610,7 +610,7 @@ func (j *job) onceOver(ctx context.Context, total int, phase string, items []int
 
 // itemDisabled reads item's disabled flag from the store (the barrier's
 // completion is decided on it: see onceBarrier.missing).
-func (j *job) itemDisabled(ctx context.Context, item int) (bool, error) {
+func (j *Job) itemDisabled(ctx context.Context, item int) (bool, error) {
 	ok, _, err := j.st.Exists(ctx, j.p.Item(item, layout.NDisabled))
 	if err != nil {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(item, layout.NDisabled), err)

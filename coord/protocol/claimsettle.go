@@ -25,7 +25,7 @@ import (
 
 // noteUnsureClaim records that the claim of item on session sid may have
 // been applied.
-func (j *job) noteUnsureClaim(item int, sid int64) {
+func (j *Job) noteUnsureClaim(item int, sid int64) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.claimsUnsure == nil {
@@ -38,7 +38,7 @@ func (j *job) noteUnsureClaim(item int, sid int64) {
 // by a direct read each (none when there are none: the usual case), and
 // reports whether it adopted one. A claim made on an earlier session went
 // with it. A read that fails keeps the item unsure and returns the error.
-func (j *job) settleUnsureClaims(ctx context.Context, sid int64) (bool, error) {
+func (j *Job) settleUnsureClaims(ctx context.Context, sid int64) (bool, error) {
 	j.mu.Lock()
 	var items []int
 	for it, s := range j.claimsUnsure {

@@ -10,11 +10,6 @@
 // (status and actions) is package coord, above this one.
 package protocol
 
-// THIS FILE IS THE CONTRACT between the protocol and its callers (dataflow, stats,
-// cmd/shardflow). The signatures below are fixed; the bodies are filled in by
-// the coord implementation files. Additive changes are fine; changing a
-// signature means updating every caller in the same commit.
-
 import (
 	"context"
 	"errors"
@@ -23,7 +18,6 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
-	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
@@ -99,37 +93,6 @@ type RegistryConfig struct {
 	TestSignals *testsignal.Coord
 }
 
-// NewRegistry returns a Registry over st. It does not own st: closing the
-// Registry leaves st open.
-func NewRegistry(st store.Store, cfg RegistryConfig) (*Registry, error) {
-	return newRegistry(st, cfg)
-}
-
-// ServerID returns the effective server id.
-func (r *Registry) ServerID() string { return r.serverID() }
-
-// Join registers this server for the job: applies the overwrite rule to the
-// config, registers servers/{id}, joins leader election, and sets the
-// resharding flag. The returned Job's Config is the effective (stored) one;
-// when a stored config wins over a differing local one, Join logs a warning
-// naming the differing fields.
-//
-// If this server id's status node is still held by another session (this
-// process's previous incarnation, killed and not yet expired), Join waits
-// for it to go, up to the store's session timeout, and then fails with
-// ErrServerIDInUse. It also fails with ErrBadConfig, or a store error.
-func (r *Registry) Join(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
-	return r.join(ctx, cfg)
-}
-
-// Close leaves every joined job and stops the Registry's goroutines. It
-// waits for them; ctx bounds the wait. Safe to call twice. The jobs leave
-// side by side, each as its Leave would, their store writes shared: the
-// offline operations of many jobs go in a few transactions (each job's
-// together in one), so closing a Registry of thousands of jobs takes a few
-// store round trips, not one per job.
-func (r *Registry) Close(ctx context.Context) error { return r.close(ctx) }
-
 // Signal is a coalesced notification from a Job to the Node hosting it.
 type Signal int
 
@@ -146,62 +109,6 @@ const (
 	// SignalRemoved: the job was removed from the namespace; stop it.
 	SignalRemoved
 )
-
-// Name returns the job name.
-func (j *Job) Name() string { return j.name() }
-
-// Config returns the effective config as currently stored.
-func (j *Job) Config() jobconfig.Config { return j.config() }
-
-// Signals returns the job's notification channel. Each kind of signal is
-// coalesced (at most one pending); it is closed after Leave. The first call
-// starts a goroutine (until Leave) that sends on it; a host of many jobs
-// uses OnSignal instead.
-func (j *Job) Signals() <-chan Signal { return j.signals() }
-
-// OnSignal delivers the job's signals by calling f instead of through
-// Signals, so a host of many jobs needs no goroutine per job to receive
-// them. f is called by the job's watcher, on a goroutine of the Registry's
-// event loop (never two calls for one job at once), one signal at a time,
-// for every kind coalesced as on Signals (pending ones at once); it must
-// not block, nor call Leave or Registry.Close or wait for anything that
-// does (start a goroutine for that): it would hold up other jobs' watchers.
-// Call it once, right after Join; Signals then delivers nothing.
-func (j *Job) OnSignal(f func(Signal)) { j.onSignal(f) }
-
-// Begin starts a run at local time now: checks the clock, reshards first if
-// this server leads and the flag is set (otherwise waits for the leader),
-// computes this server's items (failover items first; disabled items and
-// items failed over to others dropped), and marks them running in one
-// transaction. A run with no items is valid (Shards is empty).
-//
-// Errors: ErrItemsRunning (misfire recorded), ErrPaused, ErrShutdown,
-// ErrClockSkew, ErrSessionLost, ErrBadConfig, ctx.Err().
-func (j *Job) Begin(ctx context.Context, now time.Time) (*Run, error) {
-	return j.begin(ctx, now)
-}
-
-// TakeMisfire reports whether a catch-up run is due: misfire is on, no
-// resharding is pending, and one of this server's items is flagged misfire.
-// The flags are cleared. Called after Complete.
-func (j *Job) TakeMisfire(ctx context.Context) (bool, error) { return j.takeMisfire(ctx) }
-
-// ClaimFailover claims one waiting failover item if failover is on and the
-// queue is not empty (under the failover latch; when another server holds
-// it, it waits up to a second for its release). True means an item is now
-// assigned to this server and the Node should run at once.
-func (j *Job) ClaimFailover(ctx context.Context) (bool, error) { return j.claimFailover(ctx) }
-
-// RecordNextFireTime writes execution/{item}/nextFireTime for this server's items.
-func (j *Job) RecordNextFireTime(ctx context.Context, next time.Time) error {
-	return j.recordNextFireTime(ctx, next)
-}
-
-// ReportCounts writes the last interval's counts to
-// servers/{id}/processSuccessCount and processFailureCount (one transaction).
-func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
-	return j.reportCounts(ctx, success, failure)
-}
 
 // Once runs fn exactly once across all servers of the job for the current
 // run (distribute-once): each server registers its items under
@@ -222,15 +129,6 @@ func (j *Job) Once(ctx context.Context, phase string, items []int, timeout time.
 	return j.once(ctx, phase, items, timeout, fn)
 }
 
-// Lost returns a channel closed when this job's current registration is lost
-// (session lost); Job re-registers by itself on the next session, after
-// which Lost returns a new channel.
-func (j *Job) Lost() <-chan struct{} { return j.lost() }
-
-// Leave unregisters this server from the job (its server node goes offline,
-// resharding is flagged) and closes Signals.
-func (j *Job) Leave(ctx context.Context) error { return j.leave(ctx) }
-
 // Assignment is one shard item of a run.
 type Assignment struct {
 	// Item is the shard item, 0..total-1.
@@ -243,9 +141,6 @@ type Assignment struct {
 	// Failover is true when the item was taken over from a crashed server.
 	Failover bool
 }
-
-// Shards returns the run's items, failover items first.
-func (r *Run) Shards() []Assignment { return r.shards() }
 
 // Config returns the config snapshot the run began on: Begin took it once,
 // computed the run's items with its ShardingTotalCount, and the run's
@@ -265,21 +160,6 @@ func (r *Run) Once(ctx context.Context, phase string, timeout time.Duration, fn 
 // when it has none.
 func (r *Run) ItemParameter(item int) string { return r.params[item] }
 
-// Context is cancelled when the run loses ownership: session lost, job
-// shut down or removed, or the ctx given to Begin ends.
-func (r *Run) Context() context.Context { return r.context() }
-
-// KeepGoing is the check between streaming batches: false when paused,
-// resharding is pending, the job is stopping, or ownership is lost.
-func (r *Run) KeepGoing() bool { return r.keepGoing() }
-
-// CheckOwnership is the fencing check for commits: it syncs with the store
-// and returns nil only if this run still owns item with the same epoch on a
-// live session. Otherwise ErrNotOwner (or ErrSessionLost).
-func (r *Run) CheckOwnership(ctx context.Context, item int) error {
-	return r.checkOwnership(ctx, item)
-}
-
 // ReportError records msg as this server's lastError in the job's status
 // (empty msg clears it), for an error the run goes on from (a source
 // backing off a failing statement). The next Begin clears it.
@@ -296,19 +176,7 @@ func (r *Run) ReportError(ctx context.Context, msg string) { r.j.recordLastError
 // lost session's nodes are gone with it (ErrSessionLost). Items pruned
 // beyond a lowered total meanwhile are skipped.
 func (r *Run) Complete(ctx context.Context, next time.Time) error {
-	return r.complete(ctx, next, RunOutcome{})
-}
-
-// CompleteWith is Complete recording the run's outcome with the
-// completion, in the same transaction: the failing items (status shows
-// each with its count of consecutive failed runs, since when, and its last
-// error; JobStatus.Health is not "ok" while one fails) and, when
-// out.Counts is set, the interval counts (as Job.ReportCounts writes
-// them). Complete is CompleteWith an outcome of no error and no counts.
-// Only the first call of a run records its outcome; a retry after an error
-// writes the same.
-func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) error {
-	return r.complete(ctx, next, out)
+	return r.CompleteWith(ctx, next, RunOutcome{})
 }
 
 // RunOutcome is what a run's Complete records besides its completion.

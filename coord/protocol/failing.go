@@ -10,7 +10,7 @@ import (
 // keepFailing forgets the failing state of items not among items (a
 // normal Begin's): an item that moved away and comes back later starts
 // its count again, rather than showing a count from before.
-func (j *job) keepFailing(items []int) {
+func (j *Job) keepFailing(items []int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for it := range j.failing {
@@ -22,7 +22,7 @@ func (j *job) keepFailing(items []int) {
 
 // failingOf returns the job's failing items in memory, for a record of
 // items (nil when none of them fails).
-func (j *job) failingOf(items []int) map[int]layout.ItemFailure {
+func (j *Job) failingOf(items []int) map[int]layout.ItemFailure {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	var out map[int]layout.ItemFailure
@@ -40,7 +40,7 @@ func (j *job) failingOf(items []int) map[int]layout.ItemFailure {
 // seedFailing takes the failing items of this server's own record, read
 // at its join, unless this process already knows better (a join on a new
 // session of the same process).
-func (j *job) seedFailing(rd runRead) {
+func (j *Job) seedFailing(rd runRead) {
 	if !rd.found {
 		return
 	}
@@ -58,7 +58,7 @@ func (j *job) seedFailing(rd runRead) {
 
 // noteOutcome records the outcome of a run of items in memory and returns
 // the failing items among them, for the run's Complete to write.
-func (j *job) noteOutcome(items []Assignment, errs map[int]string, now time.Time) map[int]layout.ItemFailure {
+func (j *Job) noteOutcome(items []Assignment, errs map[int]string, now time.Time) map[int]layout.ItemFailure {
 	its := make([]int, len(items))
 	for i, a := range items {
 		its[i] = a.Item

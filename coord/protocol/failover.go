@@ -32,8 +32,8 @@ import (
 // reads the tree directly (the cache may lag right after a crash); it runs
 // only on departures, on election and on reconcile ticks: a few reads per
 // server and per claim record, none per item.
-func (j *job) enqueueOrphans(ctx context.Context) {
-	cfg := j.config()
+func (j *Job) enqueueOrphans(ctx context.Context) {
+	cfg := j.Config()
 	if !failoverOn(cfg) {
 		return
 	}
@@ -90,7 +90,7 @@ type lostClaim struct {
 // lost claim's, so epochs only grow even when the owner, not a new claim,
 // re-runs the item. A record of an item beyond the total is only deleted.
 // Split beyond the request limit: every item's operations are independent.
-func (j *job) requeueLostClaims(ctx context.Context, listing layout.FoListing, total int) {
+func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, total int) {
 	if len(listing.Claims) == 0 {
 		return
 	}
@@ -162,7 +162,7 @@ func (j *job) requeueLostClaims(ctx context.Context, listing layout.FoListing, t
 
 // findLostClaims reads the claim records of listing and their claims
 // (pipelined): those whose claim is gone.
-func (j *job) findLostClaims(ctx context.Context, listing layout.FoListing) ([]lostClaim, error) {
+func (j *Job) findLostClaims(ctx context.Context, listing layout.FoListing) ([]lostClaim, error) {
 	items := make([]int, 0, len(listing.Claims))
 	for it := range listing.Claims {
 		items = append(items, it)
@@ -212,7 +212,7 @@ type orphanRun struct {
 // findOrphans reads, for every offline server given items, its sharding
 // node, its run record and its live marker (a few reads per server), and
 // the failover directory's listing, returned with them.
-func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.FoListing, error) {
+func (j *Job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.FoListing, error) {
 	servers, _, err := j.st.Children(ctx, j.p.Abs(layout.NServers))
 	if err != nil {
 		return nil, layout.FoListing{}, err
@@ -297,13 +297,18 @@ func (j *job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.F
 // its holder is stuck or gone, and the ephemeral goes with its session.
 const latchWait = time.Second
 
+// ClaimFailover claims one waiting failover item if failover is on and the
+// queue is not empty (under the failover latch; when another server holds
+// it, it waits up to a second for its release). True means an item is now
+// assigned to this server and the Node should run at once.
+//
 // claimFailover takes leader/failover/latch (a tryLatch, waiting once for
 // another claimant's release: the claimant takes ONE item, and the rest of
 // the queue would otherwise wait for its next claim or for this server's
 // next trigger, since the queue signal already came),
 // claims the first queued item (execution/{item}/failover = me, queue entry
 // deleted, ONE Multi) and releases the latch.
-func (j *job) claimFailover(ctx context.Context) (bool, error) {
+func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 	sid, _, err := j.ready()
 	if err != nil {
 		return false, err
@@ -312,7 +317,7 @@ func (j *job) claimFailover(ctx context.Context) (bool, error) {
 	if adopted, err := j.settleUnsureClaims(ctx, sid); err != nil || adopted {
 		return adopted, err
 	}
-	if !failoverOn(j.config()) || layout.QueuedCount(j.cache.children(layout.RelFailoverQ)) == 0 {
+	if !failoverOn(j.Config()) || layout.QueuedCount(j.cache.children(layout.RelFailoverQ)) == 0 {
 		return false, nil
 	}
 	if j.cache.flag(layout.RelServer(j.id, layout.NPaused)) {
@@ -451,7 +456,7 @@ func failoverOn(cfg jobconfig.Config) bool { return cfg.Failover && cfg.Monitors
 // the config node's version it was read at (every edit bumps it in the
 // same transaction as its fields). A config that does not decode allows
 // nothing (the job stops on it anyway).
-func (j *job) storedFailoverOn(ctx context.Context) (int32, bool, error) {
+func (j *Job) storedFailoverOn(ctx context.Context) (int32, bool, error) {
 	v, cfg, err := j.storedConfig(ctx)
 	if err != nil {
 		return 0, false, err
@@ -462,7 +467,7 @@ func (j *job) storedFailoverOn(ctx context.Context) (int32, bool, error) {
 // storedConfig reads the stored config directly (see storedFailoverOn),
 // with the config node's version it was read at. A config that does not
 // decode is the zero Config (failover off).
-func (j *job) storedConfig(ctx context.Context) (int32, jobconfig.Config, error) {
+func (j *Job) storedConfig(ctx context.Context) (int32, jobconfig.Config, error) {
 	data, st, err := j.st.Get(ctx, j.p.Abs(layout.NConfig))
 	if err != nil {
 		return 0, jobconfig.Config{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NConfig), err)
@@ -486,7 +491,7 @@ func (j *job) storedConfig(ctx context.Context) (int32, jobconfig.Config, error)
 // them (paused, or leaving).
 // Failures are logged: an item whose claim stays is released by the next
 // Begin, or freed with this server's session.
-func (j *job) releaseClaims(ctx context.Context) {
+func (j *Job) releaseClaims(ctx context.Context) {
 	j.mu.Lock()
 	var items []int
 	for it := range j.claims {
@@ -539,7 +544,7 @@ func (j *job) releaseClaims(ctx context.Context) {
 // a claim of this server (a pause, failover off, an item beyond the total),
 // whose transaction must take the record with the claim, or the leader
 // would queue the item again for a claim that was not lost.
-func (j *job) claimRecordOps(ctx context.Context, item int) ([]store.Op, error) {
+func (j *Job) claimRecordOps(ctx context.Context, item int) ([]store.Op, error) {
 	ok, st, err := j.st.Exists(ctx, j.p.Claim(item))
 	if err != nil || !ok {
 		return nil, err

@@ -24,14 +24,14 @@ import (
 // Job is this server's handle on one job's protocol. Begin, Complete,
 // TakeMisfire and ClaimFailover are called from one goroutine at a time (the
 // Node runs one run per job at a time); the others are safe for concurrent
-// use. Its methods are in contract.go, the package's public API.
+// use.
 //
 // A joined job's watcher (watcher.go: a state machine run by the
 // Registry's event loop, loop.go; started by startJob, stopped and awaited
 // by leave) owns the tree cache's watches, the election, session handling,
 // the operator-flag reactions, reconcile and the signals.
 type Job struct {
-	reg   *registry
+	reg   *Registry
 	st    store.Store
 	p     layout.JobPaths
 	jname string
@@ -144,12 +144,9 @@ type Job struct {
 	configDecodes atomic.Int64
 }
 
-// job is Job's name in the implementation files.
-type job = Job
-
-func startJob(ctx context.Context, r *registry, lc localConfig) (*job, error) {
+func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 	local := lc.cfg
-	j := &job{
+	j := &Job{
 		reg:         r,
 		st:          r.st,
 		p:           layout.NewJobPaths(r.cfg.Namespace, local.JobName),
@@ -340,7 +337,7 @@ type runRead struct {
 
 // readForJoin loads the config into the tree cache (when the job has a
 // config node) and reads, side by side, what the registration needs.
-func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error) {
+func (j *Job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error) {
 	var rd joinReads
 	g, gctx := errgroup.WithContext(ctx)
 	if hasConfig {
@@ -418,7 +415,7 @@ func (j *job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 // left in place for certain (its own writes), loaded beside the roots
 // (treeCache.loadRootsAhead): this server's node, flags and sharding, and
 // the host node it took.
-func (j *job) joinAhead(jt joinResult) []string {
+func (j *Job) joinAhead(jt joinResult) []string {
 	var ahead []string
 	if !jt.preloaded { // the servers' listing loads with the roots
 		ahead = append(ahead, layout.RelServer(j.id), layout.RelServer(j.id, layout.NDisabled))
@@ -436,7 +433,7 @@ func (j *job) joinAhead(jt joinResult) []string {
 // transaction, the servers' own listing loaded before it (readForJoin):
 // the servers listed then, and this server's (its node may be new; the
 // listing's watch, fired by its creation, finds it loaded).
-func (j *job) joinServerRoots() []string {
+func (j *Job) joinServerRoots() []string {
 	names := j.cache.children(layout.NServers)
 	if !slices.Contains(names, j.id) {
 		names = append(slices.Clone(names), j.id)
@@ -449,7 +446,7 @@ func (j *job) joinServerRoots() []string {
 }
 
 // wrapRead names the node of a failed read of a join.
-func wrapRead(j *job, path string, err error) error {
+func wrapRead(j *Job, path string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -475,7 +472,7 @@ func wrapRead(j *job, path string, err error) error {
 // Every config write bumps the config node's data version in the same
 // transaction (servers watch that node only; docs/zookeeper-layout.md), and
 // the cache is seeded with what was written.
-func (j *job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (joinResult, error) {
+func (j *Job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (joinResult, error) {
 	local, fields := lc.cfg, lc.fields
 	keys := slices.Sorted(maps.Keys(fields))
 	var (
@@ -754,7 +751,7 @@ func (j *job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (j
 
 // abandonJoin undoes a registration the join transaction made (a new job
 // whose config, read back, is refused) and returns err.
-func (j *job) abandonJoin(ctx context.Context, registered bool, err error) error {
+func (j *Job) abandonJoin(ctx context.Context, registered bool, err error) error {
 	if registered {
 		_ = j.goOffline(context.WithoutCancel(ctx))
 	}
@@ -762,7 +759,7 @@ func (j *job) abandonJoin(ctx context.Context, registered bool, err error) error
 }
 
 // cachedConfigFields returns the config fields the tree cache holds.
-func (j *job) cachedConfigFields() map[string]string {
+func (j *Job) cachedConfigFields() map[string]string {
 	fields := j.cache.versionedFields(layout.NConfig)
 	if fields == nil {
 		fields = map[string]string{}
@@ -773,7 +770,7 @@ func (j *job) cachedConfigFields() map[string]string {
 // warnStoredWins logs at Warn which fields of the local config lose to
 // the stored one (docs/configuration.md promises it): a changed local
 // config without Overwrite is otherwise ignored silently.
-func (j *job) warnStoredWins(local map[string]string, stored jobconfig.Config) {
+func (j *Job) warnStoredWins(local map[string]string, stored jobconfig.Config) {
 	// Both with defaults filled in (local by prepareLocal, stored by its
 	// decode), so a stored "0" (default) and a local explicit default are
 	// not reported.
@@ -790,7 +787,7 @@ func (j *job) warnStoredWins(local map[string]string, stored jobconfig.Config) {
 	}
 }
 
-func (j *job) readConfigFields(ctx context.Context) (map[string]string, error) {
+func (j *Job) readConfigFields(ctx context.Context) (map[string]string, error) {
 	names, _, err := j.st.Children(ctx, j.p.Abs(layout.NConfig))
 	if err != nil {
 		return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NConfig), err)
@@ -833,7 +830,7 @@ func (j *job) readConfigFields(ctx context.Context) (map[string]string, error) {
 const configReaders = 8
 
 // decodeConfig decodes stored fields; errors wrap ErrBadConfig and name the node.
-func (j *job) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
+func (j *Job) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
 	j.configDecodes.Add(1)
 	return layout.DecodeStoredConfig(j.p, j.jname, fields)
 }
@@ -843,7 +840,7 @@ func (j *job) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
 // disable or enable survives restarts); a first join clears shutdown. The
 // transaction bumps the membership version (touchMembership); an operator
 // writing this server's flags at the same time makes it re-plan.
-func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
+func (j *Job) registerServer(ctx context.Context, sid int64, first bool) error {
 	statusPath := j.p.Server(j.id, layout.NStatus)
 	err := layout.MultiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
 		// The two reads side by side (one round trip).
@@ -915,7 +912,7 @@ func (j *job) registerServer(ctx context.Context, sid int64, first bool) error {
 // under the same server id, the previous incarnation's session is dying but
 // not yet expired. A live duplicate keeps it past the timeout; the caller
 // then refuses with ErrServerIDInUse. It returns the node's last state.
-func (j *job) awaitStatusGone(ctx context.Context, statusPath string, sid int64) (bool, store.Stat, error) {
+func (j *Job) awaitStatusGone(ctx context.Context, statusPath string, sid int64) (bool, store.Stat, error) {
 	wait := j.reg.cfg.ServerIDWait
 	if wait == 0 {
 		sess, _ := j.st.Session()
@@ -954,7 +951,7 @@ func (j *job) awaitStatusGone(ctx context.Context, statusPath string, sid int64)
 // may still show a flag that a reshard has just cleared. The cache learns
 // of it from its watch (a write-through could race with the reshard's
 // delete and leave a phantom flag).
-func (j *job) setNecessary(ctx context.Context) error {
+func (j *Job) setNecessary(ctx context.Context) error {
 	return layout.RaiseFlag(ctx, j.st, j.p)
 }
 
@@ -962,7 +959,7 @@ func (j *job) setNecessary(ctx context.Context) error {
 // server becomes leader it takes up the leader's duties and returns 0;
 // otherwise it returns the id of the watch (its event queued on the job as
 // evPred) to elect again on. Only the watcher (and startJob) calls it.
-func (j *job) elect(ctx context.Context) (uint64, error) {
+func (j *Job) elect(ctx context.Context) (uint64, error) {
 	var id uint64
 	elected, waiting, err := j.elec.proceed(ctx, j.loopExists(evPred, &id))
 	if err != nil {
@@ -989,25 +986,27 @@ func (j *job) elect(ctx context.Context) (uint64, error) {
 }
 
 // event names this job and server in a test signal.
-func (j *job) event() testsignal.Event { return testsignal.Event{Job: j.jname, Server: j.id} }
+func (j *Job) event() testsignal.Event { return testsignal.Event{Job: j.jname, Server: j.id} }
 
-func (j *job) isLeader() bool {
+func (j *Job) isLeader() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.leader
 }
 
 // kick wakes the watcher (to load the stub nodes of the tree cache).
-func (j *job) kick() { j.post(loopEvent{kind: evWake}) }
+func (j *Job) kick() { j.post(loopEvent{kind: evWake}) }
 
 // postWatch queues a fired tree cache watch on the job.
-func (j *job) postWatch(ref watchRef, ev store.Event) {
+func (j *Job) postWatch(ref watchRef, ev store.Event) {
 	j.post(loopEvent{kind: evCache, ref: ref, ev: ev})
 }
 
-func (j *job) name() string { return j.jname }
+// Name returns the job name.
+func (j *Job) Name() string { return j.jname }
 
-func (j *job) config() jobconfig.Config {
+// Config returns the effective config as currently stored.
+func (j *Job) Config() jobconfig.Config {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.cfg
@@ -1020,21 +1019,24 @@ func itemParameters(cfg jobconfig.Config) map[int]string {
 	return params
 }
 
-func (j *job) lost() <-chan struct{} {
+// Lost returns a channel closed when this job's current registration is lost
+// (session lost); Job re-registers by itself on the next session, after
+// which Lost returns a new channel.
+func (j *Job) Lost() <-chan struct{} {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.lostCh
 }
 
 // registration returns the current registration's session and context.
-func (j *job) registration() (int64, context.Context) {
+func (j *Job) registration() (int64, context.Context) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.regSession, j.regCtx
 }
 
 // loseRegistration cancels runs and closes Lost; watcher only.
-func (j *job) loseRegistration(why string) {
+func (j *Job) loseRegistration(why string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.regCtx.Err() == nil {
@@ -1049,7 +1051,9 @@ func (j *job) loseRegistration(why string) {
 	j.claimsUnsure = nil
 }
 
-func (j *job) leave(ctx context.Context) error {
+// Leave unregisters this server from the job (its server node goes offline,
+// resharding is flagged) and closes Signals.
+func (j *Job) Leave(ctx context.Context) error {
 	online, err := j.leaveLocal(ctx)
 	if err != nil || !online {
 		return err
@@ -1061,7 +1065,7 @@ func (j *job) leave(ctx context.Context) error {
 // awaited, the registration cancelled, the job forgotten by the Registry,
 // the writes owed to the session (completions among them) made. It reports whether the job's session is
 // still the live one (its ephemerals remain: goOffline is due).
-func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
+func (j *Job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	j.mu.Lock()
 	if j.left {
 		j.mu.Unlock()
@@ -1098,7 +1102,7 @@ func (j *job) leaveLocal(ctx context.Context) (online bool, _ error) {
 // goOffline deletes this server's ephemerals (status, candidate, host when
 // leading) and raises the resharding flag so the others take over its items.
 // It tries one transaction first (goOfflineAtOnce), then node by node.
-func (j *job) goOffline(ctx context.Context) error {
+func (j *Job) goOffline(ctx context.Context) error {
 	if j.goOfflineAtOnce(ctx) {
 		return nil
 	}
@@ -1136,7 +1140,7 @@ func (j *job) goOffline(ctx context.Context) error {
 // membership version, so the flag may go up first. It reports false, having
 // changed nothing or only raised the flag, when any of those nodes is not
 // as expected; goOffline then goes node by node.
-func (j *job) goOfflineAtOnce(ctx context.Context) bool {
+func (j *Job) goOfflineAtOnce(ctx context.Context) bool {
 	sess, _ := j.st.Session()
 	cand := j.elec.candidate
 	if cand == "" || sess.State != store.StateConnected {
@@ -1168,7 +1172,7 @@ func (j *job) goOfflineAtOnce(ctx context.Context) bool {
 // recordLastError writes servers/{id}/lastError (empty text clears it).
 // Writes are serialised, and a clear is skipped while the stored config is
 // invalid, so a run that began on the old config cannot erase the report.
-func (j *job) recordLastError(ctx context.Context, msg string) {
+func (j *Job) recordLastError(ctx context.Context, msg string) {
 	j.errMu.Lock()
 	defer j.errMu.Unlock()
 	j.mu.Lock()
@@ -1180,7 +1184,7 @@ func (j *job) recordLastError(ctx context.Context, msg string) {
 }
 
 // writeLastErrorLocked writes lastError; errMu must be held.
-func (j *job) writeLastErrorLocked(ctx context.Context, msg string) {
+func (j *Job) writeLastErrorLocked(ctx context.Context, msg string) {
 	j.mu.Lock()
 	set := j.lastErrSet
 	j.lastErrSet = msg != ""
@@ -1206,7 +1210,7 @@ func (j *job) writeLastErrorLocked(ctx context.Context, msg string) {
 // reads (readForJoin), used instead of a read of its own; a record changed
 // since fails the transaction's create or version check, and the join
 // plans again on fresh reads.
-func (j *job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]store.Op, error) {
+func (j *Job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]store.Op, error) {
 	fresh := layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout})
 	if pre == nil && !slices.Contains(kids, layout.NRun) || pre != nil && !pre.found {
 		return []store.Op{&store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: fresh}}, nil

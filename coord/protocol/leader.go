@@ -34,7 +34,7 @@ import (
 // runs that start on the new assignment must not keep this Begin waiting.
 // It reads the items directly: the cache watches only this server's items.
 // Resharding is rare, so O(items) reads are fine here.
-func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
+func (j *Job) reshard(ctx context.Context, cfg jobconfig.Config) error {
 	if !cfg.MonitorsExecution() {
 		return j.reshardNow(ctx, cfg)
 	}
@@ -71,7 +71,7 @@ func (j *job) reshard(ctx context.Context, cfg jobconfig.Config) error {
 // arms a watch on that server's live marker (watch) and returns waiting,
 // and the watcher calls it again when the watch fires. It never blocks on
 // a run.
-func (j *job) reshardWhenIdle(ctx context.Context, watch existsWatch) (waiting bool, _ error) {
+func (j *Job) reshardWhenIdle(ctx context.Context, watch existsWatch) (waiting bool, _ error) {
 	if !j.isLeader() || !j.cache.has(layout.RelNecessary) || j.cache.has(layout.RelProcessing) {
 		return false, nil
 	}
@@ -82,7 +82,7 @@ func (j *job) reshardWhenIdle(ctx context.Context, watch existsWatch) (waiting b
 	if nec, _, err := j.st.Exists(ctx, j.p.Abs(layout.RelNecessary)); err != nil || !nec {
 		return false, err
 	}
-	cfg := j.config()
+	cfg := j.Config()
 	if cfg.MonitorsExecution() {
 		_, found, err := j.firstRunning(ctx, watch)
 		if err != nil || found {
@@ -97,7 +97,7 @@ func (j *job) reshardWhenIdle(ctx context.Context, watch existsWatch) (waiting b
 // when a server joined, left, or was disabled, enabled or shut down
 // meanwhile, the Multi fails and the assignment is planned again on the
 // new membership, so the flag is never cleared by a plan that missed one.
-func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
+func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrBadConfig, j.p.Config("jobShardingStrategy"), err)
@@ -164,7 +164,7 @@ func (j *job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 // resharded records a committed reshard's membership and total (the
 // leader's bookkeeping, raiseIfMembershipChanged) and logs it; by says
 // whose it was (the leader's, or a lone join's).
-func (j *job) resharded(live []string, total int, by string) {
+func (j *Job) resharded(live []string, total int, by string) {
 	j.mu.Lock()
 	j.shardedLive = shardedAs(live, total)
 	j.mu.Unlock()
@@ -172,7 +172,7 @@ func (j *job) resharded(live []string, total int, by string) {
 }
 
 // signalResharded tells the tests of a reshard that is over.
-func (j *job) signalResharded(live []string, total int) {
+func (j *Job) signalResharded(live []string, total int) {
 	if s := j.reg.cfg.TestSignals; s != nil {
 		s.Resharded.Send(testsignal.Resharded{Event: j.event(), Servers: slices.Clone(live), Total: total})
 	}
@@ -203,7 +203,7 @@ func queuePrunes(names []string, total int) []string {
 // readTotal reads the stored shardingTotalCount directly, with a check op on
 // its version for the reshard's Multi; def (and no check) when the node is
 // absent or unparsable (the config decoder reports those).
-func (j *job) readTotal(ctx context.Context, def int) (int, *intent, error) {
+func (j *Job) readTotal(ctx context.Context, def int) (int, *intent, error) {
 	rel := layout.NConfig + "/" + jobconfig.FieldShardingTotalCount
 	data, st, err := j.st.Get(ctx, j.p.Abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
@@ -226,7 +226,7 @@ func (j *job) readTotal(ctx context.Context, def int) (int, *intent, error) {
 // items are listed from the tree cache (which watches the execution node):
 // a listing of the store on every reshard cost a read per job start; one
 // the cache has not seen yet is pruned at the next reshard.
-func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
+func (j *Job) pruneItemsBeyond(ctx context.Context, total int) {
 	for _, n := range j.cache.children(layout.NExecution) {
 		if it, ok := layout.ParseItemName(n); ok && it >= total {
 			if err := store.DeleteAll(ctx, j.st, j.p.Item(it)); err != nil {
@@ -248,7 +248,7 @@ func (j *job) pruneItemsBeyond(ctx context.Context, total int) {
 // reads directly, one existence read per server (none per item). Failover
 // runs do not hold a reshard: their claim is their fence (the items' new
 // owners skip a claimed item).
-func (j *job) firstRunning(ctx context.Context, watch existsWatch) (server string, found bool, _ error) {
+func (j *Job) firstRunning(ctx context.Context, watch existsWatch) (server string, found bool, _ error) {
 	servers, _, err := j.st.Children(ctx, j.p.Abs(layout.NServers))
 	if err != nil {
 		return "", false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NServers), err)
@@ -295,10 +295,10 @@ func (j *job) firstRunning(ctx context.Context, watch existsWatch) (server strin
 // read the servers after a crash leaves nothing to raise. The scan reads
 // the store directly and queues each item once, so running it more often
 // costs reads, never a duplicate.
-func (j *job) leaderDuties(ctx context.Context, force bool) {
+func (j *Job) leaderDuties(ctx context.Context, force bool) {
 	live := j.liveServers()
 	departed := j.newlyDeparted()
-	total := j.config().ShardingTotalCount
+	total := j.Config().ShardingTotalCount
 	j.reshardMu.Lock()
 	raised := j.raiseIfMembershipChanged(ctx, live, total, force)
 	j.reshardMu.Unlock()
@@ -309,7 +309,7 @@ func (j *job) leaderDuties(ctx context.Context, force bool) {
 
 // newlyDeparted records the servers the cache shows without a status node
 // and reports whether one of them was not so at the previous call.
-func (j *job) newlyDeparted() bool {
+func (j *Job) newlyDeparted() bool {
 	var gone []string
 	for _, s := range j.cache.children(layout.NServers) {
 		if !cachedServerState(j.cache, s).Online {
@@ -341,7 +341,7 @@ func (j *job) newlyDeparted() bool {
 // reshard that read the servers just before the join would clear the flag
 // without it. Holding reshardMu, this check runs after such a reshard and
 // sees that it used a membership without the newcomer.
-func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total int, force bool) bool {
+func (j *Job) raiseIfMembershipChanged(ctx context.Context, live []string, total int, force bool) bool {
 	cur := strings.Join(live, ",")
 	j.mu.Lock()
 	last, lastTotal, sharded := j.lastLive, j.lastTotal, j.shardedLive
@@ -385,7 +385,7 @@ func (j *job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 }
 
 // owners maps each item to the server whose sharding node lists it.
-func (j *job) owners() map[int]string {
+func (j *Job) owners() map[int]string {
 	own := make(map[int]string)
 	for _, s := range j.cache.children(layout.NServers) {
 		d, _, ok := j.cache.get(layout.RelServer(s, layout.NSharding))
@@ -406,8 +406,8 @@ func (j *job) owners() map[int]string {
 // reconcile is the leader's periodic check: an item owned by an offline or
 // disabled server, or by no one, raises the resharding flag; offline server
 // nodes older than the grace are pruned (operator-disabled ones are kept).
-func (j *job) reconcile(ctx context.Context) {
-	cfg := j.config()
+func (j *Job) reconcile(ctx context.Context) {
+	cfg := j.Config()
 	live := j.liveServers()
 	if len(live) > 0 {
 		own := j.owners()

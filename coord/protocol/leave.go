@@ -49,11 +49,11 @@ const (
 // leaveJobs leaves every job of jobs (Registry.Close): the same outcome as
 // each job's leave, with the store writes shared (see the top of this
 // file).
-func leaveJobs(ctx context.Context, jobs []*job) error {
+func leaveJobs(ctx context.Context, jobs []*Job) error {
 	var (
 		mu      sync.Mutex
 		errs    []error
-		offline []*job
+		offline []*Job
 	)
 	addErr := func(err error) {
 		mu.Lock()
@@ -85,7 +85,7 @@ func leaveJobs(ctx context.Context, jobs []*job) error {
 
 // offlinePlan is one job's part of a shared leave Multi.
 type offlinePlan struct {
-	j   *job
+	j   *Job
 	ops []store.Op
 	// flagBeside: the flag is raised beside the Multi (the cache shows one).
 	flagBeside bool
@@ -94,7 +94,7 @@ type offlinePlan struct {
 // goOfflineAll takes every job of jobs offline, their operations packed
 // into shared Multis; a job that cannot be planned, or whose Multi fails,
 // goes through goOffline alone.
-func goOfflineAll(ctx context.Context, jobs []*job) error {
+func goOfflineAll(ctx context.Context, jobs []*Job) error {
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -114,7 +114,7 @@ func goOfflineAll(ctx context.Context, jobs []*job) error {
 	var (
 		mu    sync.Mutex
 		errs  []error
-		alone []*job
+		alone []*Job
 	)
 	var batches [][]*offlinePlan
 	budget := jobs[0].splitBudget()
@@ -204,7 +204,7 @@ func goOfflineAll(ctx context.Context, jobs []*job) error {
 // goOfflineAtOnce, with the flag's create and version bump when j's cache
 // shows no flag. nil: j leaves alone (goOffline), as goOfflineAtOnce
 // would not do it at once.
-func (j *job) planOffline(ctx context.Context, sess store.Session) *offlinePlan {
+func (j *Job) planOffline(ctx context.Context, sess store.Session) *offlinePlan {
 	cand := j.elec.candidate
 	if cand == "" || sess.State != store.StateConnected {
 		return nil
@@ -234,7 +234,7 @@ func (j *job) planOffline(ctx context.Context, sess store.Session) *offlinePlan 
 
 // wentOffline records that j's election nodes are gone (goOfflineAtOnce's
 // bookkeeping).
-func (j *job) wentOffline() {
+func (j *Job) wentOffline() {
 	j.elec.candidate = ""
 	j.mu.Lock()
 	j.leader = false

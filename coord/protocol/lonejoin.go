@@ -66,7 +66,7 @@ const maxLonePrunes = 64
 // loneReshard plans the lone join's reshard: ok false when the join does
 // not stand alone after all (another server is online) or the plan would
 // not fit; the caller then joins as before.
-func (j *job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, res loneResult, ok bool, _ error) {
+func (j *Job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, res loneResult, ok bool, _ error) {
 	total := in.cfg.ShardingTotalCount
 	strategy, err := sharding.Lookup(in.cfg.ShardingStrategy)
 	if err != nil || total < 1 {
@@ -131,7 +131,7 @@ func (j *job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, re
 // job runs on after it: the reshard's operations and, for a stored config
 // that wins, a check of the config version the cache read. ok false: join
 // as before.
-func (j *job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, storedWins bool, rd joinReads) (ops []store.Op, res loneResult, ok bool, _ error) {
+func (j *Job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, storedWins bool, rd joinReads) (ops []store.Op, res loneResult, ok bool, _ error) {
 	if storedWins {
 		st, loaded := j.cache.dataStat(layout.NConfig)
 		if !loaded {
@@ -158,7 +158,7 @@ func (j *job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, sto
 // fitsWith reports whether a join's operations with a lone reshard's
 // added stay within the store's request limit: a reshard too large for
 // one request is left to the leader, whose reshard splits it.
-func (j *job) fitsWith(ops, lone []store.Op) bool {
+func (j *Job) fitsWith(ops, lone []store.Op) bool {
 	return store.MultiSize(ops)+store.MultiSize(lone) <= store.RequestLimit(j.st)
 }
 

@@ -31,8 +31,8 @@ type eventLoop struct {
 	// mu guards what follows and every job's q. Store watch functions take
 	// it with the store's lock held: never call the store with mu held.
 	mu      sync.Mutex
-	jobs    map[*job]struct{} // started and not stopped
-	ready   []*job            // jobs with events, waiting for a worker
+	jobs    map[*Job]struct{} // started and not stopped
+	ready   []*Job            // jobs with events, waiting for a worker
 	workers int
 	// stopFollow ends the session follower; wg counts the follower and
 	// the workers of the current period of activity (from the first job
@@ -42,7 +42,7 @@ type eventLoop struct {
 }
 
 func newEventLoop(st store.Store) *eventLoop {
-	return &eventLoop{st: st, jobs: make(map[*job]struct{})}
+	return &eventLoop{st: st, jobs: make(map[*Job]struct{})}
 }
 
 // evKind is the kind of a job's event.
@@ -95,13 +95,13 @@ func (q *jobQueue) init() {
 
 // post queues e on j. It never blocks for long (it only takes the loop's
 // lock), so store watch functions and timers call it.
-func (l *eventLoop) post(j *job, e loopEvent) {
+func (l *eventLoop) post(j *Job, e loopEvent) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.postLocked(j, e)
 }
 
-func (l *eventLoop) postLocked(j *job, e loopEvent) {
+func (l *eventLoop) postLocked(j *Job, e loopEvent) {
 	q := &j.q
 	if q.stopped {
 		return
@@ -118,7 +118,7 @@ func (l *eventLoop) postLocked(j *job, e loopEvent) {
 	}
 }
 
-func (l *eventLoop) scheduleLocked(j *job) {
+func (l *eventLoop) scheduleLocked(j *Job) {
 	j.q.scheduled = true
 	l.ready = append(l.ready, j)
 	if l.workers < loopWorkers {
@@ -169,7 +169,7 @@ func (l *eventLoop) work(wg *sync.WaitGroup) {
 // start makes j's events run: the events queued since its creation (the
 // watches Join armed) and a first reaction. sessCh is the session channel
 // Join's snapshot returned: a change since then is not missed.
-func (l *eventLoop) start(j *job, sessCh <-chan struct{}) {
+func (l *eventLoop) start(j *Job, sessCh <-chan struct{}) {
 	// Never call the store with mu held: its watch functions post, with
 	// the store's own lock held.
 	_, ch := l.st.Session()
@@ -202,7 +202,7 @@ func (l *eventLoop) follow(ch <-chan struct{}, stop <-chan struct{}, wg *sync.Wa
 		}
 		_, ch = l.st.Session()
 		l.mu.Lock()
-		jobs := make([]*job, 0, len(l.jobs))
+		jobs := make([]*Job, 0, len(l.jobs))
 		for j := range l.jobs {
 			jobs = append(jobs, j)
 			l.postLocked(j, loopEvent{kind: evSession})
@@ -221,7 +221,7 @@ func (l *eventLoop) follow(ch <-chan struct{}, stop <-chan struct{}, wg *sync.Wa
 // cancelled and awaited (ctx bounds the wait), its timers are stopped and
 // the watch forwarders end. When j was the last job, the follower and the
 // workers are awaited too. Safe on a job never started (a failed Join).
-func (l *eventLoop) stop(ctx context.Context, j *job) error {
+func (l *eventLoop) stop(ctx context.Context, j *Job) error {
 	q := &j.q
 	q.cancel()
 	l.mu.Lock()
@@ -349,7 +349,7 @@ func existsNoWatch(st store.Store) existsWatch { return st.Exists }
 
 // loopExists is an existsWatch whose event is queued on j as kind, with the
 // id of the last watch armed kept in *id.
-func (j *job) loopExists(kind evKind, id *uint64) existsWatch {
+func (j *Job) loopExists(kind evKind, id *uint64) existsWatch {
 	return func(ctx context.Context, path string) (bool, store.Stat, error) {
 		n := newWatchID()
 		ok, stat, err := j.fw.existsW(ctx, path, func(ev store.Event) {

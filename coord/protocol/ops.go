@@ -48,7 +48,7 @@ type intent struct {
 // (no reads in the steady state); when the Multi shows the cache lagged, or
 // another process created or deleted a node meanwhile, multiRetry plans
 // again with direct reads. An empty resolution is no call.
-func (j *job) commit(ctx context.Context, intents []intent) error {
+func (j *Job) commit(ctx context.Context, intents []intent) error {
 	var created, deleted []string
 	err := layout.MultiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
 		var readErr error
@@ -78,7 +78,7 @@ func (j *job) commit(ctx context.Context, intents []intent) error {
 	return nil
 }
 
-func (j *job) resolve(intents []intent, exists func(rel string, direct bool) bool) (ops []store.Op, created, deleted []string) {
+func (j *Job) resolve(intents []intent, exists func(rel string, direct bool) bool) (ops []store.Op, created, deleted []string) {
 	// pending tracks creations and deletions earlier in the same Multi.
 	pending := map[string]bool{}
 	has := func(rel string) bool {

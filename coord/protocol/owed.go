@@ -30,12 +30,12 @@ type sessionDebt struct {
 }
 
 // owe keeps a write owed to session for payDebts. It does not block.
-func (j *job) owe(session int64, what string, pay func(context.Context) error) {
+func (j *Job) owe(session int64, what string, pay func(context.Context) error) {
 	j.oweAndRelease(session, what, pay, nil)
 }
 
 // oweAndRelease is owe with a release to run once the debt is settled.
-func (j *job) oweAndRelease(session int64, what string, pay func(context.Context) error, release func()) {
+func (j *Job) oweAndRelease(session int64, what string, pay func(context.Context) error, release func()) {
 	j.mu.Lock()
 	j.owed = append(j.owed, sessionDebt{session, what, pay, release})
 	j.mu.Unlock()
@@ -63,7 +63,7 @@ func (j *job) oweAndRelease(session int64, what string, pay func(context.Context
 // connection cut again) is kept with the rest for the next session change
 // or Once, and its error returned. A suspended session pays nothing: the
 // error says what it still owes, if anything. An ended ctx returns at once.
-func (j *job) payDebts(ctx context.Context, sess store.Session) error {
+func (j *Job) payDebts(ctx context.Context, sess store.Session) error {
 	if sess.State == store.StateSuspended {
 		j.mu.Lock()
 		defer j.mu.Unlock()

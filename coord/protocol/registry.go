@@ -21,19 +21,15 @@ const DefaultNamespace = "shardflow"
 // DefaultOfflineServerGrace is RegistryConfig.OfflineServerGrace's default.
 const DefaultOfflineServerGrace = 10 * time.Minute
 
-// registry is Registry's name in the implementation files.
-type registry = Registry
-
 // Registry is one process's membership in a namespace. All its jobs share
-// one store session. Safe for concurrent use. Its methods are in
-// contract.go, the package's public API.
+// one store session. Safe for concurrent use.
 type Registry struct {
 	st   store.Store
 	cfg  RegistryConfig
 	loop *eventLoop // runs the jobs' watchers
 
 	mu     sync.Mutex
-	jobs   map[string]*job
+	jobs   map[string]*Job
 	closed bool
 	// nsReady: the namespace node is known to exist (ensureNamespace).
 	nsReady atomic.Bool
@@ -44,7 +40,9 @@ type Registry struct {
 	stored map[string]bool
 }
 
-func newRegistry(st store.Store, cfg RegistryConfig) (*registry, error) {
+// NewRegistry returns a Registry over st. It does not own st: closing the
+// Registry leaves st open.
+func NewRegistry(st store.Store, cfg RegistryConfig) (*Registry, error) {
 	if st == nil {
 		return nil, errors.New("coord: NewRegistry needs a store.Store; open one with memstore or zkstore")
 	}
@@ -79,7 +77,7 @@ func newRegistry(st store.Store, cfg RegistryConfig) (*registry, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &registry{st: st, cfg: cfg, loop: newEventLoop(st), jobs: make(map[string]*job)}, nil
+	return &Registry{st: st, cfg: cfg, loop: newEventLoop(st), jobs: make(map[string]*Job)}, nil
 }
 
 // firstIPv4 returns the host's first non-loopback IPv4 address.
@@ -98,12 +96,23 @@ func firstIPv4() (string, error) {
 	return "", errors.New("no interface has one")
 }
 
-func (r *registry) serverID() string { return r.cfg.ServerID }
+// ServerID returns the effective server id.
+func (r *Registry) ServerID() string { return r.cfg.ServerID }
 
 // serverIDSetting names the ServerID setting in errors.
-func (r *registry) serverIDSetting() string { return r.cfg.ServerIDSetting }
+func (r *Registry) serverIDSetting() string { return r.cfg.ServerIDSetting }
 
-func (r *registry) join(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
+// Join registers this server for the job: applies the overwrite rule to the
+// config, registers servers/{id}, joins leader election, and sets the
+// resharding flag. The returned Job's Config is the effective (stored) one;
+// when a stored config wins over a differing local one, Join logs a warning
+// naming the differing fields.
+//
+// If this server id's status node is still held by another session (this
+// process's previous incarnation, killed and not yet expired), Join waits
+// for it to go, up to the store's session timeout, and then fails with
+// ErrServerIDInUse. It also fails with ErrBadConfig, or a store error.
+func (r *Registry) Join(ctx context.Context, cfg jobconfig.Config) (*Job, error) {
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -144,7 +153,7 @@ const joinAttempts = 5
 // the session is connected again. Every step of startJob may be repeated:
 // the writes are create-or-set, and the registration is made on the session
 // current then.
-func (r *registry) startJobAcrossBlips(ctx context.Context, local localConfig) (*Job, error) {
+func (r *Registry) startJobAcrossBlips(ctx context.Context, local localConfig) (*Job, error) {
 	for attempt := 1; ; attempt++ {
 		j, err := startJob(ctx, r, local)
 		if err == nil || attempt == joinAttempts || ctx.Err() != nil ||
@@ -164,7 +173,7 @@ func (r *registry) startJobAcrossBlips(ctx context.Context, local localConfig) (
 
 // ensureNamespace creates the namespace node unless a join of this
 // Registry made sure of it already (it is never deleted by coord).
-func (r *registry) ensureNamespace(ctx context.Context) error {
+func (r *Registry) ensureNamespace(ctx context.Context) error {
 	if r.nsReady.Load() {
 		return nil
 	}
@@ -192,14 +201,14 @@ func (r *registry) ensureNamespace(ctx context.Context) error {
 // storedAtStart reports whether the namespace listed job when this
 // registry first looked (ensureNamespace). A hint: a join of such a job
 // reads its stored nodes beside the job node's listing, which decides.
-func (r *registry) storedAtStart(job string) bool {
+func (r *Registry) storedAtStart(job string) bool {
 	r.nsMu.Lock()
 	defer r.nsMu.Unlock()
 	return r.stored[job]
 }
 
 // forget is called by a job's Leave.
-func (r *registry) forget(name string, j *job) {
+func (r *Registry) forget(name string, j *Job) {
 	r.mu.Lock()
 	if r.jobs[name] == j {
 		delete(r.jobs, name)
@@ -207,10 +216,16 @@ func (r *registry) forget(name string, j *job) {
 	r.mu.Unlock()
 }
 
-func (r *registry) close(ctx context.Context) error {
+// Close leaves every joined job and stops the Registry's goroutines. It
+// waits for them; ctx bounds the wait. Safe to call twice. The jobs leave
+// side by side, each as its Leave would, their store writes shared: the
+// offline operations of many jobs go in a few transactions (each job's
+// together in one), so closing a Registry of thousands of jobs takes a few
+// store round trips, not one per job.
+func (r *Registry) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
-	jobs := make([]*job, 0, len(r.jobs))
+	jobs := make([]*Job, 0, len(r.jobs))
 	for _, j := range r.jobs {
 		if j != nil {
 			jobs = append(jobs, j)

@@ -16,10 +16,9 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// Run is one run of a job on this server. Its methods are in contract.go,
-// the package's public API.
+// Run is one run of a job on this server.
 type Run struct {
-	j       *job
+	j       *Job
 	session int64
 	items   []Assignment
 	// cfg and params are the config snapshot the run began on: its items
@@ -50,12 +49,9 @@ type Run struct {
 	counts *CountReport
 }
 
-// run is Run's name in the implementation files.
-type run = Run
-
 // ready checks the preconditions every Begin shares: a live registration on
 // a connected session, not shut down, removed, paused, and a valid config.
-func (j *job) ready() (int64, context.Context, error) {
+func (j *Job) ready() (int64, context.Context, error) {
 	sess, _ := j.st.Session()
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -74,7 +70,15 @@ func (j *job) ready() (int64, context.Context, error) {
 	return j.regSession, j.regCtx, nil
 }
 
-func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
+// Begin starts a run at local time now: checks the clock, reshards first if
+// this server leads and the flag is set (otherwise waits for the leader),
+// computes this server's items (failover items first; disabled items and
+// items failed over to others dropped), and marks them running in one
+// transaction. A run with no items is valid (Shards is empty).
+//
+// Errors: ErrItemsRunning (misfire recorded), ErrPaused, ErrShutdown,
+// ErrClockSkew, ErrSessionLost, ErrBadConfig, ctx.Err().
+func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 	defer func() {
 		if err != nil && !errors.Is(err, ErrSessionLost) && (lostConnection(j.st, err) || j.registrationGone()) {
 			// A store call failed because the connection or session went:
@@ -193,7 +197,7 @@ func (j *job) begin(ctx context.Context, now time.Time) (r *run, err error) {
 		break
 	}
 	j.recordLastError(ctx, "")
-	r = &run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid, begin: string(layout.FormatTime(now)),
+	r = &Run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid, begin: string(layout.FormatTime(now)),
 		live: len(items) > 0 && !items[0].Failover && cfg.MonitorsExecution()}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(regCtx, r.cancel)
@@ -215,7 +219,7 @@ type failoverDir struct {
 }
 
 // readFailoverDir lists the failover directory with its Stat (one read).
-func (j *job) readFailoverDir(ctx context.Context) (failoverDir, error) {
+func (j *Job) readFailoverDir(ctx context.Context) (failoverDir, error) {
 	names, st, err := j.st.Children(ctx, j.p.Abs(layout.RelFailoverQ))
 	if errors.Is(err, store.ErrNoNode) {
 		return failoverDir{version: -1}, nil
@@ -236,7 +240,7 @@ func bumpFailoverDir() intent { return intent{kind: opSet, rel: layout.RelFailov
 // claims and failover marks if it was made at failover directory version
 // v, on the sharding node of Mzxid shardMzxid, on this registration (nil
 // otherwise): every failover writer bumps v, so they are still current.
-func (j *job) failoverViewAt(v int32, shardMzxid int64) map[int]foItem {
+func (j *Job) failoverViewAt(v int32, shardMzxid int64) map[int]foItem {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if v < 0 || j.foView != (failoverView{version: v, shardMzxid: shardMzxid, session: j.regSession}) {
@@ -247,7 +251,7 @@ func (j *job) failoverViewAt(v int32, shardMzxid int64) map[int]foItem {
 
 // noteFailoverView keeps view as the claims and marks of this server's
 // items at failover directory version v.
-func (j *job) noteFailoverView(v int32, shardMzxid int64, view map[int]foItem) {
+func (j *Job) noteFailoverView(v int32, shardMzxid int64, view map[int]foItem) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.foView = failoverView{version: v, shardMzxid: shardMzxid, session: j.regSession}
@@ -276,7 +280,7 @@ func (j *job) noteFailoverView(v int32, shardMzxid int64, view map[int]foItem) {
 // A monitored normal run overlapping a monitored run of this server (its
 // live marker exists, held by a run of this process on this session) flags
 // misfire on its items and returns ErrItemsRunning.
-func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, epoch int64, fo failoverDir) error {
+func (j *Job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, epoch int64, fo failoverDir) error {
 	monitor := cfg.MonitorsExecution()
 	failover := len(items) > 0 && items[0].Failover
 	j.mu.Lock()
@@ -395,7 +399,7 @@ func (j *job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 // any more (a Begin whose reply was lost, a Complete refused while the
 // session was suspended), it is deleted (versioned) and the Begin plans
 // again; otherwise a run holds it and the items misfire.
-func (j *job) markerInTheWay(ctx context.Context, cfg jobconfig.Config, items []Assignment) error {
+func (j *Job) markerInTheWay(ctx context.Context, cfg jobconfig.Config, items []Assignment) error {
 	p := j.p.Server(j.id, layout.NRun, layout.NLive)
 	ok, st, err := j.st.Exists(ctx, p)
 	if err != nil {
@@ -447,7 +451,7 @@ func ambiguous(st store.Store, err error) bool {
 //
 // Paid as soon as the session is connected again, and at a leave before
 // the server goes offline (sessionDebt).
-func (j *job) oweMarkerLeftover(sid int64, begin string, epoch int64) {
+func (j *Job) oweMarkerLeftover(sid int64, begin string, epoch int64) {
 	p := j.p.Server(j.id, layout.NRun, layout.NLive)
 	j.owe(sid, "settle the run record and live marker "+p+" no run holds", func(ctx context.Context) error {
 		for attempt := 0; ; attempt++ {
@@ -464,7 +468,7 @@ func (j *job) oweMarkerLeftover(sid int64, begin string, epoch int64) {
 // is session sid's and no run of this process holds it, and the run record
 // of the Begin at begin on the sharding node of Mzxid epoch completed if it
 // is still without a completion, both versioned, in one transaction.
-func (j *job) settleLeftover(ctx context.Context, sid int64, begin string, epoch int64) error {
+func (j *Job) settleLeftover(ctx context.Context, sid int64, begin string, epoch int64) error {
 	marker, recPath := j.p.Server(j.id, layout.NRun, layout.NLive), j.p.Server(j.id, layout.NRun)
 	ok, st, err := j.st.Exists(ctx, marker)
 	if err != nil {
@@ -504,7 +508,7 @@ func (j *job) settleLeftover(ctx context.Context, sid int64, begin string, epoch
 // later part failed: the queue entries those parts consumed come back, a
 // failover item's running node goes. The run does not start. If the undo
 // fails too, running nodes are ephemeral: they go with the session.
-func (j *job) undoBegin(ctx context.Context, items []Assignment, applied [][]intent) {
+func (j *Job) undoBegin(ctx context.Context, items []Assignment, applied [][]intent) {
 	var groups [][]intent
 	for _, g := range applied {
 		for _, in := range g {
@@ -533,7 +537,7 @@ func (j *job) undoBegin(ctx context.Context, items []Assignment, applied [][]int
 
 // flagMisfire flags items misfire (when enabled) and returns
 // ErrItemsRunning: they run in a run of this server now.
-func (j *job) flagMisfire(ctx context.Context, cfg jobconfig.Config, running []int) error {
+func (j *Job) flagMisfire(ctx context.Context, cfg jobconfig.Config, running []int) error {
 	if cfg.MisfireEnabled() {
 		var groups [][]intent
 		for _, it := range running {
@@ -550,7 +554,7 @@ func (j *job) flagMisfire(ctx context.Context, cfg jobconfig.Config, running []i
 // node) directly; a node left by an ended run of this server is removed,
 // and if any really runs, it flags them misfire (when enabled) and returns
 // ErrItemsRunning.
-func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspects []int) error {
+func (j *Job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspects []int) error {
 	var running, stale []int
 	for _, it := range suspects {
 		p := j.p.Item(it, layout.NRunning)
@@ -582,7 +586,7 @@ func (j *job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspec
 
 // holdMarker adds delta to the count of this process's runs on session
 // sid holding the live marker (job.markerRuns).
-func (j *job) holdMarker(sid int64, delta int) {
+func (j *Job) holdMarker(sid int64, delta int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.markerRuns == nil {
@@ -596,7 +600,7 @@ func (j *job) holdMarker(sid int64, delta int) {
 // markerLeftByEndedRun reports whether the live marker (its Stat st) was
 // created on this server's current registration while no run of this
 // process holds it.
-func (j *job) markerLeftByEndedRun(st store.Stat) bool {
+func (j *Job) markerLeftByEndedRun(st store.Stat) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.markerRuns[j.regSession] == 0
@@ -604,7 +608,7 @@ func (j *job) markerLeftByEndedRun(st store.Stat) bool {
 
 // holdItems adds delta to the count of this process's runs holding each
 // item (job.inRun).
-func (j *job) holdItems(items []Assignment, delta int) {
+func (j *Job) holdItems(items []Assignment, delta int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.inRun == nil {
@@ -618,7 +622,7 @@ func (j *job) holdItems(items []Assignment, delta int) {
 }
 
 // heldByAnotherRun reports whether a run of this process holds any of items.
-func (j *job) heldByAnotherRun(items []Assignment) bool {
+func (j *Job) heldByAnotherRun(items []Assignment) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, a := range items {
@@ -632,14 +636,14 @@ func (j *job) heldByAnotherRun(items []Assignment) bool {
 // leftByEndedRun reports whether the running node of item (its stat st) was
 // written on this server's current registration while no run of this
 // process holds the item.
-func (j *job) leftByEndedRun(item int, st store.Stat) bool {
+func (j *Job) leftByEndedRun(item int, st store.Stat) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.inRun[item] == 0
 }
 
 // checkClock writes systemTime/current and compares its Mtime with now.
-func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Duration) error {
+func (j *Job) checkClock(ctx context.Context, now time.Time, maxDiff time.Duration) error {
 	p := j.p.Abs(layout.RelClock)
 	st, err := j.st.Set(ctx, p, layout.FormatTime(now), store.AnyVersion)
 	if errors.Is(err, store.ErrNoNode) {
@@ -667,7 +671,7 @@ func (j *job) checkClock(ctx context.Context, now time.Time, maxDiff time.Durati
 // otherwise it waits until the leader has (flag and processing gone). It
 // returns the flag version (leader/sharding's data version, read with the
 // absent flag; -1 when the node is gone) for Begin's transaction to check.
-func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVersion int32, err error) {
+func (j *Job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVersion int32, err error) {
 	for {
 		ch := j.cache.changedCh()
 		// The flag is read directly (one read per trigger): a cache that
@@ -714,7 +718,7 @@ func (j *job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVers
 // takes them (releaseClaims gives them back if the Begin fails). On a
 // config without failover (failoverOn) it drops every claim no run has
 // taken and returns none.
-func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]Assignment, int32, error) {
+func (j *Job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]Assignment, int32, error) {
 	var out []Assignment
 	j.mu.Lock()
 	claims := make(map[int]int64, len(j.claims))
@@ -770,7 +774,7 @@ func (j *job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]
 // made at czxid (an edit may have cleared it and another server claimed the
 // item since). Failures are logged: the node is ephemeral, and a failover
 // Begin checks its claim's node.
-func (j *job) dropClaimNode(ctx context.Context, item int, czxid int64) {
+func (j *Job) dropClaimNode(ctx context.Context, item int, czxid int64) {
 	p := j.p.Item(item, layout.NFailover)
 	ok, st, err := j.st.Exists(ctx, p)
 	if err == nil && ok && st.Czxid == czxid {
@@ -798,7 +802,7 @@ func (j *job) dropClaimNode(ctx context.Context, item int, czxid int64) {
 // dropLostClaims forgets the claims among items whose failover node is gone
 // (an edit switching failover or monitorExecution off cleared it): it
 // reports whether there was one, for Begin to plan again without it.
-func (j *job) dropLostClaims(ctx context.Context, items []Assignment) (bool, error) {
+func (j *Job) dropLostClaims(ctx context.Context, items []Assignment) (bool, error) {
 	lost := false
 	for _, a := range items {
 		if !a.Failover {
@@ -822,7 +826,7 @@ func (j *job) dropLostClaims(ctx context.Context, items []Assignment) (bool, err
 
 // takeClaims marks failover assignments taken by a run (or, with false,
 // released).
-func (j *job) takeClaims(items []Assignment, taken bool) {
+func (j *Job) takeClaims(items []Assignment, taken bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for _, a := range items {
@@ -843,7 +847,7 @@ func (j *job) takeClaims(items []Assignment, taken bool) {
 // itemHas reports whether an execution node exists: from the cache when
 // the item is loaded there, else by a direct read (only right after the
 // item became this server's).
-func (j *job) itemHas(ctx context.Context, rel string) (bool, error) {
+func (j *Job) itemHas(ctx context.Context, rel string) (bool, error) {
 	if j.cache.known(rel) {
 		return j.cache.has(rel), nil
 	}
@@ -856,14 +860,14 @@ func (j *job) itemHas(ctx context.Context, rel string) (bool, error) {
 
 // claimTaken reports whether a run of this server has taken its failover
 // claim on item.
-func (j *job) claimTaken(item int) bool {
+func (j *Job) claimTaken(item int) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.claimsTaken[item]
 }
 
 // claimed reports whether this server holds a failover claim on item.
-func (j *job) claimed(item int) bool {
+func (j *Job) claimed(item int) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	_, ok := j.claims[item]
@@ -882,7 +886,7 @@ func (j *job) claimed(item int) bool {
 // claim lives the item is skipped; a record whose claim is gone (the
 // claimant's session ended) is a cut failover run, which this run re-runs
 // and consumes (markRunning deletes the record, as it does a queue entry).
-func (j *job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool, view map[int]foItem, records map[int]bool) ([]Assignment, int32, map[int]foItem, error) {
+func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool, view map[int]foItem, records map[int]bool) ([]Assignment, int32, map[int]foItem, error) {
 	var out []Assignment
 	if !ok {
 		return nil, -1, view, nil
@@ -996,19 +1000,24 @@ func failoverDone(st store.Stat) int64 {
 	return 0
 }
 
-func (r *run) shards() []Assignment { return slices.Clone(r.items) }
+// Shards returns the run's items, failover items first.
+func (r *Run) Shards() []Assignment { return slices.Clone(r.items) }
 
 // snapshot returns the current config and its parsed item parameters
 // together: one trigger's view of the config.
-func (j *job) snapshot() (jobconfig.Config, map[int]string) {
+func (j *Job) snapshot() (jobconfig.Config, map[int]string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.cfg, j.itemParams
 }
 
-func (r *run) context() context.Context { return r.ctx }
+// Context is cancelled when the run loses ownership: session lost, job
+// shut down or removed, or the ctx given to Begin ends.
+func (r *Run) Context() context.Context { return r.ctx }
 
-func (r *run) keepGoing() bool {
+// KeepGoing is the check between streaming batches: false when paused,
+// resharding is pending, the job is stopping, or ownership is lost.
+func (r *Run) KeepGoing() bool {
 	j := r.j
 	if r.ctx.Err() != nil {
 		return false
@@ -1025,7 +1034,10 @@ func (r *run) keepGoing() bool {
 	return !j.cache.flag(layout.RelServer(j.id, layout.NPaused)) && !j.cache.has(layout.RelNecessary) && !j.cache.flag(layout.RelServer(j.id, layout.NShutdown))
 }
 
-func (r *run) checkOwnership(ctx context.Context, item int) error {
+// CheckOwnership is the fencing check for commits: it syncs with the store
+// and returns nil only if this run still owns item with the same epoch on a
+// live session. Otherwise ErrNotOwner (or ErrSessionLost).
+func (r *Run) CheckOwnership(ctx context.Context, item int) error {
 	j := r.j
 	var a *Assignment
 	for i := range r.items {
@@ -1103,7 +1115,7 @@ func lostConnection(st store.Store, err error) bool {
 // registrationGone reports whether the registration a call began under is
 // no longer the live one (lost, replaced, or not yet renewed on a new
 // session): a store error then means the session, not the protocol, failed.
-func (j *job) registrationGone() bool {
+func (j *Job) registrationGone() bool {
 	sess, _ := j.st.Session()
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -1114,7 +1126,7 @@ func (j *job) registrationGone() bool {
 // is no longer the live one (expired, replaced, or merely suspended, so that
 // ownership cannot be confirmed) the error is ErrSessionLost as well, as
 // CheckOwnership promises, whatever the store call reported.
-func (r *run) fenceErr(what string, err error) error {
+func (r *Run) fenceErr(what string, err error) error {
 	j := r.j
 	sess, _ := j.st.Session()
 	// A connection lost mid-call counts too: the client may not have
@@ -1126,7 +1138,15 @@ func (r *run) fenceErr(what string, err error) error {
 	return fmt.Errorf("coord: job %q: %s: %w", j.jname, what, err)
 }
 
-func (r *run) complete(ctx context.Context, next time.Time, out RunOutcome) error {
+// CompleteWith is Complete recording the run's outcome with the
+// completion, in the same transaction: the failing items (status shows
+// each with its count of consecutive failed runs, since when, and its last
+// error; JobStatus.Health is not "ok" while one fails) and, when
+// out.Counts is set, the interval counts (as Job.ReportCounts writes
+// them). Complete is CompleteWith an outcome of no error and no counts.
+// Only the first call of a run records its outcome; a retry after an error
+// writes the same.
+func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) error {
 	j := r.j
 	if r.done {
 		return nil
@@ -1219,7 +1239,7 @@ func (r *run) complete(ctx context.Context, next time.Time, out RunOutcome) erro
 // the owner's next epoch takes: failoverDone), the claim deleted, and the
 // failover directory's version bumped (a normal Begin of the item's owner
 // planned before this completion must plan again, on the new mark).
-func (r *run) apply(ctx context.Context, next time.Time) error {
+func (r *Run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
 	now := layout.FormatTime(j.reg.cfg.Now())
 	var head, tail []intent
@@ -1341,7 +1361,7 @@ func (r *run) apply(ctx context.Context, next time.Time) error {
 }
 
 // isRemoved reports whether the job was removed from the namespace.
-func (j *job) isRemoved() bool {
+func (j *Job) isRemoved() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.removed
@@ -1353,7 +1373,7 @@ func (j *job) isRemoved() bool {
 // items and live marker until then; a session that ends instead drops it
 // (the run's nodes went with it). A run no longer the owner counts as
 // completed.
-func (j *job) oweCompletion(r *run, next time.Time) {
+func (j *Job) oweCompletion(r *Run, next time.Time) {
 	j.oweAndRelease(r.session, fmt.Sprintf("the completion of the run of items %v", r.items), func(ctx context.Context) error {
 		if err := r.apply(ctx, next); err != nil && !errors.Is(err, ErrNotOwner) {
 			return err
@@ -1363,14 +1383,14 @@ func (j *job) oweCompletion(r *run, next time.Time) {
 }
 
 // releaseRun drops a run's hold on its items and the live marker.
-func (j *job) releaseRun(r *run) {
+func (j *Job) releaseRun(r *Run) {
 	j.holdItems(r.items, -1)
 	if r.live {
 		j.holdMarker(r.session, -1)
 	}
 }
 
-func (j *job) myItems() []int {
+func (j *Job) myItems() []int {
 	d, _, ok := j.cache.get(layout.RelServer(j.id, layout.NSharding))
 	if !ok {
 		return nil
@@ -1379,8 +1399,11 @@ func (j *job) myItems() []int {
 	return items
 }
 
-func (j *job) takeMisfire(ctx context.Context) (bool, error) {
-	cfg := j.config()
+// TakeMisfire reports whether a catch-up run is due: misfire is on, no
+// resharding is pending, and one of this server's items is flagged misfire.
+// The flags are cleared. Called after Complete.
+func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
+	cfg := j.Config()
 	if !cfg.MisfireEnabled() {
 		return false, nil
 	}
@@ -1424,7 +1447,8 @@ func (j *job) takeMisfire(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-func (j *job) recordNextFireTime(ctx context.Context, next time.Time) error {
+// RecordNextFireTime writes execution/{item}/nextFireTime for this server's items.
+func (j *Job) RecordNextFireTime(ctx context.Context, next time.Time) error {
 	var groups [][]intent
 	for _, it := range j.myItems() {
 		groups = append(groups, []intent{
@@ -1437,12 +1461,15 @@ func (j *job) recordNextFireTime(ctx context.Context, next time.Time) error {
 	return nil
 }
 
+// ReportCounts writes the last interval's counts to
+// servers/{id}/processSuccessCount and processFailureCount (one transaction).
+//
 // reportCounts writes the interval's counts and the cumulative totals in
 // one transaction. The totals are read from the store once (they
 // survive restarts), then kept here: only this server
 // writes its own nodes. They advance only when the write succeeds, since
 // the stats reporter re-reports counts whose write failed.
-func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
+func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 	j.totalsMu.Lock()
 	defer j.totalsMu.Unlock()
 	ins, ts, tf, err := j.countIntents(ctx, success, failure)
@@ -1459,7 +1486,7 @@ func (j *job) reportCounts(ctx context.Context, success, failure int64) error {
 // countIntents are the writes of a report of the interval's counts and
 // the totals they make (loaded from the store the first time). The caller
 // holds totalsMu and sets totalS and totalF once the writes are made.
-func (j *job) countIntents(ctx context.Context, success, failure int64) ([]intent, int64, int64, error) {
+func (j *Job) countIntents(ctx context.Context, success, failure int64) ([]intent, int64, int64, error) {
 	if !j.totalsLoaded {
 		s, err := j.readCount(ctx, layout.NSuccessTotal)
 		if err != nil {
@@ -1482,7 +1509,7 @@ func (j *job) countIntents(ctx context.Context, success, failure int64) ([]inten
 }
 
 // readCount reads one of this server's count nodes directly; absent is 0.
-func (j *job) readCount(ctx context.Context, node string) (int64, error) {
+func (j *Job) readCount(ctx context.Context, node string) (int64, error) {
 	d, _, err := j.st.Get(ctx, j.p.Server(j.id, node))
 	if errors.Is(err, store.ErrNoNode) {
 		return 0, nil

@@ -26,7 +26,7 @@ type failoverView struct {
 // stops every server of a job first (docs/operations.md). The records are
 // read only when the set of online servers changed since the guard last
 // passed (none per trigger).
-func (j *job) layoutGuard(ctx context.Context) error {
+func (j *Job) layoutGuard(ctx context.Context) error {
 	var online []string
 	for _, s := range j.cache.children(layout.NServers) {
 		if cachedServerState(j.cache, s).Online {

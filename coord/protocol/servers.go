@@ -19,7 +19,7 @@ func cachedServerState(c *treeCache, s string) layout.ServerState {
 }
 
 // liveServers returns the live servers the tree cache shows, sorted.
-func (j *job) liveServers() []string {
+func (j *Job) liveServers() []string {
 	var live []string
 	for _, s := range j.cache.children(layout.NServers) {
 		if cachedServerState(j.cache, s).Live() {
@@ -34,7 +34,7 @@ func (j *job) liveServers() []string {
 // live ones, sorted; and the membership version (touchMembership) as of
 // the listing, which every later change of the set or of a server's flags
 // bumps.
-func (j *job) readServers(ctx context.Context) (map[string]bool, []string, int32, error) {
+func (j *Job) readServers(ctx context.Context) (map[string]bool, []string, int32, error) {
 	names, st, err := j.st.Children(ctx, j.p.Abs(layout.NServers))
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NServers), err)

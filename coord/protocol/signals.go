@@ -28,7 +28,7 @@ func (b *signalBox) init() {
 }
 
 // emit marks s pending (coalesced); watcher only.
-func (j *job) emit(s Signal) {
+func (j *Job) emit(s Signal) {
 	b := &j.sig
 	b.mu.Lock()
 	b.pending[s] = true
@@ -49,7 +49,15 @@ func (b *signalBox) nextLocked() (Signal, bool) {
 	return 0, false
 }
 
-func (j *job) onSignal(f func(Signal)) {
+// OnSignal delivers the job's signals by calling f instead of through
+// Signals, so a host of many jobs needs no goroutine per job to receive
+// them. f is called by the job's watcher, on a goroutine of the Registry's
+// event loop (never two calls for one job at once), one signal at a time,
+// for every kind coalesced as on Signals (pending ones at once); it must
+// not block, nor call Leave or Registry.Close or wait for anything that
+// does (start a goroutine for that): it would hold up other jobs' watchers.
+// Call it once, right after Join; Signals then delivers nothing.
+func (j *Job) OnSignal(f func(Signal)) {
 	j.sig.mu.Lock()
 	j.sig.f = f
 	j.sig.mu.Unlock()
@@ -58,7 +66,7 @@ func (j *job) onSignal(f func(Signal)) {
 
 // deliverSignals calls OnSignal's f with the pending signals, if it is set.
 // Watcher only (the end of a step).
-func (j *job) deliverSignals() {
+func (j *Job) deliverSignals() {
 	b := &j.sig
 	b.mu.Lock()
 	f := b.f
@@ -75,9 +83,14 @@ func (j *job) deliverSignals() {
 	}
 }
 
+// Signals returns the job's notification channel. Each kind of signal is
+// coalesced (at most one pending); it is closed after Leave. The first call
+// starts a goroutine (until Leave) that sends on it; a host of many jobs
+// uses OnSignal instead.
+//
 // signals returns the Signals channel, starting its forwarder on the first
 // call (the channel is closed already after Leave).
-func (j *job) signals() <-chan Signal {
+func (j *Job) Signals() <-chan Signal {
 	b := &j.sig
 	b.mu.Lock()
 	defer b.mu.Unlock()

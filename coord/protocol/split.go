@@ -31,11 +31,11 @@ import (
 // splitBudget is the share of the store's request limit a part may use:
 // the size estimate (store.OpSize) is an upper bound, the margin is for
 // the paths' absolute form.
-func (j *job) splitBudget() int { return store.RequestLimit(j.st) * 7 / 8 }
+func (j *Job) splitBudget() int { return store.RequestLimit(j.st) * 7 / 8 }
 
 // intentSize estimates the bytes an intent adds to a Multi (an upper bound:
 // a conditional intent may resolve to nothing).
-func (j *job) intentSize(in intent) int {
+func (j *Job) intentSize(in intent) int {
 	p := j.p.Abs(in.rel)
 	switch in.kind {
 	case opDelete, opDeleteIfPresent, opDeleteIfPresentRead:
@@ -46,7 +46,7 @@ func (j *job) intentSize(in intent) int {
 	return store.OpSize(&store.CreateOp{Path: p, Data: in.data})
 }
 
-func (j *job) intentsSize(ins []intent) int {
+func (j *Job) intentsSize(ins []intent) int {
 	n := 0
 	for _, in := range ins {
 		n += j.intentSize(in)
@@ -58,7 +58,7 @@ func (j *job) intentsSize(ins []intent) int {
 // the comment at the top of this file). ends[k] is the number of groups in
 // parts 0..k. A single group too large for a part still gets a part of its
 // own (the store then refuses it).
-func (j *job) splitParts(head []intent, groups [][]intent, tail []intent) (parts [][]intent, ends []int) {
+func (j *Job) splitParts(head []intent, groups [][]intent, tail []intent) (parts [][]intent, ends []int) {
 	budget := j.splitBudget()
 	fixed := 32 + j.intentsSize(head) + j.intentsSize(tail)
 	var cur []intent
@@ -91,7 +91,7 @@ func (j *job) splitParts(head []intent, groups [][]intent, tail []intent) (parts
 // store's request limit, else in parts (see the top of this file). It
 // returns how many groups are applied: len(groups) on success; on error,
 // those of the parts committed before the failing one.
-func (j *job) commitSplit(ctx context.Context, head []intent, groups [][]intent, tail []intent) (applied int, err error) {
+func (j *Job) commitSplit(ctx context.Context, head []intent, groups [][]intent, tail []intent) (applied int, err error) {
 	parts, ends := j.splitParts(head, groups, tail)
 	for k, part := range parts {
 		if err := j.commit(ctx, part); err != nil {
@@ -115,7 +115,7 @@ func each(ins []intent) [][]intent {
 // multiSplit applies independent operations in as few Multis below the
 // store's request limit as they fit in, in order, stopping at the first
 // failure.
-func (j *job) multiSplit(ctx context.Context, ops []store.Op) error {
+func (j *Job) multiSplit(ctx context.Context, ops []store.Op) error {
 	budget := j.splitBudget()
 	for len(ops) > 0 {
 		n, size := 0, 32

@@ -47,7 +47,7 @@ type watcherState struct {
 // reconcile tick starts, and the loop runs its first reaction and every
 // event from now on (sessCh: Join's session snapshot; pred: the watch of
 // Join's election).
-func (j *job) startWatcher(sessCh <-chan struct{}, pred uint64) {
+func (j *Job) startWatcher(sessCh <-chan struct{}, pred uint64) {
 	j.w.pred = pred
 	j.w.interval = j.reconcileInterval()
 	j.w.tick = time.AfterFunc(j.w.interval, func() { j.post(loopEvent{kind: evTick}) })
@@ -56,7 +56,7 @@ func (j *job) startWatcher(sessCh <-chan struct{}, pred uint64) {
 
 // stopTimers stops the tick and the retry; the loop calls it once no step
 // runs and none will.
-func (j *job) stopTimers() {
+func (j *Job) stopTimers() {
 	if j.w.tick != nil {
 		j.w.tick.Stop()
 	}
@@ -66,10 +66,10 @@ func (j *job) stopTimers() {
 }
 
 // post queues an event on the job (see eventLoop).
-func (j *job) post(e loopEvent) { j.reg.loop.post(j, e) }
+func (j *Job) post(e loopEvent) { j.reg.loop.post(j, e) }
 
 // setRetry (re)arms the retry timer; a pending one is replaced.
-func (j *job) setRetry() {
+func (j *Job) setRetry() {
 	w := &j.w
 	if w.retry != nil {
 		w.retry.Stop()
@@ -88,7 +88,7 @@ func (j *job) setRetry() {
 // The watcher re-arms the tree cache's watches, follows the session, runs
 // the election and the leader's duties, reacts to operator flags and config
 // edits, and delivers Signals.
-func (j *job) step(ctx context.Context, evs []loopEvent) {
+func (j *Job) step(ctx context.Context, evs []loopEvent) {
 	react := false
 	for _, e := range evs {
 		if ctx.Err() != nil {
@@ -112,7 +112,7 @@ func (j *job) step(ctx context.Context, evs []loopEvent) {
 }
 
 // handleEvent handles one event; true asks for a reaction (react).
-func (j *job) handleEvent(ctx context.Context, e loopEvent) bool {
+func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
 	w := &j.w
 	switch e.kind {
 	case evStart:
@@ -239,7 +239,7 @@ func (j *job) handleEvent(ctx context.Context, e loopEvent) bool {
 // warn logs a failure of the watcher's work at Warn, or at Debug when ctx
 // has ended: the watcher is being stopped (Leave, Registry.Close) and the
 // cancelled call is not a failure to report.
-func (j *job) warn(ctx context.Context, msg string, args ...any) {
+func (j *Job) warn(ctx context.Context, msg string, args ...any) {
 	if ctx.Err() != nil {
 		j.log.Debug(msg+" (job stopping)", args...)
 		return
@@ -250,7 +250,7 @@ func (j *job) warn(ctx context.Context, msg string, args ...any) {
 // electIfRegistered runs the election if this server is registered on the
 // current session and not shut down; it returns the id of the watch to
 // elect again on (0: none).
-func (j *job) electIfRegistered(ctx context.Context) (uint64, error) {
+func (j *Job) electIfRegistered(ctx context.Context) (uint64, error) {
 	sess, _ := j.st.Session()
 	j.mu.Lock()
 	ok := !j.offline && !j.removed && j.regCtx.Err() == nil && sess.ID == j.regSession
@@ -265,7 +265,7 @@ func (j *job) electIfRegistered(ctx context.Context) (uint64, error) {
 // election a re-registration ran, if one did. A suspension or a resumed
 // session keeps the current watch: dropping it would leave this server
 // waiting on nothing, never becoming leader when its predecessor goes.
-func (j *job) takeElection() {
+func (j *Job) takeElection() {
 	w := &j.w
 	if w.reelected {
 		w.pred, w.predAfterSession, w.reelected = w.predAfterSession, 0, false
@@ -275,7 +275,7 @@ func (j *job) takeElection() {
 // retryRecovery re-runs what failed: a resync and, if the session changed,
 // the re-registration. It reports whether it resynced the cache itself
 // (onSession's resync on a new session sets w.resynced).
-func (j *job) retryRecovery(ctx context.Context, resync bool) (bool, error) {
+func (j *Job) retryRecovery(ctx context.Context, resync bool) (bool, error) {
 	sess, _ := j.st.Session()
 	if err := j.onSession(ctx, sess); err != nil {
 		return false, err
@@ -296,7 +296,7 @@ func (j *job) retryRecovery(ctx context.Context, resync bool) (bool, error) {
 // session follower calls it at every change, so that owned work stops
 // without waiting for the job's step. The step does the rest. It makes no
 // store call besides reading the session.
-func (j *job) cancelStaleRegistration() {
+func (j *Job) cancelStaleRegistration() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.regCtx == nil || j.regCtx.Err() != nil {
@@ -316,7 +316,7 @@ func (j *job) cancelStaleRegistration() {
 // the registration; a new connected session registers again (status,
 // election, resharding flag) and resyncs the cache. It never gives up the
 // job for good.
-func (j *job) onSession(ctx context.Context, sess store.Session) error {
+func (j *Job) onSession(ctx context.Context, sess store.Session) error {
 	j.mu.Lock()
 	reg := j.regSession
 	j.suspended = sess.State == store.StateSuspended
@@ -372,12 +372,12 @@ func (j *job) onSession(ctx context.Context, sess store.Session) error {
 // as the session already counts as registered and its resume re-runs
 // nothing. The watch kept from the old session will never fire (ZooKeeper
 // simulation seed 1600278: no leader, the resharding flag up for good).
-func (j *job) electOnRetry() {
+func (j *Job) electOnRetry() {
 	j.w.electAgain, j.w.pred = true, 0
 }
 
-func (j *job) reconcileInterval() time.Duration {
-	if d := j.config().ReconcileInterval; d > 0 {
+func (j *Job) reconcileInterval() time.Duration {
+	if d := j.Config().ReconcileInterval; d > 0 {
 		return d
 	}
 	return jobconfig.DefaultReconcileInterval
@@ -386,7 +386,7 @@ func (j *job) reconcileInterval() time.Duration {
 // react derives actions from the cache after a change: job removal,
 // trigger, shutdown, config edits, the failover signal, and the leader's
 // resharding flag on membership changes.
-func (j *job) react(ctx context.Context) {
+func (j *Job) react(ctx context.Context) {
 	if j.cache.incomplete() {
 		// A resync failed midway: the missing nodes are not gone (the
 		// job root least of all: the job would think itself removed for
@@ -434,7 +434,7 @@ func (j *job) react(ctx context.Context) {
 	if err := j.cache.refreshItems(ctx); err != nil {
 		j.warn(ctx, "cannot load owned items into the tree cache", "err", err)
 	}
-	cfg := j.config()
+	cfg := j.Config()
 	if cfg.Failover && layout.QueuedCount(j.cache.children(layout.RelFailoverQ)) > 0 {
 		j.emit(SignalFailover)
 	}
@@ -460,7 +460,7 @@ func (j *job) react(ctx context.Context) {
 }
 
 // reactConfig re-decodes the config when the cached fields changed.
-func (j *job) reactConfig(ctx context.Context) {
+func (j *Job) reactConfig(ctx context.Context) {
 	fields := make(map[string]string)
 	for _, n := range j.cache.children(layout.NConfig) {
 		if d, _, ok := j.cache.get(layout.NConfig + "/" + n); ok {
