@@ -14,15 +14,14 @@ import (
 	"github.com/shardflow/shardflow/internal/testwait"
 )
 
-// TestGroupCommitIsolatesEachRequest commits five Multi calls of one store
+// TestGroupCommitIsolatesEachRequest commits six Multi calls of one store
 // as ONE batch: an administrator's transaction holds the txn row's lock
-// while two writes fill both flush slots, so the five queue behind them (in
-// a known order) and go in the batch the first finished slot hands on. In
-// it, one request fails a version check and another creates a node an
-// earlier request of the batch created: each gets its own *store.MultiError
-// and leaves nothing behind (no node, no event), while the three others
-// commit with consecutive zxids, in queue order, above the two writes
-// before them, and fire their watches. A sixth request, cancelled while
+// while a write A is in flight, so the six queue behind it (in a known
+// order) and go in the batch handed on when A commits. In it, one request
+// fails a version check and another creates a node an earlier request of
+// the batch created: each gets its own *store.MultiError and leaves nothing
+// behind (no node, no event), while the four others commit with
+// consecutive zxids, in queue order, above A's, and fire their watches. A sixth request, cancelled while
 // queued, is not committed. Fails without the per-request savepoints (one
 // refusal fails the whole batch) or with zxids taken per batch.
 func TestGroupCommitIsolatesEachRequest(t *testing.T) {
@@ -103,41 +102,41 @@ func TestGroupCommitIsolatesEachRequest(t *testing.T) {
 	}
 	start("A", ctx, set("/a", store.AnyVersion))
 	awaitWrites(1, 0)
-	start("B", ctx, set("/b", store.AnyVersion))
-	awaitWrites(2, 0)
-	// Both wait on the lock in the database (so they commit before the batch).
+	// A waits on the lock in the database.
 	observer := adminConn(t, dsn)
 	err = testwait.Poll(ctx, func(ctx context.Context) error {
 		var waiting int
 		if err := observer.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%"+schema+"%multi_batch%'").Scan(&waiting); err != nil {
 			return err
 		}
-		if waiting != 2 {
-			return fmt.Errorf("%d writes wait on the txn row's lock, want A and B", waiting)
+		if waiting != 1 {
+			return fmt.Errorf("%d writes wait on the txn row's lock, want A", waiting)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	start("B", ctx, set("/b", store.AnyVersion))
+	awaitWrites(1, 1)
 	start("C1", ctx, set("/c1", store.AnyVersion))
-	awaitWrites(2, 1)
+	awaitWrites(1, 2)
 	start("C2", ctx, &store.CreateOp{Path: "/c2/kid", Mode: store.Persistent}, set("/c2", store.AnyVersion))
-	awaitWrites(2, 2)
+	awaitWrites(1, 3)
 	start("C3", ctx, &store.CreateOp{Path: "/c3/kid", Mode: store.Persistent}, &store.CheckOp{Path: "/c3", Version: 7}, set("/c3", store.AnyVersion))
-	awaitWrites(2, 3)
+	awaitWrites(1, 4)
 	start("C4", ctx, &store.CreateOp{Path: "/c2/kid", Mode: store.Persistent})
-	awaitWrites(2, 4)
+	awaitWrites(1, 5)
 	cancelled, cancel := context.WithCancel(ctx)
 	start("C6", cancelled, set("/c6", store.AnyVersion))
-	awaitWrites(2, 5)
+	awaitWrites(1, 6)
 	start("C5", ctx, &store.DeleteOp{Path: "/c1", Version: 1})
-	awaitWrites(2, 6)
+	awaitWrites(1, 7)
 	cancel()
 	if r := testwait.Recv(t, 10*time.Second, "the cancelled request's return", results["C6"]); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("C6, cancelled while queued: %v, want context.Canceled", r.err)
 	}
-	awaitWrites(2, 5)
+	awaitWrites(1, 6)
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +161,8 @@ func TestGroupCommitIsolatesEachRequest(t *testing.T) {
 	sizes := slices.Clone(flushes)
 	mu.Unlock()
 	slices.Sort(sizes)
-	if !slices.Equal(sizes, []int{1, 1, 5}) {
-		t.Fatalf("flushes of %v requests, want A and B alone and C1..C5 in one batch: [1 1 5]", sizes)
+	if !slices.Equal(sizes, []int{1, 6}) {
+		t.Fatalf("flushes of %v requests, want A alone and B, C1..C5 in one batch: [1 6]", sizes)
 	}
 
 	zA, zB := got["A"].res[0].Stat.Mzxid, got["B"].res[0].Stat.Mzxid
@@ -173,8 +172,8 @@ func TestGroupCommitIsolatesEachRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	z5 := root.Pzxid // C5 deleted /c1, a child of the root
-	if z1 <= max(zA, zB) || z2 != z1+1 || z5 != z2+1 {
-		t.Fatalf("zxids A %d, B %d, then the batch's C1 %d, C2 %d, C5 %d: want the batch's consecutive in queue order (refusals take none), above A's and B's", zA, zB, z1, z2, z5)
+	if zB <= zA || z1 != zB+1 || z2 != z1+1 || z5 != z2+1 {
+		t.Fatalf("zxids A %d, then the batch's B %d, C1 %d, C2 %d, C5 %d: want the batch's consecutive in queue order (refusals take none), above A's", zA, zB, z1, z2, z5)
 	}
 	if _, kid, err := peer.Get(ctx, "/c2/kid"); err != nil || kid.Czxid != z2 {
 		t.Fatalf("/c2/kid: czxid %d, %v; want C2's zxid %d", kid.Czxid, err, z2)
