@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os/exec"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/connect"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/shardflow/shardflow/sources/postgres"
 )
 
@@ -83,4 +87,101 @@ func TestFaultPostgresOnlyExactlyOnce(t *testing.T) {
 	}
 	checkExactlyOnce(t, r, rows)
 	c.requireEveryItemRanSince(t, lastFault)
+}
+
+// TestFaultPostgresOnlyNetworkCut cuts the network between one worker and
+// its only server (Postgres: data and coordination, reached through a
+// fault proxy) for longer than the session timeout, then heals it. The
+// worker's session expires on the database's clock, its items go to the
+// others, and a batch it had begun cannot commit (its fence is checked in
+// its own transaction, on the far side of the cut); after the heal it
+// opens a new session and works again. Every row is done exactly once,
+// every worker stays alive, and every item begins again after the heal.
+func TestFaultPostgresOnlyNetworkCut(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("fault suite")
+	}
+	pg := integration.SharedPostgres(t)
+	rows := faultRows() / 4
+	c := &cluster{t: t, bin: integration.BuildBinary(t, "github.com/shardflow/shardflow/examples/pgbatch"),
+		dsn: pg.NewDatabase(t), ns: fmt.Sprintf("pgonly-cut-%d", time.Now().UnixNano()), pgOnly: true,
+		workers: make([]*integration.Process, 3)}
+	if out, err := exec.Command(c.bin, "seed", "--pg", c.dsn, "--rows", strconv.Itoa(rows)).CombinedOutput(); err != nil {
+		t.Fatalf("seed: %v\n%s", err, out)
+	}
+	pool, err := postgres.Connect(context.Background(), c.dsn, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	u, err := url.Parse(c.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := integration.NewProxy(t, u.Host)
+	viaProxy := *u
+	viaProxy.Host = proxy.Addr()
+	c.start(0)
+	c.start(1)
+	// w2 reaches its only server, for its data and its coordination,
+	// through the proxy.
+	c.workers[2] = integration.StartProcess(t, c.bin, []string{"work", "--pg", viaProxy.String(), "--coord", viaProxy.String(),
+		"--server-id", "w2", "--namespace", c.ns, "--follow", "--session-timeout", sessionTimeout.String()}, nil)
+	cut := false
+	var healed time.Time
+	start := time.Now()
+	r := waitDone(t, pool, 150*time.Second, func() {
+		if cut || time.Since(start) < 3*time.Second {
+			return
+		}
+		cut = true
+		proxy.Cut()
+		time.Sleep(2*sessionTimeout + time.Second) // the fault is the elapsed time
+		proxy.Restore()
+		healed = time.Now()
+		t.Logf("cut w2 from Postgres for %s", 2*sessionTimeout+time.Second)
+	})
+	if !cut {
+		t.Fatal("the run finished before the cut; raise SHARDFLOW_PGBATCH_ROWS")
+	}
+	checkExactlyOnce(t, r, rows)
+	c.requireEveryItemRanSince(t, healed)
+	c.requireServerHoldsItems(t, "w2")
+	for i, w := range c.workers {
+		select {
+		case <-w.Done():
+			t.Errorf("worker w%d exited (code %d)", i, w.ExitCode())
+		default:
+		}
+	}
+}
+
+// requireServerHoldsItems waits until server is online in the job's status
+// with items of its own (back in the sharding after a fault).
+func (c *cluster) requireServerHoldsItems(t *testing.T, server string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := connect.Open(ctx, connect.Config{Coord: c.coordSpec(), SessionTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("open a session on %s: %v", connect.Describe(c.coordSpec()), err)
+	}
+	defer func() { _ = st.Close() }()
+	admin := coord.NewAdmin(st, c.ns)
+	testwait.ForNoError(t, 60*time.Second, server+" online with items again", func() error {
+		js, err := admin.Status(ctx, "pgbatch")
+		if err != nil {
+			return err
+		}
+		for _, s := range js.Servers {
+			if s.ID == server {
+				if s.Status == "OFFLINE" || len(s.Sharding) == 0 {
+					return fmt.Errorf("%s is %s with items %v", server, s.Status, s.Sharding)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("%s not in the status", server)
+	})
 }
