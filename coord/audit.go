@@ -13,6 +13,31 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
+// MaxAuditEntries bounds a job's audit log: older entries are dropped.
+const MaxAuditEntries = 50
+
+// Action is one operator action in a job's audit log.
+type Action struct {
+	// Time is when the action was done (the acting process's clock).
+	Time time.Time `json:"time"`
+	// Actor is who did it (Admin.As).
+	Actor string `json:"actor"`
+	Job   string `json:"-"`
+	// Action is "trigger", "pause", "resume", "disable", "enable",
+	// "shutdown", "remove", "config set" or "create" (CreateJob).
+	Action string `json:"action"`
+	// Server is the server acted on; "" for every server.
+	Server string `json:"server"`
+	// Item is the shard item of an item disable/enable; null otherwise.
+	Item *int `json:"item"`
+	// Field and Value are the config field and its new text of a config set.
+	Field string `json:"field,omitempty"`
+	Value string `json:"value,omitempty"`
+	// Detail says what a create stored: the job's type, items, schedule
+	// and command or URL.
+	Detail string `json:"detail,omitempty"`
+}
+
 // nAudit is the job's audit log: one persistent node holding a JSON array
 // of Actions, newest first, at most MaxAuditEntries. One node keeps a
 // status read to one extra Get.
@@ -35,11 +60,11 @@ func defaultActor() string {
 
 // audited runs act and, when it succeeds, records the action. A failure to
 // record is returned (the action itself took effect, as the error says).
-func (a *admin) audited(ctx context.Context, actor string, act Action, do func() error) error {
+func (a *Admin) audited(ctx context.Context, act Action, do func() error) error {
 	if err := do(); err != nil {
 		return err
 	}
-	act.Actor, act.Time = actor, time.Now()
+	act.Actor, act.Time = a.actor, time.Now()
 	redactAction(&act) // a secret set with `config set` is never kept in the log
 	if err := a.record(ctx, act); err != nil {
 		return fmt.Errorf("coord: %s done, but not recorded in the audit log: %w", act.Action, err)
@@ -49,7 +74,7 @@ func (a *admin) audited(ctx context.Context, actor string, act Action, do func()
 
 // record prepends act to the job's audit log with a version-checked write,
 // so concurrent recorders do not lose each other's entries.
-func (a *admin) record(ctx context.Context, act Action) error {
+func (a *tree) record(ctx context.Context, act Action) error {
 	path := a.paths(act.Job).Abs(nAudit)
 	for range auditCASRounds {
 		data, st, err := a.st.Get(ctx, path)
@@ -92,7 +117,7 @@ func decodeAudit(data []byte) []Action {
 }
 
 // audit reads a job's audit log, newest first.
-func (a *admin) audit(ctx context.Context, p layout.JobPaths, job string) ([]Action, error) {
+func (a *tree) audit(ctx context.Context, p layout.JobPaths, job string) ([]Action, error) {
 	data, _, err := a.st.Get(ctx, p.Abs(nAudit))
 	if errors.Is(err, store.ErrNoNode) {
 		return []Action{}, nil

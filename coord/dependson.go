@@ -12,7 +12,7 @@ import (
 // next: when field is dependsOn, against the namespace (coord/workflow:
 // an unknown job, a cycle, two first jobs). Other fields need no check
 // here (jobconfig.Validate refuses a cron beside dependsOn).
-func (a *admin) checkDependsOn(ctx context.Context, job, field string, next jobconfig.Config) error {
+func (a *tree) checkDependsOn(ctx context.Context, job, field string, next jobconfig.Config) error {
 	if field != jobconfig.FieldDependsOn || len(next.DependsOn) == 0 {
 		return nil
 	}
@@ -21,7 +21,7 @@ func (a *admin) checkDependsOn(ctx context.Context, job, field string, next jobc
 
 // linkDependsOn records a stored dependsOn (was: the stored text before
 // the write) in the reverse links the jobs before it keep.
-func (a *admin) linkDependsOn(ctx context.Context, job, field, was string, next jobconfig.Config) error {
+func (a *tree) linkDependsOn(ctx context.Context, job, field, was string, next jobconfig.Config) error {
 	if field != jobconfig.FieldDependsOn {
 		return nil
 	}

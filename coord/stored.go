@@ -15,17 +15,6 @@ import (
 // Jobs stored without code (SCRIPT and HTTP jobs, `shardflow job add`) and
 // the workers' refusals to run them (docs/zookeeper-layout.md).
 
-// nRefused holds one EPHEMERAL child per server refusing to run the job,
-// data = the reason (the command or URL is not in its allow-list, or the
-// stored config is invalid).
-const nRefused = "refused"
-
-// ErrJobExists: CreateJob found the job already stored.
-var ErrJobExists = errors.New("coord: job already exists in this namespace; pick another name or remove it first (`shardflow job remove`)")
-
-// ErrTooManyJobs: CreateJob found the namespace at jobconfig.MaxStoredJobs.
-var ErrTooManyJobs = errors.New("coord: too many jobs in the namespace")
-
 // maxStoredJobs is jobconfig.MaxStoredJobs; tests lower it.
 var maxStoredJobs = jobconfig.MaxStoredJobs
 
@@ -42,8 +31,9 @@ type RefusedServer struct {
 // *jobconfig.FieldError (ErrInvalid), ErrJobExists, or a store error.
 // The creation is recorded in the job's audit log as "create".
 func (a *Admin) CreateJob(ctx context.Context, cfg jobconfig.Config) error {
-	act := Action{Job: cfg.JobName, Action: "create", Detail: describeCreated(cfg.WithDefaults())}
-	return a.impl.audited(ctx, a.actor, act, func() error { return a.impl.createJob(ctx, cfg) })
+	cfg = cfg.WithDefaults()
+	act := Action{Job: cfg.JobName, Action: "create", Detail: describeCreated(cfg)}
+	return a.audited(ctx, act, func() error { return a.createJob(ctx, cfg) })
 }
 
 // describeCreated is the audit's account of a created job, e.g.
@@ -64,8 +54,8 @@ func describeCreated(cfg jobconfig.Config) string {
 	return d
 }
 
-func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
-	cfg = cfg.WithDefaults()
+// createJob stores cfg, its defaults filled in, after validating it.
+func (a *tree) createJob(ctx context.Context, cfg jobconfig.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("coord: create job %q: %w", cfg.JobName, err)
 	}
@@ -102,51 +92,18 @@ func (a *admin) createJob(ctx context.Context, cfg jobconfig.Config) error {
 	return a.linkDependsOn(ctx, cfg.JobName, jobconfig.FieldDependsOn, "", cfg)
 }
 
-// ReportRefused records, as an ephemeral node of st's session, that server
-// refuses to run job and why; `shardflow status` shows it until the
-// session ends or ClearRefused. The job must exist (ErrNoJob).
-func ReportRefused(ctx context.Context, st store.Store, namespace, job, server, reason string) error {
-	a := newAdmin(st, namespace)
-	p, err := a.requireJob(ctx, job)
-	if err != nil {
-		return err
-	}
-	dir := p.Abs(nRefused)
-	if err := store.CreateAll(ctx, st, dir); err != nil {
-		return fmt.Errorf("coord: create %s: %w", dir, err)
-	}
-	path := store.Join(dir, server)
-	_, err = st.Create(ctx, path, []byte(reason), store.Ephemeral)
-	if errors.Is(err, store.ErrNodeExists) {
-		_, err = st.Set(ctx, path, []byte(reason), store.AnyVersion)
-	}
-	if err != nil {
-		return fmt.Errorf("coord: record refusal %s: %w", path, err)
-	}
-	return nil
-}
-
-// ClearRefused deletes server's refusal of job; none is fine.
-func ClearRefused(ctx context.Context, st store.Store, namespace, job, server string) error {
-	path := store.Join(newAdmin(st, namespace).paths(job).Abs(nRefused), server)
-	if err := st.Delete(ctx, path, store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-		return fmt.Errorf("coord: clear refusal %s: %w", path, err)
-	}
-	return nil
-}
-
 // refused reads the job's refusals, sorted by server id.
-func (a *admin) refused(ctx context.Context, p layout.JobPaths) ([]RefusedServer, error) {
-	names, _, err := a.st.Children(ctx, p.Abs(nRefused))
+func (a *tree) refused(ctx context.Context, p layout.JobPaths) ([]RefusedServer, error) {
+	names, _, err := a.st.Children(ctx, p.Abs(layout.NRefused))
 	if errors.Is(err, store.ErrNoNode) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("coord: read %s: %w", p.Abs(nRefused), err)
+		return nil, fmt.Errorf("coord: read %s: %w", p.Abs(layout.NRefused), err)
 	}
 	var out []RefusedServer
 	for _, n := range names {
-		v, ok, err := a.getOpt(ctx, store.Join(p.Abs(nRefused), n))
+		v, ok, err := a.getOpt(ctx, store.Join(p.Abs(layout.NRefused), n))
 		if err != nil {
 			return nil, err
 		}

@@ -18,6 +18,9 @@ const (
 	NLeader     = "leader"
 	NGuarantee  = "guarantee"
 	NSystemTime = "systemTime"
+	// NRefused holds one ephemeral child per server refusing to run a job
+	// stored without code, its data the reason (protocol.ReportRefused).
+	NRefused = "refused"
 
 	NHostName = "hostName"
 	NStatus   = "status"

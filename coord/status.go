@@ -16,11 +16,122 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
+// JobStatus is a job's status as `shardflow status --json` prints it. Every
+// field is always present in the JSON (empty strings, null times, empty
+// lists), as docs/operations.md documents it.
+type JobStatus struct {
+	Job string `json:"job"`
+	// Config holds the stored config fields as strings, by node name.
+	Config map[string]string `json:"config"`
+	// ConfigError is set when the stored config does not decode or validate.
+	ConfigError string         `json:"configError"`
+	Leader      string         `json:"leader"`
+	Servers     []ServerStatus `json:"servers"`
+	Items       []ItemStatus   `json:"items"`
+	// ReshardingPending is the leader/sharding/necessary flag.
+	ReshardingPending bool `json:"reshardingPending"`
+	// FailoverQueue lists items waiting to be failed over.
+	FailoverQueue []int `json:"failoverQueue"`
+	// NextFireTime is the cron's next fire time after the status was read;
+	// null when the job has no cron (runs only on triggers) or the stored
+	// config is invalid.
+	NextFireTime *time.Time `json:"nextFireTime"`
+	// Actions are the latest operator actions on the job, newest first
+	// (at most MaxAuditEntries).
+	Actions []Action `json:"actions"`
+	// Refused lists the servers refusing to run this stored job (a
+	// command or URL outside their allow-list, an invalid config).
+	Refused []RefusedServer `json:"refused,omitempty"`
+	// Health sums the status up: HealthOK, HealthDegraded or HealthFailing.
+	Health string `json:"health"`
+	// HealthReasons say why Health is not HealthOK, one line each (empty
+	// when it is).
+	HealthReasons []string `json:"healthReasons"`
+}
+
+// Job health values (JobStatus.Health).
+const (
+	// HealthOK: no item's last run failed, and nothing below applies.
+	HealthOK = "ok"
+	// HealthDegraded: nothing fails, but no server is online, the job is
+	// paused on some or all of them, a server refuses the stored job, or
+	// a failover claim was lost with its claimant.
+	HealthDegraded = "degraded"
+	// HealthFailing: an item's last run ended in an error
+	// (ItemStatus.ConsecutiveFailures > 0), a server reports an error
+	// (ServerStatus.LastError: a source backing off a failing statement,
+	// a refused Begin), or the stored config is invalid.
+	HealthFailing = "failing"
+)
+
+// ServerStatus is one server of a job.
+type ServerStatus struct {
+	ID       string `json:"id"`
+	HostName string `json:"hostName"`
+	// Status is "READY", "RUNNING" or "OFFLINE".
+	Status   string `json:"status"`
+	Sharding []int  `json:"sharding"`
+	// ProcessSuccessCount and ProcessFailureCount are the last reporting
+	// interval's counts (processCountIntervalSeconds), as in ElasticJob.
+	ProcessSuccessCount int64 `json:"processSuccessCount"`
+	ProcessFailureCount int64 `json:"processFailureCount"`
+	// TotalSuccessCount and TotalFailureCount are cumulative over every
+	// interval this server id has reported, across its restarts.
+	TotalSuccessCount int64 `json:"totalSuccessCount"`
+	TotalFailureCount int64 `json:"totalFailureCount"`
+	Disabled          bool  `json:"disabled"`
+	Paused            bool  `json:"paused"`
+	Shutdown          bool  `json:"shutdown"`
+	// LastError is the last run error this server reported (clock skew, bad
+	// config); "" when none.
+	LastError string `json:"lastError"`
+	// CountsAsOf is when the counts above were last written (each run's
+	// Complete, every processCountIntervalSeconds, and the server's
+	// graceful stop); null when never.
+	CountsAsOf *time.Time `json:"countsAsOf"`
+}
+
+// ItemStatus is one shard item of a job: every item in
+// 0..shardingTotalCount-1, plus an item beyond a lowered total while it
+// still runs.
+type ItemStatus struct {
+	Item      int  `json:"item"`
+	Running   bool `json:"running"`
+	Completed bool `json:"completed"`
+	// Failover is the id of the server that took the item over; "" when none.
+	Failover string `json:"failover"`
+	// FailoverLost is the id of a server whose failover claim on the item
+	// ended with its session before its run completed: the leader queues
+	// the item again (its next failover scan); "" when none.
+	FailoverLost     string     `json:"failoverLost,omitempty"`
+	Misfire          bool       `json:"misfire"`
+	Disabled         bool       `json:"disabled"`
+	LastBeginTime    *time.Time `json:"lastBeginTime"`
+	LastCompleteTime *time.Time `json:"lastCompleteTime"`
+	// NextFireTime is the job's next cron fire time; null for a disabled
+	// item or a job without cron.
+	NextFireTime *time.Time `json:"nextFireTime"`
+	// ConsecutiveFailures is how many runs of the item in a row, up to
+	// its last, ended in an error (counted on its current owner); 0 when
+	// its last run succeeded.
+	ConsecutiveFailures int `json:"consecutiveFailures"`
+	// FailingSince is when the first of those runs ended; null when the
+	// item is not failing.
+	FailingSince *time.Time `json:"failingSince"`
+	// LastError is the error of the item's last failed run, whole (an
+	// error over 4 KiB keeps its first KiB and its end, where the cause
+	// is); "" when the item is not failing.
+	LastError string `json:"lastError"`
+	// FailingOn is the server whose runs of the item failed; "" when the
+	// item is not failing.
+	FailingOn string `json:"failingOn"`
+}
+
 // status reads a job's status. Items are 0..shardingTotalCount-1 of the
 // stored config (plus any item beyond it still running); the next fire time
 // is derived from the stored cron at the time of the read, so it is never
 // stale and disappears with the cron.
-func (a *admin) status(ctx context.Context, job string) (JobStatus, error) {
+func (a *tree) status(ctx context.Context, job string) (JobStatus, error) {
 	p, err := a.requireJob(ctx, job)
 	if err != nil {
 		return JobStatus{}, err
@@ -109,7 +220,7 @@ type storedRecord struct {
 
 // serverStatus reads server s's nodes, and its run record (nil: none, or
 // malformed, which only costs the per-item reads it would have saved).
-func (a *admin) serverStatus(ctx context.Context, p layout.JobPaths, s string) (ServerStatus, *storedRecord, error) {
+func (a *tree) serverStatus(ctx context.Context, p layout.JobPaths, s string) (ServerStatus, *storedRecord, error) {
 	ss := ServerStatus{ID: s, Status: layout.StatusOffline, Sharding: []int{}}
 	var rec *storedRecord
 	kids, _, err := a.st.Children(ctx, p.Server(s))
@@ -184,7 +295,7 @@ func (a *admin) serverStatus(ctx context.Context, p layout.JobPaths, s string) (
 // 0..total-1 plus items beyond the total that still run (a lowered total;
 // the leader prunes them at its next reshard); without one, every item in
 // the execution tree.
-func (a *admin) itemStatuses(ctx context.Context, p layout.JobPaths, cfg jobconfig.Config, valid bool, next *time.Time, recs []storedRecord) ([]ItemStatus, error) {
+func (a *tree) itemStatuses(ctx context.Context, p layout.JobPaths, cfg jobconfig.Config, valid bool, next *time.Time, recs []storedRecord) ([]ItemStatus, error) {
 	execNames, _, err := a.st.Children(ctx, p.Abs(layout.NExecution))
 	if err != nil {
 		return nil, fmt.Errorf("coord: read %s: %w", p.Abs(layout.NExecution), err)
@@ -250,7 +361,7 @@ func (a *admin) itemStatuses(ctx context.Context, p layout.JobPaths, cfg jobconf
 // and complete times are its newest run's: the newest record naming it
 // (by the record's Mzxid), unless a failover run began it since (its
 // lastBeginTime's Mzxid above the record's).
-func (a *admin) readItems(ctx context.Context, p layout.JobPaths, out []ItemStatus, present map[int]bool, recs []storedRecord, monitor bool) error {
+func (a *tree) readItems(ctx context.Context, p layout.JobPaths, out []ItemStatus, present map[int]bool, recs []storedRecord, monitor bool) error {
 	kids, err := a.listItems(ctx, p, out, present)
 	if err != nil {
 		return err
@@ -335,7 +446,7 @@ func newestRecords(recs []storedRecord) map[int]*storedRecord {
 
 // listItems lists the children of the items of out that have a container
 // (present), layout.ItemReaders at a time; kids[i] are out[i]'s.
-func (a *admin) listItems(ctx context.Context, p layout.JobPaths, out []ItemStatus, present map[int]bool) ([][]string, error) {
+func (a *tree) listItems(ctx context.Context, p layout.JobPaths, out []ItemStatus, present map[int]bool) ([][]string, error) {
 	kids := make([][]string, len(out))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(layout.ItemReaders)
@@ -357,7 +468,7 @@ func (a *admin) listItems(ctx context.Context, p layout.JobPaths, out []ItemStat
 
 // getItemNodes reads the nodes gets name, layout.ItemReaders at a time; a node
 // deleted since its listing is left not found.
-func (a *admin) getItemNodes(ctx context.Context, p layout.JobPaths, gets []itemGet) error {
+func (a *tree) getItemNodes(ctx context.Context, p layout.JobPaths, gets []itemGet) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(layout.ItemReaders)
 	for i := range gets {
@@ -425,7 +536,7 @@ func recordTime(s string) *time.Time {
 // lostClaims sets FailoverLost on the items whose claim record
 // (claimrecord.go) outlived its claim: the claimant's session ended with
 // it. One read per record (records exist only while failover runs go on).
-func (a *admin) lostClaims(ctx context.Context, p layout.JobPaths, items []ItemStatus, claims map[int]bool) error {
+func (a *tree) lostClaims(ctx context.Context, p layout.JobPaths, items []ItemStatus, claims map[int]bool) error {
 	for i := range items {
 		is := &items[i]
 		if !claims[is.Item] || is.Failover != "" {
