@@ -199,6 +199,9 @@ image: ## build the shardflow image (static binary on scratch, no registry): IMA
 	@docker image inspect -f '$(IMAGE):$(VERSION) {{.Size}} bytes' $(IMAGE):$(VERSION)
 
 .PHONY: lint
+api-surface: ## count the exported names of the packages users import (top-level, methods, fields; -list in internal/apisurface prints them)
+	$(GO) run ./internal/apisurface ./dataflow ./dataflow/dataflowtest ./sources/postgres ./sources/memory ./sinks/pgsink ./sinks/memsink ./history ./history/pghistory ./health ./jobs ./integration ./coord ./coord/jobconfig ./coord/connect
+
 lint: ## gofmt, go vet, and go.mod/go.sum as go mod tidy leaves them
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [[ -n $$out ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
