@@ -79,7 +79,7 @@ func (f *failedFlags) filter() (postgres.FailedFilter, error) {
 
 // runFailed is `shardflow failed list|requeue|upgrade-v1`: the failed rows
 // of a sources/postgres work table, the way back for them, and the upgrade
-// of a table prepared by the first release.
+// of a table prepared by an earlier build.
 func runFailed(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || cli.HelpArg(args[0]) {
 		return cli.GroupUsage(args, stdout, "failed")
@@ -123,7 +123,7 @@ func runFailed(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer pool.Close()
 	if upgrade {
-		if err := postgres.UpgradeV1(ctx, pool, spec); err != nil {
+		if err := postgres.RenameLegacyColumns(ctx, pool, spec); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "upgraded %s: its first-release bookkeeping columns are now the shardflow_ ones, every row kept its state\n", spec.Table)

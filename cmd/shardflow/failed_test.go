@@ -53,7 +53,7 @@ func TestFailedCommand(t *testing.T) {
 		return out.String() + errb.String()
 	}
 
-	if out := cli(1, "list", "--pg", dsn, "--table", "invoices"); !strings.Contains(out, "first release") || !strings.Contains(out, "UpgradeV1") {
+	if out := cli(1, "list", "--pg", dsn, "--table", "invoices"); !strings.Contains(out, "earlier build") || !strings.Contains(out, "RenameLegacyColumns") {
 		t.Fatalf("list on a first-release table: %q; want the upgrade named", out)
 	}
 	cli(0, "upgrade-v1", "--pg", dsn, "--table", "invoices")

@@ -174,29 +174,29 @@ const v1DDL = `CREATE TABLE orders (id bigint PRIMARY KEY, payload text NOT NULL
 CREATE INDEX orders_shardflow_work ON orders (status, bucket, id) WHERE status IN ('pending', 'claimed');
 CREATE TABLE shardflow_fence (job text NOT NULL, item int NOT NULL, epoch bigint NOT NULL, PRIMARY KEY (job, item))`
 
-func TestUpgradeV1KeepsEveryRowsState(t *testing.T) {
+func TestRenameLegacyColumnsKeepsEveryRowsState(t *testing.T) {
 	pool := newDB(t)
 	ctx := testCtx(t)
 	exec(t, pool, v1DDL)
 	exec(t, pool, `INSERT INTO orders (id, payload, status, attempts, last_error) SELECT g, 'p', CASE WHEN g <= 60 THEN 'done' WHEN g <= 70 THEN 'failed' ELSE 'pending' END,
   CASE WHEN g BETWEEN 61 AND 70 THEN 3 ELSE 0 END, CASE WHEN g BETWEEN 61 AND 70 THEN 'boom' END FROM generate_series(1, 100) g`)
 	spec := postgres.TableSpec{Table: "orders"}
-	if err := postgres.Migrate(ctx, pool, spec); !errors.Is(err, postgres.ErrV1Table) || !strings.Contains(err.Error(), "UpgradeV1") {
-		t.Fatalf("Migrate on a first-release table: %v; want ErrV1Table naming UpgradeV1", err)
+	if err := postgres.Migrate(ctx, pool, spec); !errors.Is(err, postgres.ErrLegacyColumns) || !strings.Contains(err.Error(), "RenameLegacyColumns") {
+		t.Fatalf("Migrate on a first-release table: %v; want ErrLegacyColumns naming RenameLegacyColumns", err)
 	}
-	if _, err := postgres.NewSource[Order](ctx, postgres.Config{Pool: pool, Table: spec}); !errors.Is(err, postgres.ErrV1Table) {
-		t.Fatalf("NewSource on a first-release table: %v; want ErrV1Table", err)
+	if _, err := postgres.NewSource[Order](ctx, postgres.Config{Pool: pool, Table: spec}); !errors.Is(err, postgres.ErrLegacyColumns) {
+		t.Fatalf("NewSource on a first-release table: %v; want ErrLegacyColumns", err)
 	}
-	if err := postgres.UpgradeV1(ctx, pool, spec); err != nil {
+	if err := postgres.RenameLegacyColumns(ctx, pool, spec); err != nil {
 		t.Fatal(err)
 	}
-	if err := postgres.UpgradeV1(ctx, pool, spec); !errors.Is(err, postgres.ErrConfig) {
-		t.Fatalf("second UpgradeV1: %v; want ErrConfig (nothing to upgrade)", err)
+	if err := postgres.RenameLegacyColumns(ctx, pool, spec); !errors.Is(err, postgres.ErrConfig) {
+		t.Fatalf("second RenameLegacyColumns: %v; want ErrConfig (nothing to upgrade)", err)
 	}
 	job := newSource(t, pool, postgres.Config{}).Claim(func(context.Context, dataflowShard, Order) error { return nil })
 	got, err := job.Fetch(ctx, shard(0, 1, 1000, 1))
 	if err != nil || len(got) != 30 {
-		t.Fatalf("Fetch after UpgradeV1 = %d rows, %v; want the 30 pending ones", len(got), err)
+		t.Fatalf("Fetch after RenameLegacyColumns = %d rows, %v; want the 30 pending ones", len(got), err)
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'failed' AND shardflow_attempts = 3 AND shardflow_last_error = 'boom'`); n != 10 {
 		t.Fatalf("failed rows kept = %d; want 10", n)

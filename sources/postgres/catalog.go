@@ -21,8 +21,8 @@ func isMarked(comment, role string) bool {
 	return comment == m || strings.HasPrefix(comment, m+" ")
 }
 
-// Index names. The first release's names identify its tables (see
-// UpgradeV1).
+// Index names. An earlier build's names identify its tables (see
+// RenameLegacyColumns).
 const (
 	workIndex     = "shardflow_queue"
 	keysetIndex   = "shardflow_scan"
@@ -30,7 +30,7 @@ const (
 	v1KeysetIndex = "shardflow_keyset"
 )
 
-// v1Names are the first release's bookkeeping columns, by role.
+// v1Names are an earlier build's bookkeeping columns, by role.
 var v1Names = map[string]string{
 	"Bucket": "bucket", "Status": "status", "ClaimedBy": "claimed_by", "ClaimEpoch": "claim_epoch",
 	"ClaimedAt": "claimed_at", "Attempts": "attempts", "LastError": "last_error",
@@ -111,9 +111,9 @@ func (info *tableInfo) checkBookkeeping(spec TableSpec) ([]bookColumn, error) {
 		v1 = indexName(spec.name(), v1KeysetIndex)
 	}
 	if info.indexes[v1] {
-		return nil, fmt.Errorf("%w: table %s was prepared by shardflow's first release (index %s on its columns %s, ...); "+
-			"stop its workers and run once `shardflow failed upgrade-v1 --table %s` or postgres.UpgradeV1(ctx, pool, spec): "+
-			"it renames them to the shardflow_ names without rewriting the table", ErrV1Table, spec.Table, v1, v1Names["Status"], spec.Table)
+		return nil, fmt.Errorf("%w: table %s was prepared by an earlier build of shardflow (before 0.1.0) (index %s on its columns %s, ...); "+
+			"stop its workers and run once `shardflow failed upgrade-v1 --table %s` or postgres.RenameLegacyColumns(ctx, pool, spec): "+
+			"it renames them to the shardflow_ names without rewriting the table", ErrLegacyColumns, spec.Table, v1, v1Names["Status"], spec.Table)
 	}
 	var missing []bookColumn
 	for _, c := range spec.columns() {

@@ -10,9 +10,9 @@
 // marks each with a column comment. The source writes no other column of
 // the table, and never a column of one of those names that Migrate did not
 // create: Migrate and NewSource refuse it with ErrColumnTaken, naming the
-// column and the fix. A table prepared by the first release (columns named
-// status, bucket, ...) is refused with ErrV1Table; UpgradeV1 renames its
-// columns in place.
+// column and the fix. A table prepared by an earlier build (columns named
+// status, bucket, ...) is refused with ErrLegacyColumns; RenameLegacyColumns
+// renames its columns in place.
 //
 // Every row carries a stored bucket, 0..NumBuckets-1, computed from its key
 // by a generated column: ((key % 1024) + 1024) % 1024. Being generated, it

@@ -33,9 +33,9 @@ var (
 	// source never writes a column it did not create: rename the
 	// bookkeeping column with TableSpec.Bookkeeping.
 	ErrColumnTaken = errors.New("sources/postgres: a bookkeeping column name is taken by a column shardflow did not create")
-	// ErrV1Table: the table was prepared by shardflow's first release
-	// (bookkeeping columns named status, bucket, ...). Run UpgradeV1 once.
-	ErrV1Table = errors.New("sources/postgres: table prepared by shardflow's first release; run postgres.UpgradeV1")
+	// ErrLegacyColumns: the table was prepared by an earlier build of shardflow (before 0.1.0)
+	// (bookkeeping columns named status, bucket, ...). Run RenameLegacyColumns once.
+	ErrLegacyColumns = errors.New("sources/postgres: table has the bookkeeping columns of an earlier build of shardflow (before 0.1.0); run postgres.RenameLegacyColumns")
 	// ErrStatement: a statement failed for a reason that is not the row's
 	// (see Classify): undefined table or column, insufficient privilege,
 	// read-only transaction, lost connection, disk full, serialization

@@ -30,8 +30,8 @@ import (
 // Migrate never adopts a column it did not create: if a column of one of
 // the bookkeeping names exists without its marker, it returns an error
 // wrapping ErrColumnTaken that names the column and the fix, and changes
-// nothing. A table prepared by the first release wraps ErrV1Table (see
-// UpgradeV1).
+// nothing. A table prepared by an earlier build wraps ErrLegacyColumns (see
+// RenameLegacyColumns).
 //
 // Adding a stored generated column rewrites the table: on a large table
 // run Migrate in a maintenance window.
@@ -92,16 +92,17 @@ func migrateOnce(ctx context.Context, db Querier, spec TableSpec) error {
 	return nil
 }
 
-// UpgradeV1 converts a table prepared by shardflow's first release, whose
-// bookkeeping columns were named bucket, status, claimed_by, claim_epoch,
-// claimed_at, attempts and last_error, to this release: it renames them to
+// RenameLegacyColumns converts a table prepared by an earlier build of
+// shardflow (before 0.1.0), whose bookkeeping columns were named bucket,
+// status, claimed_by, claim_epoch, claimed_at, attempts and last_error, to
+// this version's layout: it renames them to
 // spec.Bookkeeping's names (default shardflow_bucket ...), marks them as
 // Migrate's and renames the index, in one transaction that changes only
 // the catalog (no table rewrite, every row keeps its state), then runs
-// Migrate. Stop the workers of the old release first: they would not find
+// Migrate. Stop the workers of the earlier build first: they would not find
 // their columns. It returns an error wrapping ErrConfig if the table was
-// not prepared by the first release.
-func UpgradeV1(ctx context.Context, db Querier, spec TableSpec) error {
+// not prepared by an earlier build.
+func RenameLegacyColumns(ctx context.Context, db Querier, spec TableSpec) error {
 	spec = spec.withDefaults()
 	if err := spec.validate(); err != nil {
 		return err
@@ -116,14 +117,14 @@ func UpgradeV1(ctx context.Context, db Querier, spec TableSpec) error {
 	}
 	oldIdx, newIdx = indexName(spec.name(), oldIdx), indexName(spec.name(), newIdx)
 	if !info.indexes[oldIdx] {
-		return fmt.Errorf("%w: table %s has no index %s: it was not prepared by shardflow's first release; run postgres.Migrate", ErrConfig, spec.Table, oldIdx)
+		return fmt.Errorf("%w: table %s has no index %s: it was not prepared by an earlier build of shardflow (before 0.1.0); run postgres.Migrate", ErrConfig, spec.Table, oldIdx)
 	}
 	t := spec.ident().Sanitize()
 	var stmts []string
 	for _, c := range spec.columns() {
 		old := v1Names[c.role]
 		if _, ok := info.cols[old]; !ok {
-			return fmt.Errorf("%w: table %s has index %s but no column %q; finish the first release's migration or fix the table by hand",
+			return fmt.Errorf("%w: table %s has index %s but no column %q; finish the earlier build's migration or fix the table by hand",
 				ErrConfig, spec.Table, oldIdx, old)
 		}
 		if old != c.name {
@@ -137,7 +138,7 @@ func UpgradeV1(ctx context.Context, db Querier, spec TableSpec) error {
 	}
 	stmts = append(stmts, fmt.Sprintf("ALTER INDEX %s RENAME TO %s", pgx.Identifier{info.schema, oldIdx}.Sanitize(), quote(newIdx)))
 	if _, err := db.Exec(ctx, strings.Join(stmts, ";\n")); err != nil {
-		return fmt.Errorf("sources/postgres: upgrading table %s from the first release: %w", spec.Table, err)
+		return fmt.Errorf("sources/postgres: renaming the legacy columns of table %s: %w", spec.Table, err)
 	}
 	return Migrate(ctx, db, spec)
 }

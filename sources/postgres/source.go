@@ -142,7 +142,7 @@ func (s *Source[T]) NullableRisks() []string { return append([]string(nil), s.nu
 // the bookkeeping columns exist and were created by Migrate, that the
 // fencing tables exist, and that the selected columns match the fields of
 // T, each field's Go type able to hold its column's SQL type. Errors wrap
-// ErrMissingTable, ErrMissingColumn, ErrColumnTaken, ErrV1Table or
+// ErrMissingTable, ErrMissingColumn, ErrColumnTaken, ErrLegacyColumns or
 // ErrRowMismatch and name the table, column or field with the fix.
 func (s *Source[T]) Validate(ctx context.Context) error {
 	pool := s.cfg.Pool
