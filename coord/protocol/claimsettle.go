@@ -68,8 +68,8 @@ func (j *Job) settleUnsureClaims(ctx context.Context, sid int64) (bool, error) {
 			continue
 		}
 		adopted = true
-		j.cache.noteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
-		j.cache.noteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
+		j.cache.NoteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
+		j.cache.NoteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
 		j.kick() // the watcher starts watching the claimed item
 		j.log.Info("claimed failover item (the claim's reply was lost; found on this session)", "item", it)
 	}

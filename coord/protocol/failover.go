@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
@@ -302,7 +303,7 @@ const latchWait = time.Second
 // it, it waits up to a second for its release). True means an item is now
 // assigned to this server and the Node should run at once.
 //
-// claimFailover takes leader/failover/latch (a tryLatch, waiting once for
+// claimFailover takes leader/failover/latch (a recipe.TryLatch, waiting once for
 // another claimant's release: the claimant takes ONE item, and the rest of
 // the queue would otherwise wait for its next claim or for this server's
 // next trigger, since the queue signal already came),
@@ -317,22 +318,22 @@ func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 	if adopted, err := j.settleUnsureClaims(ctx, sid); err != nil || adopted {
 		return adopted, err
 	}
-	if !failoverOn(j.Config()) || layout.QueuedCount(j.cache.children(layout.RelFailoverQ)) == 0 {
+	if !failoverOn(j.Config()) || layout.QueuedCount(j.cache.Children(layout.RelFailoverQ)) == 0 {
 		return false, nil
 	}
-	if j.cache.flag(layout.RelServer(j.id, layout.NPaused)) {
+	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) {
 		// A paused server runs nothing: its claim would hold the item
 		// from every server until a resume (simulation seeds 229, 276).
 		return false, nil
 	}
-	latch := tryLatch{st: j.st, path: j.p.Abs(layout.RelFailoverLock), owner: []byte(j.id)}
-	if held, err := latch.acquireWithin(ctx, latchWait); err != nil {
-		return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch.path, err)
+	latch := recipe.NewTryLatch(j.st, j.p.Abs(layout.RelFailoverLock), []byte(j.id))
+	if held, err := latch.AcquireWithin(ctx, latchWait); err != nil {
+		return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch.Path(), err)
 	} else if !held {
 		return false, nil // another claim again: its end signals the queue anew
 	}
 	defer func() {
-		if err := latch.release(ctx); err != nil {
+		if err := latch.Release(ctx); err != nil {
 			j.log.Warn("cannot release the failover latch", "err", err)
 		}
 	}()
@@ -436,8 +437,8 @@ func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 		j.mu.Lock()
 		j.claims[it] = st.Czxid
 		j.mu.Unlock()
-		j.cache.noteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
-		j.cache.noteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
+		j.cache.NoteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
+		j.cache.NoteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
 		j.kick() // the watcher starts watching the claimed item
 		j.log.Info("claimed failover item", "item", it)
 		return true, nil
@@ -533,7 +534,7 @@ func (j *Job) releaseClaims(ctx context.Context) {
 		delete(j.claims, it)
 		j.mu.Unlock()
 		if err == nil {
-			j.cache.noteDeleted(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
+			j.cache.NoteDeleted(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
 			j.log.Info("failover claim given back to the queue (paused or leaving)", "item", it)
 		}
 	}

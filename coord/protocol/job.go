@@ -17,7 +17,9 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/treecache"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
@@ -37,7 +39,7 @@ type Job struct {
 	jname string
 	id    string
 	log   *slog.Logger
-	cache *treeCache
+	cache *treecache.Cache
 
 	errMu sync.Mutex // serialises lastError writes
 	// reshardMu orders the leader's resharding commit against the watcher's
@@ -94,10 +96,9 @@ type Job struct {
 	// layoutOK is the live server set the layout guard last passed
 	// (layoutGuard).
 	layoutOK string
-	// owed: writes a cut connection kept from the store, owed to their
-	// session (owed.go); paying is held by the payDebts under way.
-	owed       []sessionDebt
-	paying     chan struct{}
+	// debts: writes a cut connection kept from the store, owed to their
+	// session (the barrier's, run records, completions).
+	debts      recipe.Debts
 	lastErrSet bool
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
@@ -116,7 +117,7 @@ type Job struct {
 	totalsLoaded   bool
 
 	// Watcher state.
-	elec election // leader election (its candidate is the watcher's)
+	elec *recipe.Election // leader election (its candidate is the watcher's)
 	w    watcherState
 	// flagRaised: the join (or the watcher's re-registration on a new
 	// session) raised the resharding flag just before its election, whose
@@ -144,6 +145,22 @@ type Job struct {
 	configDecodes atomic.Int64
 }
 
+// wire builds the parts of a new job over its store: its event queue and
+// signals, the arming of its watches, its election, its debts and its tree
+// cache.
+func (j *Job) wire() {
+	j.q.init()
+	j.sig.init()
+	j.fw = &watchFuncs{st: j.st, fw: store.FuncWatcherOf(j.st), q: &j.q}
+	j.elec = recipe.NewElection(j.st, j.p.Abs(layout.RelElection), j.id)
+	// The session may have resumed since an owed write failed, and the
+	// watcher's step for that change run before the debt was kept: it
+	// looks at the session again.
+	j.debts.Kept = func() { j.post(loopEvent{kind: evSession}) }
+	j.debts.Log = j.log
+	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobWatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
+}
+
 func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 	local := lc.cfg
 	j := &Job{
@@ -156,11 +173,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 		claims:      make(map[int]int64),
 		offlineSeen: make(map[string]time.Time),
 	}
-	j.q.init()
-	j.sig.init()
-	j.fw = &watchFuncs{st: r.st, fw: store.FuncWatcherOf(r.st), q: &j.q}
-	j.elec = election{st: j.st, latch: j.p.Abs(layout.RelLatch), host: j.p.Abs(layout.RelHost), id: j.id}
-	j.cache = newTreeCache(j.fw, j.p.Root, jobWatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
+	j.wire()
 	joined := false
 	defer func() {
 		if !joined {
@@ -191,7 +204,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 	// it (a config that does not decode refuses the join without a trace
 	// in the store); a config the transaction wrote, now.
 	if jt.configWritten {
-		if err := j.cache.loadRoots(ctx, []string{layout.NConfig}); err != nil {
+		if err := j.cache.LoadRoots(ctx, []string{layout.NConfig}); err != nil {
 			return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err))
 		}
 	}
@@ -217,17 +230,17 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 			return nil, err
 		}
 	}
-	rest := slices.DeleteFunc(slices.Clone(j.cache.pol.roots), func(rel string) bool {
+	rest := slices.DeleteFunc(slices.Clone(j.cache.Roots()), func(rel string) bool {
 		return rel == layout.NConfig || jt.preloaded && (rel == "" || rel == layout.RelFailoverQ || rel == layout.NServers)
 	})
 	if jt.preloaded {
 		rest = append(rest, j.joinServerRoots()...)
 	}
-	if err := j.cache.loadRootsAhead(ctx, rest, j.joinAhead(jt)); err != nil {
+	if err := j.cache.LoadRootsAhead(ctx, rest, j.joinAhead(jt)); err != nil {
 		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 	}
-	if missing := j.cache.missingRoots(); len(missing) > 0 {
+	if missing := j.cache.MissingRoots(); len(missing) > 0 {
 		// A skeleton left partial below an existing top-level node (the
 		// transaction took it as whole): create it node by node and load
 		// again.
@@ -238,13 +251,13 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 				return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, j.p.Abs(rel), err)
 			}
 		}
-		j.cache.beginLoad()
-		if err := j.cache.loadRootsAhead(ctx, j.cache.pol.roots, nil); err != nil {
+		j.cache.BeginLoad()
+		if err := j.cache.LoadRootsAhead(ctx, j.cache.Roots(), nil); err != nil {
 			_ = j.goOffline(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 		}
 	}
-	if err := j.cache.endLoad(ctx); err != nil {
+	if err := j.cache.EndLoad(ctx); err != nil {
 		_ = j.goOffline(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 	}
@@ -341,7 +354,7 @@ func (j *Job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 	var rd joinReads
 	g, gctx := errgroup.WithContext(ctx)
 	if hasConfig {
-		g.Go(func() error { return j.cache.loadRoots(gctx, []string{layout.NConfig}) })
+		g.Go(func() error { return j.cache.LoadRoots(gctx, []string{layout.NConfig}) })
 	}
 	g.Go(func() error {
 		kids, _, err := j.st.Children(gctx, j.p.Server(j.id))
@@ -387,17 +400,17 @@ func (j *Job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 	// nodes load after it, joinServerRoots): a join that stands alone
 	// plans on them (lonejoin.go).
 	g.Go(func() error {
-		names, st, err := j.cache.loadShallow(gctx, layout.NServers)
+		names, st, err := j.cache.LoadShallow(gctx, layout.NServers)
 		if errors.Is(err, store.ErrNoNode) {
 			return nil
 		}
 		rd.servers, rd.membersVersion, rd.serversListed = names, st.Version, err == nil
 		return wrapRead(j, j.p.Abs(layout.NServers), err)
 	})
-	g.Go(func() error { return j.cache.loadRoots(gctx, []string{layout.RelFailoverQ}) })
-	g.Go(func() error { return j.cache.load(gctx, layout.RelServer(j.id, layout.NDisabled)) })
+	g.Go(func() error { return j.cache.LoadRoots(gctx, []string{layout.RelFailoverQ}) })
+	g.Go(func() error { return j.cache.Load(gctx, layout.RelServer(j.id, layout.NDisabled)) })
 	g.Go(func() error {
-		own, none, err := j.elec.standing(gctx)
+		own, none, err := j.elec.Standing(gctx)
 		if errors.Is(err, store.ErrNoNode) {
 			return nil
 		}
@@ -413,7 +426,7 @@ func (j *Job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 
 // joinAhead are the nodes below the roots that the join's transaction
 // left in place for certain (its own writes), loaded beside the roots
-// (treeCache.loadRootsAhead): this server's node, flags and sharding, and
+// (treecache.Cache.LoadRootsAhead): this server's node, flags and sharding, and
 // the host node it took.
 func (j *Job) joinAhead(jt joinResult) []string {
 	var ahead []string
@@ -423,7 +436,7 @@ func (j *Job) joinAhead(jt joinResult) []string {
 	if jt.lone != nil || jt.ownSharding {
 		ahead = append(ahead, layout.RelServer(j.id, layout.NSharding))
 	}
-	if j.elec.hostHeld {
+	if j.elec.HostHeld() {
 		ahead = append(ahead, layout.RelHost)
 	}
 	return ahead
@@ -434,7 +447,7 @@ func (j *Job) joinAhead(jt joinResult) []string {
 // the servers listed then, and this server's (its node may be new; the
 // listing's watch, fired by its creation, finds it loaded).
 func (j *Job) joinServerRoots() []string {
-	names := j.cache.children(layout.NServers)
+	names := j.cache.Children(layout.NServers)
 	if !slices.Contains(names, j.id) {
 		names = append(slices.Clone(names), j.id)
 	}
@@ -492,7 +505,7 @@ func (j *Job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (j
 		var err error
 		// The job node's listing arms the tree cache's watch on it (the
 		// cache is loaded anew from here).
-		j.cache.beginLoad()
+		j.cache.BeginLoad()
 		if attempt == 0 && j.reg.storedAtStart(j.jname) {
 			// A job stored when the process started (its restart): the
 			// job node's listing and the stored nodes' reads side by side,
@@ -501,7 +514,7 @@ func (j *Job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (j
 			g, gctx := errgroup.WithContext(ctx)
 			var rdErr error
 			g.Go(func() error {
-				top, _, err = j.cache.loadShallow(gctx, "")
+				top, _, err = j.cache.LoadShallow(gctx, "")
 				return nil
 			})
 			g.Go(func() error {
@@ -511,7 +524,7 @@ func (j *Job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (j
 			_ = g.Wait()
 			rdOK = err == nil && rdErr == nil && slices.Contains(top, layout.NConfig)
 		} else {
-			top, _, err = j.cache.loadShallow(ctx, "")
+			top, _, err = j.cache.LoadShallow(ctx, "")
 		}
 		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
 			// Maybe the namespace went (ErrNoParent).
@@ -537,12 +550,9 @@ func (j *Job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (j
 				layout.TouchMembership(j.p),
 			)
 			// The first and only candidate of a new job, and its leader
-			// (election.hostHeld).
+			// (recipe.Election.HostHeld).
 			candAt = len(ops)
-			ops = append(ops,
-				&store.CreateOp{Path: store.Join(j.p.Abs(layout.RelLatch), layout.CandidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential},
-				&store.CreateOp{Path: j.p.Abs(layout.RelHost), Data: []byte(j.id), Mode: store.Ephemeral},
-			)
+			ops = append(ops, j.elec.CampaignOps(true)...)
 			// The only server of a new job assigns its items itself
 			// (lonejoin.go); else the flag is raised as raiseFlag does (the
 			// flag version bumped).
@@ -689,20 +699,16 @@ func (j *Job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (j
 		ops = append(ops, layout.TouchMembership(j.p))
 		if rd.ownCandidate == "" {
 			candAt = len(ops)
-			ops = append(ops, &store.CreateOp{Path: store.Join(j.p.Abs(layout.RelLatch), layout.CandidatePrefix), Data: []byte(j.id), Mode: store.EphemeralSequential})
-			if rd.noCandidate && attempt == 0 {
-				// No candidate stood (a restarted process's jobs, one
-				// server each): take the leadership in the same
-				// transaction, as a new job's join does, instead of an
-				// election's listing and create after it. The host node
-				// of a leader still standing makes it fail and plan
-				// again without this. A candidate created between the
-				// listing and this commit stands first behind a host
-				// node this server holds: it waits on that node, as
-				// behind any leader (election.takeHost).
-				ops = append(ops, &store.CreateOp{Path: j.p.Abs(layout.RelHost), Data: []byte(j.id), Mode: store.Ephemeral})
-				hostPlanned = true
-			}
+			// No candidate stood (a restarted process's jobs, one server
+			// each): take the leadership in the same transaction, as a new
+			// job's join does, instead of an election's listing and create
+			// after it. The host node of a leader still standing makes it
+			// fail and plan again without this. A candidate created between
+			// the listing and this commit stands first behind a host node
+			// this server holds: it waits on that node, as behind any
+			// leader (recipe.Election.Proceed).
+			hostPlanned = rd.noCandidate && attempt == 0
+			ops = append(ops, j.elec.CampaignOps(hostPlanned)...)
 		} else {
 			ownCand = rd.ownCandidate
 		}
@@ -742,9 +748,9 @@ func (j *Job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (j
 	}
 	switch {
 	case candAt >= 0 && candAt < len(results):
-		j.elec.candidate, j.elec.hostHeld = results[candAt].Path, newJob || hostPlanned
+		j.elec.Adopt(results[candAt].Path, newJob || hostPlanned)
 	case ownCand != "":
-		j.elec.candidate = ownCand // this session's, from an earlier attempt
+		j.elec.Adopt(ownCand, false) // this session's, from an earlier attempt
 	}
 	return res, nil
 }
@@ -760,7 +766,7 @@ func (j *Job) abandonJoin(ctx context.Context, registered bool, err error) error
 
 // cachedConfigFields returns the config fields the tree cache holds.
 func (j *Job) cachedConfigFields() map[string]string {
-	fields := j.cache.versionedFields(layout.NConfig)
+	fields := j.cache.VersionedFields(layout.NConfig)
 	if fields == nil {
 		fields = map[string]string{}
 	}
@@ -961,7 +967,7 @@ func (j *Job) setNecessary(ctx context.Context) error {
 // evPred) to elect again on. Only the watcher (and startJob) calls it.
 func (j *Job) elect(ctx context.Context) (uint64, error) {
 	var id uint64
-	elected, waiting, err := j.elec.proceed(ctx, j.loopExists(evPred, &id))
+	elected, waiting, err := j.elec.Proceed(ctx, j.loopExists(evPred, &id))
 	if err != nil {
 		return 0, err
 	}
@@ -998,7 +1004,7 @@ func (j *Job) isLeader() bool {
 func (j *Job) kick() { j.post(loopEvent{kind: evWake}) }
 
 // postWatch queues a fired tree cache watch on the job.
-func (j *Job) postWatch(ref watchRef, ev store.Event) {
+func (j *Job) postWatch(ref treecache.WatchRef, ev store.Event) {
 	j.post(loopEvent{kind: evCache, ref: ref, ev: ev})
 }
 
@@ -1045,7 +1051,7 @@ func (j *Job) loseRegistration(why string) {
 		close(j.lostCh)
 	}
 	j.leader = false
-	j.elec.forget()
+	j.elec.Forget()
 	j.claims = make(map[int]int64)
 	j.claimsTaken = nil
 	j.claimsUnsure = nil
@@ -1092,7 +1098,7 @@ func (j *Job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	// resume is stopped, and the running nodes, gone with the session,
 	// would make the runs look crashed (failed over again: simulation
 	// seed 52).
-	_ = j.payDebts(ctx, sess) // a failure is logged: nothing pays it after the leave
+	_ = j.debts.Pay(ctx, sess) // a failure is logged: nothing pays it after the leave
 	// Claims no run has taken go back to the queue at once: held, they
 	// would keep their items from every server until this session ends.
 	j.releaseClaims(ctx)
@@ -1142,20 +1148,14 @@ func (j *Job) goOffline(ctx context.Context) error {
 // as expected; goOffline then goes node by node.
 func (j *Job) goOfflineAtOnce(ctx context.Context) bool {
 	sess, _ := j.st.Session()
-	cand := j.elec.candidate
-	if cand == "" || sess.State != store.StateConnected {
+	if j.elec.Candidate() == "" || sess.State != store.StateConnected {
 		return false
 	}
-	var ops []store.Op
-	ok, stat, err := j.st.Exists(ctx, j.elec.host)
+	ops, err := j.elec.ResignOps(ctx, sess)
 	if err != nil {
 		return false
 	}
-	if ok && stat.EphemeralOwner == sess.ID {
-		ops = append(ops, &store.DeleteOp{Path: j.elec.host, Version: stat.Version})
-	}
 	ops = append(ops,
-		&store.DeleteOp{Path: cand, Version: store.AnyVersion},
 		&store.DeleteOp{Path: j.p.Server(j.id, layout.NStatus), Version: store.AnyVersion},
 		layout.TouchMembership(j.p))
 	flagDone := make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
@@ -48,7 +49,7 @@ func (j *Job) reshard(ctx context.Context, cfg jobconfig.Config) error {
 			return nil // resharded meanwhile
 		}
 		var watch <-chan store.Event
-		running, found, err := j.firstRunning(ctx, chanExists(j.st, &watch))
+		running, found, err := j.firstRunning(ctx, recipe.ChanExists(j.st, &watch))
 		if err != nil {
 			return err
 		}
@@ -71,8 +72,8 @@ func (j *Job) reshard(ctx context.Context, cfg jobconfig.Config) error {
 // arms a watch on that server's live marker (watch) and returns waiting,
 // and the watcher calls it again when the watch fires. It never blocks on
 // a run.
-func (j *Job) reshardWhenIdle(ctx context.Context, watch existsWatch) (waiting bool, _ error) {
-	if !j.isLeader() || !j.cache.has(layout.RelNecessary) || j.cache.has(layout.RelProcessing) {
+func (j *Job) reshardWhenIdle(ctx context.Context, watch recipe.ExistsWatch) (waiting bool, _ error) {
+	if !j.isLeader() || !j.cache.Has(layout.RelNecessary) || j.cache.Has(layout.RelProcessing) {
 		return false, nil
 	}
 	if _, _, err := j.ready(); err != nil {
@@ -135,7 +136,7 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 			}
 			ins = append(ins, intent{kind: k, rel: layout.RelServer(s, layout.NSharding), data: layout.FormatItems(assign[s])})
 		}
-		for _, q := range queuePrunes(j.cache.children(layout.RelFailoverQ), total) {
+		for _, q := range queuePrunes(j.cache.Children(layout.RelFailoverQ), total) {
 			ins = append(ins, intent{kind: opDeleteIfPresent, rel: layout.RelFailoverQ + "/" + q})
 		}
 		ins = append(ins,
@@ -227,7 +228,7 @@ func (j *Job) readTotal(ctx context.Context, def int) (int, *intent, error) {
 // a listing of the store on every reshard cost a read per job start; one
 // the cache has not seen yet is pruned at the next reshard.
 func (j *Job) pruneItemsBeyond(ctx context.Context, total int) {
-	for _, n := range j.cache.children(layout.NExecution) {
+	for _, n := range j.cache.Children(layout.NExecution) {
 		if it, ok := layout.ParseItemName(n); ok && it >= total {
 			if err := store.DeleteAll(ctx, j.st, j.p.Item(it)); err != nil {
 				j.warn(ctx, "cannot prune item beyond the total", "item", it, "total", total, "err", err)
@@ -248,7 +249,7 @@ func (j *Job) pruneItemsBeyond(ctx context.Context, total int) {
 // reads directly, one existence read per server (none per item). Failover
 // runs do not hold a reshard: their claim is their fence (the items' new
 // owners skip a claimed item).
-func (j *Job) firstRunning(ctx context.Context, watch existsWatch) (server string, found bool, _ error) {
+func (j *Job) firstRunning(ctx context.Context, watch recipe.ExistsWatch) (server string, found bool, _ error) {
 	servers, _, err := j.st.Children(ctx, j.p.Abs(layout.NServers))
 	if err != nil {
 		return "", false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NServers), err)
@@ -311,7 +312,7 @@ func (j *Job) leaderDuties(ctx context.Context, force bool) {
 // and reports whether one of them was not so at the previous call.
 func (j *Job) newlyDeparted() bool {
 	var gone []string
-	for _, s := range j.cache.children(layout.NServers) {
+	for _, s := range j.cache.Children(layout.NServers) {
 		if !cachedServerState(j.cache, s).Online {
 			gone = append(gone, s)
 		}
@@ -387,8 +388,8 @@ func (j *Job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 // owners maps each item to the server whose sharding node lists it.
 func (j *Job) owners() map[int]string {
 	own := make(map[int]string)
-	for _, s := range j.cache.children(layout.NServers) {
-		d, _, ok := j.cache.get(layout.RelServer(s, layout.NSharding))
+	for _, s := range j.cache.Children(layout.NServers) {
+		d, _, ok := j.cache.Get(layout.RelServer(s, layout.NSharding))
 		if !ok {
 			continue
 		}
@@ -423,7 +424,7 @@ func (j *Job) reconcile(ctx context.Context) {
 		}
 	}
 	now := j.reg.cfg.Now()
-	for _, s := range j.cache.children(layout.NServers) {
+	for _, s := range j.cache.Children(layout.NServers) {
 		if cachedServerState(j.cache, s).Online {
 			delete(j.offlineSeen, s)
 			continue
@@ -436,7 +437,7 @@ func (j *Job) reconcile(ctx context.Context) {
 		if now.Sub(since) < j.reg.cfg.OfflineServerGrace {
 			continue
 		}
-		if d, _, ok := j.cache.get(layout.RelServer(s, layout.NDisabled)); ok && layout.FlagTrue(d) {
+		if d, _, ok := j.cache.Get(layout.RelServer(s, layout.NDisabled)); ok && layout.FlagTrue(d) {
 			continue
 		}
 		j.log.Info("pruning offline server", "offline-server", s, "since", since)

@@ -205,23 +205,18 @@ func goOfflineAll(ctx context.Context, jobs []*Job) error {
 // shows no flag. nil: j leaves alone (goOffline), as goOfflineAtOnce
 // would not do it at once.
 func (j *Job) planOffline(ctx context.Context, sess store.Session) *offlinePlan {
-	cand := j.elec.candidate
-	if cand == "" || sess.State != store.StateConnected {
+	if j.elec.Candidate() == "" || sess.State != store.StateConnected {
 		return nil
 	}
-	ok, stat, err := j.st.Exists(ctx, j.elec.host)
+	eops, err := j.elec.ResignOps(ctx, sess)
 	if err != nil {
 		return nil
 	}
 	p := &offlinePlan{j: j}
-	if ok && stat.EphemeralOwner == sess.ID {
-		p.ops = append(p.ops, &store.DeleteOp{Path: j.elec.host, Version: stat.Version})
-	}
-	p.ops = append(p.ops,
-		&store.DeleteOp{Path: cand, Version: store.AnyVersion},
+	p.ops = append(eops,
 		&store.DeleteOp{Path: j.p.Server(j.id, layout.NStatus), Version: store.AnyVersion},
 		layout.TouchMembership(j.p))
-	if j.cache.has(layout.RelNecessary) {
+	if j.cache.Has(layout.RelNecessary) {
 		p.flagBeside = true
 	} else {
 		// raiseFlag's two operations, in the same transaction.
@@ -235,7 +230,7 @@ func (j *Job) planOffline(ctx context.Context, sess store.Session) *offlinePlan 
 // wentOffline records that j's election nodes are gone (goOfflineAtOnce's
 // bookkeeping).
 func (j *Job) wentOffline() {
-	j.elec.candidate = ""
+	j.elec.Forget()
 	j.mu.Lock()
 	j.leader = false
 	j.mu.Unlock()

@@ -74,7 +74,7 @@ func (j *Job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, re
 	}
 	var prunes []string
 	if in.dirs {
-		prunes = queuePrunes(j.cache.children(layout.RelFailoverQ), total)
+		prunes = queuePrunes(j.cache.Children(layout.RelFailoverQ), total)
 		if len(prunes) > maxLonePrunes {
 			return nil, loneResult{}, false, nil
 		}
@@ -133,7 +133,7 @@ func (j *Job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, re
 // as before.
 func (j *Job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, storedWins bool, rd joinReads) (ops []store.Op, res loneResult, ok bool, _ error) {
 	if storedWins {
-		st, loaded := j.cache.dataStat(layout.NConfig)
+		st, loaded := j.cache.DataStat(layout.NConfig)
 		if !loaded {
 			return nil, loneResult{}, false, nil
 		}
@@ -141,7 +141,7 @@ func (j *Job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, sto
 	}
 	ownDisabled := local.Disabled
 	if slices.Contains(rd.serverKids, layout.NDisabled) {
-		d, loaded := j.cache.loadedData(layout.RelServer(j.id, layout.NDisabled))
+		d, loaded := j.cache.LoadedData(layout.RelServer(j.id, layout.NDisabled))
 		if !loaded {
 			return nil, loneResult{}, false, nil // gone meanwhile
 		}

@@ -5,7 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/treecache"
 )
 
 // loopWorkers bounds the goroutines of a Registry's event loop that run
@@ -64,8 +66,8 @@ const (
 // loopEvent is one queued event of a job.
 type loopEvent struct {
 	kind evKind
-	id   uint64   // evPred, evIdle, evRetry: which watch or timer
-	ref  watchRef // evCache
+	id   uint64             // evPred, evIdle, evRetry: which watch or timer
+	ref  treecache.WatchRef // evCache
 	ev   store.Event
 }
 
@@ -292,7 +294,9 @@ func (w *watchFuncs) forward(ch <-chan store.Event, fn store.WatchFunc) {
 	}()
 }
 
-func (w *watchFuncs) getW(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
+// GetWFunc, ExistsWFunc and ChildrenWFunc make watchFuncs a store.FuncWatcher
+// (the tree cache arms its watches through it).
+func (w *watchFuncs) GetWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
 	if w.fw != nil {
 		return w.fw.GetWFunc(ctx, path, fn)
 	}
@@ -303,7 +307,7 @@ func (w *watchFuncs) getW(ctx context.Context, path string, fn store.WatchFunc) 
 	return data, st, err
 }
 
-func (w *watchFuncs) existsW(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
+func (w *watchFuncs) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
 	if w.fw != nil {
 		return w.fw.ExistsWFunc(ctx, path, fn)
 	}
@@ -314,7 +318,7 @@ func (w *watchFuncs) existsW(ctx context.Context, path string, fn store.WatchFun
 	return ok, st, err
 }
 
-func (w *watchFuncs) childrenW(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
+func (w *watchFuncs) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
 	if w.fw != nil {
 		return w.fw.ChildrenWFunc(ctx, path, fn)
 	}
@@ -330,29 +334,12 @@ var watchIDs atomic.Uint64
 
 func newWatchID() uint64 { return watchIDs.Add(1) }
 
-// existsWatch is ExistsW with the delivery of the watch's event left to
-// the caller: a channel its caller waits on, or a job's event queue.
-type existsWatch func(ctx context.Context, path string) (bool, store.Stat, error)
-
-// chanExists is an existsWatch that keeps the watch's channel in *ch.
-func chanExists(st store.Store, ch *<-chan store.Event) existsWatch {
-	return func(ctx context.Context, path string) (bool, store.Stat, error) {
-		ok, stat, c, err := st.ExistsW(ctx, path)
-		*ch = c
-		return ok, stat, err
-	}
-}
-
-// existsNoWatch is an existsWatch that arms no watch (its caller does not
-// wait).
-func existsNoWatch(st store.Store) existsWatch { return st.Exists }
-
-// loopExists is an existsWatch whose event is queued on j as kind, with the
+// loopExists is a recipe.ExistsWatch whose event is queued on j as kind, with the
 // id of the last watch armed kept in *id.
-func (j *Job) loopExists(kind evKind, id *uint64) existsWatch {
+func (j *Job) loopExists(kind evKind, id *uint64) recipe.ExistsWatch {
 	return func(ctx context.Context, path string) (bool, store.Stat, error) {
 		n := newWatchID()
-		ok, stat, err := j.fw.existsW(ctx, path, func(ev store.Event) {
+		ok, stat, err := j.fw.ExistsWFunc(ctx, path, func(ev store.Event) {
 			j.reg.loop.post(j, loopEvent{kind: kind, id: n, ev: ev})
 		})
 		if err == nil {

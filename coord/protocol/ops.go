@@ -54,8 +54,8 @@ func (j *Job) commit(ctx context.Context, intents []intent) error {
 		var readErr error
 		exists := func(rel string, direct bool) bool {
 			// Nodes of items the cache does not watch are read directly.
-			if attempt == 0 && !direct && j.cache.known(rel) {
-				return j.cache.has(rel)
+			if attempt == 0 && !direct && j.cache.Known(rel) {
+				return j.cache.Has(rel)
 			}
 			ok, _, err := j.st.Exists(ctx, j.p.Abs(rel))
 			if err != nil && readErr == nil {
@@ -73,8 +73,8 @@ func (j *Job) commit(ctx context.Context, intents []intent) error {
 	if err != nil {
 		return err
 	}
-	j.cache.noteCreated(created...)
-	j.cache.noteDeleted(deleted...)
+	j.cache.NoteCreated(created...)
+	j.cache.NoteDeleted(deleted...)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -157,7 +158,7 @@ func (r *Registry) startJobAcrossBlips(ctx context.Context, local localConfig) (
 	for attempt := 1; ; attempt++ {
 		j, err := startJob(ctx, r, local)
 		if err == nil || attempt == joinAttempts || ctx.Err() != nil ||
-			!errors.Is(err, ErrSessionLost) && !lostConnection(r.st, err) {
+			!errors.Is(err, ErrSessionLost) && !recipe.LostConnection(r.st, err) {
 			return j, err
 		}
 		r.cfg.Logger.Info("coord: join interrupted by a lost connection; joining again once the session is connected",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -80,7 +81,7 @@ func (j *Job) ready() (int64, context.Context, error) {
 // ErrClockSkew, ErrSessionLost, ErrBadConfig, ctx.Err().
 func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 	defer func() {
-		if err != nil && !errors.Is(err, ErrSessionLost) && (lostConnection(j.st, err) || j.registrationGone()) {
+		if err != nil && !errors.Is(err, ErrSessionLost) && (recipe.LostConnection(j.st, err) || j.registrationGone()) {
 			// A store call failed because the connection or session went:
 			// to the caller that is a lost session, as documented.
 			err = fmt.Errorf("%w: %w", ErrSessionLost, err)
@@ -90,17 +91,17 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if j.cache.flag(layout.RelServer(j.id, layout.NShutdown)) {
+	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown)) {
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrShutdown)
 	}
-	if j.cache.flag(layout.RelServer(j.id, layout.NPaused)) {
+	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) {
 		if j.isLeader() {
 			// A paused leader runs nothing but still reshards: else a
 			// flag its watcher missed (raised while it re-registered or
 			// resumed) holds every other server's Begin, trigger after
 			// trigger (simulation seeds 200040, 300290 on ZooKeeper). It
 			// never waits for running items here.
-			if _, err := j.reshardWhenIdle(ctx, existsNoWatch(j.st)); err != nil {
+			if _, err := j.reshardWhenIdle(ctx, recipe.NoWatch(j.st)); err != nil {
 				j.log.Debug("paused leader: prompt resharding failed; the next trigger retries", "err", err)
 			}
 		}
@@ -427,7 +428,7 @@ func (j *Job) markerInTheWay(ctx context.Context, cfg jobconfig.Config, items []
 // write was applied: the connection or the session failed, or ctx ended,
 // while it was in flight.
 func ambiguous(st store.Store, err error) bool {
-	return lostConnection(st, err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
+	return recipe.LostConnection(st, err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // oweMarkerLeftover owes session sid the settling of what a Begin's or a
@@ -450,10 +451,10 @@ func ambiguous(st store.Store, err error) bool {
 //     under load). It gets its completion time.
 //
 // Paid as soon as the session is connected again, and at a leave before
-// the server goes offline (sessionDebt).
+// the server goes offline (recipe.Debts).
 func (j *Job) oweMarkerLeftover(sid int64, begin string, epoch int64) {
 	p := j.p.Server(j.id, layout.NRun, layout.NLive)
-	j.owe(sid, "settle the run record and live marker "+p+" no run holds", func(ctx context.Context) error {
+	j.debts.Owe(sid, "settle the run record and live marker "+p+" no run holds", func(ctx context.Context) error {
 		for attempt := 0; ; attempt++ {
 			err := j.settleLeftover(ctx, sid, begin, epoch)
 			if attempt < 2 && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrBadVersion)) {
@@ -461,7 +462,7 @@ func (j *Job) oweMarkerLeftover(sid int64, begin string, epoch int64) {
 			}
 			return err
 		}
-	})
+	}, nil)
 }
 
 // settleLeftover is oweMarkerLeftover's payment: the marker deleted if it
@@ -673,7 +674,7 @@ func (j *Job) checkClock(ctx context.Context, now time.Time, maxDiff time.Durati
 // absent flag; -1 when the node is gone) for Begin's transaction to check.
 func (j *Job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVersion int32, err error) {
 	for {
-		ch := j.cache.changedCh()
+		ch := j.cache.Changed()
 		// The flag is read directly (one read per trigger): a cache that
 		// has not seen it yet must not let this server run stale items.
 		// Its parent's children and Stat in one read: the flag version
@@ -686,12 +687,12 @@ func (j *Job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVers
 			return -1, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.RelShardingDir), err)
 		}
 		nec := slices.Contains(names, layout.NNecessary)
-		if !nec && !j.cache.has(layout.RelProcessing) {
-			if j.cache.has(layout.RelNecessary) {
+		if !nec && !j.cache.Has(layout.RelProcessing) {
+			if j.cache.Has(layout.RelNecessary) {
 				// Let the cache catch up so KeepGoing does not stop the
 				// new run on a flag that is already gone.
 				wctx, cancel := context.WithTimeout(ctx, time.Second)
-				_ = j.cache.waitFor(wctx, func() bool { return !j.cache.has(layout.RelNecessary) })
+				_ = j.cache.WaitFor(wctx, func() bool { return !j.cache.Has(layout.RelNecessary) })
 				cancel()
 			}
 			return st.Version, nil
@@ -699,7 +700,7 @@ func (j *Job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVers
 		if _, _, err := j.ready(); err != nil {
 			return -1, err
 		}
-		if nec && j.isLeader() && !j.cache.has(layout.RelProcessing) {
+		if nec && j.isLeader() && !j.cache.Has(layout.RelProcessing) {
 			if err := j.reshard(ctx, cfg); err != nil {
 				return -1, err
 			}
@@ -795,7 +796,7 @@ func (j *Job) dropClaimNode(ctx context.Context, item int, czxid int64) {
 		j.log.Warn("cannot drop a failover claim", "item", item, "err", err)
 		return
 	}
-	j.cache.noteDeleted(layout.RelItem(item, layout.NFailover))
+	j.cache.NoteDeleted(layout.RelItem(item, layout.NFailover))
 	j.log.Info("failover claim dropped: failover is off, or the item is beyond the total", "item", item)
 }
 
@@ -848,8 +849,8 @@ func (j *Job) takeClaims(items []Assignment, taken bool) {
 // the item is loaded there, else by a direct read (only right after the
 // item became this server's).
 func (j *Job) itemHas(ctx context.Context, rel string) (bool, error) {
-	if j.cache.known(rel) {
-		return j.cache.has(rel), nil
+	if j.cache.Known(rel) {
+		return j.cache.Has(rel), nil
 	}
 	ok, _, err := j.st.Exists(ctx, j.p.Abs(rel))
 	if err != nil {
@@ -891,7 +892,7 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 	if !ok {
 		return nil, -1, view, nil
 	}
-	if j.cache.flag(layout.RelServer(j.id, layout.NDisabled)) {
+	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NDisabled)) {
 		return nil, st.Version, view, nil
 	}
 	items, err := layout.ParseItems(data)
@@ -940,7 +941,7 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 				if !ok {
 					return nil
 				}
-				j.cache.noteItemStat(layout.RelItem(it), cst)
+				j.cache.NoteItemStat(layout.RelItem(it), cst)
 				got[i].mark = failoverDone(cst)
 				if cst.NumChildren == 0 {
 					return nil
@@ -1027,11 +1028,11 @@ func (r *Run) KeepGoing() bool {
 		// reshard waits for live markers, but one planned just before this
 		// run's Begin committed does not see it. (A cache that has not loaded the node
 		// yet lags; it does not make the run stale.)
-		if _, st, ok := j.cache.get(layout.RelServer(j.id, layout.NSharding)); ok && st.Mzxid > r.shardMzxid {
+		if _, st, ok := j.cache.Get(layout.RelServer(j.id, layout.NSharding)); ok && st.Mzxid > r.shardMzxid {
 			return false
 		}
 	}
-	return !j.cache.flag(layout.RelServer(j.id, layout.NPaused)) && !j.cache.has(layout.RelNecessary) && !j.cache.flag(layout.RelServer(j.id, layout.NShutdown))
+	return !cachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) && !j.cache.Has(layout.RelNecessary) && !cachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown))
 }
 
 // CheckOwnership is the fencing check for commits: it syncs with the store
@@ -1102,16 +1103,6 @@ func (r *Run) CheckOwnership(ctx context.Context, item int) error {
 	return nil
 }
 
-// lostConnection reports whether err comes from a store call that failed
-// because the connection or the session is gone (or not connected now).
-func lostConnection(st store.Store, err error) bool {
-	if errors.Is(err, store.ErrConnectionLoss) || errors.Is(err, store.ErrSessionExpired) || errors.Is(err, store.ErrClosed) {
-		return true
-	}
-	sess, _ := st.Session()
-	return sess.State != store.StateConnected && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
-}
-
 // registrationGone reports whether the registration a call began under is
 // no longer the live one (lost, replaced, or not yet renewed on a new
 // session): a store error then means the session, not the protocol, failed.
@@ -1132,7 +1123,7 @@ func (r *Run) fenceErr(what string, err error) error {
 	// A connection lost mid-call counts too: the client may not have
 	// reported the suspension yet (seen on ZooKeeper, simulation seed
 	// 200093), and ownership cannot be confirmed either way.
-	if lostConnection(j.st, err) || sess.State != store.StateConnected || sess.ID != r.session {
+	if recipe.LostConnection(j.st, err) || sess.State != store.StateConnected || sess.ID != r.session {
 		return fmt.Errorf("coord: job %q: %s: %w: %w", j.jname, what, ErrSessionLost, err)
 	}
 	return fmt.Errorf("coord: job %q: %s: %w", j.jname, what, err)
@@ -1201,7 +1192,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 				r.done = true
 			}
 			cut = err != nil && ambiguous(j.st, err)
-			if err == nil || !lostConnection(j.st, err) {
+			if err == nil || !recipe.LostConnection(j.st, err) {
 				return err
 			}
 			if attempt < 2 {
@@ -1228,7 +1219,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 }
 
 // apply writes a run's completion on its connected session; see complete.
-// It runs on the caller's goroutine, or on payDebts' for an owed
+// It runs on the caller's goroutine, or on the debts' Pay for an owed
 // completion (complete has then marked the run done): it leaves r.done and
 // r.released alone.
 //
@@ -1336,7 +1327,7 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 				continue
 			}
 			if ok, st, xerr := j.st.Exists(ctx, j.p.Item(a.Item)); xerr == nil && ok {
-				j.cache.noteItemStat(layout.RelItem(a.Item), st)
+				j.cache.NoteItemStat(layout.RelItem(a.Item), st)
 			}
 		}
 	}
@@ -1368,13 +1359,13 @@ func (j *Job) isRemoved() bool {
 }
 
 // oweCompletion owes r's completion to its session, suspended when
-// Complete ended: payDebts writes it when the session resumes (on the
+// Complete ended: the job's debts (recipe.Debts) write it when the session resumes (on the
 // watcher, before a Once registers, or at a leave), and the run holds its
 // items and live marker until then; a session that ends instead drops it
 // (the run's nodes went with it). A run no longer the owner counts as
 // completed.
 func (j *Job) oweCompletion(r *Run, next time.Time) {
-	j.oweAndRelease(r.session, fmt.Sprintf("the completion of the run of items %v", r.items), func(ctx context.Context) error {
+	j.debts.Owe(r.session, fmt.Sprintf("the completion of the run of items %v", r.items), func(ctx context.Context) error {
 		if err := r.apply(ctx, next); err != nil && !errors.Is(err, ErrNotOwner) {
 			return err
 		}
@@ -1391,7 +1382,7 @@ func (j *Job) releaseRun(r *Run) {
 }
 
 func (j *Job) myItems() []int {
-	d, _, ok := j.cache.get(layout.RelServer(j.id, layout.NSharding))
+	d, _, ok := j.cache.Get(layout.RelServer(j.id, layout.NSharding))
 	if !ok {
 		return nil
 	}
@@ -1420,7 +1411,7 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
 	}
-	if err != nil || j.cache.flag(layout.RelServer(j.id, layout.NDisabled)) {
+	if err != nil || cachedFlag(j.cache, layout.RelServer(j.id, layout.NDisabled)) {
 		return false, nil
 	}
 	mine, perr := layout.ParseItems(data)

@@ -28,7 +28,7 @@ type failoverView struct {
 // passed (none per trigger).
 func (j *Job) layoutGuard(ctx context.Context) error {
 	var online []string
-	for _, s := range j.cache.children(layout.NServers) {
+	for _, s := range j.cache.Children(layout.NServers) {
 		if cachedServerState(j.cache, s).Online {
 			online = append(online, s)
 		}

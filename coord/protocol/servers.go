@@ -6,22 +6,23 @@ import (
 	"slices"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/treecache"
 )
 
 // cachedServerState reads server s's state from the tree cache.
-func cachedServerState(c *treeCache, s string) layout.ServerState {
+func cachedServerState(c *treecache.Cache, s string) layout.ServerState {
 	return layout.ServerState{
-		Online:   c.has(layout.RelServer(s, layout.NStatus)),
-		Disabled: c.flag(layout.RelServer(s, layout.NDisabled)),
-		Shutdown: c.flag(layout.RelServer(s, layout.NShutdown)),
-		Sharding: c.has(layout.RelServer(s, layout.NSharding)),
+		Online:   c.Has(layout.RelServer(s, layout.NStatus)),
+		Disabled: cachedFlag(c, layout.RelServer(s, layout.NDisabled)),
+		Shutdown: cachedFlag(c, layout.RelServer(s, layout.NShutdown)),
+		Sharding: c.Has(layout.RelServer(s, layout.NSharding)),
 	}
 }
 
 // liveServers returns the live servers the tree cache shows, sorted.
 func (j *Job) liveServers() []string {
 	var live []string
-	for _, s := range j.cache.children(layout.NServers) {
+	for _, s := range j.cache.Children(layout.NServers) {
 		if cachedServerState(j.cache, s).Live() {
 			live = append(live, s)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/treecache"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
@@ -136,7 +137,7 @@ func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
 			// watches it kept. A retry after retryDelay left the triggers
 			// of that delay on the stale cache (ZooKeeper simulation seeds
 			// 993076: a config edit; 991089: a resharding flag).
-			if err := j.cache.resync(ctx); err != nil {
+			if err := j.cache.Resync(ctx); err != nil {
 				j.warn(ctx, "tree cache resync after a resumed session failed; retrying", "err", err)
 				j.setRetry()
 				return false
@@ -212,22 +213,22 @@ func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
 		w.idle = 0 // the running item it watched ended: react re-checks
 		return true
 	case evWake:
-		if err := j.cache.loadStubs(ctx); err != nil {
+		if err := j.cache.LoadStubs(ctx); err != nil {
 			w.needResync = true
 			j.setRetry()
 			return false
 		}
 		return true
 	case evCache:
-		if err := j.cache.handle(ctx, e.ref, e.ev); err != nil {
+		if err := j.cache.Handle(ctx, e.ref, e.ev); err != nil {
 			if ctx.Err() != nil {
 				return false
 			}
 			w.needResync = true
-			if !errors.Is(err, errResyncNeeded) {
+			if !errors.Is(err, treecache.ErrResyncNeeded) {
 				// Its watch is not armed again: nothing tells the cache of
 				// the node's next changes until a resync.
-				j.log.Debug("tree cache: re-reading a watched node failed; resyncing when connected", "node", e.ref.rel, "err", err)
+				j.log.Debug("tree cache: re-reading a watched node failed; resyncing when connected", "node", e.ref.Rel, "err", err)
 				j.setRetry()
 			}
 		}
@@ -282,7 +283,7 @@ func (j *Job) retryRecovery(ctx context.Context, resync bool) (bool, error) {
 	}
 	j.takeElection()
 	if resync && sess.State == store.StateConnected {
-		if err := j.cache.resync(ctx); err != nil {
+		if err := j.cache.Resync(ctx); err != nil {
 			return false, err
 		}
 		return true, nil
@@ -326,13 +327,13 @@ func (j *Job) onSession(ctx context.Context, sess store.Session) error {
 	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != reg {
 		j.loseRegistration(layout.SessionProblem(sess, reg))
 	}
-	_ = j.payDebts(ctx, sess) // a failure is logged and kept for the next change
+	_ = j.debts.Pay(ctx, sess) // a failure is logged and kept for the next change
 	if sess.State != store.StateConnected || sess.ID == reg {
 		// Not connected, or the same session resumed: its watches and
 		// ephemerals were held, not dropped.
 		return nil
 	}
-	if err := j.cache.resync(ctx); err != nil {
+	if err := j.cache.Resync(ctx); err != nil {
 		return err
 	}
 	j.w.resynced = true
@@ -350,7 +351,7 @@ func (j *Job) onSession(ctx context.Context, sess store.Session) error {
 	j.regCtx, j.regCancel = context.WithCancel(context.Background())
 	j.lostCh = make(chan struct{})
 	j.mu.Unlock()
-	j.cache.noteCreated(layout.RelServer(j.id, layout.NStatus))
+	j.cache.NoteCreated(layout.RelServer(j.id, layout.NStatus))
 	if err := j.setNecessary(ctx); err != nil {
 		j.electOnRetry()
 		return err
@@ -387,13 +388,13 @@ func (j *Job) reconcileInterval() time.Duration {
 // trigger, shutdown, config edits, the failover signal, and the leader's
 // resharding flag on membership changes.
 func (j *Job) react(ctx context.Context) {
-	if j.cache.incomplete() {
+	if j.cache.Incomplete() {
 		// A resync failed midway: the missing nodes are not gone (the
 		// job root least of all: the job would think itself removed for
 		// good). React once the retried resync has loaded them.
 		return
 	}
-	if !j.cache.has("") {
+	if !j.cache.Has("") {
 		j.mu.Lock()
 		was := j.removed
 		j.removed = true
@@ -407,13 +408,13 @@ func (j *Job) react(ctx context.Context) {
 		}
 		return
 	}
-	if j.cache.has(layout.RelServer(j.id, layout.NTrigger)) {
+	if j.cache.Has(layout.RelServer(j.id, layout.NTrigger)) {
 		if err := j.st.Delete(ctx, j.p.Server(j.id, layout.NTrigger), store.AnyVersion); err == nil || errors.Is(err, store.ErrNoNode) {
-			j.cache.noteDeleted(layout.RelServer(j.id, layout.NTrigger))
+			j.cache.NoteDeleted(layout.RelServer(j.id, layout.NTrigger))
 			j.emit(SignalTrigger)
 		}
 	}
-	if j.cache.flag(layout.RelServer(j.id, layout.NShutdown)) {
+	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown)) {
 		j.mu.Lock()
 		was := j.offline
 		j.offline = true
@@ -431,11 +432,11 @@ func (j *Job) react(ctx context.Context) {
 	}
 	j.reactConfig(ctx)
 	// Watch the execution nodes of the items this server now owns.
-	if err := j.cache.refreshItems(ctx); err != nil {
+	if err := j.cache.RefreshItems(ctx); err != nil {
 		j.warn(ctx, "cannot load owned items into the tree cache", "err", err)
 	}
 	cfg := j.Config()
-	if cfg.Failover && layout.QueuedCount(j.cache.children(layout.RelFailoverQ)) > 0 {
+	if cfg.Failover && layout.QueuedCount(j.cache.Children(layout.RelFailoverQ)) > 0 {
 		j.emit(SignalFailover)
 	}
 	if j.isLeader() {
@@ -462,8 +463,8 @@ func (j *Job) react(ctx context.Context) {
 // reactConfig re-decodes the config when the cached fields changed.
 func (j *Job) reactConfig(ctx context.Context) {
 	fields := make(map[string]string)
-	for _, n := range j.cache.children(layout.NConfig) {
-		if d, _, ok := j.cache.get(layout.NConfig + "/" + n); ok {
+	for _, n := range j.cache.Children(layout.NConfig) {
+		if d, _, ok := j.cache.Get(layout.NConfig + "/" + n); ok {
 			fields[n] = string(d)
 		}
 	}

@@ -69,8 +69,6 @@ const (
 	// jobTypeField is the config child naming the job type; a job joins
 	// only under its own type.
 	JobTypeField = "jobType"
-
-	CandidatePrefix = "n_"
 )
 
 // jobPaths builds the absolute paths of one job.

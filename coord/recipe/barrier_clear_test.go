@@ -1,4 +1,4 @@
-package protocol
+package recipe
 
 import (
 	"context"
@@ -25,13 +25,13 @@ func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := memstore.NewServer()
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		barrier := func(id string, total int) onceBarrier {
+		barrier := func(id string, total int) Barrier {
 			st := srv.Connect()
 			t.Cleanup(func() { _ = st.Close() })
-			return onceBarrier{
-				st: st, base: "/ns/job/guarantee/started", id: id, job: "job", log: quiet, total: total,
-				disabled: func(context.Context, int) (bool, error) { return false, nil },
-				owe:      func(int64, string, func(context.Context) error) {},
+			return Barrier{
+				Store: st, Dir: "/ns/job/guarantee/started", ID: id, Name: "job", Log: quiet, Total: total,
+				Disabled: func(context.Context, int) (bool, error) { return false, nil },
+				Debts:    &Debts{},
 			}
 		}
 		a := barrier("a", 2) // a run over items 0 and 1 of 2
@@ -40,7 +40,7 @@ func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
 		inCallback, release := make(chan struct{}), make(chan struct{})
 		aDone := make(chan error, 1)
 		go func() {
-			aDone <- a.run(t.Context(), []int{0, 1}, 5*time.Second, func(context.Context) error {
+			aDone <- a.Run(t.Context(), []int{0, 1}, 5*time.Second, func(context.Context) error {
 				close(inCallback)
 				<-release
 				return nil
@@ -50,7 +50,7 @@ func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
 		var bRan atomic.Bool
 		bDone := make(chan error, 1)
 		go func() {
-			bDone <- b.run(t.Context(), []int{2}, 2*time.Second, func(context.Context) error {
+			bDone <- b.Run(t.Context(), []int{2}, 2*time.Second, func(context.Context) error {
 				bRan.Store(true)
 				return nil
 			})
@@ -58,14 +58,14 @@ func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
 		synctest.Wait() // b registered item 2 and waits
 		close(release)
 		if err := <-aDone; err != nil {
-			t.Fatalf("a's Once: %v", err)
+			t.Fatalf("a's Run: %v", err)
 		}
 		err := <-bDone
 		if err == nil && !bRan.Load() {
-			t.Fatal("b's Once returned nil without a callback: released by a set it had no part in")
+			t.Fatal("b's Run returned nil without a callback: released by a set it had no part in")
 		}
-		if !errors.Is(err, ErrGuaranteeTimeout) {
-			t.Fatalf("b's Once = %v, want a timeout (its set, over 3 items, never completes)", err)
+		if !errors.Is(err, ErrBarrierTimeout) {
+			t.Fatalf("b's Run = %v, want a timeout (its set, over 3 items, never completes)", err)
 		}
 	})
 }
@@ -84,13 +84,13 @@ func TestOnceRunnerWhoseSessionEndedInTheCallbackClearsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := memstore.NewServer()
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-		barrier := func(id string) (onceBarrier, *memstore.Session) {
+		barrier := func(id string) (Barrier, *memstore.Session) {
 			st := srv.Connect()
 			t.Cleanup(func() { _ = st.Close() })
-			return onceBarrier{
-				st: st, base: "/ns/job/guarantee/started", id: id, job: "job", log: quiet, total: 2,
-				disabled: func(context.Context, int) (bool, error) { return false, nil },
-				owe:      func(int64, string, func(context.Context) error) {},
+			return Barrier{
+				Store: st, Dir: "/ns/job/guarantee/started", ID: id, Name: "job", Log: quiet, Total: 2,
+				Disabled: func(context.Context, int) (bool, error) { return false, nil },
+				Debts:    &Debts{},
 			}, st
 		}
 		a, aSession := barrier("a") // a run over items 0 and 1: it completes its set alone
@@ -99,7 +99,7 @@ func TestOnceRunnerWhoseSessionEndedInTheCallbackClearsNothing(t *testing.T) {
 		inCallback, release := make(chan struct{}), make(chan struct{})
 		aDone := make(chan error, 1)
 		go func() {
-			aDone <- a.run(t.Context(), []int{0, 1}, 5*time.Second, func(context.Context) error {
+			aDone <- a.Run(t.Context(), []int{0, 1}, 5*time.Second, func(context.Context) error {
 				close(inCallback)
 				<-release
 				return nil
@@ -110,7 +110,7 @@ func TestOnceRunnerWhoseSessionEndedInTheCallbackClearsNothing(t *testing.T) {
 		var bRan atomic.Bool
 		bDone := make(chan error, 1)
 		go func() {
-			bDone <- b.run(t.Context(), []int{0}, 2*time.Second, func(context.Context) error {
+			bDone <- b.Run(t.Context(), []int{0}, 2*time.Second, func(context.Context) error {
 				bRan.Store(true)
 				return nil
 			})
@@ -120,10 +120,10 @@ func TestOnceRunnerWhoseSessionEndedInTheCallbackClearsNothing(t *testing.T) {
 		<-aDone
 		err := <-bDone
 		if err == nil && !bRan.Load() {
-			t.Fatal("b's Once returned nil without a callback: released by the clear of a set that ended with its runner's session")
+			t.Fatal("b's Run returned nil without a callback: released by the clear of a set that ended with its runner's session")
 		}
-		if !errors.Is(err, ErrGuaranteeTimeout) {
-			t.Fatalf("b's Once = %v, want a timeout (its set, item 1 missing, never completes)", err)
+		if !errors.Is(err, ErrBarrierTimeout) {
+			t.Fatalf("b's Run = %v, want a timeout (its set, item 1 missing, never completes)", err)
 		}
 	})
 }

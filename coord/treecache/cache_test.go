@@ -1,4 +1,4 @@
-package protocol
+package treecache
 
 import (
 	"testing"
@@ -21,9 +21,9 @@ func TestTreeCacheFollowsItsPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pol := watchPolicy{
-		roots: []string{""},
-		node: func(rel string) (data, children bool) {
+	pol := Policy{
+		Roots: []string{""},
+		Node: func(rel string) (data, children bool) {
 			switch rel {
 			case "":
 				return false, true
@@ -32,25 +32,21 @@ func TestTreeCacheFollowsItsPolicy(t *testing.T) {
 			}
 			return false, false
 		},
-		items: "items",
+		Items: "items",
 	}
 	type fired struct {
-		ref watchRef
+		ref WatchRef
 		ev  store.Event
 	}
 	events := make(chan fired, 16)
-	var q jobQueue
-	q.init()
-	t.Cleanup(func() { close(q.done) })
-	fw := &watchFuncs{st: sess, fw: store.FuncWatcherOf(sess), q: &q}
-	c := newTreeCache(fw, "/t", pol, func(ref watchRef, ev store.Event) { events <- fired{ref, ev} }, nil)
-	if err := c.resync(ctx); err != nil {
+	c := New(sess, store.FuncWatcherOf(sess), "/t", pol, func(ref WatchRef, ev store.Event) { events <- fired{ref, ev} }, nil)
+	if err := c.Resync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !c.has("a") || !c.has("b") {
-		t.Fatalf("children of the root: %v, want a and b", c.children(""))
+	if !c.Has("a") || !c.Has("b") {
+		t.Fatalf("children of the root: %v, want a and b", c.Children(""))
 	}
-	if _, _, ok := c.get("b"); ok {
+	if _, _, ok := c.Get("b"); ok {
 		t.Fatal("b's data is kept, but the policy gives it no data watch")
 	}
 	c.mu.RLock()
@@ -70,13 +66,13 @@ func TestTreeCacheFollowsItsPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := testwait.Recv(t, 10*time.Second, "a's data watch", events)
-	if f.ref.rel != "a" || f.ref.kind != watchData || f.ev.Type != store.EventNodeDataChanged {
+	if f.ref.Rel != "a" || f.ref.kind != watchData || f.ev.Type != store.EventNodeDataChanged {
 		t.Fatalf("first watch event %+v, want a's data watch on a's Set", f)
 	}
-	if err := c.handle(ctx, f.ref, f.ev); err != nil {
+	if err := c.Handle(ctx, f.ref, f.ev); err != nil {
 		t.Fatal(err)
 	}
-	if d, _, ok := c.get("a"); !ok || string(d) != "2" {
+	if d, _, ok := c.Get("a"); !ok || string(d) != "2" {
 		t.Fatalf("a after the write: %q (%v), want 2", d, ok)
 	}
 }

@@ -1,8 +1,9 @@
-package protocol
+package treecache
 
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -10,35 +11,40 @@ import (
 // watchID names one armed watch of the cache (0: none).
 type watchID = uint64
 
-// watchRef names one armed watch of the cache, in the event delivered to
-// its owner.
-type watchRef struct {
-	rel  string
+// watchIDs numbers the caches' watches, process-wide.
+var watchIDs atomic.Uint64
+
+// WatchRef names one armed watch of a cache, in the event its owner hands
+// back to Handle.
+type WatchRef struct {
+	// Rel is the watched node, relative to the cache's root.
+	Rel  string
 	kind watchKind
 	id   watchID
 }
 
 // cacheStore is the tree cache's view of the store: reads go to the store,
-// and the W calls arm watches whose events go to deliver with the watch's
-// name (watchRef) instead of returning a channel. deliver is called on the
-// store's dispatch goroutine and must not block (the job queues the event).
+// and the W calls arm watches (through w) whose events go to deliver with
+// the watch's name (WatchRef) instead of returning a channel. deliver is
+// called on the store's dispatch goroutine and must not block (the job
+// queues the event).
 type cacheStore struct {
 	store.Store
-	w       *watchFuncs
+	w       store.FuncWatcher
 	root    string
-	deliver func(watchRef, store.Event)
+	deliver func(WatchRef, store.Event)
 }
 
-func (s *cacheStore) ref(path string, k watchKind) (watchRef, store.WatchFunc) {
+func (s *cacheStore) ref(path string, k watchKind) (WatchRef, store.WatchFunc) {
 	rel := strings.TrimPrefix(strings.TrimPrefix(path, s.root), "/")
-	r := watchRef{rel: rel, kind: k, id: newWatchID()}
+	r := WatchRef{Rel: rel, kind: k, id: watchIDs.Add(1)}
 	return r, func(ev store.Event) { s.deliver(r, ev) }
 }
 
 // GetW reads path and arms a data watch delivered to the owner.
 func (s *cacheStore) GetW(ctx context.Context, path string) ([]byte, store.Stat, watchID, error) {
 	r, fn := s.ref(path, watchData)
-	data, st, err := s.w.getW(ctx, path, fn)
+	data, st, err := s.w.GetWFunc(ctx, path, fn)
 	if err != nil {
 		return nil, store.Stat{}, 0, err
 	}
@@ -49,7 +55,7 @@ func (s *cacheStore) GetW(ctx context.Context, path string) ([]byte, store.Stat,
 // owner.
 func (s *cacheStore) ExistsW(ctx context.Context, path string) (bool, store.Stat, watchID, error) {
 	r, fn := s.ref(path, watchData)
-	ok, st, err := s.w.existsW(ctx, path, fn)
+	ok, st, err := s.w.ExistsWFunc(ctx, path, fn)
 	if err != nil {
 		return false, store.Stat{}, 0, err
 	}
@@ -60,7 +66,7 @@ func (s *cacheStore) ExistsW(ctx context.Context, path string) (bool, store.Stat
 // the owner.
 func (s *cacheStore) ChildrenW(ctx context.Context, path string) ([]string, store.Stat, watchID, error) {
 	r, fn := s.ref(path, watchChildren)
-	names, st, err := s.w.childrenW(ctx, path, fn)
+	names, st, err := s.w.ChildrenWFunc(ctx, path, fn)
 	if err != nil {
 		return nil, store.Stat{}, 0, err
 	}

@@ -1,4 +1,8 @@
-package protocol
+// Package treecache mirrors a subtree of the coordination store in memory,
+// kept current by one-shot watches re-armed as they fire and rebuilt after
+// a session change, so that coord's hot paths (a trigger, a Begin) cost no
+// reads. What it keeps, and with which watches, is its owner's Policy.
+package treecache
 
 import (
 	"bytes"
@@ -6,16 +10,16 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// treeCache mirrors the hot part of one job's subtree (config, servers,
+// Cache mirrors the hot part of one job's subtree (config, servers,
 // execution, leader flags) in memory, kept current by one-shot watches that
 // are re-armed per node each time they fire, and rebuilt in full after a
 // session change. Begin, KeepGoing and the reactions of the job's watcher
@@ -27,30 +31,30 @@ import (
 // watches. Readers and the write-through notes may run on any goroutine;
 // everything is guarded by mu.
 //
-// What it keeps, and with which watches, is its watch policy (watchPolicy,
+// What it keeps, and with which watches, is its watch policy (Policy,
 // passed in by its owner: the job's is jobWatchPolicy). Existence of a node
 // is read from its parent's children list (every parent of a node whose
 // existence matters is children-watched); data and Stat are kept for the
 // nodes whose policy asks for it.
-type treeCache struct {
+type Cache struct {
 	st   *cacheStore
 	root string
-	pol  watchPolicy
+	pol  Policy
 
 	mu      sync.RWMutex
 	nodes   map[string]*cnode
 	stubs   map[string]bool // stub nodes the watcher must load
 	changed chan struct{}
-	// writes counts our write-throughs (noteCreated, noteDeleted): an
+	// writes counts our write-throughs (NoteCreated, NoteDeleted): an
 	// unwatched read that overlapped one may hold what it undid, so it reads
 	// again (loadItem).
 	writes uint64
 	// kick wakes the watcher (to load stubs).
 	kick func()
-	// ahead: nodes loadRootsAhead is loading beside their parents; a
+	// ahead: nodes LoadRootsAhead is loading beside their parents; a
 	// parent's listing leaves them to it instead of reading them twice.
 	ahead map[string]bool
-	// ownData and ownItems memoize the parse of pol.ownRel's data (mu held for
+	// ownData and ownItems memoize the parse of pol.OwnRel's data (mu held for
 	// writing): wantedLocked is asked once per item, and parsing a sharding
 	// node of thousands of items each time made a trigger O(items^2).
 	ownData  []byte
@@ -69,7 +73,7 @@ type cnode struct {
 	// and not watched; the next children reload of its parent loads it.
 	stub     bool
 	children []string
-	// kidData is, for pol.versioned only, the data of each of children
+	// kidData is, for pol.Versioned only, the data of each of children
 	// (same order): its children have no nodes of their own.
 	kidData []string
 	dataW   watchID
@@ -83,26 +87,27 @@ const (
 	watchChildren
 )
 
-// newTreeCache returns an empty cache of the subtree at root, keeping what
-// pol says, its watches armed through w and their events passed to
-// deliver (to be handed back to handle by the owner's watcher); kick (nil:
-// none) wakes its owner's watcher to load nodes known only from
-// write-throughs (loadStubs).
-func newTreeCache(w *watchFuncs, root string, pol watchPolicy, deliver func(watchRef, store.Event), kick func()) *treeCache {
-	st := &cacheStore{Store: w.st, w: w, root: root, deliver: deliver}
+// New returns an empty cache of the subtree at root, reading st, keeping
+// what pol says, its watches armed through w (st's, or a wrapper that
+// queues their events) and their events passed to deliver (to be handed
+// back to Handle by the owner's watcher); kick (nil: none) wakes its
+// owner's watcher to load nodes known only from write-throughs
+// (LoadStubs).
+func New(st store.Store, w store.FuncWatcher, root string, pol Policy, deliver func(WatchRef, store.Event), kick func()) *Cache {
+	cs := &cacheStore{Store: st, w: w, root: root, deliver: deliver}
 	if kick == nil {
 		kick = func() {}
 	}
-	if pol.claimed == nil {
-		pol.claimed = func(int) bool { return false }
+	if pol.Claimed == nil {
+		pol.Claimed = func(int) bool { return false }
 	}
-	if pol.versionedCopy == nil {
-		pol.versionedCopy = func([]byte) (map[string]string, bool) { return nil, false }
+	if pol.VersionedCopy == nil {
+		pol.VersionedCopy = func([]byte) (map[string]string, bool) { return nil, false }
 	}
-	return &treeCache{st: st, root: root, pol: pol, kick: kick, nodes: make(map[string]*cnode), stubs: make(map[string]bool), ahead: make(map[string]bool), changed: make(chan struct{})}
+	return &Cache{st: cs, root: root, pol: pol, kick: kick, nodes: make(map[string]*cnode), stubs: make(map[string]bool), ahead: make(map[string]bool), changed: make(chan struct{})}
 }
 
-func (c *treeCache) abs(rel string) string { return store.Join(c.root, rel) }
+func (c *Cache) abs(rel string) string { return store.Join(c.root, rel) }
 
 func parentRel(rel string) string {
 	i := strings.LastIndexByte(rel, '/')
@@ -119,18 +124,18 @@ func joinRel(parent, name string) string {
 	return parent + "/" + name
 }
 
-// resync drops everything and loads the tree again (after a session change).
-func (c *treeCache) resync(ctx context.Context) error {
-	c.beginLoad()
-	if err := c.loadRootsAhead(ctx, c.pol.roots, nil); err != nil {
+// Resync drops everything and loads the tree again (after a session change).
+func (c *Cache) Resync(ctx context.Context) error {
+	c.BeginLoad()
+	if err := c.LoadRootsAhead(ctx, c.pol.Roots, nil); err != nil {
 		return err
 	}
-	return c.endLoad(ctx)
+	return c.EndLoad(ctx)
 }
 
-// beginLoad drops everything: a full load (loadRoots, then endLoad)
+// BeginLoad drops everything: a full load (LoadRoots, then EndLoad)
 // follows. Join splits one so it reads the config before it registers.
-func (c *treeCache) beginLoad() {
+func (c *Cache) BeginLoad() {
 	c.mu.Lock()
 	c.nodes = make(map[string]*cnode)
 	clear(c.stubs)
@@ -138,28 +143,28 @@ func (c *treeCache) beginLoad() {
 	c.mu.Unlock()
 }
 
-// loadRoots loads the roots rels side by side (and their children, see
+// LoadRoots loads the roots rels side by side (and their children, see
 // reloadChildren): the store pipelines the reads on its session, so a load
 // takes a round trip per level of the tree, not one per node.
-func (c *treeCache) loadRoots(ctx context.Context, rels []string) error {
+func (c *Cache) LoadRoots(ctx context.Context, rels []string) error {
 	if len(rels) == 1 {
-		return c.load(ctx, rels[0])
+		return c.Load(ctx, rels[0])
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	for _, rel := range rels {
-		g.Go(func() error { return c.load(gctx, rel) })
+		g.Go(func() error { return c.Load(gctx, rel) })
 	}
 	return g.Wait()
 }
 
-// loadRootsAhead is loadRoots that also loads the nodes ahead, known to
+// LoadRootsAhead is LoadRoots that also loads the nodes ahead, known to
 // exist below those roots (a join's own writes: its host node, its
 // sharding), side by side with the roots instead of after their parents'
 // listings: one round trip for the whole load rather than one per level.
 // The roots themselves count as ahead too (the job node's listing holds
 // some of them). A node ahead found missing while its parent's listing
 // shows it (created in between) is loaded again after.
-func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) error {
+func (c *Cache) LoadRootsAhead(ctx context.Context, rels, ahead []string) error {
 	ahead = append(slices.Clone(ahead), rels...)
 	c.mu.Lock()
 	for _, rel := range ahead {
@@ -173,7 +178,7 @@ func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) er
 	}()
 	g, gctx := errgroup.WithContext(ctx)
 	for _, rel := range ahead {
-		g.Go(func() error { return c.load(gctx, rel) })
+		g.Go(func() error { return c.Load(gctx, rel) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
@@ -188,17 +193,17 @@ func (c *treeCache) loadRootsAhead(ctx context.Context, rels, ahead []string) er
 	clear(c.ahead) // a node loaded again below is its own parent's no longer
 	c.mu.Unlock()
 	for _, rel := range again {
-		if err := c.load(ctx, rel); err != nil {
+		if err := c.Load(ctx, rel); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// endLoad completes a full load: the items this server owns are known
-// once pol.ownRel is loaded, which may have come after the items
+// EndLoad completes a full load: the items this server owns are known
+// once pol.OwnRel is loaded, which may have come after the items
 // directory's list; then the watcher is notified.
-func (c *treeCache) endLoad(ctx context.Context) error {
+func (c *Cache) EndLoad(ctx context.Context) error {
 	if err := c.refreshItemsQuiet(ctx); err != nil {
 		return err
 	}
@@ -209,13 +214,13 @@ func (c *treeCache) endLoad(ctx context.Context) error {
 	return nil
 }
 
-// missingRoots lists the roots (other than the job's own node) a full
+// MissingRoots lists the roots (other than the job's own node) a full
 // load found absent.
-func (c *treeCache) missingRoots() []string {
+func (c *Cache) MissingRoots() []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []string
-	for _, rel := range c.pol.roots {
+	for _, rel := range c.pol.Roots {
 		if rel != "" && c.nodes[rel] == nil {
 			out = append(out, rel)
 		}
@@ -223,32 +228,32 @@ func (c *treeCache) missingRoots() []string {
 	return out
 }
 
-// incomplete reports whether a resync is unfinished (see partial).
-func (c *treeCache) incomplete() bool {
+// Incomplete reports whether a resync is unfinished (see partial).
+func (c *Cache) Incomplete() bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.partial
 }
 
 // isItemContainer reports {items}/{item}; isItemFlag its watched flags.
-func (c *treeCache) isItemContainer(rel string) bool {
-	return strings.HasPrefix(rel, c.pol.items+"/") && strings.Count(rel, "/") == 1
+func (c *Cache) isItemContainer(rel string) bool {
+	return strings.HasPrefix(rel, c.pol.Items+"/") && strings.Count(rel, "/") == 1
 }
 
-func (c *treeCache) isItemFlag(rel string) bool {
-	return strings.HasPrefix(rel, c.pol.items+"/") && strings.Count(rel, "/") == 2
+func (c *Cache) isItemFlag(rel string) bool {
+	return strings.HasPrefix(rel, c.pol.Items+"/") && strings.Count(rel, "/") == 2
 }
 
 // loadItem reads an item container's children once (no watch) and arms
 // existence watches on its flags.
-func (c *treeCache) loadItem(ctx context.Context, rel string) error {
+func (c *Cache) loadItem(ctx context.Context, rel string) error {
 	// The flags' watches first, then the children: a change after a
 	// flag's read fires its watch (handle then reads the container
 	// again), so the children are never older than the flags. The other
 	// way round, a failover run's Complete between the two reads left the
 	// item running and not completed in the cache for good: the claim's
 	// failover node, read after, was already gone, so no watch fired.
-	for _, flag := range c.pol.itemFlags {
+	for _, flag := range c.pol.ItemFlags {
 		if err := c.reloadData(ctx, joinRel(rel, flag)); err != nil {
 			return err
 		}
@@ -258,7 +263,7 @@ func (c *treeCache) loadItem(ctx context.Context, rel string) error {
 
 // readItem reads an item container's children and Stat (no watch) into
 // the cache; a container found gone is dropped.
-func (c *treeCache) readItem(ctx context.Context, rel string) error {
+func (c *Cache) readItem(ctx context.Context, rel string) error {
 	// The item container is not watched, so nothing would correct a list
 	// read before one of our own Begins or Completes committed and stored
 	// after its write-through (a "running" left in the cache for good): a
@@ -305,15 +310,15 @@ func (c *treeCache) readItem(ctx context.Context, rel string) error {
 	return nil
 }
 
-// load reads rel per its policy, arms its watches, and loads its children.
-func (c *treeCache) load(ctx context.Context, rel string) error {
+// Load reads rel per its policy, arms its watches, and loads its children.
+func (c *Cache) Load(ctx context.Context, rel string) error {
 	if c.isItemContainer(rel) {
 		return c.loadItem(ctx, rel)
 	}
-	if rel == c.pol.versioned && rel != "" {
+	if rel == c.pol.Versioned && rel != "" {
 		return c.loadVersioned(ctx, rel)
 	}
-	data, children := c.pol.node(rel)
+	data, children := c.pol.Node(rel)
 	if data {
 		if err := c.reloadData(ctx, rel); err != nil {
 			return err
@@ -325,7 +330,7 @@ func (c *treeCache) load(ctx context.Context, rel string) error {
 	return nil
 }
 
-func (c *treeCache) node(rel string) *cnode {
+func (c *Cache) node(rel string) *cnode {
 	n := c.nodes[rel]
 	if n == nil {
 		n = &cnode{}
@@ -335,8 +340,8 @@ func (c *treeCache) node(rel string) *cnode {
 	return n
 }
 
-func (c *treeCache) reloadData(ctx context.Context, rel string) error {
-	if rel == c.pol.versioned && rel != "" {
+func (c *Cache) reloadData(ctx context.Context, rel string) error {
+	if rel == c.pol.Versioned && rel != "" {
 		return c.loadVersioned(ctx, rel)
 	}
 	var (
@@ -385,7 +390,7 @@ func (c *treeCache) reloadData(ctx context.Context, rel string) error {
 	return nil
 }
 
-func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
+func (c *Cache) reloadChildren(ctx context.Context, rel string) error {
 	names, _, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		c.drop(rel)
@@ -406,8 +411,8 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 	}
 	for _, name := range names {
 		crel := joinRel(rel, name)
-		d, k := c.pol.node(crel)
-		if rel == c.pol.items && !c.wantedLocked(name) {
+		d, k := c.pol.Node(crel)
+		if rel == c.pol.Items && !c.wantedLocked(name) {
 			continue
 		}
 		if cn := c.nodes[crel]; (d || k) && (cn == nil || cn.stub) && !c.ahead[crel] {
@@ -417,21 +422,21 @@ func (c *treeCache) reloadChildren(ctx context.Context, rel string) error {
 	c.mu.Unlock()
 	// Side by side, as resync's roots.
 	if len(toLoad) == 1 {
-		return c.load(ctx, toLoad[0])
+		return c.Load(ctx, toLoad[0])
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(childReaders)
 	for _, crel := range toLoad {
-		g.Go(func() error { return c.load(gctx, crel) })
+		g.Go(func() error { return c.Load(gctx, crel) })
 	}
 	return g.Wait()
 }
 
-// loadShallow reads rel's children with a watch, as reloadChildren does,
+// LoadShallow reads rel's children with a watch, as reloadChildren does,
 // but loads none of them: a join lists the servers before its transaction
 // and loads their nodes after it (joinServerRoots). It returns the listing
 // and its Stat. A missing node is dropped (and store.ErrNoNode returned).
-func (c *treeCache) loadShallow(ctx context.Context, rel string) ([]string, store.Stat, error) {
+func (c *Cache) LoadShallow(ctx context.Context, rel string) ([]string, store.Stat, error) {
 	names, st, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		c.drop(rel)
@@ -450,14 +455,14 @@ func (c *treeCache) loadShallow(ctx context.Context, rel string) ([]string, stor
 // childReaders bounds the children of one node loaded at once.
 const childReaders = 32
 
-// loadVersioned loads pol.versioned (rel): a data watch on the node
+// loadVersioned loads pol.Versioned (rel): a data watch on the node
 // itself, armed first, then its children and their data read without
 // watches, side by side. Every writer of a child bumps rel's data version
 // in the same transaction, so the watch fires after any change of a child
 // and the reads that follow see it (docs/zookeeper-layout.md, "config").
-// When the node's data is a copy of its children (pol.versionedCopy: every
+// When the node's data is a copy of its children (pol.VersionedCopy: every
 // shardflow writer writes one), the copy stands for the reads.
-func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
+func (c *Cache) loadVersioned(ctx context.Context, rel string) error {
 	data, stat, ch, err := c.st.GetW(ctx, c.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		c.drop(rel)
@@ -470,7 +475,7 @@ func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 		names []string
 		kids  [][]byte
 	)
-	if copied, ok := c.pol.versionedCopy(data); ok {
+	if copied, ok := c.pol.VersionedCopy(data); ok {
 		data = nil // kept as kidData; nobody reads the copy itself
 		names = slices.Sorted(maps.Keys(copied))
 		for _, n := range names {
@@ -526,13 +531,13 @@ func (c *treeCache) loadVersioned(ctx context.Context, rel string) error {
 	return nil
 }
 
-// versionedFields returns the children of pol.versioned rel and their data
+// VersionedFields returns the children of pol.Versioned rel and their data
 // (nil when rel is not loaded).
-func (c *treeCache) versionedFields(rel string) map[string]string {
+func (c *Cache) VersionedFields(rel string) map[string]string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	n := c.nodes[rel]
-	if n == nil || rel != c.pol.versioned {
+	if n == nil || rel != c.pol.Versioned {
 		return nil
 	}
 	out := make(map[string]string, len(n.children))
@@ -586,20 +591,20 @@ func internBytes(b []byte) string {
 }
 
 // wantedLocked reports whether execution/{name} is watched; mu held.
-func (c *treeCache) wantedLocked(name string) bool {
-	it, ok := layout.ParseItemName(name)
+func (c *Cache) wantedLocked(name string) bool {
+	it, ok := itemOf(name)
 	if !ok {
 		return false
 	}
-	if c.pol.ownRel == "" || c.pol.claimed(it) {
+	if c.pol.OwnRel == "" || c.pol.Claimed(it) {
 		return true
 	}
-	n := c.nodes[c.pol.ownRel]
+	n := c.nodes[c.pol.OwnRel]
 	if n == nil || !n.hasData {
 		return false
 	}
 	if c.ownItems == nil || !bytes.Equal(c.ownData, n.data) {
-		items, err := layout.ParseItems(n.data)
+		items, err := c.pol.OwnItems(n.data)
 		if err != nil {
 			return false
 		}
@@ -612,27 +617,27 @@ func (c *treeCache) wantedLocked(name string) bool {
 	return c.ownItems[it]
 }
 
-// refreshItems loads the execution/{item} nodes that became wanted and
+// RefreshItems loads the execution/{item} nodes that became wanted and
 // forgets those no longer wanted; watcher only.
-func (c *treeCache) refreshItems(ctx context.Context) error {
+func (c *Cache) RefreshItems(ctx context.Context) error {
 	rels := c.itemsToRefresh()
 	return c.loadAll(ctx, rels)
 }
 
-// refreshItemsQuiet is refreshItems without the notification (resync
+// refreshItemsQuiet is RefreshItems without the notification (resync
 // notifies once at its end).
-func (c *treeCache) refreshItemsQuiet(ctx context.Context) error {
+func (c *Cache) refreshItemsQuiet(ctx context.Context) error {
 	return c.loadAllQuiet(ctx, c.itemsToRefresh())
 }
 
 // itemsToRefresh drops the item containers no longer wanted and returns
 // those wanted but not loaded.
-func (c *treeCache) itemsToRefresh() []string {
+func (c *Cache) itemsToRefresh() []string {
 	c.mu.Lock()
 	var toLoad []string
-	if n := c.nodes[c.pol.items]; n != nil {
+	if n := c.nodes[c.pol.Items]; n != nil {
 		for _, name := range n.children {
-			rel := joinRel(c.pol.items, name)
+			rel := joinRel(c.pol.Items, name)
 			cn := c.nodes[rel]
 			switch want := c.wantedLocked(name); {
 			case want && (cn == nil || cn.stub):
@@ -648,7 +653,7 @@ func (c *treeCache) itemsToRefresh() []string {
 
 // loadAll loads each node of rels and notifies the watcher once if any was
 // loaded. The caller must not hold c.mu.
-func (c *treeCache) loadAll(ctx context.Context, rels []string) error {
+func (c *Cache) loadAll(ctx context.Context, rels []string) error {
 	if err := c.loadAllQuiet(ctx, rels); err != nil {
 		return err
 	}
@@ -659,7 +664,7 @@ func (c *treeCache) loadAll(ctx context.Context, rels []string) error {
 }
 
 // loadAllQuiet is loadAll without the notification.
-func (c *treeCache) loadAllQuiet(ctx context.Context, rels []string) error {
+func (c *Cache) loadAllQuiet(ctx context.Context, rels []string) error {
 	// Item containers are independent of each other: they are read
 	// pipelined (itemReaders requests in flight), since a server taking
 	// over thousands of items (a crashed server's, after the reshard) would
@@ -670,22 +675,22 @@ func (c *treeCache) loadAllQuiet(ctx context.Context, rels []string) error {
 			items = append(items, rel)
 			continue
 		}
-		if err := c.load(ctx, rel); err != nil {
+		if err := c.Load(ctx, rel); err != nil {
 			return err
 		}
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(layout.ItemReaders / 3)
+	g.SetLimit(itemReaders / 3)
 	for _, rel := range items {
-		g.Go(func() error { return c.load(gctx, rel) })
+		g.Go(func() error { return c.Load(gctx, rel) })
 	}
 	return g.Wait()
 }
 
-// known reports whether the cache can answer has(rel) for an execution
+// Known reports whether the cache can answer has(rel) for an execution
 // node: its item is loaded. Elsewhere it is always true.
-func (c *treeCache) known(rel string) bool {
-	if !strings.HasPrefix(rel, c.pol.items+"/") || strings.Count(rel, "/") < 2 {
+func (c *Cache) Known(rel string) bool {
+	if !strings.HasPrefix(rel, c.pol.Items+"/") || strings.Count(rel, "/") < 2 {
 		return true
 	}
 	c.mu.RLock()
@@ -700,7 +705,7 @@ func (c *treeCache) known(rel string) bool {
 	// item per trigger. A container created since the listing shows up
 	// through the listing's watch; what must not lag is covered by the
 	// failover directory's version (Begin, markRunning).
-	if items := c.nodes[c.pol.items]; items != nil && !items.stub && n == nil && strings.Count(rel, "/") == 2 {
+	if items := c.nodes[c.pol.Items]; items != nil && !items.stub && n == nil && strings.Count(rel, "/") == 2 {
 		_, ok := slices.BinarySearch(items.children, strings.Split(rel, "/")[1])
 		return !ok
 	}
@@ -708,14 +713,14 @@ func (c *treeCache) known(rel string) bool {
 }
 
 // drop forgets rel and everything below it (a node found gone).
-func (c *treeCache) drop(rel string) {
+func (c *Cache) drop(rel string) {
 	c.mu.Lock()
 	c.dropLocked(rel)
 	c.mu.Unlock()
 }
 
 // dropLocked forgets rel and everything below it.
-func (c *treeCache) dropLocked(rel string) {
+func (c *Cache) dropLocked(rel string) {
 	delete(c.nodes, rel)
 	prefix := rel + "/"
 	for k := range c.nodes {
@@ -725,14 +730,14 @@ func (c *treeCache) dropLocked(rel string) {
 	}
 }
 
-// handle re-reads the node whose watch fired and re-arms it. A
-// not-watching event of the node's current watch returns errResyncNeeded;
+// Handle re-reads the node whose watch fired and re-arms it. A
+// not-watching event of the node's current watch returns ErrResyncNeeded;
 // one of a watch replaced since (the node was reloaded or dropped) says
 // nothing about the current one and is ignored.
-func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) error {
+func (c *Cache) Handle(ctx context.Context, ref WatchRef, ev store.Event) error {
 	c.mu.Lock()
 	current := false
-	if n := c.nodes[ref.rel]; n != nil {
+	if n := c.nodes[ref.Rel]; n != nil {
 		if ref.kind == watchData && n.dataW == ref.id {
 			n.dataW, current = 0, true
 		}
@@ -745,10 +750,10 @@ func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) er
 		if !current {
 			return nil
 		}
-		return errResyncNeeded
+		return ErrResyncNeeded
 	}
 	var err error
-	if ref.kind == watchData && c.isItemFlag(ref.rel) {
+	if ref.kind == watchData && c.isItemFlag(ref.Rel) {
 		// A flag others write changed (a failover claim, or a failover
 		// run's Complete): the container is read first, so a reader that
 		// sees the flag's new state sees the container's Stat of that
@@ -756,14 +761,14 @@ func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) er
 		// from it; see itemStat), and its children too: the failover
 		// run's Complete deleted running and wrote its time, which no
 		// watch reports.
-		if err := c.reloadItem(ctx, parentRel(ref.rel)); err != nil {
+		if err := c.reloadItem(ctx, parentRel(ref.Rel)); err != nil {
 			return err
 		}
 	}
 	if ref.kind == watchData {
-		err = c.reloadData(ctx, ref.rel)
+		err = c.reloadData(ctx, ref.Rel)
 	} else {
-		err = c.reloadChildren(ctx, ref.rel)
+		err = c.reloadChildren(ctx, ref.Rel)
 	}
 	if err == nil {
 		c.notify()
@@ -771,31 +776,50 @@ func (c *treeCache) handle(ctx context.Context, ref watchRef, ev store.Event) er
 	return err
 }
 
-var errResyncNeeded = errors.New("coord: tree cache needs a resync")
+// ErrResyncNeeded: a watch of the cache ended without its event (the
+// session expired, the store closed): what it kept may be stale, and the
+// owner must Resync.
+var ErrResyncNeeded = errors.New("treecache: needs a resync")
 
-func (c *treeCache) notify() {
+// Roots are the policy's roots (what Resync loads).
+func (c *Cache) Roots() []string { return c.pol.Roots }
+
+// itemReaders bounds the reads of item containers in flight (coord's item
+// scans keep as many).
+const itemReaders = 512
+
+// itemOf decodes an item container's name (canonical decimal).
+func itemOf(name string) (int, bool) {
+	n, err := strconv.Atoi(name)
+	if err != nil || n < 0 || strconv.Itoa(n) != name {
+		return 0, false
+	}
+	return n, true
+}
+
+func (c *Cache) notify() {
 	c.mu.Lock()
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
 }
 
-// changedCh returns a channel closed at the next change; take it before
+// Changed returns a channel closed at the next change; take it before
 // reading the state it guards.
-func (c *treeCache) changedCh() <-chan struct{} {
+func (c *Cache) Changed() <-chan struct{} {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.changed
 }
 
-// has reports whether rel exists, per its parent's children list.
-func (c *treeCache) has(rel string) bool {
+// Has reports whether rel exists, per its parent's children list.
+func (c *Cache) Has(rel string) bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.hasLocked(rel)
 }
 
-func (c *treeCache) hasLocked(rel string) bool {
+func (c *Cache) hasLocked(rel string) bool {
 	if rel == "" {
 		n := c.nodes[""]
 		return n != nil && !n.stub
@@ -810,7 +834,7 @@ func (c *treeCache) hasLocked(rel string) bool {
 
 // reloadItem reads an item container's children and Stat (no watch) into
 // the cache, if the container is loaded.
-func (c *treeCache) reloadItem(ctx context.Context, rel string) error {
+func (c *Cache) reloadItem(ctx context.Context, rel string) error {
 	c.mu.RLock()
 	n := c.nodes[rel]
 	loaded := n != nil && !n.stub
@@ -821,9 +845,9 @@ func (c *treeCache) reloadItem(ctx context.Context, rel string) error {
 	return c.readItem(ctx, rel)
 }
 
-// noteItemStat records st as the Stat of the item container rel when it is
+// NoteItemStat records st as the Stat of the item container rel when it is
 // loaded and st is not older than what the cache holds.
-func (c *treeCache) noteItemStat(rel string, st store.Stat) {
+func (c *Cache) NoteItemStat(rel string, st store.Stat) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := c.nodes[rel]; n != nil && !n.stub && st.Mzxid >= n.stat.Mzxid {
@@ -833,7 +857,7 @@ func (c *treeCache) noteItemStat(rel string, st store.Stat) {
 
 // itemStat returns the cached Stat of the item container rel; false when
 // the container is not loaded (read it directly then).
-func (c *treeCache) itemStat(rel string) (store.Stat, bool) {
+func (c *Cache) itemStat(rel string) (store.Stat, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	n := c.nodes[rel]
@@ -843,12 +867,12 @@ func (c *treeCache) itemStat(rel string) (store.Stat, bool) {
 	return n.stat, true
 }
 
-// get returns rel's cached data and stat.
-func (c *treeCache) get(rel string) ([]byte, store.Stat, bool) {
+// Get returns rel's cached data and stat.
+func (c *Cache) Get(rel string) ([]byte, store.Stat, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if p := parentRel(rel); p == c.pol.versioned && p != "" {
-		// A child of pol.versioned: kept on its parent (no Stat).
+	if p := parentRel(rel); p == c.pol.Versioned && p != "" {
+		// A child of pol.Versioned: kept on its parent (no Stat).
 		if pn := c.nodes[p]; pn != nil {
 			if i, ok := slices.BinarySearch(pn.children, rel[len(p)+1:]); ok {
 				return []byte(pn.kidData[i]), store.Stat{}, true
@@ -863,10 +887,10 @@ func (c *treeCache) get(rel string) ([]byte, store.Stat, bool) {
 	return n.data, n.stat, true
 }
 
-// loadedData returns the data of a node the cache has loaded with a data
+// LoadedData returns the data of a node the cache has loaded with a data
 // watch, whether or not its parent's children are loaded yet (a join
 // loads a few nodes before the rest; get asks the parent's list).
-func (c *treeCache) loadedData(rel string) ([]byte, bool) {
+func (c *Cache) LoadedData(rel string) ([]byte, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if n := c.nodes[rel]; n != nil && n.hasData && !n.stub {
@@ -875,10 +899,10 @@ func (c *treeCache) loadedData(rel string) ([]byte, bool) {
 	return nil, false
 }
 
-// dataStat returns the Stat of a node whose data the cache keeps (a data
+// DataStat returns the Stat of a node whose data the cache keeps (a data
 // watch), without asking its parent's children: the config node's parent
 // (the job root) keeps no children list.
-func (c *treeCache) dataStat(rel string) (store.Stat, bool) {
+func (c *Cache) DataStat(rel string) (store.Stat, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if n := c.nodes[rel]; n != nil && n.hasData {
@@ -887,8 +911,8 @@ func (c *treeCache) dataStat(rel string) (store.Stat, bool) {
 	return store.Stat{}, false
 }
 
-// children returns rel's cached children names, sorted.
-func (c *treeCache) children(rel string) []string {
+// Children returns rel's cached children names, sorted.
+func (c *Cache) Children(rel string) []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if n := c.nodes[rel]; n != nil {
@@ -897,15 +921,9 @@ func (c *treeCache) children(rel string) []string {
 	return nil
 }
 
-// flag reports a flag node (disabled, paused, shutdown) as on.
-func (c *treeCache) flag(rel string) bool {
-	d, _, ok := c.get(rel)
-	return ok && layout.FlagTrue(d)
-}
-
-// noteCreated and noteDeleted write our own committed changes through to
+// NoteCreated and NoteDeleted write our own committed changes through to
 // the children lists, so the next read sees them before the watch fires.
-func (c *treeCache) noteCreated(rels ...string) {
+func (c *Cache) NoteCreated(rels ...string) {
 	c.mu.Lock()
 	c.writes++
 	// Each parent's children are copied once per call (readers may hold
@@ -913,13 +931,13 @@ func (c *treeCache) noteCreated(rels ...string) {
 	// thousands of siblings would copy the list thousands of times.
 	copied := map[*cnode]bool{}
 	for _, rel := range rels {
-		if c.pol.versioned != "" && parentRel(rel) == c.pol.versioned {
+		if c.pol.Versioned != "" && parentRel(rel) == c.pol.Versioned {
 			continue // followed by its parent's watch only
 		}
 		p := c.nodes[parentRel(rel)]
 		if p == nil {
 			// The parent was created in the same transaction.
-			if _, children := c.pol.node(parentRel(rel)); !children || c.nodes[parentRel(parentRel(rel))] == nil {
+			if _, children := c.pol.Node(parentRel(rel)); !children || c.nodes[parentRel(parentRel(rel))] == nil {
 				continue
 			}
 			p = &cnode{stub: true}
@@ -943,8 +961,8 @@ func (c *treeCache) noteCreated(rels ...string) {
 	}
 }
 
-// loadStubs loads the nodes known only from our own writes; watcher only.
-func (c *treeCache) loadStubs(ctx context.Context) error {
+// LoadStubs loads the nodes known only from our own writes; watcher only.
+func (c *Cache) LoadStubs(ctx context.Context) error {
 	c.mu.Lock()
 	var rels []string
 	for rel := range c.stubs {
@@ -957,12 +975,16 @@ func (c *treeCache) loadStubs(ctx context.Context) error {
 	return c.loadAll(ctx, rels)
 }
 
-func (c *treeCache) noteDeleted(rels ...string) {
+// NoteDeleted records the owner's own deletes of rels (write-through),
+// ahead of their watches; see NoteCreated.
+// NoteDeleted writes the owner's own committed deletes through (see
+// NoteCreated).
+func (c *Cache) NoteDeleted(rels ...string) {
 	c.mu.Lock()
 	c.writes++
 	for _, rel := range rels {
 		p := c.nodes[parentRel(rel)]
-		if p == nil || c.pol.versioned != "" && parentRel(rel) == c.pol.versioned {
+		if p == nil || c.pol.Versioned != "" && parentRel(rel) == c.pol.Versioned {
 			continue
 		}
 		name := rel[strings.LastIndexByte(rel, '/')+1:]
@@ -977,10 +999,10 @@ func (c *treeCache) noteDeleted(rels ...string) {
 	c.notify()
 }
 
-// waitFor blocks until cond (evaluated on the cache) holds or ctx ends.
-func (c *treeCache) waitFor(ctx context.Context, cond func() bool) error {
+// WaitFor blocks until cond (evaluated on the cache) holds or ctx ends.
+func (c *Cache) WaitFor(ctx context.Context, cond func() bool) error {
 	for {
-		ch := c.changedCh()
+		ch := c.Changed()
 		if cond() {
 			return nil
 		}

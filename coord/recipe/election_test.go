@@ -1,4 +1,4 @@
-package protocol
+package recipe
 
 import (
 	"context"
@@ -30,20 +30,20 @@ func recvLeader(t *testing.T, ch <-chan string) string {
 func TestElectionRecipe(t *testing.T) {
 	ctx := t.Context()
 	srv := memstore.NewServer()
-	latch, host := "/e/leader/election/latch", "/e/leader/election/host"
-	newElection := func(id string) (*election, *memstore.Session) {
+	const dir = "/e/leader/election"
+	newElection := func(id string) (*Election, *memstore.Session) {
 		sess := srv.Connect()
 		t.Cleanup(func() { _ = sess.Close() })
-		return &election{st: sess, latch: latch, host: host, id: id}, sess
+		return NewElection(sess, dir, id), sess
 	}
-	a, _ := newElection("a")
+	a, aSess := newElection("a")
 	b, bSess := newElection("b")
 	c, _ := newElection("c")
-	if err := store.CreateAll(ctx, a.st, latch); err != nil {
+	if err := store.CreateAll(ctx, aSess, a.LatchPath()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Leader(ctx); !errors.Is(err, errNoLeader) {
-		t.Fatalf("Leader before any campaign: err = %v, want errNoLeader", err)
+	if _, err := a.Leader(ctx); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("Leader before any campaign: err = %v, want ErrNoLeader", err)
 	}
 	octx, stop := context.WithCancel(ctx)
 	observed := c.Observe(octx)
@@ -59,7 +59,7 @@ func TestElectionRecipe(t *testing.T) {
 	}
 	// b stands (second in line) before its Campaign waits, so that c
 	// stands behind it.
-	if elected, _, err := b.proceed(ctx, existsNoWatch(b.st)); err != nil || elected {
+	if elected, _, err := b.Proceed(ctx, NoWatch(bSess)); err != nil || elected {
 		t.Fatalf("b's first step while a leads: elected %v, err %v", elected, err)
 	}
 	bDone := make(chan error, 1)

@@ -1,4 +1,4 @@
-package protocol
+package recipe
 
 import (
 	"context"
@@ -10,81 +10,113 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// onceRunner is the child of guarantee/{phase} whose creator runs the
-// callback; ephemeral, so a runner that dies frees it.
+// onceRunner is the child of the barrier's directory whose creator runs
+// the callback (a TryLatch); ephemeral, so a runner that dies frees it.
 const onceRunner = "runner"
 
 // withdrawWait bounds the withdrawal of a participant's registrations
 // when its wait ends without a release; what it cannot delete in time
-// (the connection cut) is owed (sessionDebt).
+// (the connection cut) is owed (Debts).
 const withdrawWait = 2 * time.Second
 
-// onceBarrier is the distribute-once barrier of one phase ("started" or
-// "completed") of a run: every server registers its items under base
-// (guarantee/{phase}); the server whose registration completes the set
-// (every runnable item registered) takes the runner latch (a tryLatch),
+// Sentinel errors of the barrier (its errors wrap them).
+var (
+	// ErrBarrierTimeout: Run's timeout passed before the set completed and
+	// ran; this participant's registrations are withdrawn.
+	ErrBarrierTimeout = errors.New("barrier: timed out waiting for the other participants")
+	// ErrSessionEnded: the session this participant's registrations were
+	// made on ended while it waited; they went with it.
+	ErrSessionEnded = errors.New("barrier: registrations went with their session")
+)
+
+// Barrier is a distribute-once barrier over a set of items 0..Total-1
+// (coord's guarantee/{phase} of a run): every participant registers its
+// items under Dir; the participant whose registration completes the set
+// (every item that counts registered) takes the runner latch (a TryLatch),
 // checks that the set was not run meanwhile, runs the callback and clears
-// the set; the others wait until it is cleared.
+// the set; the others wait until it is cleared. The callback runs once per
+// set, on one participant.
 //
-// A run of the set is told by the phase node's data version, the set's
-// generation: the runner bumps it before it deletes the registrations. A
-// participant whose registration is gone is released only if the
-// generation moved since it registered; else the registration went with
-// another participant of the same item (its session, or its withdrawal),
-// and it registers again. Registrations are ephemeral, so a participant
-// that dies leaves none behind to complete a later set before every
-// server of that run registered; one that stops waiting (timeout, ctx)
-// withdraws them. Registrations of items that do not count (disabled, or
-// beyond the total) never complete a set.
+// A run of the set is told by Dir's data version, the set's generation: the
+// runner bumps it before it deletes the registrations. A participant whose
+// registration is gone is released only if the generation moved since it
+// registered; else the registration went with another participant of the
+// same item (its session, or its withdrawal), and it registers again.
+// Registrations are ephemeral, so a participant that dies leaves none
+// behind to complete a later set before every participant of that run
+// registered; one that stops waiting (timeout, ctx) withdraws them.
+// Registrations of items that do not count (Disabled, or beyond Total)
+// never complete a set.
 //
-// A cut connection does not end a session: it may resume, with every
-// ephemeral node it held. A participant that gives up while cut off, or
-// whose store call fails after it registered, cannot delete its
+// Session states: a cut connection does not end a session: it may resume,
+// with every ephemeral node it held. A participant that gives up while cut
+// off, or whose store call fails after it registered, cannot delete its
 // registrations then; a runner cut off in its callback cannot clear the
 // set, nor free the runner latch. Left on a resumed session, a
 // registration would complete a later set before that run's participant of
 // the item registered (simulation: a callback ran before the last server's
-// Once, which timed out), and the latch would keep every later set of the
-// phase from running. So what the barrier cannot write is owed to the
-// session (sessionDebt, owed.go): the job writes it as soon as that session is
-// connected again, before it registers anything else, and drops it once the
-// session is gone (its ephemeral nodes went with it).
+// Once, which timed out), and the latch would keep every later set from
+// running. So what the barrier cannot write is owed to the session
+// (Debts): Run pays what its session owes before it registers anything,
+// the owner pays it as soon as the session is connected again, and it is
+// dropped once the session is gone (its ephemeral nodes went with it).
 //
-// Blocking and cancellation: run blocks until the callback has run here,
-// or, on a server that did not complete the set, until a runner cleared
-// it, the timeout passed (ErrGuaranteeTimeout), ctx ended (ctx.Err()), or
-// the session its registrations were made on was lost (ErrSessionLost).
-// The callback gets ctx; clearing the set after it is not cancelled by
-// ctx, so a cancelled callback never leaves the barrier closed for the
-// next run.
-type onceBarrier struct {
-	st    store.Store
-	base  string // guarantee/{phase}, absolute
-	id    string // this server
-	job   string // for errors
-	log   *slog.Logger
-	total int // items 0..total-1 count towards the set
-	// disabled reports whether an operator disabled item (no server runs
-	// or registers it, so the set is complete without it), read from the
-	// store, never from a cache: the set's completion is decided on it.
-	disabled func(ctx context.Context, item int) (bool, error)
-	// owe hands the job a write the barrier could not make on session
-	// (the connection cut): see onceBarrier and job.owe.
-	owe func(session int64, what string, pay func(context.Context) error)
+// A Barrier is a value configured by its fields; Run may be called from any
+// goroutine, one call per participant at a time.
+type Barrier struct {
+	// Store is the participant's store.
+	Store store.Store
+	// Dir is the barrier's directory (absolute), created when missing.
+	Dir string
+	// ID is the participant's id, the data of its registrations.
+	ID string
+	// Name prefixes the barrier's errors (coord: the job's name).
+	Name string
+	// Log receives the barrier's warnings and, at debug level, its
+	// decisions with the set's state.
+	Log *slog.Logger
+	// Total is the size of the set: items 0..Total-1 count towards it.
+	Total int
+	// Disabled reports whether an item is left out of the set (no
+	// participant runs or registers it, so the set is complete without
+	// it). The set's completion is decided on it, so it must read the
+	// store, never a cache.
+	Disabled func(ctx context.Context, item int) (bool, error)
+	// Debts keeps the writes the barrier could not make on its session
+	// (the connection cut); it must not be nil.
+	Debts *Debts
 }
 
 // errRegisterAgain: a registration went without a release.
-var errRegisterAgain = errors.New("coord: barrier registration gone without a release")
+var errRegisterAgain = errors.New("barrier: registration gone without a release")
 
-// run registers items and either runs fn (this server completed the set)
-// or waits for the runner; see onceBarrier.
-func (b onceBarrier) run(ctx context.Context, items []int, timeout time.Duration, fn func(context.Context) error) error {
-	if err := store.CreateAll(ctx, b.st, b.base); err != nil {
-		return fmt.Errorf("coord: job %q: create %s: %w", b.job, b.base, err)
+// Run registers items and either runs fn (this participant completed the
+// set) or waits for the runner. What the store's session owes (Debts) is
+// paid first: a registration left from an earlier Run must not count in
+// the set this one joins, nor a withdrawal made after this one registered
+// delete its registration; when it cannot be paid (the connection cut
+// again), nothing is registered and Run returns the error.
+//
+// Blocking and cancellation: Run blocks until the callback has run here,
+// or, on a participant that did not complete the set, until a runner
+// cleared it (nil), the timeout passed (ErrBarrierTimeout; 0: none), ctx
+// ended (ctx.Err()), or the session its registrations were made on ended
+// (ErrSessionEnded). The callback gets ctx, and its error is Run's as it
+// is; clearing the set after it is not cancelled by ctx, so a cancelled
+// callback never leaves the barrier closed for the next run.
+func (b Barrier) Run(ctx context.Context, items []int, timeout time.Duration, fn func(context.Context) error) error {
+	if len(items) == 0 {
+		return nil
+	}
+	sess, _ := b.Store.Session()
+	if err := b.Debts.Pay(ctx, sess); err != nil {
+		return fmt.Errorf("%s: %w", b.Name, err)
+	}
+	if err := store.CreateAll(ctx, b.Store, b.Dir); err != nil {
+		return fmt.Errorf("%s: create %s: %w", b.Name, b.Dir, err)
 	}
 	wctx := ctx
 	if timeout > 0 {
@@ -102,17 +134,17 @@ func (b onceBarrier) run(ctx context.Context, items []int, timeout time.Duration
 
 // attempt is one registration of run: the generation read first, then
 // the registrations, the completion check, the callback or the wait.
-func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout time.Duration, fn func(context.Context) error) error {
-	_, st, err := b.st.Get(ctx, b.base)
+func (b Barrier) attempt(ctx, wctx context.Context, items []int, timeout time.Duration, fn func(context.Context) error) error {
+	_, st, err := b.Store.Get(ctx, b.Dir)
 	if err != nil {
-		return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
+		return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
 	}
 	gen := st.Version
 	// The session the registrations are made on: they go with it.
-	sess, _ := b.st.Session()
+	sess, _ := b.Store.Session()
 	for i, it := range items {
-		p := store.Join(b.base, strconv.Itoa(it))
-		_, err := b.st.Create(ctx, p, []byte(b.id), store.Ephemeral)
+		p := store.Join(b.Dir, strconv.Itoa(it))
+		_, err := b.Store.Create(ctx, p, []byte(b.ID), store.Ephemeral)
 		if errors.Is(err, store.ErrNodeExists) {
 			// Ours (an earlier attempt of this call), or another run's
 			// of the same item: two runs of one item at once (with
@@ -120,7 +152,7 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 			// running). That registration stands for its own run: one
 			// riding on it would be released by a set it had no part in,
 			// even by a callback that ran before this call.
-			data, st, gerr := b.st.Get(ctx, p)
+			data, st, gerr := b.Store.Get(ctx, p)
 			switch {
 			case errors.Is(gerr, store.ErrNoNode):
 				b.withdraw(ctx, sess, items[:i])
@@ -138,13 +170,13 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 		if err != nil {
 			// The failed create may have been applied (a lost reply).
 			b.withdraw(ctx, sess, items[:i+1])
-			return fmt.Errorf("coord: job %q: register item %d under %s: %w", b.job, it, b.base, err)
+			return fmt.Errorf("%s: register item %d under %s: %w", b.Name, it, b.Dir, err)
 		}
 	}
-	kids, _, err := b.st.Children(ctx, b.base)
+	kids, _, err := b.Store.Children(ctx, b.Dir)
 	if err != nil {
 		b.withdraw(ctx, sess, items)
-		return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
+		return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
 	}
 	missing, err := b.missing(ctx, kids)
 	if err != nil {
@@ -154,11 +186,11 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "missing", missing)
 	heldElsewhere := false
 	if missing < 0 {
-		runner := tryLatch{st: b.st, path: store.Join(b.base, onceRunner), owner: []byte(b.id)}
-		held, err := runner.tryAcquire(ctx)
+		runner := NewTryLatch(b.Store, store.Join(b.Dir, onceRunner), []byte(b.ID))
+		held, err := runner.TryAcquire(ctx)
 		if err != nil {
 			b.withdraw(ctx, sess, items)
-			return fmt.Errorf("coord: job %q: create %s: %w", b.job, runner.path, err)
+			return fmt.Errorf("%s: create %s: %w", b.Name, runner.Path(), err)
 		}
 		if !held {
 			b.debug(ctx, "set complete, runner latch held elsewhere", "items", items, "gen", gen)
@@ -170,21 +202,21 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 			// latch): then the generation moved, and running fn again
 			// would be a second callback for one set. While the latch is
 			// held nobody clears, so the check is final.
-			_, now, err := b.st.Get(ctx, b.base)
+			_, now, err := b.Store.Get(ctx, b.Dir)
 			if err != nil || now.Version != gen {
 				b.release(ctx, sess, runner)
 				if err != nil {
 					b.withdraw(ctx, sess, items)
-					return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
+					return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
 				}
 				// Run and cleared by the other server, this registration
 				// with it; one still there was made after that set was
 				// read, and belongs to the next set (a node of another
 				// session there is another run's: see wait).
-				ok, mst, err := b.st.Exists(ctx, store.Join(b.base, strconv.Itoa(items[0])))
+				ok, mst, err := b.Store.Exists(ctx, store.Join(b.Dir, strconv.Itoa(items[0])))
 				if err != nil {
 					b.withdraw(ctx, sess, items)
-					return fmt.Errorf("coord: job %q: read %s: %w", b.job, b.base, err)
+					return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
 				}
 				if ok && mst.EphemeralOwner == sess.ID {
 					b.debug(ctx, "set run meanwhile by another server, without this registration; registering again", "items", items, "gen", gen, "now", now.Version)
@@ -213,18 +245,18 @@ func (b onceBarrier) attempt(ctx, wctx context.Context, items []int, timeout tim
 // taken in an item disabled while the server was cut off); one enabled
 // since, read as disabled, completed the set before that item's run
 // registered.
-func (b onceBarrier) missing(ctx context.Context, kids []string) (int, error) {
+func (b Barrier) missing(ctx context.Context, kids []string) (int, error) {
 	registered := make(map[int]bool, len(kids))
 	for _, k := range kids {
-		if it, ok := layout.ParseItemName(k); ok && it < b.total {
+		if it, ok := itemOf(k); ok && it < b.Total {
 			registered[it] = true
 		}
 	}
-	for it := range b.total {
+	for it := range b.Total {
 		if registered[it] {
 			continue
 		}
-		disabled, err := b.disabled(ctx, it)
+		disabled, err := b.Disabled(ctx, it)
 		if err != nil {
 			return 0, err
 		}
@@ -236,11 +268,11 @@ func (b onceBarrier) missing(ctx context.Context, kids []string) (int, error) {
 }
 
 // sessionGone tells a registration the runner cleared from one that went
-// with its session (registrations are ephemeral): ErrSessionLost when
+// with its session (registrations are ephemeral): ErrSessionEnded when
 // the session they were made on is no longer the store's, else nil.
-func (b onceBarrier) sessionGone(sess store.Session) error {
-	if cur, _ := b.st.Session(); cur.ID != sess.ID {
-		return fmt.Errorf("coord: job %q: %s barrier: its registration went with the session: %w", b.job, store.Base(b.base), ErrSessionLost)
+func (b Barrier) sessionGone(sess store.Session) error {
+	if cur, _ := b.Store.Session(); cur.ID != sess.ID {
+		return fmt.Errorf("%s: %s barrier: its registration went with the session: %w", b.Name, store.Base(b.Dir), ErrSessionEnded)
 	}
 	return nil
 }
@@ -254,12 +286,12 @@ func (b onceBarrier) sessionGone(sess store.Session) error {
 // one, it read as released to its participant, whose Once returned without
 // a callback for its set: ZooKeeper simulation seed 1000297, memstore seed
 // 9805454.) What a cut connection stops is owed to sess, the session the
-// latch was taken on (onceBarrier), from where it stopped.
-func (b onceBarrier) clear(ctx context.Context, sess store.Session, runner tryLatch) {
+// latch was taken on (Barrier), from where it stopped.
+func (b Barrier) clear(ctx context.Context, sess store.Session, runner TryLatch) {
 	c := &setClear{b: b, runner: runner, session: sess.ID}
 	if err := c.run(context.WithoutCancel(ctx)); err != nil {
-		b.log.Warn("cannot clear the guarantee set, connection lost; clearing it when the session resumes", "node", b.base, "err", err)
-		b.owe(sess.ID, "clear "+b.base, c.run)
+		b.Log.Warn("cannot clear the guarantee set, connection lost; clearing it when the session resumes", "node", b.Dir, "err", err)
+		b.Debts.Owe(sess.ID, "clear "+b.Dir, c.run, nil)
 	}
 }
 
@@ -267,8 +299,8 @@ func (b onceBarrier) clear(ctx context.Context, sess store.Session, runner tryLa
 // connection stopped it, so that it deletes the registrations the set had
 // when its generation moved, not ones made since the session resumed.
 type setClear struct {
-	b       onceBarrier
-	runner  tryLatch
+	b       Barrier
+	runner  TryLatch
 	session int64 // the session the set ran on (the latch's)
 	bumped  bool
 	kids    []string // nil: not read yet
@@ -296,11 +328,11 @@ func (c *setClear) run(ctx context.Context) error {
 		if b.lost(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		b.log.Warn("cannot clear guarantee node", "what", what, "err", err)
+		b.Log.Warn("cannot clear guarantee node", "what", what, "err", err)
 		return nil
 	}
 	sessionEnded := func() bool {
-		cur, _ := b.st.Session()
+		cur, _ := b.Store.Session()
 		if cur.ID == c.session {
 			return false
 		}
@@ -311,9 +343,9 @@ func (c *setClear) run(ctx context.Context) error {
 		if sessionEnded() {
 			return nil
 		}
-		_, err := b.st.Multi(ctx,
-			&store.CheckOp{Path: c.runner.path, Version: store.AnyVersion},
-			&store.SetOp{Path: b.base, Version: store.AnyVersion})
+		_, err := b.Store.Multi(ctx,
+			&store.CheckOp{Path: c.runner.Path(), Version: store.AnyVersion},
+			&store.SetOp{Path: b.Dir, Version: store.AnyVersion})
 		if errors.Is(err, store.ErrNoNode) {
 			b.debug(ctx, "the set's runner latch is gone with its session: nothing of it to clear", "session", c.session)
 			return nil
@@ -327,13 +359,13 @@ func (c *setClear) run(ctx context.Context) error {
 		if sessionEnded() {
 			return nil
 		}
-		kids, _, err := b.st.Children(ctx, b.base)
+		kids, _, err := b.Store.Children(ctx, b.Dir)
 		if err := failed("read the set", err); err != nil {
 			return err
 		}
 		set := slices.DeleteFunc(kids, func(k string) bool {
-			it, ok := layout.ParseItemName(k)
-			return !ok || it >= b.total // the runner latch, or another total's item
+			it, ok := itemOf(k)
+			return !ok || it >= b.Total // the runner latch, or another total's item
 		})
 		c.kids = append(set, onceRunner)
 	}
@@ -341,11 +373,11 @@ func (c *setClear) run(ctx context.Context) error {
 		k := c.kids[0]
 		var err error
 		if k == onceRunner {
-			err = c.runner.release(ctx)
+			err = c.runner.Release(ctx)
 		} else {
-			err = b.st.Delete(ctx, store.Join(b.base, k), store.AnyVersion)
+			err = b.Store.Delete(ctx, store.Join(b.Dir, k), store.AnyVersion)
 		}
-		if err := failed("delete "+store.Join(b.base, k), err); err != nil {
+		if err := failed("delete "+store.Join(b.Dir, k), err); err != nil {
 			return err
 		}
 		c.kids = c.kids[1:]
@@ -355,11 +387,11 @@ func (c *setClear) run(ctx context.Context) error {
 
 // release frees the runner latch this participant took on sess; owed when
 // the connection is cut.
-func (b onceBarrier) release(ctx context.Context, sess store.Session, runner tryLatch) {
-	if err := runner.release(ctx); err != nil {
-		b.log.Warn("cannot clear guarantee runner", "err", err)
+func (b Barrier) release(ctx context.Context, sess store.Session, runner TryLatch) {
+	if err := runner.Release(ctx); err != nil {
+		b.Log.Warn("cannot clear guarantee runner", "err", err)
 		if b.lost(err) {
-			b.owe(sess.ID, "free "+runner.path, runner.release)
+			b.Debts.Owe(sess.ID, "free "+runner.Path(), runner.Release, nil)
 		}
 	}
 }
@@ -367,24 +399,24 @@ func (b onceBarrier) release(ctx context.Context, sess store.Session, runner try
 // withdraw deletes this participant's registrations of items made on sess
 // (a node of the item another session registered is that participant's,
 // and stays), within withdrawWait; the ones the connection keeps it from
-// deleting are owed to sess (onceBarrier).
-func (b onceBarrier) withdraw(ctx context.Context, sess store.Session, items []int) {
+// deleting are owed to sess (Barrier).
+func (b Barrier) withdraw(ctx context.Context, sess store.Session, items []int) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), withdrawWait)
 	defer cancel()
 	for i, it := range items {
 		if err := b.withdrawItem(dctx, sess.ID, it); err != nil {
 			if b.lost(err) {
 				left := slices.Clone(items[i:])
-				b.owe(sess.ID, fmt.Sprintf("withdraw %v from %s", left, b.base), func(ctx context.Context) error {
+				b.Debts.Owe(sess.ID, fmt.Sprintf("withdraw %v from %s", left, b.Dir), func(ctx context.Context) error {
 					for _, it := range left {
 						if err := b.withdrawItem(ctx, sess.ID, it); err != nil {
 							return err
 						}
 					}
 					return nil
-				})
+				}, nil)
 			} else {
-				b.log.Warn("cannot withdraw a guarantee registration", "node", store.Join(b.base, strconv.Itoa(it)), "err", err)
+				b.Log.Warn("cannot withdraw a guarantee registration", "node", store.Join(b.Dir, strconv.Itoa(it)), "err", err)
 			}
 			return
 		}
@@ -394,17 +426,17 @@ func (b onceBarrier) withdraw(ctx context.Context, sess store.Session, items []i
 // made reports whether a registration (its data and stat) is this
 // server's on sess, or on the store's current session (the registration
 // call may have gone on a session that replaced sess).
-func (b onceBarrier) made(data []byte, st store.Stat, sess store.Session) bool {
-	cur, _ := b.st.Session()
-	return string(data) == b.id && (st.EphemeralOwner == sess.ID || st.EphemeralOwner == cur.ID)
+func (b Barrier) made(data []byte, st store.Stat, sess store.Session) bool {
+	cur, _ := b.Store.Session()
+	return string(data) == b.ID && (st.EphemeralOwner == sess.ID || st.EphemeralOwner == cur.ID)
 }
 
 // awaitGone waits, registered nowhere, until the registration at p,
 // another run's, goes (its set run, or withdrawn), then has the caller
 // register again; the timeout and ctx end it as they end wait.
-func (b onceBarrier) awaitGone(ctx, wctx context.Context, p string, items []int, timeout time.Duration) error {
+func (b Barrier) awaitGone(ctx, wctx context.Context, p string, items []int, timeout time.Duration) error {
 	for {
-		ok, _, ch, err := b.st.ExistsW(wctx, p)
+		ok, _, ch, err := b.Store.ExistsW(wctx, p)
 		if err == nil && !ok {
 			return errRegisterAgain
 		}
@@ -421,17 +453,17 @@ func (b onceBarrier) awaitGone(ctx, wctx context.Context, p string, items []int,
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			b.debug(ctx, "timed out", "items", items, "waiting for", p)
-			return fmt.Errorf("coord: job %q: %s barrier after %v (items %v; %s registered by another run; %s): %w", b.job, store.Base(b.base), timeout, items, store.Base(p), b.state(ctx), ErrGuaranteeTimeout)
+			return fmt.Errorf("%s: %s barrier after %v (items %v; %s registered by another run; %s): %w", b.Name, store.Base(b.Dir), timeout, items, store.Base(p), b.state(ctx), ErrBarrierTimeout)
 		}
-		return fmt.Errorf("coord: job %q: wait on %s: %w", b.job, p, err)
+		return fmt.Errorf("%s: wait on %s: %w", b.Name, p, err)
 	}
 }
 
 // withdrawItem deletes item's registration if this server made it on
 // session (made).
-func (b onceBarrier) withdrawItem(ctx context.Context, session int64, item int) error {
-	p := store.Join(b.base, strconv.Itoa(item))
-	data, st, err := b.st.Get(ctx, p)
+func (b Barrier) withdrawItem(ctx context.Context, session int64, item int) error {
+	p := store.Join(b.Dir, strconv.Itoa(item))
+	data, st, err := b.Store.Get(ctx, p)
 	if errors.Is(err, store.ErrNoNode) {
 		return nil
 	}
@@ -441,7 +473,7 @@ func (b onceBarrier) withdrawItem(ctx context.Context, session int64, item int) 
 	if !b.made(data, st, store.Session{ID: session}) {
 		return nil
 	}
-	if err := b.st.Delete(ctx, p, st.Version); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+	if err := b.Store.Delete(ctx, p, st.Version); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
 		return err
 	}
 	return nil
@@ -449,13 +481,35 @@ func (b onceBarrier) withdrawItem(ctx context.Context, session int64, item int) 
 
 // lost reports whether err is a connection or session failure (the write
 // may be owed), not a refusal.
-func (b onceBarrier) lost(err error) bool {
-	return lostConnection(b.st, err) || errors.Is(err, context.DeadlineExceeded)
+func (b Barrier) lost(err error) bool {
+	return LostConnection(b.Store, err) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// LostConnection reports whether err, from a call on st, is a connection
+// or session failure (the call may have been applied and its reply lost; a
+// write it did not make may be owed: Debts) rather than a refusal or the
+// caller's own cancellation.
+func LostConnection(st store.Store, err error) bool {
+	if errors.Is(err, store.ErrConnectionLoss) || errors.Is(err, store.ErrSessionExpired) || errors.Is(err, store.ErrClosed) {
+		return true
+	}
+	sess, _ := st.Session()
+	return sess.State != store.StateConnected && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// itemOf decodes a registration's name (an item number, canonical
+// decimal); false for the runner latch and anything else.
+func itemOf(name string) (int, bool) {
+	n, err := strconv.Atoi(name)
+	if err != nil || n < 0 || strconv.Itoa(n) != name {
+		return 0, false
+	}
+	return n, true
 }
 
 // wait blocks until a runner clears this server's registration (the
 // generation moved past gen), the timeout passes or ctx ends; see
-// onceBarrier. errRegisterAgain: the registration went without a release.
+// Barrier. errRegisterAgain: the registration went without a release.
 //
 // heldElsewhere: this participant found the set complete and the runner
 // latch taken. The holder may be finishing the clear of an earlier set,
@@ -463,18 +517,18 @@ func (b onceBarrier) lost(err error) bool {
 // latch without clearing this set, and nobody would run it. So the latch is
 // watched too, and its release with this registration still there has the
 // participant register again (find the set complete, take the latch).
-func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int32, items []int, timeout time.Duration, heldElsewhere bool) error {
-	mine := store.Join(b.base, strconv.Itoa(items[0]))
-	runner := store.Join(b.base, onceRunner)
+func (b Barrier) wait(ctx, wctx context.Context, sess store.Session, gen int32, items []int, timeout time.Duration, heldElsewhere bool) error {
+	mine := store.Join(b.Dir, strconv.Itoa(items[0]))
+	runner := store.Join(b.Dir, onceRunner)
 	for {
-		ok, st, ch, err := b.st.ExistsW(wctx, mine)
+		ok, st, ch, err := b.Store.ExistsW(wctx, mine)
 		// A node of another session there is another run's registration
 		// of the item, made after this one went (the path is the item's).
 		if err == nil && (!ok || st.EphemeralOwner != sess.ID) {
 			if err := b.sessionGone(sess); err != nil {
 				return err
 			}
-			_, st, gerr := b.st.Get(wctx, b.base)
+			_, st, gerr := b.Store.Get(wctx, b.Dir)
 			if gerr == nil && st.Version != gen {
 				b.debug(ctx, "released", "items", items, "gen", gen, "now", st.Version)
 				return nil // released
@@ -487,12 +541,12 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 		}
 		var latch <-chan store.Event // nil: not watched
 		if err == nil && heldElsewhere {
-			held, _, lch, lerr := b.st.ExistsW(wctx, runner)
+			held, _, lch, lerr := b.Store.ExistsW(wctx, runner)
 			if lerr == nil && !held {
 				// The holder frees the latch after its clear's deletes:
 				// this registration is looked at again now (seen before,
 				// it may have gone since: simulation seed 9100902).
-				ok, st, err := b.st.Exists(wctx, mine)
+				ok, st, err := b.Store.Exists(wctx, mine)
 				if err == nil && ok && st.EphemeralOwner == sess.ID {
 					b.debug(ctx, "runner latch freed with this registration still there; registering again", "items", items, "gen", gen)
 					return errRegisterAgain
@@ -527,9 +581,9 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			b.debug(ctx, "timed out", "items", items, "gen", gen, "session", sess.ID, "state", state)
-			return fmt.Errorf("coord: job %q: %s barrier after %v (items %v, registered at generation %d; %s): %w", b.job, store.Base(b.base), timeout, items, gen, state, ErrGuaranteeTimeout)
+			return fmt.Errorf("%s: %s barrier after %v (items %v, registered at generation %d; %s): %w", b.Name, store.Base(b.Dir), timeout, items, gen, state, ErrBarrierTimeout)
 		}
-		return fmt.Errorf("coord: job %q: wait on %s: %w", b.job, mine, err)
+		return fmt.Errorf("%s: wait on %s: %w", b.Name, mine, err)
 	}
 }
 
@@ -537,83 +591,35 @@ func (b onceBarrier) wait(ctx, wctx context.Context, sess store.Session, gen int
 // item's server and session), read only when debug logging is on: the
 // diagnostics of a set that never completes or releases without a callback
 // (the simulation prints them with a barrier violation).
-func (b onceBarrier) debug(ctx context.Context, msg string, args ...any) {
-	if !b.log.Enabled(ctx, slog.LevelDebug) {
+func (b Barrier) debug(ctx context.Context, msg string, args ...any) {
+	if !b.Log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}
-	args = append(args, "server", b.id, "phase", store.Base(b.base), "set", b.state(ctx))
-	b.log.Debug("distribute-once: "+msg, args...)
+	args = append(args, "server", b.ID, "phase", store.Base(b.Dir), "set", b.state(ctx))
+	b.Log.Debug("distribute-once: "+msg, args...)
 }
 
 // state describes the set as stored now: its generation, each
 // registration's item, server and session, and the runner latch's holder.
 // Off the normal path (debug logging, a timeout): a read per child.
-func (b onceBarrier) state(ctx context.Context) string {
+func (b Barrier) state(ctx context.Context) string {
 	ctx = context.WithoutCancel(ctx)
-	_, st, err := b.st.Get(ctx, b.base)
+	_, st, err := b.Store.Get(ctx, b.Dir)
 	if err != nil {
 		return fmt.Sprintf("unreadable: %v", err)
 	}
-	kids, _, err := b.st.Children(ctx, b.base)
+	kids, _, err := b.Store.Children(ctx, b.Dir)
 	if err != nil {
 		return fmt.Sprintf("generation %d, registrations unreadable: %v", st.Version, err)
 	}
 	slices.Sort(kids)
 	var regs []string
 	for _, k := range kids {
-		data, kst, err := b.st.Get(ctx, store.Join(b.base, k))
+		data, kst, err := b.Store.Get(ctx, store.Join(b.Dir, k))
 		if err != nil {
 			continue // gone meanwhile
 		}
 		regs = append(regs, fmt.Sprintf("%s=%s@0x%x", k, data, kst.EphemeralOwner))
 	}
 	return fmt.Sprintf("generation %d, registrations [%s]", st.Version, strings.Join(regs, " "))
-}
-
-// once is Job.Once: this run's phase barrier over the job's current total.
-func (j *Job) once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
-	return j.onceOver(ctx, j.Config().ShardingTotalCount, phase, items, timeout, fn)
-}
-
-// once is Run.Once: the phase barrier over the run's items and its config
-// snapshot's total.
-func (r *Run) once(ctx context.Context, phase string, timeout time.Duration, fn func(context.Context) error) error {
-	items := make([]int, len(r.items))
-	for i, a := range r.items {
-		items[i] = a.Item
-	}
-	return r.j.onceOver(ctx, r.cfg.ShardingTotalCount, phase, items, timeout, fn)
-}
-
-// onceOver runs the phase barrier for items out of 0..total-1.
-func (j *Job) onceOver(ctx context.Context, total int, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
-	if phase != "started" && phase != "completed" {
-		return fmt.Errorf("coord: Once phase %q must be \"started\" or \"completed\"", phase)
-	}
-	if len(items) == 0 {
-		return nil
-	}
-	// What an earlier Once owes this session goes first: a registration
-	// left from it must not count in the set this one joins, nor a
-	// withdrawal made after this one registered delete its registration.
-	// Not made (the connection cut again): nothing is registered.
-	sess, _ := j.st.Session()
-	if err := j.payDebts(ctx, sess); err != nil {
-		return err
-	}
-	b := onceBarrier{
-		st: j.st, base: j.p.Abs(layout.NGuarantee + "/" + phase), id: j.id, job: j.jname, log: j.log, total: total,
-		disabled: j.itemDisabled, owe: j.owe,
-	}
-	return b.run(ctx, items, timeout, fn)
-}
-
-// itemDisabled reads item's disabled flag from the store (the barrier's
-// completion is decided on it: see onceBarrier.missing).
-func (j *Job) itemDisabled(ctx context.Context, item int) (bool, error) {
-	ok, _, err := j.st.Exists(ctx, j.p.Item(item, layout.NDisabled))
-	if err != nil {
-		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(item, layout.NDisabled), err)
-	}
-	return ok, nil
 }
