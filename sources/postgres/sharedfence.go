@@ -43,7 +43,7 @@ import (
 // fence and its commit): Postgres ends such a session and its locks, so a
 // stopped worker cannot hold the coordination writes that wait on them for
 // longer. A live worker commits right after the fence.
-const fenceIdleTimeout = 5 * time.Second
+var fenceIdleTimeout = 5 * time.Second
 
 // guard is what a passing ownership check read from a pgstore tree in the
 // source's database: the nodes (existing ones with their czxid and mzxid,
