@@ -15,6 +15,7 @@ import (
 	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/storecount"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
@@ -420,7 +421,7 @@ func testAdminStatusTimesFromRunRecords(t *testing.T, h *coordtest.Harness) {
 	const n = 32
 	srv := h.Start("a", coordtest.Config("j", n))
 	coordtest.CompleteAll(t, coordtest.BeginAll(t, srv)...)
-	cs := coord.NewCountingStore(h.B.Connect(t))
+	cs := storecount.New(h.B.Connect(t))
 	st, err := coord.NewAdmin(cs, h.NS).Status(ctxT(t), "j")
 	if err != nil {
 		t.Fatal(err)

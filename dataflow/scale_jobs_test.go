@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 // idleJob is a job that is never meant to run during the measurement.
@@ -126,7 +126,7 @@ func TestScaleJobs(t *testing.T) {
 		w0 := watches()
 
 		raw, closeStore := connect()
-		cs := coord.NewCountingStore(raw)
+		cs := storecount.New(raw)
 		node, err := NewNode(NodeConfig{Store: cs, Namespace: ns, ServerID: "scale", Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
-	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/redact"
 )
@@ -120,10 +119,10 @@ func (r *runner) setRefused(ctx context.Context, job, reason string) {
 	st, ns, id := r.n.Store(), r.n.Namespace(), r.n.ServerID()
 	var err error
 	if reason == "" {
-		err = protocol.ClearRefused(ctx, st, ns, job, id)
+		err = clearRefused(ctx, st, ns, job, id)
 	} else {
 		r.logger.Warn("jobs: refusing to run a stored job", "job", job, "reason", reason)
-		err = protocol.ReportRefused(ctx, st, ns, job, id, reason)
+		err = reportRefused(ctx, st, ns, job, id, reason)
 	}
 	if err != nil {
 		r.logger.Warn("jobs: recording a refusal in the store", "job", job, "err", err)

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 // Backend opens sessions on one coordination service and injects faults.
@@ -82,9 +82,9 @@ func (b *memBackend) SkewServerClock(t testing.TB, d time.Duration) {
 	b.srv.SetClock(func() time.Time { return time.Now().Add(d) })
 }
 
-// unwrap strips a CountingStore.
+// unwrap strips a request counter (storecount.Store).
 func unwrap(st store.Store) store.Store {
-	if c, ok := st.(*coord.CountingStore); ok {
+	if c, ok := st.(*storecount.Store); ok {
 		return c.Store
 	}
 	return st

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 // settle returns once every goroutine of the test's bubble (the servers'
@@ -51,10 +52,10 @@ func TestCoordinationCost(t *testing.T) {
 // items inside a synctest bubble, so settle can wait for quiescence.
 func measureCost(t *testing.T, s, n int) {
 	h := coordtest.NewHarness(t, coordtest.Mem())
-	cs := make([]*coord.CountingStore, s)
+	cs := make([]*storecount.Store, s)
 	servers := make([]*coordtest.Server, s)
 	for i := range s {
-		cs[i] = coord.NewCountingStore(h.B.Connect(t))
+		cs[i] = storecount.New(h.B.Connect(t))
 		srv, err := h.TryStart(fmt.Sprintf("s%d", i), coordtest.Config("job", n), cs[i])
 		if err != nil {
 			t.Fatal(err)
@@ -69,7 +70,7 @@ func measureCost(t *testing.T, s, n int) {
 		coordtest.CompleteAll(t, coordtest.BeginAll(t, servers...)...)
 		settle()
 	}
-	before := make([]coord.Counts, s)
+	before := make([]storecount.Counts, s)
 	for i, c := range cs {
 		before[i] = c.Counts()
 	}
@@ -85,7 +86,7 @@ func measureCost(t *testing.T, s, n int) {
 	w := float64(writes) / float64(s)
 	// One status read at rest: the run records give every item's state
 	// and times; no item has a container (normal runs write none).
-	as := coord.NewCountingStore(h.B.Connect(t))
+	as := storecount.New(h.B.Connect(t))
 	js, err := coord.NewAdmin(as, h.NS).Status(t.Context(), "job")
 	if err != nil {
 		t.Fatal(err)

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/protocol"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 // TestJoinCost bounds what joining an idle job costs one server (issue 15
@@ -45,7 +45,7 @@ func TestJoinCost(t *testing.T) {
 		srv := memstore.NewServer()
 		join := func(what string, maxRequests, maxWrites int64) {
 			t.Helper()
-			st := coord.NewCountingStore(srv.Connect())
+			st := storecount.New(srv.Connect())
 			defer func() { _ = st.Close() }()
 			reg, err := protocol.NewRegistry(st, protocol.RegistryConfig{Namespace: "ns", ServerID: "s1", HostName: "h", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {

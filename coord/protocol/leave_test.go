@@ -9,17 +9,17 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 // failFirstMulti fails the first Multi of more than 20 operations (a
 // shared leave Multi) without applying it.
 type failFirstMulti struct {
-	*coord.CountingStore
+	*storecount.Store
 	on     atomic.Bool
 	failed atomic.Bool
 }
@@ -28,7 +28,7 @@ func (s *failFirstMulti) Multi(ctx context.Context, ops ...store.Op) ([]store.Op
 	if s.on.Load() && len(ops) > 20 && s.failed.CompareAndSwap(false, true) {
 		return nil, fmt.Errorf("failFirstMulti: %w", store.ErrBadVersion)
 	}
-	return s.CountingStore.Multi(ctx, ops...)
+	return s.Store.Multi(ctx, ops...)
 }
 
 // TestCloseLeavesJobsTogether: Registry.Close leaves many jobs with their
@@ -50,7 +50,7 @@ func closeLeavesJobsTogether(t *testing.T, fail bool) {
 	const jobs = 300
 	srv := memstore.NewServer()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	st1 := &failFirstMulti{CountingStore: coord.NewCountingStore(srv.Connect())}
+	st1 := &failFirstMulti{Store: storecount.New(srv.Connect())}
 	st2 := srv.Connect()
 	raw := srv.Connect()
 	defer func() { _, _, _ = st1.Close(), st2.Close(), raw.Close() }()

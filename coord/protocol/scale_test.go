@@ -18,6 +18,7 @@ import (
 	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/storecount"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
 
@@ -44,10 +45,10 @@ func TestScaleZooKeeper(t *testing.T) {
 	h := coordtest.NewHarness(t, b)
 	cfg := coordtest.Config("scale", n, func(c *jobconfig.Config) { c.Failover = true })
 	const inProcess = 2
-	cs := make([]*coord.CountingStore, inProcess)
+	cs := make([]*storecount.Store, inProcess)
 	srv := make([]*coordtest.Server, inProcess)
 	for i := range inProcess {
-		cs[i] = coord.NewCountingStore(b.Connect(t))
+		cs[i] = storecount.New(b.Connect(t))
 		s, err := h.TryStart(fmt.Sprintf("s%d", i), cfg, cs[i])
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +77,7 @@ func TestScaleZooKeeper(t *testing.T) {
 	}
 	step("first Complete on 3 servers", func() { completeWith(t, w, runs...) })
 
-	before := make([]coord.Counts, inProcess)
+	before := make([]storecount.Counts, inProcess)
 	for i := range inProcess {
 		before[i] = cs[i].Counts()
 	}
@@ -94,7 +95,7 @@ func TestScaleZooKeeper(t *testing.T) {
 	var st coord.JobStatus
 	// The status is read through a counting store: its requests are
 	// logged beside its time.
-	statusSt := coord.NewCountingStore(b.Connect(t))
+	statusSt := storecount.New(b.Connect(t))
 	admin := coord.NewAdmin(statusSt, h.NS)
 	readStatus := func(what string) coord.JobStatus {
 		before := statusSt.Counts()

@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 // limitedMem is a coordtest.Backend on a memstore server that refuses
@@ -68,7 +68,7 @@ func itemsOf(t *testing.T, h *coordtest.Harness, job string) (running, completed
 func TestBeginCompleteOneTransaction(t *testing.T) {
 	b := newLimitedMem(splitLimit)
 	h := coordtest.NewHarness(t, b)
-	cs := coord.NewCountingStore(b.Connect(t))
+	cs := storecount.New(b.Connect(t))
 	srv, err := h.TryStart("s0", coordtest.Config("big", splitItems), cs)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +107,7 @@ func TestSplitFailoverQueueing(t *testing.T) {
 	b := newLimitedMem(splitLimit)
 	h := coordtest.NewHarness(t, b)
 	cfg := coordtest.Config("big", 2*splitItems, func(c *jobconfig.Config) { c.Failover = true })
-	cs := coord.NewCountingStore(b.Connect(t))
+	cs := storecount.New(b.Connect(t))
 	l, err := h.TryStart("l", cfg, cs) // the leader
 	if err != nil {
 		t.Fatal(err)

@@ -21,9 +21,10 @@ type WatchFunc func(Event)
 // it must return at once, never block and never call the store. Enqueue the
 // event and handle it elsewhere.
 //
-// zkstore and memstore implement it. A decorator that forwards it (coord's
-// CountingStore) has the methods whatever it wraps, so it also implements
-// FuncWatchForwarder to say whether the wrapped store has it.
+// zkstore and memstore implement it. A decorator that forwards it (the
+// request counter, internal/storecount) has the methods whatever it
+// wraps, so it also implements FuncWatchForwarder to say whether the
+// wrapped store has it.
 type FuncWatcher interface {
 	GetWFunc(ctx context.Context, path string, fn WatchFunc) ([]byte, Stat, error)
 	ExistsWFunc(ctx context.Context, path string, fn WatchFunc) (bool, Stat, error)

@@ -19,7 +19,7 @@ const (
 	NGuarantee  = "guarantee"
 	NSystemTime = "systemTime"
 	// NRefused holds one ephemeral child per server refusing to run a job
-	// stored without code, its data the reason (protocol.ReportRefused).
+	// stored without code, its data the reason (package jobs writes it).
 	NRefused = "refused"
 
 	NHostName = "hostName"

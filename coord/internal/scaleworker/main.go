@@ -30,10 +30,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/zkstore"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 func main() {
@@ -65,7 +65,7 @@ func run() error {
 		return err
 	}
 	defer func() { _ = zs.Close() }()
-	cs := coord.NewCountingStore(zs)
+	cs := storecount.New(zs)
 	reg, err := protocol.NewRegistry(cs, protocol.RegistryConfig{Namespace: *ns, ServerID: *id, HostName: "host-" + *id, Logger: logger})
 	if err != nil {
 		return err

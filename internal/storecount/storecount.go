@@ -1,4 +1,7 @@
-package coord
+// Package storecount counts the requests a coordination store is sent, to
+// measure what the protocol costs (docs/benchmarks.md: TestJoinCost, the
+// scale tests, make bench-coord).
+package storecount
 
 import (
 	"context"
@@ -7,18 +10,18 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// CountingStore is a store.Store decorator that counts requests, to measure
+// Store is a store.Store decorator that counts requests, to measure
 // the coordination cost of the protocol (docs/benchmarks.md). Safe for
 // concurrent use; it adds no goroutines and forwards every call unchanged.
-type CountingStore struct {
+type Store struct {
 	store.Store
 	reads, writes, multis, multiOps, syncs atomic.Int64
 }
 
-// NewCountingStore wraps st.
-func NewCountingStore(st store.Store) *CountingStore { return &CountingStore{Store: st} }
+// New wraps st.
+func New(st store.Store) *Store { return &Store{Store: st} }
 
-// Counts is a snapshot of a CountingStore's counters.
+// Counts is a snapshot of a Store's counters.
 type Counts struct {
 	// Reads counts Get, GetW, Exists, ExistsW, Children and ChildrenW.
 	Reads int64
@@ -39,67 +42,67 @@ func (c Counts) Sub(o Counts) Counts {
 }
 
 // Counts returns the counters so far.
-func (s *CountingStore) Counts() Counts {
+func (s *Store) Counts() Counts {
 	return Counts{Reads: s.reads.Load(), Writes: s.writes.Load(), Multis: s.multis.Load(), MultiOps: s.multiOps.Load(), Syncs: s.syncs.Load()}
 }
 
 // Create counts a write.
-func (s *CountingStore) Create(ctx context.Context, path string, data []byte, mode store.Mode) (string, error) {
+func (s *Store) Create(ctx context.Context, path string, data []byte, mode store.Mode) (string, error) {
 	s.writes.Add(1)
 	return s.Store.Create(ctx, path, data, mode)
 }
 
 // Get counts a read.
-func (s *CountingStore) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
+func (s *Store) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
 	s.reads.Add(1)
 	return s.Store.Get(ctx, path)
 }
 
 // GetW counts a read.
-func (s *CountingStore) GetW(ctx context.Context, path string) ([]byte, store.Stat, <-chan store.Event, error) {
+func (s *Store) GetW(ctx context.Context, path string) ([]byte, store.Stat, <-chan store.Event, error) {
 	s.reads.Add(1)
 	return s.Store.GetW(ctx, path)
 }
 
 // Exists counts a read.
-func (s *CountingStore) Exists(ctx context.Context, path string) (bool, store.Stat, error) {
+func (s *Store) Exists(ctx context.Context, path string) (bool, store.Stat, error) {
 	s.reads.Add(1)
 	return s.Store.Exists(ctx, path)
 }
 
 // ExistsW counts a read.
-func (s *CountingStore) ExistsW(ctx context.Context, path string) (bool, store.Stat, <-chan store.Event, error) {
+func (s *Store) ExistsW(ctx context.Context, path string) (bool, store.Stat, <-chan store.Event, error) {
 	s.reads.Add(1)
 	return s.Store.ExistsW(ctx, path)
 }
 
 // Children counts a read.
-func (s *CountingStore) Children(ctx context.Context, path string) ([]string, store.Stat, error) {
+func (s *Store) Children(ctx context.Context, path string) ([]string, store.Stat, error) {
 	s.reads.Add(1)
 	return s.Store.Children(ctx, path)
 }
 
 // ChildrenW counts a read.
-func (s *CountingStore) ChildrenW(ctx context.Context, path string) ([]string, store.Stat, <-chan store.Event, error) {
+func (s *Store) ChildrenW(ctx context.Context, path string) ([]string, store.Stat, <-chan store.Event, error) {
 	s.reads.Add(1)
 	return s.Store.ChildrenW(ctx, path)
 }
 
 // GetWFunc counts a read; it forwards store.FuncWatcher (see
 // ForwardsFuncWatches).
-func (s *CountingStore) GetWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
+func (s *Store) GetWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
 	s.reads.Add(1)
 	return s.Store.(store.FuncWatcher).GetWFunc(ctx, path, fn)
 }
 
 // ExistsWFunc counts a read; it forwards store.FuncWatcher.
-func (s *CountingStore) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
+func (s *Store) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
 	s.reads.Add(1)
 	return s.Store.(store.FuncWatcher).ExistsWFunc(ctx, path, fn)
 }
 
 // ChildrenWFunc counts a read; it forwards store.FuncWatcher.
-func (s *CountingStore) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
+func (s *Store) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
 	s.reads.Add(1)
 	return s.Store.(store.FuncWatcher).ChildrenWFunc(ctx, path, fn)
 }
@@ -107,16 +110,16 @@ func (s *CountingStore) ChildrenWFunc(ctx context.Context, path string, fn store
 // ForwardsFuncWatches reports whether the wrapped store implements
 // store.FuncWatcher, which the ...WFunc methods forward
 // (store.FuncWatchForwarder).
-func (s *CountingStore) ForwardsFuncWatches() bool { return store.FuncWatcherOf(s.Store) != nil }
+func (s *Store) ForwardsFuncWatches() bool { return store.FuncWatcherOf(s.Store) != nil }
 
 // Set counts a write.
-func (s *CountingStore) Set(ctx context.Context, path string, data []byte, version int32) (store.Stat, error) {
+func (s *Store) Set(ctx context.Context, path string, data []byte, version int32) (store.Stat, error) {
 	s.writes.Add(1)
 	return s.Store.Set(ctx, path, data, version)
 }
 
 // Delete counts a write.
-func (s *CountingStore) Delete(ctx context.Context, path string, version int32) error {
+func (s *Store) Delete(ctx context.Context, path string, version int32) error {
 	s.writes.Add(1)
 	return s.Store.Delete(ctx, path, version)
 }
@@ -124,10 +127,10 @@ func (s *CountingStore) Delete(ctx context.Context, path string, version int32) 
 // MaxRequestBytes forwards the wrapped store's request limit
 // (store.RequestLimiter), so that coord splits as it would without the
 // decorator.
-func (s *CountingStore) MaxRequestBytes() int { return store.RequestLimit(s.Store) }
+func (s *Store) MaxRequestBytes() int { return store.RequestLimit(s.Store) }
 
 // Multi counts one write request and its operations.
-func (s *CountingStore) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+func (s *Store) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
 	s.writes.Add(1)
 	s.multis.Add(1)
 	s.multiOps.Add(int64(len(ops)))
@@ -135,7 +138,7 @@ func (s *CountingStore) Multi(ctx context.Context, ops ...store.Op) ([]store.OpR
 }
 
 // Sync counts a sync.
-func (s *CountingStore) Sync(ctx context.Context, path string) error {
+func (s *Store) Sync(ctx context.Context, path string) error {
 	s.syncs.Add(1)
 	return s.Store.Sync(ctx, path)
 }
