@@ -12,7 +12,7 @@ import (
 )
 
 // Admin is the operator API over a namespace: status, trigger, pause, resume,
-// disable, enable, shutdown, remove, config get/set. It needs no Registry:
+// disable, enable, shutdown, remove, config get/set. It needs no Node:
 // any process with a store session can act. server "" means every server.
 //
 // Every input is checked against the job's current stored state before

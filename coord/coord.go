@@ -18,8 +18,8 @@ import (
 	"github.com/shardflow/shardflow/coord/protocol"
 )
 
-// DefaultNamespace is the namespace an Admin (and a Node) uses when given
-// none: the root node of every job, /{namespace}/{job}.
+// DefaultNamespace, "shardflow", is the namespace an Admin (and a Node)
+// uses when given none: the root node of its jobs, /{namespace}/{job}.
 const DefaultNamespace = protocol.DefaultNamespace
 
 // Sentinel errors of the operator API.
