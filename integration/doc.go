@@ -26,9 +26,10 @@
 //   - TESTCONTAINERS_RYUK_DISABLED=true: testcontainers reads it once per
 //     process. Ryuk, its reaper, is itself an image to pull, so it must be
 //     disabled where there is no registry; this harness removes every container
-//     it starts in t.Cleanup (or in [Main] for shared ones) instead. Containers
-//     carry the label [ContainerLabel], so leftovers of a killed test binary can
-//     be removed with `make clean-containers`.
+//     it starts in t.Cleanup (or in [Main] for shared ones) instead.
+//     Containers carry the label org.shardflow.integration=true, so
+//     leftovers of a killed test binary can be removed with
+//     `make clean-containers`.
 //
 // # Lifecycle
 //

@@ -33,12 +33,12 @@ func StartEnsemble(t testing.TB, n int, opts ...Option) *Ensemble {
 	if z := zkFromEnv(); z != nil {
 		return &Ensemble{members: []*ZooKeeper{z}, servers: z.Servers()}
 	}
-	requireDocker(t, "a ZooKeeper ensemble", EnvZooKeeper)
+	requireDocker(t, "a ZooKeeper ensemble", envZooKeeper)
 	cfg := newZKConfig(opts)
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	nw, err := tcnetwork.New(ctx, tcnetwork.WithLabels(map[string]string{ContainerLabel: "true"}))
+	nw, err := tcnetwork.New(ctx, tcnetwork.WithLabels(map[string]string{containerLabel: "true"}))
 	// Registered before the containers' cleanups, so it runs after them.
 	testcontainers.CleanupNetwork(t, nw)
 	if err != nil {
@@ -88,7 +88,7 @@ func (e *Ensemble) Controllable() bool { return e.members[0].Controllable() }
 func (e *Ensemble) RequireControl(t testing.TB) {
 	t.Helper()
 	if !e.Controllable() {
-		t.Skipf("integration: this test stops ensemble members, but the servers come from %s=%s; unset it to run against containers", EnvZooKeeper, os.Getenv(EnvZooKeeper))
+		t.Skipf("integration: this test stops ensemble members, but the servers come from %s=%s; unset it to run against containers", envZooKeeper, os.Getenv(envZooKeeper))
 	}
 }
 

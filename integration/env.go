@@ -19,23 +19,23 @@ import (
 
 // Environment variables read by the harness; see the package documentation.
 const (
-	EnvZooKeeper     = "SHARDFLOW_ZK"
-	EnvPostgres      = "SHARDFLOW_PG"
-	EnvZooKeeperImg  = "SHARDFLOW_ZK_IMAGE"
-	EnvPostgresImg   = "SHARDFLOW_PG_IMAGE"
-	EnvRequireDocker = "SHARDFLOW_REQUIRE_DOCKER"
+	envZooKeeper     = "SHARDFLOW_ZK"
+	envPostgres      = "SHARDFLOW_PG"
+	envZooKeeperImg  = "SHARDFLOW_ZK_IMAGE"
+	envPostgresImg   = "SHARDFLOW_PG_IMAGE"
+	envRequireDocker = "SHARDFLOW_REQUIRE_DOCKER"
 )
 
 // Default images, the official ones; override with SHARDFLOW_ZK_IMAGE and
 // SHARDFLOW_PG_IMAGE.
 const (
-	DefaultZooKeeperImage = "zookeeper:3.9"
-	DefaultPostgresImage  = "postgres:16"
+	defaultZooKeeperImage = "zookeeper:3.9"
+	defaultPostgresImage  = "postgres:16"
 )
 
-// ContainerLabel is set (to "true") on every container and network the
+// containerLabel is set (to "true") on every container and network the
 // harness creates.
-const ContainerLabel = "org.shardflow.integration"
+const containerLabel = "org.shardflow.integration"
 
 // ErrNotControllable is returned by Stop and Start of a server named by the
 // environment (SHARDFLOW_ZK, SHARDFLOW_PG): the harness does not own it.
@@ -77,7 +77,7 @@ func requireDocker(t testing.TB, what, envVar string) {
 		return
 	}
 	msg := fmt.Sprintf("integration: %s needs a Docker engine, which does not answer (%v): start Docker, or set %s to an existing server", what, err, envVar)
-	if os.Getenv(EnvRequireDocker) != "" {
+	if os.Getenv(envRequireDocker) != "" {
 		t.Fatal(msg + " (SHARDFLOW_REQUIRE_DOCKER is set, so this is not skipped)")
 	}
 	t.Skip(msg)
@@ -108,7 +108,7 @@ func imageHint(image, imageVar, envVar string) string {
 }
 
 func localImage(imageVar string) string {
-	if imageVar == EnvPostgresImg {
+	if imageVar == envPostgresImg {
 		return "shardflow-local/postgres:15"
 	}
 	return "shardflow-local/zookeeper:3.8"

@@ -311,8 +311,8 @@ func TestProcessSignals(t *testing.T) {
 }
 
 func TestEnvironmentServersAreNotControllable(t *testing.T) {
-	t.Setenv(integration.EnvZooKeeper, "127.0.0.1:1, 127.0.0.1:2")
-	t.Setenv(integration.EnvPostgres, "postgres://u:p@127.0.0.1:1/db")
+	t.Setenv("SHARDFLOW_ZK", "127.0.0.1:1, 127.0.0.1:2")
+	t.Setenv("SHARDFLOW_PG", "postgres://u:p@127.0.0.1:1/db")
 	z := integration.StartZooKeeper(t)
 	if z.Controllable() || !slices.Equal(z.Servers(), []string{"127.0.0.1:1", "127.0.0.1:2"}) {
 		t.Fatalf("StartZooKeeper with SHARDFLOW_ZK: controllable=%v servers=%v", z.Controllable(), z.Servers())

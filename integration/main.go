@@ -33,7 +33,7 @@ func SharedZooKeeper(t testing.TB) *ZooKeeper {
 	if z := zkFromEnv(); z != nil {
 		return z
 	}
-	requireDocker(t, "ZooKeeper", EnvZooKeeper)
+	requireDocker(t, "ZooKeeper", envZooKeeper)
 	shared.zkOnce.Do(func() {
 		z, err := startZKContainer(t, newZKConfig(nil), true, nil, 1, "")
 		if err != nil {
@@ -59,9 +59,9 @@ func SharedPostgres(t testing.TB) *Postgres {
 	if p := pgFromEnv(); p != nil {
 		return p
 	}
-	requireDocker(t, "Postgres", EnvPostgres)
+	requireDocker(t, "Postgres", envPostgres)
 	shared.pgOnce.Do(func() {
-		p, err := startPGContainer(t, envOr(EnvPostgresImg, DefaultPostgresImage), true)
+		p, err := startPGContainer(t, envOr(envPostgresImg, defaultPostgresImage), true)
 		if err != nil {
 			shared.pgErr = err
 			return

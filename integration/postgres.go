@@ -42,8 +42,8 @@ func StartPostgres(t testing.TB) *Postgres {
 	if p := pgFromEnv(); p != nil {
 		return p
 	}
-	requireDocker(t, "Postgres", EnvPostgres)
-	p, err := startPGContainer(t, envOr(EnvPostgresImg, DefaultPostgresImage), false)
+	requireDocker(t, "Postgres", envPostgres)
+	p, err := startPGContainer(t, envOr(envPostgresImg, defaultPostgresImage), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func StartPostgres(t testing.TB) *Postgres {
 }
 
 func pgFromEnv() *Postgres {
-	if v := os.Getenv(EnvPostgres); v != "" {
+	if v := os.Getenv(envPostgres); v != "" {
 		return &Postgres{dsn: v, restartable: restartable{running: true}}
 	}
 	return nil
@@ -61,7 +61,7 @@ func startPGContainer(t testing.TB, image string, shared bool) (*Postgres, error
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if err := checkImage(ctx, image, EnvPostgres); err != nil {
+	if err := checkImage(ctx, image, envPostgres); err != nil {
 		return nil, err
 	}
 	var lastErr error
@@ -79,7 +79,7 @@ func startPGContainer(t testing.TB, image string, shared bool) (*Postgres, error
 			}),
 			testcontainers.WithCmd("postgres", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200"),
 			testcontainers.WithExposedPorts("5432/tcp"),
-			testcontainers.WithLabels(map[string]string{ContainerLabel: "true"}),
+			testcontainers.WithLabels(map[string]string{containerLabel: "true"}),
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 				hc.PortBindings = network.PortMap{
 					network.MustParsePort("5432/tcp"): {{HostIP: netipLoopback, HostPort: fmt.Sprint(port)}},
@@ -97,7 +97,7 @@ func startPGContainer(t testing.TB, image string, shared bool) (*Postgres, error
 			if isPortConflict(err) {
 				continue
 			}
-			return nil, fmt.Errorf("integration: start Postgres container from %s: %w (%s)", image, err, imageHint(image, EnvPostgresImg, EnvPostgres))
+			return nil, fmt.Errorf("integration: start Postgres container from %s: %w (%s)", image, err, imageHint(image, envPostgresImg, envPostgres))
 		}
 		p := &Postgres{
 			dsn:         fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable", postgresUser, postgresPassword, hostPort(port), postgresDB),
@@ -141,7 +141,7 @@ func (p *Postgres) Controllable() bool { return p.ctr != nil }
 func (p *Postgres) RequireControl(t testing.TB) {
 	t.Helper()
 	if !p.Controllable() {
-		t.Skipf("integration: this test stops Postgres, but the server comes from %s; unset it to run against a container", EnvPostgres)
+		t.Skipf("integration: this test stops Postgres, but the server comes from %s; unset it to run against a container", envPostgres)
 	}
 }
 

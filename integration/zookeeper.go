@@ -20,10 +20,10 @@ import (
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 )
 
-// DefaultTickTime is the ZooKeeper tickTime the harness configures. The server
+// defaultTickTime is the ZooKeeper tickTime the harness configures. The server
 // clamps session timeouts to 2..20 ticks, so 500ms allows 1 s sessions for fast
 // failover tests.
-const DefaultTickTime = 500 * time.Millisecond
+const defaultTickTime = 500 * time.Millisecond
 
 // Option configures a ZooKeeper started by [StartZooKeeper] or [StartEnsemble].
 type Option func(*zkConfig)
@@ -34,11 +34,11 @@ type zkConfig struct {
 	env      map[string]string
 }
 
-// WithTickTime sets the server's tickTime (default [DefaultTickTime]).
+// WithTickTime sets the server's tickTime (default 500ms: sessions as short as 1 s, for fast failover tests).
 func WithTickTime(d time.Duration) Option { return func(c *zkConfig) { c.tickTime = d } }
 
 // WithImage sets the image, overriding SHARDFLOW_ZK_IMAGE and the default
-// [DefaultZooKeeperImage].
+// "zookeeper:3.9".
 func WithImage(image string) Option { return func(c *zkConfig) { c.image = image } }
 
 // WithServerEnv adds an environment variable of the official image (for
@@ -48,7 +48,7 @@ func WithServerEnv(key, value string) Option {
 }
 
 func newZKConfig(opts []Option) zkConfig {
-	c := zkConfig{image: envOr(EnvZooKeeperImg, DefaultZooKeeperImage), tickTime: DefaultTickTime, env: map[string]string{}}
+	c := zkConfig{image: envOr(envZooKeeperImg, defaultZooKeeperImage), tickTime: defaultTickTime, env: map[string]string{}}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -73,7 +73,7 @@ func StartZooKeeper(t testing.TB, opts ...Option) *ZooKeeper {
 	if z := zkFromEnv(); z != nil {
 		return z
 	}
-	requireDocker(t, "ZooKeeper", EnvZooKeeper)
+	requireDocker(t, "ZooKeeper", envZooKeeper)
 	cfg := newZKConfig(opts)
 	z, err := startZKContainer(t, cfg, false, nil, 1, "")
 	if err != nil {
@@ -83,7 +83,7 @@ func StartZooKeeper(t testing.TB, opts ...Option) *ZooKeeper {
 }
 
 func zkFromEnv() *ZooKeeper {
-	v := os.Getenv(EnvZooKeeper)
+	v := os.Getenv(envZooKeeper)
 	if v == "" {
 		return nil
 	}
@@ -103,7 +103,7 @@ func startZKContainer(t testing.TB, cfg zkConfig, shared bool, nw *testcontainer
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if err := checkImage(ctx, cfg.image, EnvZooKeeper); err != nil {
+	if err := checkImage(ctx, cfg.image, envZooKeeper); err != nil {
 		return nil, err
 	}
 	env := map[string]string{
@@ -143,7 +143,7 @@ func startZKContainer(t testing.TB, cfg zkConfig, shared bool, nw *testcontainer
 			containerLogger(t, shared),
 			testcontainers.WithEnv(env),
 			testcontainers.WithExposedPorts("2181/tcp"),
-			testcontainers.WithLabels(map[string]string{ContainerLabel: "true"}),
+			testcontainers.WithLabels(map[string]string{containerLabel: "true"}),
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 				hc.PortBindings = network.PortMap{
 					network.MustParsePort("2181/tcp"): {{HostIP: netipLoopback, HostPort: fmt.Sprint(port)}},
@@ -167,7 +167,7 @@ func startZKContainer(t testing.TB, cfg zkConfig, shared bool, nw *testcontainer
 			if isPortConflict(err) {
 				continue
 			}
-			return nil, fmt.Errorf("integration: start ZooKeeper container from %s: %w (%s)", cfg.image, err, imageHint(cfg.image, EnvZooKeeperImg, EnvZooKeeper))
+			return nil, fmt.Errorf("integration: start ZooKeeper container from %s: %w (%s)", cfg.image, err, imageHint(cfg.image, envZooKeeperImg, envZooKeeper))
 		}
 		z := &ZooKeeper{servers: []string{hostPort(port)}, name: name, restartable: restartable{ctr: ctr, running: true}}
 		if nw == nil { // ensemble members wait for a quorum instead.
@@ -198,7 +198,7 @@ func (z *ZooKeeper) Controllable() bool { return z.ctr != nil }
 func (z *ZooKeeper) RequireControl(t testing.TB) {
 	t.Helper()
 	if !z.Controllable() {
-		t.Skipf("integration: this test stops ZooKeeper servers, but the server comes from %s=%s; unset it to run against a container", EnvZooKeeper, os.Getenv(EnvZooKeeper))
+		t.Skipf("integration: this test stops ZooKeeper servers, but the server comes from %s=%s; unset it to run against a container", envZooKeeper, os.Getenv(envZooKeeper))
 	}
 }
 

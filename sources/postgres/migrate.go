@@ -146,7 +146,7 @@ func RenameLegacyColumns(ctx context.Context, db Querier, spec TableSpec) error 
 // MigrateFencing creates the shardflow_fence, shardflow_checkpoint and
 // shardflow_dead_letter tables if they are missing. Migrate calls it; call
 // it alone for a database that only holds sinks fenced by FenceTx.
-func MigrateFencing(ctx context.Context, db Execer) error {
+func MigrateFencing(ctx context.Context, db Querier) error {
 	for _, s := range []string{
 		`CREATE TABLE IF NOT EXISTS shardflow_fence (
   job   text   NOT NULL,

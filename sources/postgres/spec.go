@@ -189,16 +189,10 @@ func BucketRange(item, total int) (lo, hi int, ok bool) {
 	return lo, hi, hi >= lo
 }
 
-// Execer is what MigrateFencing needs: *pgxpool.Pool, *pgx.Conn and pgx.Tx
-// all satisfy it.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// Querier is what Migrate and the failed-rows functions need:
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it.
+// Querier is what Migrate, MigrateFencing and the failed-rows functions
+// need: *pgxpool.Pool, *pgx.Conn and pgx.Tx all satisfy it.
 type Querier interface {
-	Execer
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
