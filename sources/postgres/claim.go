@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/shardflow/shardflow/dataflow"
 )
@@ -155,6 +155,7 @@ func (j *ClaimJob[T]) claim(ctx context.Context, shard dataflow.Shard, ck cursor
 func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
 	s := j.src
 	var done, failed, released, aside []int64
+	var doneTIDs []pgtype.TID
 	var errs, asideErrs []string
 	var stmtErr error
 	for _, it := range items {
@@ -186,6 +187,7 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 			continue
 		}
 		done = append(done, it.Key)
+		doneTIDs = append(doneTIDs, it.tid)
 	}
 	if len(failed) > 0 || len(released) > 0 {
 		// Retried and released rows go back to pending behind the cursor.
@@ -197,8 +199,11 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 		b := &pgx.Batch{}
 		var doneTag *int64
 		if len(done) > 0 {
-			b.Queue(s.sql.done, done, owner(shard), shard.Epoch).Exec(func(ct pgconn.CommandTag) error {
-				n := ct.RowsAffected()
+			b.Queue(s.sql.done, done, owner(shard), shard.Epoch, doneTIDs).QueryRow(func(row pgx.Row) error {
+				var n int64
+				if err := row.Scan(&n); err != nil {
+					return err
+				}
 				doneTag = &n
 				return nil
 			})

@@ -234,3 +234,35 @@ func TestClaimFetchRefusesWhenOwnershipIsLost(t *testing.T) {
 		t.Fatalf("pending = %d; want 10 (nothing claimed)", n)
 	}
 }
+
+// TestClaimDoneAfterTheJobUpdatedItsRow: the done mark finds a row by the
+// ctid its claim returned, and by key when the job's function updated the
+// row meanwhile (its version moved): every row ends done, none is left
+// claimed for a reclaim to process again.
+func TestClaimDoneAfterTheJobUpdatedItsRow(t *testing.T) {
+	pool := newDB(t)
+	ctx := testCtx(t)
+	newOrders(t, pool, 100)
+	src := newSource(t, pool, postgres.Config{})
+	job := src.Claim(func(ctx context.Context, _ dataflowShard, o Order) error {
+		if o.ID%2 == 0 { // a business write to the row itself
+			_, err := pool.Exec(ctx, `UPDATE orders SET payload = 'settled' WHERE id = $1`, o.ID)
+			return err
+		}
+		return nil
+	})
+	sh := shard(0, 1, 100, 1)
+	got, err := job.Fetch(ctx, sh)
+	if err != nil || len(got) != 100 {
+		t.Fatalf("Fetch: %d rows, %v", len(got), err)
+	}
+	if n, err := job.ProcessBatch(ctx, sh, got); n != 100 || err != nil {
+		t.Fatalf("ProcessBatch: %d, %v", n, err)
+	}
+	if done := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done'`); done != 100 {
+		t.Fatalf("%d rows done, want 100", done)
+	}
+	if settled := queryInt(t, pool, `SELECT count(*) FROM orders WHERE payload = 'settled'`); settled != 50 {
+		t.Fatalf("%d rows settled, want 50", settled)
+	}
+}

@@ -53,6 +53,9 @@ type Row[T any] struct {
 	// readErr: a column of the row could not be read into Value; the
 	// Source's jobs set the row aside instead of processing it.
 	readErr *ReadError
+	// tid is the ctid of the row's version as claimed (claim mode): its
+	// done mark finds it without an index descent. Invalid when unknown.
+	tid pgtype.TID
 }
 
 // Err returns the *ReadError of a row a column of which could not be read
@@ -209,7 +212,13 @@ func (s *Source[T]) collect(rows pgx.Rows) ([]Row[T], error) {
 	var out []Row[T]
 	fds := rows.FieldDescriptions()
 	types := pgtypeMap(rows)
-	plans := make([]pgtype.ScanPlan, 1+len(s.fields))
+	// A trailing ctid column (the claim's RETURNING) is each row's tid.
+	cols := 1 + len(s.fields)
+	withTID := len(fds) == cols+1 && fds[cols].Name == "ctid"
+	plans := make([]pgtype.ScanPlan, cols, cols+1)
+	if withTID {
+		plans = plans[:cols+1]
+	}
 	scan := func(i int, raw []byte, dest any) error {
 		if plans[i] == nil {
 			plans[i] = types.PlanScan(fds[i].DataTypeOID, fds[i].Format, dest)
@@ -223,6 +232,9 @@ func (s *Source[T]) collect(rows pgx.Rows) ([]Row[T], error) {
 		}
 		out = append(out, Row[T]{})
 		r := &out[len(out)-1]
+		if withTID && scan(cols, raw[cols], &r.tid) != nil {
+			r.tid = pgtype.TID{} // the done mark finds the row by key
+		}
 		if err := scan(0, raw[0], &r.Key); err != nil {
 			return nil, fmt.Errorf("%w: scanning the key column %q of table %s: %w", ErrRowMismatch, s.spec.Key, s.spec.Table, err)
 		}

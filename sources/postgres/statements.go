@@ -40,17 +40,34 @@ WHERE t.{status} = 'claimed' AND t.{bucket} BETWEEN $1 AND $2
   AND (t.{claimed_by} IS DISTINCT FROM $3 OR t.{claim_epoch} IS DISTINCT FROM $4
        OR t.{claimed_at} < now() - make_interval(secs => $6))`),
 		// $1 lo, $2 hi, $3 limit, $4 me, $5 epoch, $6 after bucket, $7 after key.
+		// The locked rows are joined back by ctid (a TID scan: one heap
+		// access per row), not by key (a second index descent per row):
+		// the lock holds the row, so its ctid stays its current version's
+		// until the UPDATE.
 		claim: r.Replace(`WITH c AS (
-  SELECT {k} FROM {t}
+  SELECT ctid FROM {t}
   WHERE {status} = 'pending' AND {bucket} BETWEEN $1 AND $2 AND ({bucket}, {k}) > ($6::smallint, $7::bigint)
   ORDER BY {status}, {bucket}, {k} LIMIT $3
   FOR UPDATE SKIP LOCKED)
 UPDATE {t} AS t SET {status} = 'claimed', {claimed_by} = $4, {claim_epoch} = $5, {claimed_at} = now(), {attempts} = t.{attempts} + 1
-FROM c WHERE t.{k} = c.{k}
-RETURNING t.{k}, {cols}`),
-		// $1 keys, $2 me, $3 epoch.
-		done: r.Replace(`UPDATE {t} AS t SET {status} = 'done', {last_error} = NULL
-WHERE t.{k} = ANY($1::bigint[]) AND t.{status} = 'claimed' AND t.{claimed_by} = $2 AND t.{claim_epoch} = $3`),
+FROM c WHERE t.ctid = c.ctid
+RETURNING t.{k}, {cols}, t.ctid`),
+		// $1 keys, $2 me, $3 epoch, $4 the rows' ctids as claimed (NULL
+		// when unknown); returns how many were marked. A row is found by
+		// its ctid (a TID scan), or by key when its version is not the one
+		// claimed (the job's function updated the row meanwhile, or the
+		// ctid is unknown): the two updates touch different rows.
+		done: r.Replace(`WITH d AS (SELECT * FROM unnest($1::bigint[], $4::tid[]) AS d(k, c)),
+by_tid AS (
+  UPDATE {t} AS t SET {status} = 'done', {last_error} = NULL FROM d
+  WHERE t.ctid = d.c AND t.{k} = d.k AND t.{status} = 'claimed' AND t.{claimed_by} = $2 AND t.{claim_epoch} = $3
+  RETURNING t.{k}),
+by_key AS (
+  UPDATE {t} AS t SET {status} = 'done', {last_error} = NULL
+  WHERE t.{k} = ANY(ARRAY(SELECT d.k FROM d WHERE d.k NOT IN (SELECT b.{k} FROM by_tid AS b)))
+    AND t.{status} = 'claimed' AND t.{claimed_by} = $2 AND t.{claim_epoch} = $3
+  RETURNING 1)
+SELECT (SELECT count(*) FROM by_tid) + (SELECT count(*) FROM by_key)`),
 		// $1 keys, $2 errors, $3 me, $4 epoch, $5 max attempts.
 		fail: r.Replace(`UPDATE {t} AS t SET
   {status} = CASE WHEN t.{attempts} >= $5 THEN 'failed' ELSE 'pending' END,
@@ -77,14 +94,15 @@ WHERE t.{status} = 'pending' AND t.{bucket} BETWEEN $1 AND $2 AND (t.{bucket}, t
 ORDER BY t.{status}, t.{bucket}, t.{k} LIMIT $3`),
 		// $1 keys, $2 lo, $3 hi, $4 me, $5 epoch: lock the rows still
 		// pending and still this item's (skipping rows another owner holds)
-		// and mark them done, in one statement; the transaction that also
-		// holds the job's effects commits or rolls back the mark.
+		// and mark them done, in one statement (joined back by ctid, as the
+		// claim); the transaction that also holds the job's effects commits
+		// or rolls back the mark.
 		lockDone: r.Replace(`UPDATE {t} AS t SET {status} = 'done', {claimed_by} = $4, {claim_epoch} = $5, {claimed_at} = now(),
   {attempts} = t.{attempts} + 1, {last_error} = NULL
-FROM (SELECT {k} FROM {t}
+FROM (SELECT ctid FROM {t}
   WHERE {k} = ANY($1::bigint[]) AND {status} = 'pending' AND {bucket} BETWEEN $2 AND $3
   FOR UPDATE SKIP LOCKED) AS l
-WHERE t.{k} = l.{k}
+WHERE t.ctid = l.ctid
 RETURNING t.{k}`),
 		// $1 key, $2 error, $3 me, $4 epoch, $5 max attempts.
 		txFail: r.Replace(`UPDATE {t} SET {attempts} = {attempts} + 1, {last_error} = $2,
