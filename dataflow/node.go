@@ -344,7 +344,7 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 	default:
 	}
 	cj.OnSignal(func(sig protocol.Signal) { n.onSignal(h, sig) })
-	n.armKick(h, cj.Config(), 0)
+	n.startWorkflow(ctx, h, cj.Config())
 	return nil
 }
 
@@ -547,12 +547,16 @@ type hostedRuns struct {
 }
 
 func (r hostedRuns) run(ctx context.Context, reason Reason) {
+	kick := reason == reasonKick
+	if kick {
+		reason = ReasonTrigger
+	}
 	if (reason == ReasonTrigger || reason == ReasonMisfire) && len(r.h.cj.Config().DependsOn) > 0 && !r.n.hasOpenStep(ctx, r.h) {
 		// A job that runs after others runs in workflow runs only.
 		return
 	}
 	if ctx.Err() == nil && !r.n.isStopping(r.h) {
-		r.n.runOnce(ctx, r.h, reason)
+		r.n.runOnce(ctx, r.h, reason, kick)
 	}
 }
 
@@ -573,7 +577,10 @@ func (r hostedRuns) claimFailover(ctx context.Context) bool {
 }
 
 // runOnce is one trigger, as data flows (ARCHITECTURE.md).
-func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
+//
+// kick: the run only looks for items this server owes the job's open
+// workflow runs (it starts none).
+func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bool) {
 	started := time.Now()
 	// Begin may wait (for the leader to reshard); a graceful stop or a
 	// remove ends that wait, since nothing has started yet. Once Begin has
@@ -601,7 +608,9 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason) {
 	cfg := run.Config()
 	assigned := run.Shards()
 	// A job in a workflow runs the items its workflow run still owes.
-	wfRun, assigned, err := n.pickWorkflow(bctx, h, cfg, assigned)
+	// Only a fire starts a workflow run: not a failover run, nor a kick.
+	fire := !kick && reason != ReasonFailover
+	wfRun, assigned, err := n.pickWorkflow(bctx, h, cfg, assigned, fire)
 	if err != nil {
 		n.reportError(h.name, fmt.Errorf("dataflow: workflow run: %w", err))
 	}

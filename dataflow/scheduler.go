@@ -33,6 +33,11 @@ const (
 // Internal: runs never see it.
 const reasonClaim Reason = -1
 
+// reasonKick is a run of a job in a workflow that looks for items its
+// open workflow runs owe this server (dataflow/workflow.go's kick): it
+// never starts a workflow run. Runs see ReasonTrigger.
+const reasonKick Reason = -2
+
 // String names the reason.
 func (r Reason) String() string {
 	switch r {
@@ -256,6 +261,18 @@ func (s *scheduler) trigger(name string, reason Reason) error {
 	}
 	s.startRunnerLocked(j, reason)
 	return nil
+}
+
+// kick starts a reasonKick run if the job is idle; a job in a run needs
+// none (the kick comes again).
+func (s *scheduler) kick(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	j, ok := s.jobs[name]
+	if !ok || s.stopping || j.removed || j.idle != nil {
+		return
+	}
+	s.startRunnerLocked(j, reasonKick)
 }
 
 // failover asks for a failover run (ReasonFailover): at once if the job

@@ -75,7 +75,10 @@ func (n *Node) isFirst(ctx context.Context, h *hostedJob, cfg JobConfig) (bool, 
 // its items it runs (workflow.Steps.Pick): a job in no workflow runs all
 // of them in none; on an error a job in a workflow runs none (its next
 // run, or the reconcile kick, tries again).
-func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, assigned []protocol.Assignment) (string, []protocol.Assignment, error) {
+//
+// fire: the run is a fire of the job (cron, trigger, catch-up), which may
+// start a workflow run; a failover run or a kick serves open ones only.
+func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, assigned []protocol.Assignment, fire bool) (string, []protocol.Assignment, error) {
 	first, err := n.isFirst(ctx, h, cfg)
 	if err != nil {
 		return "", nil, err
@@ -83,17 +86,22 @@ func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, as
 	if !first && len(cfg.DependsOn) == 0 {
 		return "", assigned, nil
 	}
+	if first {
+		// Its workflow runs' items left behind (their owner crashed and
+		// the job was resharded) run at the next kick, not its next fire.
+		n.armKick(h, cfg, max(cfg.ReconcileInterval, time.Second))
+	}
 	items := make([]int, len(assigned))
 	for i, a := range assigned {
 		items[i] = a.Item
 	}
-	pick, err := h.wf.steps.Pick(ctx, items, cfg.DependsOn, first, cfg.ShardingTotalCount)
+	pick, err := h.wf.steps.Pick(ctx, items, cfg.DependsOn, first && fire, cfg.ShardingTotalCount)
 	if err != nil {
 		return "", nil, err
 	}
 	if pick.Run == "" {
-		if len(cfg.DependsOn) > 0 {
-			return "", nil, nil
+		if len(cfg.DependsOn) > 0 || first {
+			return "", nil, nil // nothing owed, and no workflow run to start
 		}
 		return "", assigned, nil
 	}
@@ -139,17 +147,40 @@ func (n *Node) hasOpenStep(ctx context.Context, h *hostedJob) bool {
 	return len(open) > 0
 }
 
-// armKick starts h's workflow kick when its config has DependsOn: at once
-// (a server joining after a step started runs it), then every reconcile
-// interval, a trigger of this server when a step of the job is open (its
-// items moved here after the trigger, or this server missed it). The
-// kick runs on a timer (no goroutine while waiting); stopKick waits for
-// one in progress.
+// startWorkflow arms h's kick at join when h is in a workflow: a server
+// (re)joining owes the items its workflow runs left behind (a crashed
+// server restarted with the same id gets its items back, and a first
+// job's items run only at its next fire otherwise). For a job that
+// depends on nothing this reads whether jobs depend on it: one read per
+// AddJob.
+//
+// The answer is not kept for the runs (isFirst's): jobs added right after
+// this one may depend on it.
+func (n *Node) startWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig) {
+	first, err := h.wf.steps.First(ctx, cfg.DependsOn)
+	if err != nil {
+		n.logger.Warn("dataflow: reading the jobs that depend on the job", "job", h.name, "err", err)
+	}
+	if first {
+		h.wf.mu.Lock()
+		h.wf.first = true
+		h.wf.mu.Unlock()
+	}
+	n.armKick(h, cfg, 0)
+}
+
+// armKick starts h's workflow kick when it is in a workflow (its config
+// has DependsOn: at once, so that a server joining after a step started
+// runs it; a first job: from its first run here), then every reconcile
+// interval: a run of this server (reasonKick) when a step of the job is
+// open, for the items it owes (they moved here after the trigger or the
+// fire, or this server missed it). The kick runs on a timer (no goroutine
+// while waiting); stopKick waits for one in progress.
 func (n *Node) armKick(h *hostedJob, cfg JobConfig, after time.Duration) {
 	w := &h.wf
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.kickStop || len(cfg.DependsOn) == 0 || w.kick != nil {
+	if w.kickStop || len(cfg.DependsOn) == 0 && !w.first || w.kick != nil {
 		return
 	}
 	w.kick = time.AfterFunc(max(after, 0), func() { n.kickOnce(h) })
@@ -167,12 +198,13 @@ func (n *Node) kickOnce(h *hostedJob) {
 	w.mu.Unlock()
 	defer w.kickActive.Done()
 	cfg := h.cj.Config()
-	if len(cfg.DependsOn) == 0 {
-		return // no longer in a workflow: armed again by a config change
-	}
 	ctx, cancel := context.WithTimeout(h.halt, reportTimeout)
+	if first, err := n.isFirst(ctx, h, cfg); err == nil && !first && len(cfg.DependsOn) == 0 {
+		cancel()
+		return // no longer in a workflow: armed again by a config change or a run
+	}
 	if n.hasOpenStep(ctx, h) {
-		_ = n.sched.trigger(h.name, ReasonTrigger)
+		n.sched.kick(h.name)
 	}
 	cancel()
 	n.armKick(h, cfg, max(cfg.ReconcileInterval, time.Second))
