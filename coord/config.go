@@ -170,13 +170,8 @@ func (a *tree) pruneItemsBeyond(ctx context.Context, p layout.JobPaths, total in
 		if running {
 			continue
 		}
-		if err := store.DeleteAll(ctx, a.st, p.Item(it)); err != nil && !errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: remove %s (beyond shardingTotalCount %d): %w", p.Item(it), total, err)
-		}
-		// An idle claim went with the item's node: its record too
-		// (claimrecord.go), or the leader would take it for a claim lost.
-		if err := a.st.Delete(ctx, p.Claim(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: delete %s: %w", p.Claim(it), err)
+		if err := layout.PruneItem(ctx, a.st, p, it); err != nil {
+			return fmt.Errorf("coord: prune item %d (beyond shardingTotalCount %d): %w", it, total, err)
 		}
 	}
 	return nil

@@ -230,14 +230,8 @@ func (j *Job) readTotal(ctx context.Context, def int) (int, *intent, error) {
 func (j *Job) pruneItemsBeyond(ctx context.Context, total int) {
 	for _, n := range j.cache.Children(layout.NExecution) {
 		if it, ok := layout.ParseItemName(n); ok && it >= total {
-			if err := store.DeleteAll(ctx, j.st, j.p.Item(it)); err != nil {
+			if err := layout.PruneItem(ctx, j.st, j.p, it); err != nil {
 				j.warn(ctx, "cannot prune item beyond the total", "item", it, "total", total, "err", err)
-			}
-			// A claim's record goes with the claim the delete took
-			// (claimrecord.go): else the leader would queue the item
-			// again as a claim lost, once the total is raised again.
-			if err := j.st.Delete(ctx, j.p.Claim(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-				j.warn(ctx, "cannot delete the claim record of an item beyond the total", "item", it, "err", err)
 			}
 		}
 	}

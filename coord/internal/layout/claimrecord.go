@@ -1,7 +1,10 @@
 package layout
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -110,4 +113,20 @@ func DecodeClaimRecord(data []byte) ClaimRecord {
 	var r ClaimRecord
 	_ = json.Unmarshal(data, &r)
 	return r
+}
+
+// PruneItem deletes an item beyond a lowered total: its execution node
+// (the subtree) and its failover claim record, which goes with the claim
+// the delete took, or the leader would queue the item again as a claim
+// lost once the total is raised again. Both deletes are tried; a node
+// already gone is fine.
+func PruneItem(ctx context.Context, st store.Store, p JobPaths, item int) error {
+	var errs []error
+	if err := store.DeleteAll(ctx, st, p.Item(item)); err != nil && !errors.Is(err, store.ErrNoNode) {
+		errs = append(errs, fmt.Errorf("delete %s: %w", p.Item(item), err))
+	}
+	if err := st.Delete(ctx, p.Claim(item), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+		errs = append(errs, fmt.Errorf("delete %s: %w", p.Claim(item), err))
+	}
+	return errors.Join(errs...)
 }
