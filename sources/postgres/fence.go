@@ -36,7 +36,7 @@ func writeFence(ctx context.Context, tx pgx.Tx, shard dataflow.Shard) error {
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("%w: job %s item %d: epoch %d is older than the last committed one in %s",
-			ErrFenced, shard.JobName, shard.Item, shard.Epoch, FenceTable)
+			ErrFenced, shard.JobName, shard.Item, shard.Epoch, fenceTable)
 	}
 	return nil
 }

@@ -272,5 +272,5 @@ func fencedErr(shard dataflow.Shard, fenced bool) error {
 		return nil
 	}
 	return fmt.Errorf("%w: job %s item %d: epoch %d is older than the last committed one in %s",
-		ErrFenced, shard.JobName, shard.Item, shard.Epoch, FenceTable)
+		ErrFenced, shard.JobName, shard.Item, shard.Epoch, fenceTable)
 }

@@ -181,9 +181,9 @@ func (s *Source[T]) Validate(ctx context.Context) error {
 			return fmt.Errorf("%w: column %q of table %s named in TableSpec.Columns", ErrMissingColumn, c, s.spec.Table)
 		}
 	}
-	fences := []string{FenceTable}
+	fences := []string{fenceTable}
 	if s.spec.ReadOnly {
-		fences = append(fences, CheckpointTable, "shardflow_dead_letter")
+		fences = append(fences, checkpointTable, "shardflow_dead_letter")
 	}
 	for _, f := range fences {
 		var ok bool

@@ -13,21 +13,18 @@ import (
 // contiguous ranges of buckets, so at most NumBuckets items have rows.
 const NumBuckets = 1024
 
-// Default names of the bookkeeping columns Migrate adds to a work table.
-// The shardflow_ prefix keeps them clear of the business columns a table
-// already has (status, attempts, bucket...); rename them with
-// TableSpec.Bookkeeping.
+// Default names of the bookkeeping columns (Bookkeeping documents each).
 const (
-	ColBucket     = "shardflow_bucket"      // smallint, generated from the key
-	ColStatus     = "shardflow_status"      // 'pending' | 'claimed' | 'done' | 'failed'
-	ColClaimedBy  = "shardflow_claimed_by"  // server id of the claimer (claim mode) or committer
-	ColClaimEpoch = "shardflow_claim_epoch" // fencing epoch of that claim
-	ColClaimedAt  = "shardflow_claimed_at"  // when claimed (claim mode lease), done or failed
-	ColAttempts   = "shardflow_attempts"    // processing attempts so far
-	ColLastError  = "shardflow_last_error"  // the last processing error's text
+	colBucket     = "shardflow_bucket"
+	colStatus     = "shardflow_status"
+	colClaimedBy  = "shardflow_claimed_by"
+	colClaimEpoch = "shardflow_claim_epoch"
+	colClaimedAt  = "shardflow_claimed_at"
+	colAttempts   = "shardflow_attempts"
+	colLastError  = "shardflow_last_error"
 )
 
-// Row statuses.
+// Row statuses: the values of the status column (Bookkeeping.Status).
 const (
 	StatusPending = "pending"
 	StatusClaimed = "claimed"
@@ -35,25 +32,40 @@ const (
 	StatusFailed  = "failed"
 )
 
-// Tables of the fencing protocol, created by Migrate.
+// Tables of the fencing protocol and the checkpoint mode, created by
+// MigrateFencing (which Migrate calls).
 const (
-	FenceTable      = "shardflow_fence"
-	CheckpointTable = "shardflow_checkpoint"
+	fenceTable      = "shardflow_fence"
+	checkpointTable = "shardflow_checkpoint"
 )
 
-// Bookkeeping names the bookkeeping columns of a table. Zero fields take
-// the defaults ColBucket ... ColLastError. The source writes only these
-// columns of the user's table, and only once Migrate has created them
-// (marked with a comment, see Migrate): a column of one of these names
-// that Migrate did not create is refused, never adopted.
+// Bookkeeping names the bookkeeping columns Migrate adds to a work table.
+// Zero fields take the defaults, whose shardflow_ prefix keeps them clear of
+// the business columns a table already has (status, attempts, bucket...).
+// The source writes only these columns of the user's table, and only once
+// Migrate has created them (marked with a comment, see Migrate): a column of
+// one of these names that Migrate did not create is refused, never adopted.
 type Bookkeeping struct {
-	Bucket     string // default ColBucket; the only one of a ReadOnly table
-	Status     string // default ColStatus
-	ClaimedBy  string // default ColClaimedBy
-	ClaimEpoch string // default ColClaimEpoch
-	ClaimedAt  string // default ColClaimedAt
-	Attempts   string // default ColAttempts
-	LastError  string // default ColLastError
+	// Bucket: smallint, generated from the key; the only one of a ReadOnly
+	// table. Default "shardflow_bucket".
+	Bucket string
+	// Status: 'pending', 'claimed', 'done' or 'failed' (StatusPending ...).
+	// Default "shardflow_status".
+	Status string
+	// ClaimedBy: the server id of the claimer (claim mode) or committer.
+	// Default "shardflow_claimed_by".
+	ClaimedBy string
+	// ClaimEpoch: the fencing epoch of that claim. Default
+	// "shardflow_claim_epoch".
+	ClaimEpoch string
+	// ClaimedAt: when claimed (the claim mode's lease), done or failed.
+	// Default "shardflow_claimed_at".
+	ClaimedAt string
+	// Attempts: processing attempts so far. Default "shardflow_attempts".
+	Attempts string
+	// LastError: the last processing error's text. Default
+	// "shardflow_last_error".
+	LastError string
 }
 
 func (b Bookkeeping) withDefaults() Bookkeeping {
@@ -62,13 +74,13 @@ func (b Bookkeeping) withDefaults() Bookkeeping {
 			*s = v
 		}
 	}
-	def(&b.Bucket, ColBucket)
-	def(&b.Status, ColStatus)
-	def(&b.ClaimedBy, ColClaimedBy)
-	def(&b.ClaimEpoch, ColClaimEpoch)
-	def(&b.ClaimedAt, ColClaimedAt)
-	def(&b.Attempts, ColAttempts)
-	def(&b.LastError, ColLastError)
+	def(&b.Bucket, colBucket)
+	def(&b.Status, colStatus)
+	def(&b.ClaimedBy, colClaimedBy)
+	def(&b.ClaimEpoch, colClaimEpoch)
+	def(&b.ClaimedAt, colClaimedAt)
+	def(&b.Attempts, colAttempts)
+	def(&b.LastError, colLastError)
 	return b
 }
 
@@ -110,7 +122,7 @@ type TableSpec struct {
 	// column of the table except the bookkeeping columns.
 	Columns []string
 	// Bookkeeping names the bookkeeping columns; zero fields take the
-	// shardflow_-prefixed defaults (ColBucket ... ColLastError).
+	// shardflow_-prefixed defaults (see Bookkeeping).
 	Bookkeeping Bookkeeping
 	// ReadOnly marks a table read by the checkpoint mode: Migrate adds only
 	// the bucket column and a (bucket, key) index, and Validate checks only
