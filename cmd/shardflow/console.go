@@ -19,7 +19,6 @@ import (
 	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
-	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/history/pghistory"
 )
@@ -316,7 +315,7 @@ func errorStatus(err error) int {
 		return http.StatusNotFound
 	case errors.As(err, &ue), errors.Is(err, coord.ErrNoItem), errors.Is(err, jobconfig.ErrInvalid):
 		return http.StatusBadRequest
-	case errors.Is(err, protocol.ErrBadConfig):
+	case errors.Is(err, coord.ErrBadConfig):
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError

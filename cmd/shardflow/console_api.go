@@ -14,7 +14,6 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
-	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/history"
 )
 
@@ -80,7 +79,7 @@ func writeAPIErr(w http.ResponseWriter, err error) {
 		field = "item"
 	case errors.As(err, &fe):
 		field = "value"
-	case errors.Is(err, protocol.ErrBadConfig):
+	case errors.Is(err, coord.ErrBadConfig):
 		field = "config"
 	}
 	var fieldErr apiFieldError

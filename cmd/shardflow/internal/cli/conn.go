@@ -12,7 +12,6 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/connect"
-	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -61,7 +60,7 @@ func (c *ConnFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ZK, "zk", os.Getenv(EnvZooKeeper), "ZooKeeper servers, comma-separated host:port (default $"+EnvZooKeeper+"; --coord wins when both are set)")
 	ns := os.Getenv(EnvNamespace)
 	if ns == "" {
-		ns = protocol.DefaultNamespace
+		ns = coord.DefaultNamespace
 	}
 	fs.StringVar(&c.Namespace, "namespace", ns, "namespace: the root node of the jobs (default $"+EnvNamespace+", else shardflow)")
 	fs.StringVar(&c.Auth, "auth", os.Getenv(EnvAuth), "digest credentials user:password, if the nodes carry ACLs (default $"+EnvAuth+"; prefer --auth-file or the variable: arguments are visible to every local user)")
