@@ -34,9 +34,12 @@ var Synopses = map[string]string{
 	"failed requeue":    "shardflow failed requeue --pg DSN --table TABLE (--all | --id K,... | --error TEXT)",
 	"failed upgrade-v1": "shardflow failed upgrade-v1 --pg DSN --table TABLE",
 	"job":               "shardflow job add|list|remove [flags]",
-	"job add":           "shardflow job add --job NAME --type script|http --total N [--cron EXPR] [--command CMD | --url URL ...] [connection flags]",
+	"job add":           "shardflow job add --job NAME --type script|http --total N [--cron EXPR | --depends-on JOB,...] [--command CMD | --url URL ...] [connection flags]",
 	"job list":          "shardflow job list [--json] [connection flags]",
 	"job remove":        "shardflow job remove --job NAME [--wait DURATION] [connection flags]",
+	"workflow":          "shardflow workflow status|rerun [flags]",
+	"workflow status":   "shardflow workflow status [--job NAME | --run ID] [--runs N] [--json] [connection flags]",
+	"workflow rerun":    "shardflow workflow rerun --run ID --from JOB [connection flags]",
 	"acl":               "shardflow acl digest USER:PASSWORD | shardflow acl check | shardflow acl fix [connection flags]",
 	"acl check":         "shardflow acl check --auth-file FILE [connection flags]",
 	"acl fix":           "shardflow acl fix --auth-file FILE [connection flags]",
@@ -51,7 +54,7 @@ var valueNames = map[string]string{
 	"listen": "ADDR", "token-file": "FILE", "basic-auth-file": "FILE", "history-pg": "DSN", "history-table": "TABLE",
 	"pg": "DSN", "table": "TABLE", "allow-command": "PREFIX", "allow-url": "PREFIX", "header": `"NAME: VALUE"`,
 	"cron": "EXPR", "command": "CMD", "url": "URL", "method": "METHOD", "tz": "ZONE", "from": "RFC3339", "at": "RFC3339",
-	"strategy": "NAME", "type": "TYPE", "id": "K,...", "error": "TEXT",
+	"strategy": "NAME", "type": "TYPE", "id": "K,...", "error": "TEXT", "run": "ID", "depends-on": "JOB,...",
 }
 
 // ParseFlags parses args into fs. `-h` prints the command's usage and
