@@ -1,11 +1,13 @@
 package dataflow
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/shardflow/shardflow/internal/startstop"
 	"github.com/shardflow/shardflow/internal/timeheap"
 )
 
@@ -33,8 +35,7 @@ type cronLoop struct {
 	stopped bool
 
 	wake chan struct{} // capacity 1: the earliest fire time changed
-	quit chan struct{}
-	done chan struct{} // closed when the loop's goroutine has returned
+	life startstop.BaseStartStop
 }
 
 // cronEntry is one scheduled job.
@@ -49,8 +50,6 @@ func newCronLoop() *cronLoop {
 	return &cronLoop{
 		entries: timeheap.New(func(e *cronEntry) time.Time { return e.next }, func(e *cronEntry, i int) { e.index = i }),
 		wake:    make(chan struct{}, 1),
-		quit:    make(chan struct{}),
-		done:    make(chan struct{}),
 	}
 }
 
@@ -102,7 +101,7 @@ func (c *cronLoop) start() {
 		c.pushLocked(e, now)
 	}
 	c.pending = nil
-	go c.run()
+	c.life.Go(context.Background(), c.run)
 }
 
 // stop ends the loop and waits for its goroutine, so for a fire in
@@ -110,22 +109,11 @@ func (c *cronLoop) start() {
 // start.
 func (c *cronLoop) stop() {
 	c.mu.Lock()
-	if c.stopped {
-		c.mu.Unlock()
-		if c.started {
-			<-c.done
-		}
-		return
-	}
 	c.stopped = true
-	started := c.started
 	c.entries.Clear()
 	c.pending = nil
 	c.mu.Unlock()
-	if started {
-		close(c.quit)
-		<-c.done
-	}
+	c.life.Stop()
 }
 
 // pushLocked schedules e at its next fire time after now; false when it
@@ -146,8 +134,8 @@ func (c *cronLoop) wakeLoop() {
 	}
 }
 
-func (c *cronLoop) run() {
-	defer close(c.done)
+// run fires the entries as they come due until ctx ends (stop).
+func (c *cronLoop) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var due []func()
@@ -183,7 +171,7 @@ func (c *cronLoop) run() {
 		select {
 		case <-timer.C:
 		case <-c.wake:
-		case <-c.quit:
+		case <-ctx.Done():
 			return
 		}
 	}

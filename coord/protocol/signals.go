@@ -1,30 +1,30 @@
 package protocol
 
 import (
+	"context"
 	"sync"
+
+	"github.com/shardflow/shardflow/internal/startstop"
 )
 
 // signalBox holds a job's pending signals, each kind coalesced, and
 // delivers them: to OnSignal's function at the end of the watcher's step,
-// or on the Signals channel through a goroutine that the first Signals
-// call starts (a host of many jobs uses OnSignal and pays for none).
+// or on the Signals channel through a goroutine (fwd, a startstop service)
+// that the first Signals call starts (a host of many jobs uses OnSignal and
+// pays for none).
 type signalBox struct {
-	mu      sync.Mutex
-	pending [SignalRemoved + 1]bool
-	f       func(Signal) // OnSignal's; nil: the channel
-	out     chan Signal
-	wake    chan struct{} // capacity 1: the forwarder looks again
-	fwdOn   bool
-	stop    chan struct{}
-	fwdDone chan struct{}
-	closed  bool
+	mu       sync.Mutex
+	pending  [SignalRemoved + 1]bool
+	f        func(Signal) // OnSignal's; nil: the channel
+	out      chan Signal
+	wake     chan struct{} // capacity 1: the forwarder looks again
+	fwd      startstop.BaseStartStop
+	closeOut sync.Once // closes out once
 }
 
 func (b *signalBox) init() {
 	b.out = make(chan Signal)
 	b.wake = make(chan struct{}, 1)
-	b.stop = make(chan struct{})
-	b.fwdDone = make(chan struct{})
 }
 
 // emit marks s pending (coalesced); watcher only.
@@ -87,24 +87,18 @@ func (j *Job) deliverSignals() {
 // coalesced (at most one pending); it is closed after Leave. The first call
 // starts a goroutine (until Leave) that sends on it; a host of many jobs
 // uses OnSignal instead.
-//
-// signals returns the Signals channel, starting its forwarder on the first
-// call (the channel is closed already after Leave).
 func (j *Job) Signals() <-chan Signal {
 	b := &j.sig
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !b.fwdOn && !b.closed {
-		b.fwdOn = true
-		go b.forward()
-	}
+	// The forwarder runs once: a later call, or one after Leave (the
+	// service stopped, the channel closed), starts nothing.
+	b.fwd.Go(context.Background(), b.forward)
 	return b.out
 }
 
 // forward sends the pending signals on out, the lowest kind first, until
-// stop. A kind stays pending until its send: emits meanwhile coalesce.
-func (b *signalBox) forward() {
-	defer close(b.fwdDone)
+// ctx ends (close). A kind stays pending until its send: emits meanwhile
+// coalesce.
+func (b *signalBox) forward(ctx context.Context) {
 	for {
 		b.mu.Lock()
 		s, ok := b.nextLocked()
@@ -116,7 +110,7 @@ func (b *signalBox) forward() {
 			select {
 			case <-b.wake:
 				continue
-			case <-b.stop:
+			case <-ctx.Done():
 				return
 			}
 		}
@@ -126,26 +120,16 @@ func (b *signalBox) forward() {
 			b.pending[s] = false
 			b.mu.Unlock()
 		case <-b.wake:
-		case <-b.stop:
+		case <-ctx.Done():
 			return
 		}
 	}
 }
 
-// close stops the forwarder and closes the channel (Leave, once the
-// watcher has stopped). Safe twice.
+// close stops the forwarder, waiting for it, and closes the channel
+// (Leave, once the watcher has stopped). Safe twice, and before any
+// Signals call (no forwarder starts after it).
 func (b *signalBox) close() {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return
-	}
-	b.closed = true
-	fwd := b.fwdOn
-	b.mu.Unlock()
-	if fwd {
-		close(b.stop)
-		<-b.fwdDone
-	}
-	close(b.out)
+	b.fwd.Stop()
+	b.closeOut.Do(func() { close(b.out) })
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/startstop"
 )
 
 // Store is a store.Store on a ZooKeeper ensemble: one ZooKeeper session at a
@@ -19,11 +20,13 @@ import (
 // concurrent use.
 //
 // Goroutines: the store owns one session goroutine (state machine and the
-// Lost timer), one credential goroutine per client generation while
-// Config.Auth is being (re)installed, one goroutine per call made with a
-// cancellable context (it ends when the ZooKeeper call returns), and the
-// go-zookeeper client's own goroutines. Close stops and waits for all of
-// them.
+// Lost timer; a startstop service, started by Open and stopped by Close),
+// one credential goroutine per client generation while Config.Auth is being
+// (re)installed, one goroutine per call made with a cancellable context (it
+// ends when the ZooKeeper call returns), and the go-zookeeper client's own
+// goroutines. Close stops and waits for all of them. The credential, call
+// and client-retiring goroutines are not services: each ends on its own (its
+// client retired, its call returned), so WaitGroups count them for Close.
 type Store struct {
 	cfg     Config
 	log     *slog.Logger
@@ -42,8 +45,7 @@ type Store struct {
 	queue []stateEvent
 	wake  chan struct{} // capacity 1: queue is non-empty
 
-	quit     chan struct{} // closed by Close: stop loop
-	loopDone chan struct{}
+	session startstop.BaseStartStop // the session goroutine (loop)
 }
 
 var _ store.Store = (*Store)(nil)
@@ -79,13 +81,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		cfg:      cfg,
-		log:      cfg.Logger.With("component", "zkstore"),
-		watches:  newWatchRegistry(),
-		sessCh:   make(chan struct{}),
-		wake:     make(chan struct{}, 1),
-		quit:     make(chan struct{}),
-		loopDone: make(chan struct{}),
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "zkstore"),
+		watches: newWatchRegistry(),
+		sessCh:  make(chan struct{}),
+		wake:    make(chan struct{}, 1),
 	}
 	s.sess = store.Session{State: store.StateConnecting, Timeout: cfg.SessionTimeout}
 
@@ -94,7 +94,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("zkstore: open %v: %w", cfg.Servers, err)
 	}
 	s.cur = c
-	go s.loop(c.gen)
+	s.session.Go(context.Background(), func(ctx context.Context) { s.loop(ctx, c.gen) })
 
 	octx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
 	defer cancel()
@@ -264,9 +264,9 @@ func (s *Store) onEvent(c *client, ev zk.Event) {
 }
 
 // loop is the session goroutine: it maps client states to store states,
-// runs the Suspended -> Lost timer and replaces a lost session's client.
-func (s *Store) loop(gen uint64) {
-	defer close(s.loopDone)
+// runs the Suspended -> Lost timer and replaces a lost session's client,
+// until ctx ends (Close).
+func (s *Store) loop(ctx context.Context, gen uint64) {
 	var lostTimer *time.Timer
 	var lostC <-chan time.Time
 	stopTimer := func() {
@@ -278,7 +278,7 @@ func (s *Store) loop(gen uint64) {
 	defer stopTimer()
 	for {
 		select {
-		case <-s.quit:
+		case <-ctx.Done():
 			return
 		case <-s.wake:
 			s.qmu.Lock()
@@ -385,8 +385,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 
-	close(s.quit)
-	<-s.loopDone // the loop no longer replaces s.cur
+	s.session.Stop() // the loop no longer replaces s.cur
 
 	s.mu.Lock()
 	c, st := s.cur, s.sess.State
@@ -404,21 +403,19 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Conn returns the current go-zookeeper client, for tests, fault injection
-// and tools (four-letter words, ACL inspection). It changes when a lost
-// session is replaced. Do not Close it, and do not use it for writes that
-// must carry the store's ACL.
-func (s *Store) Conn() *zk.Conn {
+// conn returns the current go-zookeeper client (for tests: export_test.go).
+// It changes when a lost session is replaced.
+func (s *Store) conn() *zk.Conn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cur.conn
 }
 
-// DropConnections cuts the current TCP connection(s) to ZooKeeper, as a
+// dropConnections cuts the current TCP connection(s) to ZooKeeper, as a
 // network blip would: the store goes StateSuspended and the client
-// reconnects, normally resuming the same session. A fault-injection hook
-// for tests; it returns the number of connections cut.
-func (s *Store) DropConnections() int {
+// reconnects, normally resuming the same session. It returns the number of
+// connections cut (for tests: export_test.go).
+func (s *Store) dropConnections() int {
 	s.mu.Lock()
 	c := s.cur
 	s.mu.Unlock()
