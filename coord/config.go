@@ -184,6 +184,7 @@ func mergeRepaired(stored, next map[string]string, field string) map[string]stri
 	return m
 }
 
+// clearExecutionNodes deletes the node named node of every item.
 func (a *tree) clearExecutionNodes(ctx context.Context, p layout.JobPaths, node string) error {
 	items, _, err := a.st.Children(ctx, p.Abs(layout.NExecution))
 	if err != nil {
@@ -231,6 +232,7 @@ func (a *tree) bumpFailoverDir(ctx context.Context, p layout.JobPaths) error {
 	return nil
 }
 
+// clearQueue deletes the failover queue's entries.
 func (a *tree) clearQueue(ctx context.Context, p layout.JobPaths) error {
 	q, _, err := a.st.Children(ctx, p.Abs(layout.RelFailoverQ))
 	if errors.Is(err, store.ErrNoNode) {

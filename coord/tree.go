@@ -21,6 +21,7 @@ type tree struct {
 	ns string
 }
 
+// paths are job's paths in the namespace.
 func (a *tree) paths(job string) layout.JobPaths { return layout.NewJobPaths(a.ns, job) }
 
 // requireJob fails with ErrNoJob unless the job's config node exists.
@@ -70,6 +71,8 @@ func (a *tree) onlineServers(ctx context.Context, p layout.JobPaths, names []str
 	return online, nil
 }
 
+// raiseResharding raises the job's resharding flag (layout.RaiseFlag):
+// after a membership change an operator made, the leader reshards.
 func (a *tree) raiseResharding(ctx context.Context, p layout.JobPaths) error {
 	if err := layout.RaiseFlag(ctx, a.st, p); err != nil {
 		return fmt.Errorf("coord: raise the resharding flag %s: %w", p.Abs(layout.RelNecessary), err)
@@ -141,6 +144,10 @@ func (a *tree) cannotRun(ctx context.Context, p layout.JobPaths, s string) (stri
 	return "", nil
 }
 
+// setServerFlag sets (on) or clears an operator flag (paused, disabled,
+// shutdown) of server, or of every server of the job. disabled and
+// shutdown change the membership: each write bumps its version and the
+// resharding flag is raised after them.
 func (a *tree) setServerFlag(ctx context.Context, p layout.JobPaths, job, server, flag string, on bool) error {
 	names, err := a.servers(ctx, p, job, server)
 	if err != nil {
@@ -168,6 +175,8 @@ func (a *tree) setServerFlag(ctx context.Context, p layout.JobPaths, job, server
 	return nil
 }
 
+// setItemDisabled disables (on) or enables an item of the job's current
+// total (checkItem).
 func (a *tree) setItemDisabled(ctx context.Context, p layout.JobPaths, job string, item int, on bool) error {
 	if err := a.checkItem(ctx, p, job, item); err != nil {
 		return err
@@ -206,6 +215,8 @@ func (a *tree) checkItem(ctx context.Context, p layout.JobPaths, job string, ite
 	return nil
 }
 
+// remove deletes an offline server's node (resharding flagged), or the
+// whole job with server "", refusing while any of them is live.
 func (a *tree) remove(ctx context.Context, p layout.JobPaths, job, server string) error {
 	names, err := a.servers(ctx, p, job, server)
 	if err != nil {
@@ -231,6 +242,7 @@ func (a *tree) remove(ctx context.Context, p layout.JobPaths, job, server string
 	return nil
 }
 
+// readFields reads the job's config fields, by node name.
 func (a *tree) readFields(ctx context.Context, p layout.JobPaths) (map[string]string, error) {
 	names, _, err := a.st.Children(ctx, p.Abs(layout.NConfig))
 	if err != nil {
