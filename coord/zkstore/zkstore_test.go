@@ -6,11 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/storetest"
 	"github.com/shardflow/shardflow/coord/zkstore"
@@ -104,61 +104,27 @@ func awaitState(t *testing.T, s store.Store, d time.Duration, what string, ok fu
 	return cur
 }
 
-// harness runs the conformance suite on real ZooKeeper. Every session goes
-// through its own proxy, so Expire can partition exactly one session.
+// harness runs the conformance suite on real ZooKeeper through coordtest's
+// ZooKeeper backend: every session goes through its own proxy, so Expire
+// partitions exactly one session, and every session is under the backend's
+// chroot.
 type harness struct {
-	servers []string
-	admin   *zkstore.Store
-	base    string
-
-	mu      sync.Mutex
-	proxies map[store.Store]*integration.Proxy
-	roots   int
+	b     coordtest.Backend
+	admin store.Store
+	roots atomic.Int64
 }
 
-func (h *harness) NewSession(t *testing.T) store.Store {
-	t.Helper()
-	p := integration.NewProxy(t, h.servers[0])
-	s, err := zkstore.Open(testCtx(t), zkstore.Config{
-		Servers:        []string{p.Addr()},
-		SessionTimeout: testSessionTimeout,
-		Logger:         testLogger(),
-	})
-	if err != nil {
-		t.Fatalf("Open via proxy %s: %v", p.Addr(), err)
-	}
-	h.mu.Lock()
-	h.proxies[s] = p
-	h.mu.Unlock()
-	return s
-}
+func (h *harness) NewSession(t *testing.T) store.Store { return h.b.Connect(t) }
 
 // Expire partitions s from ZooKeeper until the store declares the session
 // lost (after the session timeout; the server expires it too), then heals
 // the path. The store has retired the old client by then, so the session
 // cannot be resumed: it reconnects with a new one.
-func (h *harness) Expire(t *testing.T, s store.Store) {
-	t.Helper()
-	h.mu.Lock()
-	p := h.proxies[s]
-	h.mu.Unlock()
-	if p == nil {
-		t.Fatalf("Expire: store was not opened by this harness")
-	}
-	before, _ := s.Session()
-	p.Cut()
-	awaitState(t, s, 4*testSessionTimeout, "Expire", func(cur store.Session) bool {
-		return cur.State == store.StateLost || cur.ID != before.ID
-	})
-	p.Restore()
-}
+func (h *harness) Expire(t *testing.T, s store.Store) { h.b.Expire(t, s) }
 
 func (h *harness) Root(t *testing.T) string {
 	t.Helper()
-	h.mu.Lock()
-	h.roots++
-	p := fmt.Sprintf("%s/r%d", h.base, h.roots)
-	h.mu.Unlock()
+	p := fmt.Sprintf("/r%d", h.roots.Add(1))
 	if _, err := h.admin.Create(testCtx(t), p, nil, store.Persistent); err != nil {
 		t.Fatalf("Root %s: %v", p, err)
 	}
@@ -166,12 +132,6 @@ func (h *harness) Root(t *testing.T) string {
 }
 
 func TestConformance(t *testing.T) {
-	admin := open(t, zkstore.Config{})
-	h := &harness{
-		servers: zkServers(t),
-		admin:   admin,
-		base:    freshBase(t, admin),
-		proxies: map[store.Store]*integration.Proxy{},
-	}
-	storetest.Run(t, h)
+	b := coordtest.ZooKeeper(t, coordtest.ZooKeeperConfig{Server: zkServers(t)[0], SessionTimeout: testSessionTimeout})
+	storetest.Run(t, &harness{b: b, admin: b.Connect(t)})
 }
