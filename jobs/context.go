@@ -43,12 +43,12 @@ type ShardContext struct {
 	WorkflowRun string `json:"workflowRun,omitempty"`
 }
 
-// NewShardContext is the context of shard on server serverID.
-func NewShardContext(shard dataflow.Shard, serverID string) ShardContext {
+// NewShardContext is the context of shard, run by the server shard.ServerID.
+func NewShardContext(shard dataflow.Shard) ShardContext {
 	return ShardContext{
 		JobName: shard.JobName, ShardingItem: shard.Item, ShardingTotalCount: shard.Total,
 		ShardingParameter: shard.ItemParameter, JobParameter: shard.JobParameter,
-		Epoch: shard.Epoch, ServerID: serverID, Failover: shard.Failover, WorkflowRun: shard.WorkflowRun,
+		Epoch: shard.Epoch, ServerID: shard.ServerID, Failover: shard.Failover, WorkflowRun: shard.WorkflowRun,
 	}
 }
 

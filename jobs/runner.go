@@ -80,7 +80,7 @@ func (r *runner) run(ctx context.Context, shard dataflow.Shard) error {
 		return err
 	}
 	r.setRefused(ctx, shard.JobName, "")
-	c := NewShardContext(shard, r.n.ServerID())
+	c := NewShardContext(shard)
 	if cfg.Type() == jobconfig.JobTypeScript {
 		argv, _ := jobconfig.SplitCommandLine(cfg.Script.CommandLine) // checked above
 		return RunScript(ctx, argv, c, ScriptOptions{Path: prog, Env: r.scriptEnv, Logger: r.logger})

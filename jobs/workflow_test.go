@@ -15,11 +15,11 @@ import (
 // (the Shardflow-Workflow-Run header and the body's workflowRun); an item
 // in no workflow gets neither.
 func TestWorkflowRunReachesScriptsAndRequests(t *testing.T) {
-	in := NewShardContext(dataflow.Shard{JobName: "load", Item: 1, Total: 2, WorkflowRun: "extract-0000000007"}, "w1")
+	in := NewShardContext(dataflow.Shard{JobName: "load", ServerID: "w1", Item: 1, Total: 2, WorkflowRun: "extract-0000000007"})
 	if !slices.Contains(in.Env(), "SHARDFLOW_WORKFLOW_RUN=extract-0000000007") {
 		t.Fatalf("Env() = %v, want SHARDFLOW_WORKFLOW_RUN", in.Env())
 	}
-	out := NewShardContext(dataflow.Shard{JobName: "alone", Item: 0, Total: 1}, "w1")
+	out := NewShardContext(dataflow.Shard{JobName: "alone", ServerID: "w1", Item: 0, Total: 1})
 	for _, e := range out.Env() {
 		if len(e) > 22 && e[:22] == "SHARDFLOW_WORKFLOW_RUN" {
 			t.Fatalf("Env() of a job in no workflow has %s", e)
