@@ -35,7 +35,8 @@ func (n *Node) report(h *hostedJob, info RunInfo, res RunResult, errs map[int]st
 		recs := make([]history.Record, len(res.Items))
 		for i, it := range res.Items {
 			rec := history.Record{Job: h.name, Server: info.ServerID, Item: it.Item, Epoch: it.Epoch, Source: src,
-				Begin: it.Started, End: it.Started.Add(it.Duration), Success: it.Success, Failure: it.Failure}
+				Begin: it.Started, End: it.Started.Add(it.Duration), Success: it.Success, Failure: it.Failure,
+				WorkflowRun: info.WorkflowRun}
 			if it.Failover {
 				rec.Source = history.SourceFailover
 			}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/history"
+	"github.com/shardflow/shardflow/internal/testwait"
 	"github.com/shardflow/shardflow/coord/workflow"
 )
 
@@ -91,8 +93,9 @@ func TestWorkflowChainHundredRuns(t *testing.T) {
 	srv := memstore.NewServer()
 	e := newEffects()
 	var nodes []*Node
+	hist := history.NewMemory(runs * steps * total)
 	for _, id := range []string{"s1", "s2"} {
-		n, err := NewNode(NodeConfig{Store: srv.Connect(), ServerID: id, Namespace: "chain", Logger: quietLogger()})
+		n, err := NewNode(NodeConfig{Store: srv.Connect(), ServerID: id, Namespace: "chain", Logger: quietLogger(), History: hist})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,6 +145,17 @@ func TestWorkflowChainHundredRuns(t *testing.T) {
 	}
 	if n := len(e.runs); n != runs*steps*total {
 		t.Errorf("%d item runs recorded, want %d (one per workflow run, step and item)", n, runs*steps*total)
+	}
+	// History has every item run under its workflow run (the last step's
+	// records come after its items' effects: wait for them).
+	last := workflow.RunID("s0", runs)
+	testwait.For(t, 10*time.Second, "history of "+last, func() bool {
+		recs, _ := hist.Runs(ctx, history.Filter{WorkflowRun: last})
+		return len(recs) == steps*total
+	})
+	recs, _ := hist.Runs(ctx, history.Filter{WorkflowRun: workflow.RunID("s0", 1)})
+	if len(recs) != steps*total {
+		t.Errorf("history of %s: %d item runs, want %d", workflow.RunID("s0", 1), len(recs), steps*total)
 	}
 }
 

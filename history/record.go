@@ -31,7 +31,8 @@ func (s Source) Valid() bool {
 }
 
 // Record is one shard item's run on one server. Its JSON form is the one
-// `shardflow history --json` prints: exactly these ten fields.
+// `shardflow history --json` prints: exactly these ten fields, and
+// workflowRun for an item run in a workflow run.
 type Record struct {
 	// Job is the job's name.
 	Job string `json:"job"`
@@ -52,6 +53,9 @@ type Record struct {
 	Failure int64 `json:"failure"`
 	// Error is the item's first error ("" if none).
 	Error string `json:"error"`
+	// WorkflowRun is the workflow run the item ran in (a job with
+	// dependsOn, or one others depend on); "" for a job in no workflow.
+	WorkflowRun string `json:"workflowRun,omitempty"`
 }
 
 // Duration is End - Begin.
@@ -78,6 +82,9 @@ type Filter struct {
 	Server string
 	// Item, when not nil, selects one shard item.
 	Item *int
+	// WorkflowRun, when not "", selects one workflow run's item runs
+	// (every step's).
+	WorkflowRun string
 	// Since, when not zero, selects records that ended at or after it.
 	Since time.Time
 	// Limit, when > 0, caps the number of records returned.
@@ -89,6 +96,7 @@ func (f Filter) Match(r Record) bool {
 	return (f.Job == "" || r.Job == f.Job) &&
 		(f.Server == "" || r.Server == f.Server) &&
 		(f.Item == nil || r.Item == *f.Item) &&
+		(f.WorkflowRun == "" || r.WorkflowRun == f.WorkflowRun) &&
 		(f.Since.IsZero() || !r.End.Before(f.Since))
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -19,6 +20,7 @@ import (
 // historyFlags are the flags of `shardflow history`.
 type historyFlags struct {
 	dsn, table, job, server string
+	workflowRun             string
 	item, limit             int
 	since                   time.Duration
 	at                      string
@@ -33,10 +35,11 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&hf.job, "job", "", "only this job")
 	fs.IntVar(&hf.item, "item", -1, "only this shard item")
 	fs.StringVar(&hf.server, "server", "", "only this server id")
+	fs.StringVar(&hf.workflowRun, "workflow-run", "", "only this workflow run's item runs, every step's (ids as `shardflow workflow status` lists them)")
 	fs.DurationVar(&hf.since, "since", 0, "only runs that ended within this long (e.g. 1h); 0: all")
 	fs.StringVar(&hf.at, "at", "", "RFC3339 instant: who owned each item then, under which epoch")
 	fs.IntVar(&hf.limit, "limit", 200, "most runs printed; 0: all")
-	fs.BoolVar(&hf.asJSON, "json", false, "print a JSON array of {job, server, item, epoch, source, begin, end, success, failure, error}")
+	fs.BoolVar(&hf.asJSON, "json", false, "print a JSON array of {job, server, item, epoch, source, begin, end, success, failure, error[, workflowRun]}")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
@@ -59,7 +62,7 @@ func runHistory(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return cli.Usagef("--at %q is not an RFC3339 time such as 2026-11-23T10:00:00Z", hf.at)
 		}
 	}
-	f := history.Filter{Job: hf.job, Server: hf.server, Limit: hf.limit}
+	f := history.Filter{Job: hf.job, Server: hf.server, WorkflowRun: hf.workflowRun, Limit: hf.limit}
 	if hf.item >= 0 {
 		f.Item = &hf.item
 	}
@@ -116,11 +119,21 @@ func printRuns(w io.Writer, recs []history.Record) {
 		fmt.Fprintln(w, "no runs recorded for this selection")
 		return
 	}
+	// The workflow run column only when a run of the selection had one.
+	inWorkflow := slices.ContainsFunc(recs, func(r history.Record) bool { return r.WorkflowRun != "" })
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BEGIN\tDURATION\tJOB\tITEM\tSERVER\tEPOCH\tSOURCE\tSUCCESS\tFAILURE\tERROR")
+	head := "BEGIN\tDURATION\tJOB\tITEM\tSERVER\tEPOCH\tSOURCE\tSUCCESS\tFAILURE\tERROR"
+	if inWorkflow {
+		head += "\tWORKFLOW RUN"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range recs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\t%s\n", r.Begin.UTC().Format(historyTime),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%d\t%d\t%s", r.Begin.UTC().Format(historyTime),
 			r.Duration().Round(time.Millisecond), r.Job, r.Item, r.Server, r.Epoch, r.Source, r.Success, r.Failure, oneLine(r.Error))
+		if inWorkflow {
+			fmt.Fprintf(tw, "\t%s", r.WorkflowRun)
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
 }

@@ -34,6 +34,9 @@ func where(f history.Filter, withSince bool) (string, []any) {
 	if f.Server != "" {
 		add("server = $%d", f.Server)
 	}
+	if f.WorkflowRun != "" {
+		add("workflow_run = $%d", f.WorkflowRun)
+	}
 	if withSince && !f.Since.IsZero() {
 		add("end_at >= $%d", f.Since)
 	}
@@ -85,7 +88,7 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]history.Rec
 		var r history.Record
 		var item int32
 		var src string
-		err := row.Scan(&r.Job, &r.Server, &item, &r.Epoch, &src, &r.Begin, &r.End, &r.Success, &r.Failure, &r.Error)
+		err := row.Scan(&r.Job, &r.Server, &item, &r.Epoch, &src, &r.Begin, &r.End, &r.Success, &r.Failure, &r.Error, &r.WorkflowRun)
 		r.Item, r.Source = int(item), history.Source(src)
 		r.Begin, r.End = r.Begin.UTC(), r.End.UTC()
 		return r, err

@@ -87,7 +87,7 @@ func slicesHasEmpty(ss []string) bool {
 }
 
 // columns in COPY and SELECT order.
-var columns = []string{"job", "server", "item", "epoch", "source", "begin_at", "end_at", "success", "failure", "error"}
+var columns = []string{"job", "server", "item", "epoch", "source", "begin_at", "end_at", "success", "failure", "error", "workflow_run"}
 
 // Migrate creates the table and its indexes if missing. Idempotent; safe to
 // run from every process at start, also at the same instant (the DDL is
@@ -106,8 +106,13 @@ CREATE TABLE IF NOT EXISTS %[1]s (
   end_at   timestamptz NOT NULL,
   success  bigint      NOT NULL,
   failure  bigint      NOT NULL,
-  error    text        NOT NULL DEFAULT ''
+  error    text        NOT NULL DEFAULT '',
+  workflow_run text    NOT NULL DEFAULT ''
 );
+-- tables created before workflows
+ALTER TABLE %[1]s ADD COLUMN IF NOT EXISTS workflow_run text NOT NULL DEFAULT '';
+-- a workflow run's item runs (shardflow history --workflow-run)
+CREATE INDEX IF NOT EXISTS %[6]s ON %[1]s (workflow_run) WHERE workflow_run <> '';
 -- a job's or an item's runs newest first, and "who owned item N at T"
 CREATE INDEX IF NOT EXISTS %[2]s ON %[1]s (job, item, begin_at DESC);
 -- every run newest first, and a server's
@@ -115,7 +120,7 @@ CREATE INDEX IF NOT EXISTS %[3]s ON %[1]s (begin_at DESC);
 CREATE INDEX IF NOT EXISTS %[4]s ON %[1]s (server, begin_at DESC);
 -- --since and the retention delete
 CREATE INDEX IF NOT EXISTS %[5]s ON %[1]s (end_at);`,
-		s.name, idx("job_item_begin_idx"), idx("begin_idx"), idx("server_begin_idx"), idx("end_idx"))
+		s.name, idx("job_item_begin_idx"), idx("begin_idx"), idx("server_begin_idx"), idx("end_idx"), idx("workflow_run_idx"))
 	// Every worker calls Migrate at start: concurrent CREATE ... IF NOT EXISTS
 	// of one table can still fail on pg_type's unique index, so the DDL runs
 	// under a transaction-scoped advisory lock keyed by the table's name.
@@ -147,7 +152,7 @@ func (s *Store) Write(ctx context.Context, recs []history.Record) error {
 		}
 		r := recs[i]
 		i++
-		return []any{r.Job, r.Server, int32(r.Item), r.Epoch, string(r.Source), r.Begin, r.End, r.Success, r.Failure, r.Error}, nil
+		return []any{r.Job, r.Server, int32(r.Item), r.Epoch, string(r.Source), r.Begin, r.End, r.Success, r.Failure, r.Error, r.WorkflowRun}, nil
 	})
 	if _, err := s.cfg.Pool.CopyFrom(ctx, s.table, columns, src); err != nil {
 		return fmt.Errorf("pghistory: COPY %d records into %s: %w", len(recs), s.name, err)

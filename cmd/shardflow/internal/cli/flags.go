@@ -28,7 +28,7 @@ var Synopses = map[string]string{
 	"config get":        "shardflow config get --job NAME [FIELD] [connection flags]",
 	"config set":        "shardflow config set --job NAME [connection flags] FIELD VALUE",
 	"console":           "shardflow console [--listen ADDR] [--token-file FILE] [--basic-auth-file FILE] [--history-pg DSN] [connection flags]",
-	"history":           "shardflow history --pg DSN [--job NAME] [--item N] [--server ID] [--since DURATION] [--at RFC3339] [--json]",
+	"history":           "shardflow history --pg DSN [--job NAME] [--item N] [--server ID] [--workflow-run ID] [--since DURATION] [--at RFC3339] [--json]",
 	"failed":            "shardflow failed list|requeue|upgrade-v1 --pg DSN --table TABLE [flags]",
 	"failed list":       "shardflow failed list --pg DSN --table TABLE [--id K,...] [--error TEXT] [--json]",
 	"failed requeue":    "shardflow failed requeue --pg DSN --table TABLE (--all | --id K,... | --error TEXT)",
@@ -54,7 +54,7 @@ var valueNames = map[string]string{
 	"listen": "ADDR", "token-file": "FILE", "basic-auth-file": "FILE", "history-pg": "DSN", "history-table": "TABLE",
 	"pg": "DSN", "table": "TABLE", "allow-command": "PREFIX", "allow-url": "PREFIX", "header": `"NAME: VALUE"`,
 	"cron": "EXPR", "command": "CMD", "url": "URL", "method": "METHOD", "tz": "ZONE", "from": "RFC3339", "at": "RFC3339",
-	"strategy": "NAME", "type": "TYPE", "id": "K,...", "error": "TEXT", "run": "ID", "depends-on": "JOB,...",
+	"strategy": "NAME", "type": "TYPE", "id": "K,...", "error": "TEXT", "run": "ID", "depends-on": "JOB,...", "workflow-run": "ID",
 }
 
 // ParseFlags parses args into fs. `-h` prints the command's usage and
