@@ -15,12 +15,13 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// TestWriteThroughput measures concurrent writes: PGSTORE_THROUGHPUT_STORES
+// TestWriteThroughput measures concurrent calls: PGSTORE_THROUGHPUT_STORES
 // stores (default 3, as the servers of bench-fires) with
 // PGSTORE_THROUGHPUT_WRITERS goroutines each (default 16) run, for
 // PGSTORE_THROUGHPUT_SECONDS, what a job's Begin and Complete write: a Multi
 // that checks a node, sets another and creates an ephemeral child, then one
-// that deletes it. Meanwhile it samples pg_stat_activity every 20 ms and
+// that deletes it, each iteration after PGSTORE_THROUGHPUT_READS reads
+// (default 0; a trigger makes 3, docs/benchmarks.md). Meanwhile it samples pg_stat_activity every 20 ms and
 // logs where the store's connections waited (the profile behind the write
 // path's design). Skipped unless PGSTORE_THROUGHPUT_SECONDS is set.
 func TestWriteThroughput(t *testing.T) {
@@ -30,6 +31,10 @@ func TestWriteThroughput(t *testing.T) {
 	}
 	nStores := envOr(t, "PGSTORE_THROUGHPUT_STORES", 3)
 	writers := envOr(t, "PGSTORE_THROUGHPUT_WRITERS", 16)
+	readsPer := 0
+	if os.Getenv("PGSTORE_THROUGHPUT_READS") != "" {
+		readsPer = envOr(t, "PGSTORE_THROUGHPUT_READS", 0)
+	}
 	dsn, schema := freshSchema(t)
 	stores := make([]*pgstore.Store, nStores)
 	for i := range stores {
@@ -46,7 +51,7 @@ func TestWriteThroughput(t *testing.T) {
 	admin := adminConn(t, dsn)
 	waits := map[string]int{}
 	samples := 0
-	var writes, failures atomic.Int64
+	var writes, reads, failures atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for si, s := range stores {
@@ -58,6 +63,14 @@ func TestWriteThroughput(t *testing.T) {
 					case <-stop:
 						return
 					default:
+					}
+					for range readsPer {
+						if _, _, err := s.Get(ctx, j+"/state"); err != nil {
+							failures.Add(1)
+							t.Errorf("read: %v", err)
+							return
+						}
+						reads.Add(1)
 					}
 					_, err := s.Multi(ctx,
 						&store.CheckOp{Path: j, Version: store.AnyVersion},
@@ -96,7 +109,7 @@ func TestWriteThroughput(t *testing.T) {
 		samples++
 	}
 	tick.Stop()
-	n := writes.Load()
+	n, nr := writes.Load(), reads.Load()
 	elapsed := time.Since(start)
 	close(stop)
 	wg.Wait()
@@ -109,8 +122,8 @@ func TestWriteThroughput(t *testing.T) {
 	for _, k := range keys {
 		fmt.Fprintf(&b, " %s=%.2f", k, float64(waits[k])/float64(samples))
 	}
-	t.Logf("THROUGHPUT stores=%d writers=%d: %.0f writes/s (%d in %.1f s, %d failed); busy connections per sample by wait:%s",
-		nStores, writers, float64(n)/elapsed.Seconds(), n, elapsed.Seconds(), failures.Load(), b.String())
+	t.Logf("THROUGHPUT stores=%d writers=%d reads=%d: %.0f writes/s and %.0f reads/s (%d and %d in %.1f s, %d failed); busy connections per sample by wait:%s",
+		nStores, writers, readsPer, float64(n)/elapsed.Seconds(), float64(nr)/elapsed.Seconds(), n, nr, elapsed.Seconds(), failures.Load(), b.String())
 }
 
 func envOr(t *testing.T, name string, def int) int {
