@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/pgstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/integration"
@@ -38,7 +39,8 @@ func scaleJobConfig(i int) JobConfig {
 
 // TestScaleJobs is the many-jobs measurement behind `make bench-jobs`:
 // SHARDFLOW_SCALE_JOBS idle jobs (4 items, a daily cron) on one Node, on
-// real ZooKeeper (SHARDFLOW_SCALE_STORE=mem: the embedded memstore). It
+// real ZooKeeper (SHARDFLOW_SCALE_STORE=mem: the embedded memstore; pg:
+// coord/pgstore on Postgres). It
 // logs the time to add them from 32 goroutines, the goroutines, RSS and
 // heap per job at rest, the watches the server holds per job, the
 // goroutines by creator, the store requests per
@@ -61,7 +63,20 @@ func TestScaleJobs(t *testing.T) {
 	var connect func() (store.Store, func())
 	// watches returns the watches the server holds (-1: unknown).
 	var watches func() int
-	if os.Getenv("SHARDFLOW_SCALE_STORE") == "mem" {
+	if os.Getenv("SHARDFLOW_SCALE_STORE") == "pg" {
+		// coord/pgstore on the shared Postgres, in a schema of its own.
+		dsn := integration.SharedPostgres(t).NewSchema(t)
+		schema := fmt.Sprintf("scalejobs_%d", time.Now().UnixNano()%1_000_000_000)
+		logf("Postgres, schema %s", schema)
+		connect = func() (store.Store, func()) {
+			s, err := pgstore.Open(context.Background(), pgstore.Config{DSN: dsn, Schema: schema, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, func() { _ = s.Close() }
+		}
+		watches = func() int { return -1 }
+	} else if os.Getenv("SHARDFLOW_SCALE_STORE") == "mem" {
 		srv := memstore.NewServer()
 		connect = func() (store.Store, func()) {
 			s := srv.Connect()

@@ -197,15 +197,12 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 	defer cancel()
 	err := retry(mctx, markTimeout, s.logRetry("mark", shard), func(ctx context.Context) error {
 		b := &pgx.Batch{}
-		var doneTag *int64
+		var marked []int64
 		if len(done) > 0 {
-			b.Queue(s.sql.done, done, owner(shard), shard.Epoch, doneTIDs).QueryRow(func(row pgx.Row) error {
-				var n int64
-				if err := row.Scan(&n); err != nil {
-					return err
-				}
-				doneTag = &n
-				return nil
+			b.Queue(s.sql.done, done, owner(shard), shard.Epoch, doneTIDs).Query(func(rows pgx.Rows) error {
+				var err error
+				marked, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+				return err
 			})
 		}
 		if len(failed) > 0 {
@@ -223,10 +220,19 @@ func (j *ClaimJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, it
 		if err := s.cfg.Pool.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		if doneTag != nil && *doneTag < int64(len(done)) {
+		n := int64(len(marked))
+		if moved := unmarked(done, marked); len(moved) > 0 {
+			// Rows whose version moved since the claim (or refused).
+			tag, err := s.cfg.Pool.Exec(ctx, s.sql.doneByKey, moved, owner(shard), shard.Epoch)
+			if err != nil {
+				return err
+			}
+			n += tag.RowsAffected()
+		}
+		if n < int64(len(done)) {
 			s.cfg.Logger.Warn("sources/postgres: done marks refused: the rows were reclaimed by a newer claimer",
 				"table", s.spec.Table, "job", shard.JobName, "item", shard.Item, "epoch", shard.Epoch,
-				"refused", int64(len(done))-*doneTag)
+				"refused", int64(len(done))-n)
 		}
 		return nil
 	})
@@ -270,4 +276,22 @@ func unread[T any](rows []Row[T]) []int64 {
 func (s *Source[T]) logSetAside(shard dataflow.Shard, e *ReadError) {
 	s.cfg.Logger.Warn("sources/postgres: row cannot be read into the item type; set aside, the item goes on", "table", s.spec.Table,
 		"job", shard.JobName, "item", shard.Item, "key", e.Key, "column", e.Column, "field", e.Field, "err", e.Err)
+}
+
+// unmarked are the keys of done not in marked.
+func unmarked(done, marked []int64) []int64 {
+	if len(marked) >= len(done) {
+		return nil
+	}
+	in := make(map[int64]bool, len(marked))
+	for _, k := range marked {
+		in[k] = true
+	}
+	var out []int64
+	for _, k := range done {
+		if !in[k] {
+			out = append(out, k)
+		}
+	}
+	return out
 }
