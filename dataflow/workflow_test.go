@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/workflow"
 	"github.com/shardflow/shardflow/history"
 	"github.com/shardflow/shardflow/internal/testwait"
-	"github.com/shardflow/shardflow/coord/workflow"
 )
 
 // effects records every item run of a workflow test: the order in which
