@@ -160,3 +160,86 @@ func TestWorkflowChainHundredRuns(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestWorkflowUpstreamFailure: an item of the first job fails: under the
+// default policy the job after it does not run in that workflow run (its
+// step stopped, and the step after it too); a job whose upstreamFailure
+// is run runs anyway. The next workflow run, with no failure, runs every
+// step.
+func TestWorkflowUpstreamFailure(t *testing.T) {
+	srv := memstore.NewServer()
+	n, err := NewNode(NodeConfig{Store: srv.Connect(), ServerID: "s1", Namespace: "fail", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopNode(t, n)
+	ctx := t.Context()
+	var mu sync.Mutex
+	ran := map[string]int{} // run|job -> items run
+	fail := true
+	job := func(ctx context.Context, s Shard) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran[s.WorkflowRun+"|"+s.JobName]++
+		if s.JobName == "a" && s.Item == 1 && fail {
+			return fmt.Errorf("item 1 fails")
+		}
+		return nil
+	}
+	for _, cfg := range []JobConfig{
+		{JobName: "a"},
+		{JobName: "stop", DependsOn: []string{"a"}},
+		{JobName: "after-stop", DependsOn: []string{"stop"}, UpstreamFailure: "run"},
+		{JobName: "anyway", DependsOn: []string{"a"}, UpstreamFailure: "run"},
+	} {
+		cfg.ShardingTotalCount = 2
+		if err := AddSimpleJob(ctx, n, cfg, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	decided := func(run string) map[string]string {
+		states := map[string]string{}
+		testwait.For(t, 20*time.Second, "every step of "+run+" decided", func() bool {
+			rs, err := workflow.ReadRun(ctx, n.Store(), "fail", run)
+			if err != nil {
+				return false
+			}
+			for _, s := range rs.Steps {
+				if !s.Decided() {
+					return false
+				}
+				states[s.Job] = s.State
+			}
+			return true
+		})
+		return states
+	}
+	if err := n.TriggerLocal("a"); err != nil {
+		t.Fatal(err)
+	}
+	run := workflow.RunID("a", 1)
+	got := decided(run)
+	want := map[string]string{"a": workflow.StateFailed, "stop": workflow.StateStopped, "after-stop": workflow.StateSucceeded, "anyway": workflow.StateSucceeded}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s: steps %v, want %v", run, got, want)
+	}
+	mu.Lock()
+	if ran[run+"|stop"] != 0 || ran[run+"|anyway"] != 2 || ran[run+"|after-stop"] != 2 {
+		t.Fatalf("%s: items run %v; want none of stop, both of anyway and after-stop (its policy is run)", run, ran)
+	}
+	fail = false
+	mu.Unlock()
+
+	if err := n.TriggerLocal("a"); err != nil {
+		t.Fatal(err)
+	}
+	run = workflow.RunID("a", 2)
+	for j, s := range decided(run) {
+		if s != workflow.StateSucceeded {
+			t.Errorf("%s: %s %s, want succeeded", run, j, s)
+		}
+	}
+}
