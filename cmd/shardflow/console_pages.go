@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 )
@@ -18,7 +19,7 @@ import (
 var templateFS embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"items":   joinInts,
+	"items":   cli.JoinInts,
 	"when":    fmtWhen,
 	"utc":     fmtUTC,
 	"what":    describeAction,

@@ -174,8 +174,8 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if r.Error != "" {
 				target = "config error: " + r.Error
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", printable(r.Job), printable(r.Type), printable(orDash(r.Cron)), r.Total, orDash(r.Timeout),
-				r.Servers, printable(orDash(strings.Join(r.Refused, ","))), printable(orDash(target)))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%d\t%s\t%s\n", printable(r.Job), printable(r.Type), printable(cli.OrDash(r.Cron)), r.Total, cli.OrDash(r.Timeout),
+				r.Servers, printable(cli.OrDash(strings.Join(r.Refused, ","))), printable(cli.OrDash(target)))
 		}
 		return tw.Flush()
 	})

@@ -32,6 +32,7 @@ import (
 	"syscall"
 
 	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
+	"github.com/shardflow/shardflow/cmd/shardflow/internal/demo"
 )
 
 type command struct {
@@ -42,7 +43,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"demo", "run the demo job: K servers in one process (embedded store, or --zk)", runDemo},
+		{"demo", "run the demo job: K servers in one process (embedded store, or --zk)", demo.Run},
 		{"shard", "preview a sharding assignment", runShard},
 		{"cron", "preview a cron expression: cron next [--tz ZONE] [--from RFC3339] [-n N] EXPR", runCron},
 		{"status", "show jobs, servers, items and counts", runStatus},

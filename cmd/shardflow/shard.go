@@ -65,18 +65,7 @@ func runShard(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	slices.SortFunc(names, sharding.CompareServerIDs)
 	fmt.Fprintf(stdout, "strategy %s, job %q, %d items over %d servers\n", *strategy, *job, *total, len(names))
 	for _, id := range names {
-		fmt.Fprintf(stdout, "  %-20s %s\n", id, joinInts(assignment[id]))
+		fmt.Fprintf(stdout, "  %-20s %s\n", id, cli.JoinInts(assignment[id]))
 	}
 	return nil
-}
-
-func joinInts(items []int) string {
-	if len(items) == 0 {
-		return "-"
-	}
-	parts := make([]string, len(items))
-	for i, v := range items {
-		parts[i] = fmt.Sprint(v)
-	}
-	return strings.Join(parts, ",")
 }

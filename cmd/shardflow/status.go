@@ -100,12 +100,12 @@ func printStatus(w io.Writer, doc statusDocument) {
 }
 
 func printJobStatus(w io.Writer, js coord.JobStatus) {
-	fmt.Fprintf(w, "job %s   health %s   leader %s", printable(js.Job), js.Health, printable(orDash(js.Leader)))
+	fmt.Fprintf(w, "job %s   health %s   leader %s", printable(js.Job), js.Health, printable(cli.OrDash(js.Leader)))
 	if js.ReshardingPending {
 		fmt.Fprint(w, "   resharding pending")
 	}
 	if len(js.FailoverQueue) > 0 {
-		fmt.Fprintf(w, "   failover queue %s", joinInts(js.FailoverQueue))
+		fmt.Fprintf(w, "   failover queue %s", cli.JoinInts(js.FailoverQueue))
 	}
 	fmt.Fprintf(w, "   next fire %s", fmtTime(js.NextFireTime))
 	fmt.Fprintln(w)
@@ -147,9 +147,9 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 		if s.Shutdown {
 			flags = append(flags, "shutdown")
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%s\t%s\t%s\n", printable(s.ID), printable(s.Status), joinInts(s.Sharding),
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d/%d\t%d/%d\t%s\t%s\t%s\n", printable(s.ID), printable(s.Status), cli.JoinInts(s.Sharding),
 			s.ProcessSuccessCount, s.TotalSuccessCount, s.ProcessFailureCount, s.TotalFailureCount, fmtTime(s.CountsAsOf),
-			orDash(strings.Join(flags, ",")), printable(orDash(s.LastError)))
+			cli.OrDash(strings.Join(flags, ",")), printable(cli.OrDash(s.LastError)))
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -176,7 +176,7 @@ func printJobStatus(w io.Writer, js coord.JobStatus) {
 		if failover == "" && it.FailoverLost != "" {
 			failover = printable(it.FailoverLost) + " (lost)" // its claimant's session ended mid-run
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", it.Item, state, orDash(failover),
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\n", it.Item, state, cli.OrDash(failover),
 			fmtTime(it.LastBeginTime), fmtTime(it.LastCompleteTime), fmtTime(it.NextFireTime))
 	}
 	tw.Flush()
@@ -218,13 +218,6 @@ func describeAction(a coord.Action) string {
 		what += " every server"
 	}
 	return what
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func fmtTime(t *time.Time) string {

@@ -1,4 +1,7 @@
-package main
+// Package demo is `shardflow demo`: K servers of one streaming dataflow job
+// in one process, on the embedded store or a ZooKeeper ensemble, with a
+// live progress view and a final table of who did what.
+package demo
 
 import (
 	"context"
@@ -41,12 +44,12 @@ type demoOptions struct {
 	quiet     bool
 }
 
-// runDemo runs K demo servers of one streaming dataflow job. On the embedded
+// Run is `shardflow demo`: it runs K demo servers of one streaming dataflow job. On the embedded
 // store (no --zk) they share one in-process source, one server leaves midway,
 // and the demo ends by itself when every record is done. With --zk the
 // servers join a job in ZooKeeper that other demo processes may share; each
 // process then works its own generated copy of the data for the items it owns.
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o demoOptions
 	fs := cli.NewFlagSet("demo", stderr)
 	o.conn.Register(fs)
@@ -324,7 +327,7 @@ func (d *demo) progressLines(owners map[int]string) []string {
 		frac := 1 - float64(left)/float64(max(per, 1))
 		frac = min(max(frac, 0), 1)
 		bar := strings.Repeat("#", int(frac*20)) + strings.Repeat(".", 20-int(frac*20))
-		lines[item] = fmt.Sprintf("item %d [%s] %3.0f%% %s", item, bar, frac*100, orDash(owners[item]))
+		lines[item] = fmt.Sprintf("item %d [%s] %3.0f%% %s", item, bar, frac*100, cli.OrDash(owners[item]))
 	}
 	return lines
 }
@@ -366,14 +369,14 @@ func (d *demo) printSummary(servers []*demoServer, final coord.JobStatus) {
 		}
 		s.job.mu.Unlock()
 		sort.Ints(worked)
-		state, atEnd := "live", joinInts(sharding[s.id])
+		state, atEnd := "live", cli.JoinInts(sharding[s.id])
 		if s.left {
 			// An offline server's sharding node is stale until the next reshard.
 			state, atEnd = "left", "-"
 		}
 		ok, bad := s.job.success.Load(), s.job.failure.Load()
 		sumS, sumF = sumS+ok, sumF+bad
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", s.id, state, atEnd, joinInts(worked), ok, bad)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", s.id, state, atEnd, cli.JoinInts(worked), ok, bad)
 	}
 	fmt.Fprintf(tw, "total\t\t\t\t%d\t%d\n", sumS, sumF)
 	tw.Flush()
