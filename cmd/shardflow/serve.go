@@ -37,6 +37,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	historyPG := new(string)
 	secretVar(fs, historyPG, "history-pg", envHistoryPG, `Postgres DSN: record every item run there (table shardflow_history; see "shardflow history")`)
 	httpAddr := fs.String("http", "", "serve /healthz, /readyz and /metrics on this address, e.g. :8080 (default: none)")
+	offlineGrace := fs.Duration("offline-server-grace", 0, "how long a job's leader keeps a server that went offline before pruning it from status (default 10m); with a new --server-id per pod, how long a replaced pod stays listed OFFLINE")
 	stopGrace := fs.Duration("stop-grace", defaultStopGrace, "on SIGTERM, how long runs in progress get to finish before they are cancelled; keep it below Kubernetes' terminationGracePeriodSeconds (docs/kubernetes.md)")
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
@@ -49,6 +50,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := jobs.CheckScriptEnv(scriptEnv); err != nil {
 		return cli.Usagef("%s", err.Error())
+	}
+	if *offlineGrace < 0 {
+		return cli.Usagef("--offline-server-grace %s must not be negative (0: the default, 10m)", *offlineGrace)
 	}
 	if *stopGrace <= 0 {
 		return cli.Usagef("--stop-grace %s must be positive, e.g. 25s", *stopGrace)
@@ -76,7 +80,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer stopHistory() // after node.Stop below: the last runs are recorded
-	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.Namespace, ServerID: *serverID, Logger: logger, History: rec, Metrics: metrics})
+	node, err := dataflow.NewNode(dataflow.NodeConfig{Store: st, Namespace: cf.Namespace, ServerID: *serverID, Logger: logger, History: rec, Metrics: metrics,
+		OfflineServerGrace: *offlineGrace})
 	if err != nil {
 		return err
 	}
