@@ -12,7 +12,7 @@ import (
 	"github.com/shardflow/shardflow/coord/workflow"
 )
 
-// runWorkflow is `shardflow workflow status|rerun`: the workflow runs of
+// runWorkflow is `shardflow workflow status|rerun|mark-success`: the workflow runs of
 // jobs with dependsOn (docs/workflows.md).
 func runWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || cli.HelpArg(args[0]) {
@@ -23,8 +23,10 @@ func runWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return runWorkflowStatus(ctx, args[1:], stdout, stderr)
 	case "rerun":
 		return runWorkflowRerun(ctx, args[1:], stdout, stderr)
+	case "mark-success":
+		return runWorkflowMarkSuccess(ctx, args[1:], stdout, stderr)
 	}
-	return cli.Usagef("unknown workflow subcommand %q: use workflow status | workflow rerun", args[0])
+	return cli.Usagef("unknown workflow subcommand %q: use workflow status | workflow rerun | workflow mark-success", args[0])
 }
 
 func runWorkflowStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -116,5 +118,27 @@ func runWorkflowRerun(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	fmt.Fprintf(stdout, "workflow rerun: %s runs again from %s in workflow run %s; its servers were triggered\n", *from, *from, *run)
+	return nil
+}
+
+func runWorkflowMarkSuccess(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs, cf := cli.ZKFlagSet("workflow mark-success", stderr)
+	run := fs.String("run", "", "the workflow run's id, as `shardflow workflow status` lists it (required)")
+	job := fs.String("job", "", "the job whose failed or stopped step counts as succeeded (required)")
+	if err := cli.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if *run == "" || *job == "" {
+		return cli.Usagef("--run and --job are required: workflow mark-success --run ID --job JOB")
+	}
+	st, _, err := cf.Open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := workflow.MarkSucceeded(ctx, st, cf.Namespace, *run, *job); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "workflow mark-success: %s's step of %s counts as succeeded; the steps after it that it decides start\n", *job, *run)
 	return nil
 }

@@ -123,4 +123,8 @@ func TestScriptDiamondOnServe(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "x is not a job of that workflow run") {
 		t.Fatalf("rerun from an unknown job: exit %d %s", code, errOut)
 	}
+	_, errOut, code = runCLI(t, append([]string{"workflow", "mark-success", "--run", run, "--job", "a"}, zk...)...)
+	if code == 0 || !strings.Contains(errOut, "only a failed or stopped step can be marked succeeded") {
+		t.Fatalf("mark-success of a succeeded step: exit %d %s", code, errOut)
+	}
 }

@@ -445,7 +445,7 @@ func (s *Steps) record(ctx context.Context, run string, outcomes map[int]string)
 			step.State = StateFailed
 		}
 		ops = append(ops, &store.DeleteOp{Path: s.path(nOpen, run), Version: store.AnyVersion})
-		more, st, err := s.decideAfter(ctx, run, step)
+		more, st, err := s.decideAfter(ctx, run, step, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -477,7 +477,10 @@ func sortedKeys[V any](m map[int]V) []int {
 // turn). The ops check the version of every other step read, so that two
 // writers deciding upstream steps of one dependent at once cannot both
 // miss it, nor both start it.
-func (s *Steps) decideAfter(ctx context.Context, run string, decided Step) ([]store.Op, []string, error) {
+//
+// reset are steps the caller sets back to pending (with the versions it
+// read them at), written by these ops whether or not they start.
+func (s *Steps) decideAfter(ctx context.Context, run string, decided Step, reset map[string]versioned) ([]store.Op, []string, error) {
 	first, _, ok := ParseRunID(run)
 	if !ok {
 		return nil, nil, fmt.Errorf("workflow: %q is not a workflow run id", run)
@@ -498,6 +501,9 @@ func (s *Steps) decideAfter(ctx context.Context, run string, decided Step) ([]st
 		changed bool
 	}
 	steps := map[string]*read{s.job: {step: decided, changed: true}}
+	for j, v := range reset {
+		steps[j] = &read{step: v.step, version: v.version, changed: true}
+	}
 	get := func(job string) (*read, error) {
 		if r, ok := steps[job]; ok {
 			return r, nil
@@ -573,6 +579,12 @@ func (s *Steps) decideAfter(ctx context.Context, run string, decided Step) ([]st
 		}
 	}
 	return ops, started, nil
+}
+
+// versioned is a step with the version of its node it was read at.
+type versioned struct {
+	step    Step
+	version int32
 }
 
 // totalOf reads a job's shardingTotalCount as stored.

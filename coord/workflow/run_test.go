@@ -215,3 +215,43 @@ func TestUpstreamFailurePolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkSucceeded: b failed, so d stopped; an operator marks b
+// succeeded: d starts in the same workflow run. A succeeded step cannot
+// be marked.
+func TestMarkSucceeded(t *testing.T) {
+	st := memstore.NewServer().Connect()
+	diamond(t, st, 2, "")
+	ctx := t.Context()
+	a := workflow.ForJob(st, ns, "a")
+	pick, err := a.Pick(ctx, items(2), nil, true, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []struct {
+		job    string
+		failed []int
+	}{{"a", nil}, {"b", []int{0}}, {"c", nil}} {
+		if _, err := workflow.ForJob(st, ns, r.job).Record(ctx, pick.Run, outcomes(items(2), r.failed...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := state(t, st, "d", pick.Run); s.State != workflow.StateStopped {
+		t.Fatalf("d's step %+v after b failed, want stopped", s)
+	}
+	if err := workflow.MarkSucceeded(ctx, st, ns, pick.Run, "c"); !errors.Is(err, workflow.ErrMark) {
+		t.Fatalf("marking succeeded c: %v, want ErrMark", err)
+	}
+	if err := workflow.MarkSucceeded(ctx, st, ns, pick.Run, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if s := state(t, st, "b", pick.Run); s.State != workflow.StateSucceeded || s.Failed != 1 {
+		t.Fatalf("b's step %+v, want succeeded, its failed item still counted", s)
+	}
+	if s := state(t, st, "d", pick.Run); s.State != workflow.StateRunning || s.Total != 2 {
+		t.Fatalf("d's step %+v, want running", s)
+	}
+	if open, err := workflow.ForJob(st, ns, "d").Open(ctx); err != nil || len(open) != 1 || open[0] != pick.Run {
+		t.Fatalf("d's open runs %v, %v; want %s", open, err, pick.Run)
+	}
+}

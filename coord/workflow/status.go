@@ -196,3 +196,79 @@ func (s Step) Progress() string {
 	}
 	return out
 }
+
+// MarkSucceeded is an operator's decision that job's failed or stopped
+// step of workflow run id counts as succeeded: the steps after it that
+// its failure stopped go back to pending, and every step this decides
+// starts (or stops, for another failed upstream), as when the step's last
+// item completes; one transaction, checked against the versions read.
+func MarkSucceeded(ctx context.Context, st store.Store, ns, id, job string) error {
+	rs, err := ReadRun(ctx, st, ns, id)
+	if err != nil {
+		return err
+	}
+	var target *Step
+	for i := range rs.Steps {
+		if rs.Steps[i].Job == job {
+			target = &rs.Steps[i]
+		}
+	}
+	if target == nil {
+		return fmt.Errorf("%w %s: %s is not a job of that workflow run (its jobs: %v)", ErrMark, id, job, rs.Steps[0].Jobs)
+	}
+	if target.State != StateFailed && target.State != StateStopped {
+		return fmt.Errorf("%w %s: the step of %s is %s; only a failed or stopped step can be marked succeeded", ErrMark, id, job, target.State)
+	}
+	step, version, err := ReadStep(ctx, st, ns, job, id)
+	if err != nil {
+		return err
+	}
+	// The steps after it that a failure stopped.
+	reset := map[string]versioned{}
+	after := map[string]bool{job: true}
+	for changed := true; changed; {
+		changed = false
+		for _, s := range rs.Steps {
+			if after[s.Job] || s.State != StateStopped {
+				continue
+			}
+			for _, u := range s.Upstreams {
+				if after[u] {
+					after[s.Job], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	for j := range after {
+		if j == job {
+			continue
+		}
+		s, v, err := ReadStep(ctx, st, ns, j, id)
+		if err != nil {
+			return err
+		}
+		s.State, s.Ended = StatePending, 0
+		reset[j] = versioned{step: s, version: v}
+	}
+	steps := &Steps{st: st, ns: ns, job: job}
+	step.State = StateSucceeded
+	if step.Ended == 0 {
+		step.Ended = steps.now()
+	}
+	ops, _, err := steps.decideAfter(ctx, id, step, reset)
+	if err != nil {
+		return err
+	}
+	ops = append(ops, &store.SetOp{Path: stepPath(ns, job, id), Data: encode(step), Version: version})
+	if _, err := st.Multi(ctx, ops...); err != nil {
+		if lostRace(err) {
+			return fmt.Errorf("%w %s: the workflow run changed meanwhile; look at it again (`shardflow workflow status`)", ErrMark, id)
+		}
+		return fmt.Errorf("workflow: mark %s's step of %s succeeded: %w", job, id, err)
+	}
+	return nil
+}
+
+// ErrMark is wrapped by MarkSucceeded's refusals.
+var ErrMark = errors.New("workflow: cannot mark the step of workflow run")
