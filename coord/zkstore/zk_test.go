@@ -11,6 +11,7 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/integration"
+	"github.com/shardflow/shardflow/internal/faultproxy"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
 
@@ -20,7 +21,7 @@ func TestDigestAuthProtectsCreatedNodes(t *testing.T) {
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
 
-	p := integration.NewProxy(t, servers[0])
+	p := faultproxy.New(t, servers[0])
 	owner := open(t, zkstore.Config{Servers: []string{p.Addr()}, Auth: "alice:secret", WorldReadable: true})
 	anon := open(t, zkstore.Config{})
 	intruder := open(t, zkstore.Config{Auth: "alice:wrong"})
@@ -90,7 +91,7 @@ func TestPartitionLongerThanTimeoutIsLostThenNewSession(t *testing.T) {
 	admin := open(t, zkstore.Config{})
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
-	p := integration.NewProxy(t, servers[0])
+	p := faultproxy.New(t, servers[0])
 	s := open(t, zkstore.Config{Servers: []string{p.Addr()}})
 
 	eph, err := s.Create(ctx, base+"/eph", nil, store.Ephemeral)
@@ -160,7 +161,7 @@ func TestShortDisconnectResumesTheSameSession(t *testing.T) {
 	admin := open(t, zkstore.Config{})
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
-	p := integration.NewProxy(t, servers[0])
+	p := faultproxy.New(t, servers[0])
 	s := open(t, zkstore.Config{Servers: []string{p.Addr()}})
 
 	eph, err := s.Create(ctx, base+"/eph", nil, store.Ephemeral)
@@ -223,7 +224,7 @@ func TestChangeDuringDisconnectFiresWatchesAfterResume(t *testing.T) {
 	admin := open(t, zkstore.Config{})
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
-	p := integration.NewProxy(t, servers[0])
+	p := faultproxy.New(t, servers[0])
 	s := open(t, zkstore.Config{Servers: []string{p.Addr()}})
 
 	node := base + "/n"
@@ -351,7 +352,7 @@ func TestCloseWhilePartitionedIsBoundedAndFiresWatches(t *testing.T) {
 	admin := open(t, zkstore.Config{})
 	base := freshBase(t, admin)
 	ctx := testCtx(t)
-	p := integration.NewProxy(t, servers[0])
+	p := faultproxy.New(t, servers[0])
 	s, err := zkstore.Open(ctx, zkstore.Config{Servers: []string{p.Addr()}, SessionTimeout: testSessionTimeout, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
