@@ -39,11 +39,9 @@ var overLimit = map[string]int{
 	"func protocol.Run.apply":           120,
 	"func protocol.Job.markRunning":     113,
 	"func protocol.goOfflineAll":        105,
-	"func recipe.Barrier.attempt":       99,
 	"func protocol.Job.assignments":     92,
 	"func workflow.Steps.decideAfter":   97,
 	"type protocol.Job":                 140,
-	"type treecache.Cache":              45,
 	"type pgstore.Store":                56,
 	"package protocol":                  8479,
 }

@@ -7,6 +7,9 @@ import (
 	"github.com/shardflow/shardflow/coord/treecache"
 )
 
+// jobRoots are the roots of a job's tree cache (what a resync loads).
+var jobRoots = []string{"", layout.NConfig, layout.NServers, layout.NExecution, layout.RelElection, layout.RelShardingDir, layout.RelFailoverQ}
+
 // jobWatchPolicy is the job's: config (one watch on the config node,
 // whose data version every config writer bumps), servers and their sharding and
 // operator flags, the leader's election, flags and failover queue, and this
@@ -14,7 +17,7 @@ import (
 // claims) with the item flags others may write.
 func jobWatchPolicy(ownRel string, claimed func(int) bool) treecache.Policy {
 	return treecache.Policy{
-		Roots:         []string{"", layout.NConfig, layout.NServers, layout.NExecution, layout.RelElection, layout.RelShardingDir, layout.RelFailoverQ},
+		Roots:         jobRoots,
 		Node:          jobNodeWatches,
 		Items:         layout.NExecution,
 		ItemFlags:     []string{layout.NFailover, layout.NDisabled},

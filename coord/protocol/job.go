@@ -230,7 +230,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 			return nil, err
 		}
 	}
-	rest := slices.DeleteFunc(slices.Clone(j.cache.Roots()), func(rel string) bool {
+	rest := slices.DeleteFunc(slices.Clone(jobRoots), func(rel string) bool {
 		return rel == layout.NConfig || jt.preloaded && (rel == "" || rel == layout.RelFailoverQ || rel == layout.NServers)
 	})
 	if jt.preloaded {
@@ -252,7 +252,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 			}
 		}
 		j.cache.BeginLoad()
-		if err := j.cache.LoadRootsAhead(ctx, j.cache.Roots(), nil); err != nil {
+		if err := j.cache.LoadRootsAhead(ctx, jobRoots, nil); err != nil {
 			_ = j.goOffline(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 		}

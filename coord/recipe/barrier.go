@@ -132,7 +132,7 @@ func (b Barrier) Run(ctx context.Context, items []int, timeout time.Duration, fn
 	}
 }
 
-// attempt is one registration of run: the generation read first, then
+// attempt is one registration of Run: the generation read first, then
 // the registrations, the completion check, the callback or the wait.
 func (b Barrier) attempt(ctx, wctx context.Context, items []int, timeout time.Duration, fn func(context.Context) error) error {
 	_, st, err := b.Store.Get(ctx, b.Dir)
@@ -142,6 +142,41 @@ func (b Barrier) attempt(ctx, wctx context.Context, items []int, timeout time.Du
 	gen := st.Version
 	// The session the registrations are made on: they go with it.
 	sess, _ := b.Store.Session()
+	if registered, err := b.register(ctx, wctx, sess, items, timeout); !registered {
+		return err
+	}
+	kids, _, err := b.Store.Children(ctx, b.Dir)
+	if err != nil {
+		b.withdraw(ctx, sess, items)
+		return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
+	}
+	missing, err := b.missing(ctx, kids)
+	if err != nil {
+		b.withdraw(ctx, sess, items)
+		return err
+	}
+	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "missing", missing)
+	if missing >= 0 {
+		return b.wait(ctx, wctx, sess, gen, items, timeout, false)
+	}
+	runner := NewTryLatch(b.Store, store.Join(b.Dir, onceRunner), []byte(b.ID))
+	held, err := runner.TryAcquire(ctx)
+	if err != nil {
+		b.withdraw(ctx, sess, items)
+		return fmt.Errorf("%s: create %s: %w", b.Name, runner.Path(), err)
+	}
+	if !held {
+		b.debug(ctx, "set complete, runner latch held elsewhere", "items", items, "gen", gen)
+		return b.wait(ctx, wctx, sess, gen, items, timeout, true)
+	}
+	return b.runSet(ctx, sess, gen, items, runner, fn)
+}
+
+// register makes this participant's registrations of items on sess.
+// registered false: it did not (it withdrew what it made), and err says
+// why: errRegisterAgain, or the end of a wait for another run's
+// registration of an item (awaitGone), or a failed store call.
+func (b Barrier) register(ctx, wctx context.Context, sess store.Session, items []int, timeout time.Duration) (registered bool, _ error) {
 	for i, it := range items {
 		p := store.Join(b.Dir, strconv.Itoa(it))
 		_, err := b.Store.Create(ctx, p, []byte(b.ID), store.Ephemeral)
@@ -156,13 +191,13 @@ func (b Barrier) attempt(ctx, wctx context.Context, items []int, timeout time.Du
 			switch {
 			case errors.Is(gerr, store.ErrNoNode):
 				b.withdraw(ctx, sess, items[:i])
-				return errRegisterAgain // gone meanwhile
+				return false, errRegisterAgain // gone meanwhile
 			case gerr != nil:
 				err = gerr
 			case !b.made(data, st, sess):
 				b.withdraw(ctx, sess, items[:i])
 				b.debug(ctx, "item registered by another run; waiting for it to go", "items", items, "item", it, "by", string(data), "owner", st.EphemeralOwner)
-				return b.awaitGone(ctx, wctx, p, items, timeout)
+				return false, b.awaitGone(ctx, wctx, p, items, timeout)
 			default:
 				err = nil
 			}
@@ -170,68 +205,46 @@ func (b Barrier) attempt(ctx, wctx context.Context, items []int, timeout time.Du
 		if err != nil {
 			// The failed create may have been applied (a lost reply).
 			b.withdraw(ctx, sess, items[:i+1])
-			return fmt.Errorf("%s: register item %d under %s: %w", b.Name, it, b.Dir, err)
+			return false, fmt.Errorf("%s: register item %d under %s: %w", b.Name, it, b.Dir, err)
 		}
 	}
-	kids, _, err := b.Store.Children(ctx, b.Dir)
+	return true, nil
+}
+
+// runSet runs fn for the complete set registered at generation gen, this
+// participant holding the runner latch, and clears the set. The set read
+// may have been run and cleared meanwhile by another participant that
+// completed it too (and released the latch): then the generation moved,
+// and running fn again would be a second callback for one set. While the
+// latch is held nobody clears, so the check is final.
+func (b Barrier) runSet(ctx context.Context, sess store.Session, gen int32, items []int, runner TryLatch, fn func(context.Context) error) error {
+	_, now, err := b.Store.Get(ctx, b.Dir)
+	if err == nil && now.Version == gen {
+		b.debug(ctx, "running the callback", "items", items, "gen", gen)
+		ferr := fn(ctx)
+		b.clear(ctx, sess, runner)
+		return ferr
+	}
+	b.release(ctx, sess, runner)
 	if err != nil {
 		b.withdraw(ctx, sess, items)
 		return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
 	}
-	missing, err := b.missing(ctx, kids)
+	// Run and cleared by the other participant, this registration with
+	// it; one still there was made after that set was read, and belongs to
+	// the next set (a node of another session there is another run's: see
+	// wait).
+	ok, mst, err := b.Store.Exists(ctx, store.Join(b.Dir, strconv.Itoa(items[0])))
 	if err != nil {
 		b.withdraw(ctx, sess, items)
-		return err
+		return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
 	}
-	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "missing", missing)
-	heldElsewhere := false
-	if missing < 0 {
-		runner := NewTryLatch(b.Store, store.Join(b.Dir, onceRunner), []byte(b.ID))
-		held, err := runner.TryAcquire(ctx)
-		if err != nil {
-			b.withdraw(ctx, sess, items)
-			return fmt.Errorf("%s: create %s: %w", b.Name, runner.Path(), err)
-		}
-		if !held {
-			b.debug(ctx, "set complete, runner latch held elsewhere", "items", items, "gen", gen)
-			heldElsewhere = true
-		}
-		if held {
-			// The set read above may have been run and cleared meanwhile
-			// by another server that completed it too (and released the
-			// latch): then the generation moved, and running fn again
-			// would be a second callback for one set. While the latch is
-			// held nobody clears, so the check is final.
-			_, now, err := b.Store.Get(ctx, b.Dir)
-			if err != nil || now.Version != gen {
-				b.release(ctx, sess, runner)
-				if err != nil {
-					b.withdraw(ctx, sess, items)
-					return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
-				}
-				// Run and cleared by the other server, this registration
-				// with it; one still there was made after that set was
-				// read, and belongs to the next set (a node of another
-				// session there is another run's: see wait).
-				ok, mst, err := b.Store.Exists(ctx, store.Join(b.Dir, strconv.Itoa(items[0])))
-				if err != nil {
-					b.withdraw(ctx, sess, items)
-					return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
-				}
-				if ok && mst.EphemeralOwner == sess.ID {
-					b.debug(ctx, "set run meanwhile by another server, without this registration; registering again", "items", items, "gen", gen, "now", now.Version)
-					return errRegisterAgain
-				}
-				b.debug(ctx, "set run meanwhile by another server", "items", items, "gen", gen, "now", now.Version)
-				return nil
-			}
-			b.debug(ctx, "running the callback", "items", items, "gen", gen)
-			ferr := fn(ctx)
-			b.clear(ctx, sess, runner)
-			return ferr
-		}
+	if ok && mst.EphemeralOwner == sess.ID {
+		b.debug(ctx, "set run meanwhile by another server, without this registration; registering again", "items", items, "gen", gen, "now", now.Version)
+		return errRegisterAgain
 	}
-	return b.wait(ctx, wctx, sess, gen, items, timeout, heldElsewhere)
+	b.debug(ctx, "set run meanwhile by another server", "items", items, "gen", gen, "now", now.Version)
+	return nil
 }
 
 // missing returns an item the set still waits for (in 0..total-1, not

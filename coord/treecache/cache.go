@@ -107,8 +107,6 @@ func New(st store.Store, w store.FuncWatcher, root string, pol Policy, deliver f
 	return &Cache{st: cs, root: root, pol: pol, kick: kick, nodes: make(map[string]*cnode), stubs: make(map[string]bool), ahead: make(map[string]bool), changed: make(chan struct{})}
 }
 
-func (c *Cache) abs(rel string) string { return store.Join(c.root, rel) }
-
 func parentRel(rel string) string {
 	i := strings.LastIndexByte(rel, '/')
 	if i < 0 {
@@ -235,13 +233,13 @@ func (c *Cache) Incomplete() bool {
 	return c.partial
 }
 
-// isItemContainer reports {items}/{item}; isItemFlag its watched flags.
-func (c *Cache) isItemContainer(rel string) bool {
-	return strings.HasPrefix(rel, c.pol.Items+"/") && strings.Count(rel, "/") == 1
+// isItemContainer reports {Items}/{item}; isItemFlag its watched flags.
+func (p Policy) isItemContainer(rel string) bool {
+	return strings.HasPrefix(rel, p.Items+"/") && strings.Count(rel, "/") == 1
 }
 
-func (c *Cache) isItemFlag(rel string) bool {
-	return strings.HasPrefix(rel, c.pol.Items+"/") && strings.Count(rel, "/") == 2
+func (p Policy) isItemFlag(rel string) bool {
+	return strings.HasPrefix(rel, p.Items+"/") && strings.Count(rel, "/") == 2
 }
 
 // loadItem reads an item container's children once (no watch) and arms
@@ -277,7 +275,7 @@ func (c *Cache) readItem(ctx context.Context, rel string) error {
 		seq := c.writes
 		c.mu.RUnlock()
 		var err error
-		names, cst, err = c.st.Children(ctx, c.abs(rel))
+		names, cst, err = c.st.Children(ctx, c.st.abs(rel))
 		if errors.Is(err, store.ErrNoNode) {
 			c.drop(rel)
 			return nil
@@ -312,7 +310,7 @@ func (c *Cache) readItem(ctx context.Context, rel string) error {
 
 // Load reads rel per its policy, arms its watches, and loads its children.
 func (c *Cache) Load(ctx context.Context, rel string) error {
-	if c.isItemContainer(rel) {
+	if c.pol.isItemContainer(rel) {
 		return c.loadItem(ctx, rel)
 	}
 	if rel == c.pol.Versioned && rel != "" {
@@ -351,10 +349,10 @@ func (c *Cache) reloadData(ctx context.Context, rel string) error {
 		exists = true
 		err    error
 	)
-	if rel == "" || c.isItemFlag(rel) {
-		exists, stat, ch, err = c.st.ExistsW(ctx, c.abs(rel))
+	if rel == "" || c.pol.isItemFlag(rel) {
+		exists, stat, ch, err = c.st.ExistsW(ctx, c.st.abs(rel))
 	} else {
-		data, stat, ch, err = c.st.GetW(ctx, c.abs(rel))
+		data, stat, ch, err = c.st.GetW(ctx, c.st.abs(rel))
 		if errors.Is(err, store.ErrNoNode) {
 			exists, err = false, nil
 		}
@@ -364,7 +362,7 @@ func (c *Cache) reloadData(ctx context.Context, rel string) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.isItemFlag(rel) {
+	if c.pol.isItemFlag(rel) {
 		// The node stays (it holds the watch); its existence is mirrored
 		// into the container's children list.
 		n := c.node(rel)
@@ -382,7 +380,7 @@ func (c *Cache) reloadData(ctx context.Context, rel string) error {
 		return nil
 	}
 	if !exists && rel != "" {
-		c.dropLocked(rel)
+		dropTree(c.nodes, rel)
 		return nil
 	}
 	n := c.node(rel)
@@ -391,7 +389,7 @@ func (c *Cache) reloadData(ctx context.Context, rel string) error {
 }
 
 func (c *Cache) reloadChildren(ctx context.Context, rel string) error {
-	names, _, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
+	names, _, ch, err := c.st.ChildrenW(ctx, c.st.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		c.drop(rel)
 		return nil
@@ -406,7 +404,7 @@ func (c *Cache) reloadChildren(ctx context.Context, rel string) error {
 	n.children, n.childW, n.stub = names, ch, false
 	for _, name := range old {
 		if _, ok := slices.BinarySearch(names, name); !ok {
-			c.dropLocked(joinRel(rel, name))
+			dropTree(c.nodes, joinRel(rel, name))
 		}
 	}
 	for _, name := range names {
@@ -437,7 +435,7 @@ func (c *Cache) reloadChildren(ctx context.Context, rel string) error {
 // and loads their nodes after it (joinServerRoots). It returns the listing
 // and its Stat. A missing node is dropped (and store.ErrNoNode returned).
 func (c *Cache) LoadShallow(ctx context.Context, rel string) ([]string, store.Stat, error) {
-	names, st, ch, err := c.st.ChildrenW(ctx, c.abs(rel))
+	names, st, ch, err := c.st.ChildrenW(ctx, c.st.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		c.drop(rel)
 		return nil, store.Stat{}, err
@@ -463,7 +461,7 @@ const childReaders = 32
 // When the node's data is a copy of its children (pol.VersionedCopy: every
 // shardflow writer writes one), the copy stands for the reads.
 func (c *Cache) loadVersioned(ctx context.Context, rel string) error {
-	data, stat, ch, err := c.st.GetW(ctx, c.abs(rel))
+	data, stat, ch, err := c.st.GetW(ctx, c.st.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		c.drop(rel)
 		return nil
@@ -482,7 +480,7 @@ func (c *Cache) loadVersioned(ctx context.Context, rel string) error {
 			kids = append(kids, []byte(copied[n]))
 		}
 	} else {
-		names, _, err = c.st.Children(ctx, c.abs(rel))
+		names, _, err = c.st.Children(ctx, c.st.abs(rel))
 		if errors.Is(err, store.ErrNoNode) {
 			c.drop(rel)
 			return nil
@@ -495,7 +493,7 @@ func (c *Cache) loadVersioned(ctx context.Context, rel string) error {
 		g.SetLimit(childReaders)
 		for i, n := range names {
 			g.Go(func() error {
-				d, _, err := c.st.Get(gctx, c.abs(joinRel(rel, n)))
+				d, _, err := c.st.Get(gctx, c.st.abs(joinRel(rel, n)))
 				if errors.Is(err, store.ErrNoNode) {
 					return nil // deleted meanwhile: the watch fired
 				}
@@ -643,7 +641,7 @@ func (c *Cache) itemsToRefresh() []string {
 			case want && (cn == nil || cn.stub):
 				toLoad = append(toLoad, rel)
 			case !want && cn != nil:
-				c.dropLocked(rel)
+				dropTree(c.nodes, rel)
 			}
 		}
 	}
@@ -671,7 +669,7 @@ func (c *Cache) loadAllQuiet(ctx context.Context, rels []string) error {
 	// otherwise read them one after the other, three round trips each.
 	var items []string
 	for _, rel := range rels {
-		if c.isItemContainer(rel) {
+		if c.pol.isItemContainer(rel) {
 			items = append(items, rel)
 			continue
 		}
@@ -715,17 +713,18 @@ func (c *Cache) Known(rel string) bool {
 // drop forgets rel and everything below it (a node found gone).
 func (c *Cache) drop(rel string) {
 	c.mu.Lock()
-	c.dropLocked(rel)
+	dropTree(c.nodes, rel)
 	c.mu.Unlock()
 }
 
-// dropLocked forgets rel and everything below it.
-func (c *Cache) dropLocked(rel string) {
-	delete(c.nodes, rel)
+// dropTree forgets rel and everything below it in nodes (the cache's, mu
+// held for writing).
+func dropTree(nodes map[string]*cnode, rel string) {
+	delete(nodes, rel)
 	prefix := rel + "/"
-	for k := range c.nodes {
+	for k := range nodes {
 		if strings.HasPrefix(k, prefix) {
-			delete(c.nodes, k)
+			delete(nodes, k)
 		}
 	}
 }
@@ -753,7 +752,7 @@ func (c *Cache) Handle(ctx context.Context, ref WatchRef, ev store.Event) error 
 		return ErrResyncNeeded
 	}
 	var err error
-	if ref.kind == watchData && c.isItemFlag(ref.Rel) {
+	if ref.kind == watchData && c.pol.isItemFlag(ref.Rel) {
 		// A flag others write changed (a failover claim, or a failover
 		// run's Complete): the container is read first, so a reader that
 		// sees the flag's new state sees the container's Stat of that
@@ -780,9 +779,6 @@ func (c *Cache) Handle(ctx context.Context, ref WatchRef, ev store.Event) error 
 // session expired, the store closed): what it kept may be stale, and the
 // owner must Resync.
 var ErrResyncNeeded = errors.New("treecache: needs a resync")
-
-// Roots are the policy's roots (what Resync loads).
-func (c *Cache) Roots() []string { return c.pol.Roots }
 
 // itemReaders bounds the reads of item containers in flight (coord's item
 // scans keep as many).
@@ -991,8 +987,8 @@ func (c *Cache) NoteDeleted(rels ...string) {
 		if i, ok := slices.BinarySearch(p.children, name); ok {
 			p.children = slices.Delete(slices.Clone(p.children), i, i+1)
 		}
-		if !c.isItemFlag(rel) {
-			c.dropLocked(rel)
+		if !c.pol.isItemFlag(rel) {
+			dropTree(c.nodes, rel)
 		}
 	}
 	c.mu.Unlock()

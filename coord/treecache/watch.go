@@ -35,6 +35,9 @@ type cacheStore struct {
 	deliver func(WatchRef, store.Event)
 }
 
+// abs is the absolute path of rel, a path under the cache's root.
+func (s *cacheStore) abs(rel string) string { return store.Join(s.root, rel) }
+
 func (s *cacheStore) ref(path string, k watchKind) (WatchRef, store.WatchFunc) {
 	rel := strings.TrimPrefix(strings.TrimPrefix(path, s.root), "/")
 	r := WatchRef{Rel: rel, kind: k, id: watchIDs.Add(1)}
