@@ -105,3 +105,59 @@ func TestElectionRecipe(t *testing.T) {
 	for range observed {
 	}
 }
+
+// The op builders put the election's writes in a transaction of the
+// caller's: CampaignOps with the host node makes the caller the leader
+// (Adopt; its next Proceed is elected without a request), and ResignOps
+// withdraws it (Forget).
+func TestElectionOpsInTheCallersTransaction(t *testing.T) {
+	ctx := t.Context()
+	srv := memstore.NewServer()
+	a := srv.Connect()
+	t.Cleanup(func() { _ = a.Close() })
+	e := NewElection(a, "/e/leader/election", "a")
+	if err := store.CreateAll(ctx, a, e.LatchPath()); err != nil {
+		t.Fatal(err)
+	}
+	ops := append([]store.Op{&store.CreateOp{Path: "/e/registered"}}, e.CampaignOps(true)...)
+	res, err := a.Multi(ctx, ops...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Adopt(res[1].Path, true)
+	if !e.HostHeld() || e.Candidate() == "" {
+		t.Fatalf("after Adopt: candidate %q, host held %v", e.Candidate(), e.HostHeld())
+	}
+	noRequest := func(context.Context, string) (bool, store.Stat, error) {
+		t.Fatal("Proceed armed a watch though the transaction made it leader")
+		return false, store.Stat{}, nil
+	}
+	if elected, _, err := e.Proceed(ctx, noRequest); !elected || err != nil {
+		t.Fatalf("Proceed after the transaction: elected %v, %v", elected, err)
+	}
+	if id, err := e.Leader(ctx); id != "a" || err != nil {
+		t.Fatalf("Leader = %q, %v; want a", id, err)
+	}
+	if own, _, err := e.Standing(ctx); own != e.Candidate() || err != nil {
+		t.Fatalf("Standing = %q, %v; want the adopted candidate %q", own, err, e.Candidate())
+	}
+
+	sess, _ := a.Session()
+	rops, err := e.ResignOps(ctx, sess)
+	if err != nil || len(rops) != 2 {
+		t.Fatalf("ResignOps: %d ops, %v; want the host's and the candidate's deletes", len(rops), err)
+	}
+	if _, err := a.Multi(ctx, append(rops, &store.DeleteOp{Path: "/e/registered", Version: store.AnyVersion})...); err != nil {
+		t.Fatal(err)
+	}
+	e.Forget()
+	if _, err := e.Leader(ctx); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("Leader after the resign: %v, want ErrNoLeader", err)
+	}
+	if own, none, err := e.Standing(ctx); own != "" || !none || err != nil {
+		t.Fatalf("Standing after the resign: %q, none %v, %v; want no candidate at all", own, none, err)
+	}
+	if ops, err := e.ResignOps(ctx, sess); ops != nil || err != nil {
+		t.Fatalf("ResignOps with no candidate: %v, %v; want none", ops, err)
+	}
+}
