@@ -97,8 +97,9 @@ type NodeConfig struct {
 	History history.Recorder
 	// TracerProvider, when set, traces every run with OpenTelemetry: a
 	// span per run, per shard item, per Fetch and per processed batch (see
-	// SpanRun); the contexts given to Fetch and Process carry them, so the
-	// user's own spans nest underneath. Default nil: no tracing.
+	// the package doc for the names); the contexts given to Fetch and
+	// Process carry them, so the user's own spans nest underneath.
+	// Default nil: no tracing.
 	TracerProvider trace.TracerProvider
 	// OfflineServerGrace is how long a job's leader keeps the node of a
 	// server that went offline (it crashed, or stopped and did not come
@@ -127,10 +128,10 @@ type NodeConfig struct {
 // stop to finish in the background (see Stop). All methods are safe for
 // concurrent use.
 //
-// Cost of an idle job: one goroutine (coord's job watcher). The job's
-// signals are handled in that goroutine (protocol.Job.OnSignal), the counts of
-// every job are reported by one shared stats.Group, and the scheduler adds
-// one runner goroutine per job only while a run is due or in progress.
+// Cost of an idle job: one goroutine (its coordination watcher, which
+// also handles the job's operator signals); the counts of every job are
+// reported by one shared goroutine, and the scheduler adds one runner
+// goroutine per job only while a run is due or in progress.
 type Node struct {
 	cfg     NodeConfig
 	logger  *slog.Logger
