@@ -19,7 +19,7 @@ import (
 // The leader's duties, in one place: resharding (on a Begin, or promptly
 // from the watcher when no item runs), the membership check that raises
 // the resharding flag, and the periodic reconcile. The election that makes
-// a server leader is election.go; the failover scan the leader runs on
+// a server leader is recipe.Election; the failover scan the leader runs on
 // departures is failover.go.
 
 // reshard is the leader's resharding: wait until no item runs, then in ONE
