@@ -9,7 +9,7 @@ import (
 
 // ErrTimeout: a shard item's run took longer than the job's ItemTimeout
 // and was cancelled. Unwrap *TimeoutError for the limit.
-var ErrTimeout = errors.New("dataflow: shard item run timed out; raise itemTimeout or make the run faster")
+var ErrTimeout = errors.New("dataflow: shard item run timed out; raise JobConfig.ItemTimeout (itemTimeout in the store) or make the run faster")
 
 // TimeoutError is the cause of a shard item's context cancelled by the
 // job's ItemTimeout (context.Cause returns it), and the item's error in
