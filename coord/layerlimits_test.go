@@ -40,7 +40,6 @@ var overLimit = map[string]int{
 	"func protocol.Job.markRunning":     113,
 	"func protocol.goOfflineAll":        105,
 	"func protocol.Job.assignments":     92,
-	"func workflow.Steps.decideAfter":   97,
 	"type protocol.Job":                 140,
 	"type pgstore.Store":                56,
 	"package protocol":                  8479,

@@ -485,36 +485,17 @@ func (s *Steps) decideAfter(ctx context.Context, run string, decided Step, reset
 	if !ok {
 		return nil, nil, fmt.Errorf("workflow: %q is not a workflow run id", run)
 	}
-	var jobs []string
-	if first == s.job {
-		jobs = decided.Jobs
-	} else {
+	jobs := decided.Jobs
+	if first != s.job {
 		root, _, err := ReadStep(ctx, s.st, s.ns, first, run)
 		if err != nil {
 			return nil, nil, err
 		}
 		jobs = root.Jobs
 	}
-	type read struct {
-		step    Step
-		version int32
-		changed bool
-	}
-	steps := map[string]*read{s.job: {step: decided, changed: true}}
+	p := &planner{s: s, run: run, steps: map[string]*planned{s.job: {step: decided, changed: true}}}
 	for j, v := range reset {
-		steps[j] = &read{step: v.step, version: v.version, changed: true}
-	}
-	get := func(job string) (*read, error) {
-		if r, ok := steps[job]; ok {
-			return r, nil
-		}
-		st, v, err := ReadStep(ctx, s.st, s.ns, job, run)
-		if err != nil {
-			return nil, err
-		}
-		r := &read{step: st, version: v}
-		steps[job] = r
-		return r, nil
+		p.steps[j] = &planned{step: v.step, version: v.version, changed: true}
 	}
 	var ops []store.Op
 	var started []string
@@ -524,61 +505,111 @@ func (s *Steps) decideAfter(ctx context.Context, run string, decided Step, reset
 		up := queue[0]
 		queue = queue[1:]
 		for _, j := range jobs {
-			r, err := get(j)
+			r, err := p.get(ctx, j)
 			if err != nil {
 				return nil, nil, err
 			}
 			if r.step.State != StatePending || !slices.Contains(r.step.Upstreams, up) {
 				continue
 			}
-			ready, clean := true, true
-			for _, u := range r.step.Upstreams {
-				ur, err := get(u)
-				if err != nil {
-					return nil, nil, err
-				}
-				if !ur.step.Decided() {
-					ready = false
-					break
-				}
-				clean = clean && ur.step.State == StateSucceeded
+			ready, clean, err := p.upstreamsDecided(ctx, r.step)
+			if err != nil {
+				return nil, nil, err
 			}
 			if !ready {
 				continue
 			}
-			now := s.now()
-			if !clean && !r.step.RunOnFailure {
-				r.step.State, r.step.Ended = StateStopped, now
-				queue = append(queue, j)
-			} else {
-				total, err := s.totalOf(ctx, j)
-				if err != nil {
-					return nil, nil, err
-				}
-				r.step.State, r.step.Total, r.step.Started = StateRunning, total, now
-				trig, err := triggerOps(ctx, s.st, s.ns, j)
-				if err != nil {
-					return nil, nil, err
-				}
-				ops = append(ops, &store.CreateOp{Path: jobPath(s.ns, j, nWorkflow, nOpen, run)})
-				ops = append(ops, trig...)
-				started = append(started, j)
-			}
 			r.changed = true
+			if !clean && !r.step.RunOnFailure {
+				r.step.State, r.step.Ended = StateStopped, s.now()
+				queue = append(queue, j)
+				continue
+			}
+			more, err := p.start(ctx, j, r)
+			if err != nil {
+				return nil, nil, err
+			}
+			ops, started = append(ops, more...), append(started, j)
 		}
 	}
-	for _, j := range slices.Sorted(maps.Keys(steps)) {
-		r := steps[j]
-		if j == s.job {
-			continue // the caller writes it
+	return append(ops, p.writes()...), started, nil
+}
+
+// planner is decideAfter's view of a workflow run's steps: each step read
+// once, with the version it was read at, and whether the plan changed it.
+type planner struct {
+	s     *Steps
+	run   string
+	steps map[string]*planned
+}
+
+type planned struct {
+	step    Step
+	version int32
+	changed bool
+}
+
+func (p *planner) get(ctx context.Context, job string) (*planned, error) {
+	if r, ok := p.steps[job]; ok {
+		return r, nil
+	}
+	st, v, err := ReadStep(ctx, p.s.st, p.s.ns, job, p.run)
+	if err != nil {
+		return nil, err
+	}
+	r := &planned{step: st, version: v}
+	p.steps[job] = r
+	return r, nil
+}
+
+// upstreamsDecided reports whether every upstream step of step is decided
+// and whether all of them succeeded.
+func (p *planner) upstreamsDecided(ctx context.Context, step Step) (ready, clean bool, err error) {
+	clean = true
+	for _, u := range step.Upstreams {
+		ur, err := p.get(ctx, u)
+		if err != nil {
+			return false, false, err
 		}
-		if r.changed {
-			ops = append(ops, &store.SetOp{Path: stepPath(s.ns, j, run), Data: encode(r.step), Version: r.version})
-		} else {
-			ops = append(ops, &store.CheckOp{Path: stepPath(s.ns, j, run), Version: r.version})
+		if !ur.step.Decided() {
+			return false, false, nil
+		}
+		clean = clean && ur.step.State == StateSucceeded
+	}
+	return true, clean, nil
+}
+
+// start starts job's step r: running on the job's total now, open, and
+// its servers triggered.
+func (p *planner) start(ctx context.Context, job string, r *planned) ([]store.Op, error) {
+	total, err := p.s.totalOf(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	r.step.State, r.step.Total, r.step.Started = StateRunning, total, p.s.now()
+	trig, err := triggerOps(ctx, p.s.st, p.s.ns, job)
+	if err != nil {
+		return nil, err
+	}
+	return append([]store.Op{&store.CreateOp{Path: jobPath(p.s.ns, job, nWorkflow, nOpen, p.run)}}, trig...), nil
+}
+
+// writes are the plan's step writes, the decided step's aside (its
+// writer's): each step changed set at the version read, each one read
+// checked at it.
+func (p *planner) writes() []store.Op {
+	var ops []store.Op
+	for _, j := range slices.Sorted(maps.Keys(p.steps)) {
+		r := p.steps[j]
+		switch {
+		case j == p.s.job:
+		case r.changed:
+			ops = append(ops, &store.SetOp{Path: stepPath(p.s.ns, j, p.run), Data: encode(r.step), Version: r.version})
+		default:
+			ops = append(ops, &store.CheckOp{Path: stepPath(p.s.ns, j, p.run), Version: r.version})
 		}
 	}
-	return ops, started, nil
+	return ops
 }
 
 // versioned is a step with the version of its node it was read at.

@@ -121,22 +121,7 @@ func Rerun(ctx context.Context, st store.Store, ns, id, job string) error {
 			return fmt.Errorf("%w %s from %s: the step of %s, which %s depends on, has not run", ErrRerun, id, job, u, job)
 		}
 	}
-	// job and every step after it, in the run's order.
-	again := map[string]bool{job: true}
-	for changed := true; changed; {
-		changed = false
-		for _, s := range rs.Steps {
-			if again[s.Job] {
-				continue
-			}
-			for _, u := range s.Upstreams {
-				if again[u] {
-					again[s.Job], changed = true, true
-					break
-				}
-			}
-		}
-	}
+	again := after(rs, job, false)
 	// Each step's items' completions go first, outside the transaction
 	// (they may be many); the steps' states are then written together,
 	// checked against the versions read, so a concurrent change refuses.
@@ -149,15 +134,8 @@ func Rerun(ctx context.Context, st store.Store, ns, id, job string) error {
 		if err != nil {
 			return err
 		}
-		items := store.Join(stepPath(ns, s.Job, id), nItems)
-		names, _, err := st.Children(ctx, items)
-		if err != nil {
-			return fmt.Errorf("workflow: list %s: %w", items, err)
-		}
-		for _, n := range names {
-			if err := st.Delete(ctx, store.Join(items, n), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-				return fmt.Errorf("workflow: delete %s: %w", store.Join(items, n), err)
-			}
+		if err := clearItems(ctx, st, ns, s.Job, id); err != nil {
+			return err
 		}
 		s.Completed, s.Failed, s.Started, s.Ended, s.State = 0, 0, 0, 0, StatePending
 		if s.Job == job {
@@ -225,22 +203,7 @@ func MarkSucceeded(ctx context.Context, st store.Store, ns, id, job string) erro
 	}
 	// The steps after it that a failure stopped.
 	reset := map[string]versioned{}
-	after := map[string]bool{job: true}
-	for changed := true; changed; {
-		changed = false
-		for _, s := range rs.Steps {
-			if after[s.Job] || s.State != StateStopped {
-				continue
-			}
-			for _, u := range s.Upstreams {
-				if after[u] {
-					after[s.Job], changed = true, true
-					break
-				}
-			}
-		}
-	}
-	for j := range after {
+	for j := range after(rs, job, true) {
 		if j == job {
 			continue
 		}
@@ -272,3 +235,39 @@ func MarkSucceeded(ctx context.Context, st store.Store, ns, id, job string) erro
 
 // ErrMark is wrapped by MarkSucceeded's refusals.
 var ErrMark = errors.New("workflow: cannot mark the step of workflow run")
+
+// after returns job and the steps after it in rs (only the stopped ones,
+// through stopped ones, when stopped is set).
+func after(rs RunStatus, job string, stopped bool) map[string]bool {
+	out := map[string]bool{job: true}
+	for changed := true; changed; {
+		changed = false
+		for _, s := range rs.Steps {
+			if out[s.Job] || stopped && s.State != StateStopped {
+				continue
+			}
+			for _, u := range s.Upstreams {
+				if out[u] {
+					out[s.Job], changed = true, true
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// clearItems deletes the completions of job's items in workflow run id.
+func clearItems(ctx context.Context, st store.Store, ns, job, id string) error {
+	items := store.Join(stepPath(ns, job, id), nItems)
+	names, _, err := st.Children(ctx, items)
+	if err != nil {
+		return fmt.Errorf("workflow: list %s: %w", items, err)
+	}
+	for _, n := range names {
+		if err := st.Delete(ctx, store.Join(items, n), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("workflow: delete %s: %w", store.Join(items, n), err)
+		}
+	}
+	return nil
+}
