@@ -358,92 +358,152 @@ func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 		}
 	}
 	slices.Sort(queued)
-	edits := 0 // config edits met by claim transactions
+	c := &failoverClaim{j: j, sid: sid, cfgVersion: cfgVersion}
+	return c.firstOf(ctx, queued)
+}
+
+// failoverClaim is one ClaimFailover's claim, under the failover latch:
+// it tries the queued items in order until one is claimed.
+type failoverClaim struct {
+	j   *Job
+	sid int64
+	// cfgVersion is the config node's version the claim's transaction
+	// checks; edits counts the config edits met by claim transactions.
+	cfgVersion int32
+	edits      int
+}
+
+// claimStep is what a claim's try of one item leads to.
+type claimStep int
+
+const (
+	claimNext  claimStep = iota // the item is not claimable: try the next one
+	claimAgain                  // the config was edited: try the item again
+	claimDone                   // the item is claimed
+	claimStop                   // stop claiming (with the error, if any)
+)
+
+// firstOf claims the first claimable item of queued.
+func (c *failoverClaim) firstOf(ctx context.Context, queued []int) (bool, error) {
 	for i := 0; i < len(queued); i++ {
-		it := queued[i]
-		// A disabled item needs no failover: it runs nowhere until enabled,
-		// then at its owner (simulation seed 3131645: a failover run of a
-		// disabled item, whose barrier registration counts for no set, was
-		// released by a set it had no part in). An item whose owner ran it
-		// since it was queued consumed the entry (the entry is the
-		// crashed run's token): the claim's delete of it fails then.
-		kids, _, err := j.st.Children(ctx, j.p.Item(it))
-		noContainer := errors.Is(err, store.ErrNoNode)
-		if err != nil && !noContainer {
-			return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it), err)
+		step, err := c.try(ctx, queued[i])
+		switch step {
+		case claimDone:
+			return true, nil
+		case claimStop:
+			return false, err
+		case claimAgain:
+			i--
 		}
-		if slices.Contains(kids, layout.NDisabled) {
-			if err := j.st.Delete(ctx, j.p.Queued(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-				return false, fmt.Errorf("coord: job %q: drop stale failover entry %s: %w", j.jname, j.p.Queued(it), err)
-			}
-			continue
-		}
-		var ops []store.Op
-		if noContainer {
-			ops = append(ops, &store.CreateOp{Path: j.p.Item(it)})
-		}
-		ops = append(ops,
-			&store.DeleteOp{Path: j.p.Queued(it), Version: store.AnyVersion},
-			&store.SetOp{Path: j.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion},
-			&store.CreateOp{Path: j.p.Item(it, layout.NFailover), Data: []byte(j.id), Mode: store.Ephemeral},
-			// The claim's persistent record (claimrecord.go): if this
-			// server's session ends before the run completes, the
-			// leader's scan finds the record without its claim and
-			// queues the item again at once.
-			&store.CreateOp{Path: j.p.Claim(it), Data: layout.EncodeClaimRecord(j.id, sid)},
-			// Not disabled, in the transaction: an operator may disable it
-			// after the read above. A node created and deleted in one
-			// Multi asserts its absence.
-			&store.CreateOp{Path: j.p.Item(it, layout.NDisabled)},
-			&store.DeleteOp{Path: j.p.Item(it, layout.NDisabled), Version: store.AnyVersion},
-			&store.CheckOp{Path: j.p.Abs(layout.NConfig), Version: cfgVersion},
-		)
-		if _, err := j.st.Multi(ctx, ops...); err != nil {
-			if errors.Is(err, store.ErrBadVersion) {
-				// The config was edited since it was read: read it again
-				// and, if failover is still allowed, try the item again
-				// (a few times: a stream of edits leaves the entry for the
-				// next claim).
-				if edits++; edits > 3 {
-					return false, nil
-				}
-				if cfgVersion, on, err = j.storedFailoverOn(ctx); err != nil || !on {
-					return false, err
-				}
-				i--
-				continue
-			}
-			if errors.Is(err, store.ErrNodeExists) {
-				// Claimed already (or the container was created
-				// meanwhile): read again at the next claim.
-				continue
-			}
-			if errors.Is(err, store.ErrNoNode) {
-				continue // consumed by a run of its owner, or claimed already
-			}
-			if ambiguous(j.st, err) {
-				// Applied, perhaps, with its reply lost: the claim would
-				// live on this session unknown to this server, and the
-				// item would run nowhere (claimsettle.go).
-				j.noteUnsureClaim(it, sid)
-			}
-			return false, fmt.Errorf("coord: job %q: claim failover item %d: %w", j.jname, it, err)
-		}
-		_, st, err := j.st.Exists(ctx, j.p.Item(it, layout.NFailover))
-		if err != nil {
-			j.noteUnsureClaim(it, sid) // claimed: its epoch is read again
-			return false, fmt.Errorf("coord: job %q: read claimed item %d: %w", j.jname, it, err)
-		}
-		j.mu.Lock()
-		j.claims[it] = st.Czxid
-		j.mu.Unlock()
-		j.cache.NoteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
-		j.cache.NoteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
-		j.kick() // the watcher starts watching the claimed item
-		j.log.Info("claimed failover item", "item", it)
-		return true, nil
 	}
 	return false, nil
+}
+
+// try claims item it in ONE transaction (claimOps).
+//
+// A disabled item needs no failover: it runs nowhere until enabled, then
+// at its owner (simulation seed 3131645: a failover run of a disabled
+// item, whose barrier registration counts for no set, was released by a
+// set it had no part in); its entry is dropped. An item whose owner ran it
+// since it was queued consumed the entry (the entry is the crashed run's
+// token): the claim's delete of it fails then.
+func (c *failoverClaim) try(ctx context.Context, it int) (claimStep, error) {
+	j := c.j
+	kids, _, err := j.st.Children(ctx, j.p.Item(it))
+	noContainer := errors.Is(err, store.ErrNoNode)
+	if err != nil && !noContainer {
+		return claimStop, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it), err)
+	}
+	if slices.Contains(kids, layout.NDisabled) {
+		if err := j.st.Delete(ctx, j.p.Queued(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return claimStop, fmt.Errorf("coord: job %q: drop stale failover entry %s: %w", j.jname, j.p.Queued(it), err)
+		}
+		return claimNext, nil
+	}
+	if _, err := j.st.Multi(ctx, c.claimOps(it, noContainer)...); err != nil {
+		return c.failed(ctx, it, err)
+	}
+	if err := c.adopt(ctx, it); err != nil {
+		return claimStop, err
+	}
+	return claimDone, nil
+}
+
+// claimOps claim item it: the queue entry consumed (the failover
+// directory's version bumped), the ephemeral failover mark and the
+// claim's persistent record (claimrecord.go: if this server's session
+// ends before the run completes, the leader's scan finds the record
+// without its claim and queues the item again at once), the item not
+// disabled (an operator may disable it after the read: a node created
+// and deleted in one Multi asserts its absence) and the config unedited.
+func (c *failoverClaim) claimOps(it int, noContainer bool) []store.Op {
+	j := c.j
+	var ops []store.Op
+	if noContainer {
+		ops = append(ops, &store.CreateOp{Path: j.p.Item(it)})
+	}
+	return append(ops,
+		&store.DeleteOp{Path: j.p.Queued(it), Version: store.AnyVersion},
+		&store.SetOp{Path: j.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion},
+		&store.CreateOp{Path: j.p.Item(it, layout.NFailover), Data: []byte(j.id), Mode: store.Ephemeral},
+		&store.CreateOp{Path: j.p.Claim(it), Data: layout.EncodeClaimRecord(j.id, c.sid)},
+		&store.CreateOp{Path: j.p.Item(it, layout.NDisabled)},
+		&store.DeleteOp{Path: j.p.Item(it, layout.NDisabled), Version: store.AnyVersion},
+		&store.CheckOp{Path: j.p.Abs(layout.NConfig), Version: c.cfgVersion},
+	)
+}
+
+// failed decides what a failed claim transaction of item it leads to.
+func (c *failoverClaim) failed(ctx context.Context, it int, err error) (claimStep, error) {
+	j := c.j
+	switch {
+	case errors.Is(err, store.ErrBadVersion):
+		// The config was edited since it was read: read it again and,
+		// if failover is still allowed, try the item again (a few
+		// times: a stream of edits leaves the entry for the next claim).
+		if c.edits++; c.edits > 3 {
+			return claimStop, nil
+		}
+		var on bool
+		var rerr error
+		if c.cfgVersion, on, rerr = j.storedFailoverOn(ctx); rerr != nil || !on {
+			return claimStop, rerr
+		}
+		return claimAgain, nil
+	case errors.Is(err, store.ErrNodeExists):
+		// Claimed already (or the container was created meanwhile):
+		// read again at the next claim.
+		return claimNext, nil
+	case errors.Is(err, store.ErrNoNode):
+		return claimNext, nil // consumed by a run of its owner, or claimed already
+	}
+	if ambiguous(j.st, err) {
+		// Applied, perhaps, with its reply lost: the claim would live on
+		// this session unknown to this server, and the item would run
+		// nowhere (claimsettle.go).
+		j.noteUnsureClaim(it, c.sid)
+	}
+	return claimStop, fmt.Errorf("coord: job %q: claim failover item %d: %w", j.jname, it, err)
+}
+
+// adopt takes claimed item it as this server's: its epoch (the failover
+// mark's Czxid) kept, the cache told of the claim, the watcher kicked to
+// watch the item.
+func (c *failoverClaim) adopt(ctx context.Context, it int) error {
+	j := c.j
+	_, st, err := j.st.Exists(ctx, j.p.Item(it, layout.NFailover))
+	if err != nil {
+		j.noteUnsureClaim(it, c.sid) // claimed: its epoch is read again
+		return fmt.Errorf("coord: job %q: read claimed item %d: %w", j.jname, it, err)
+	}
+	j.mu.Lock()
+	j.claims[it] = st.Czxid
+	j.mu.Unlock()
+	j.cache.NoteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
+	j.cache.NoteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
+	j.kick() // the watcher starts watching the claimed item
+	j.log.Info("claimed failover item", "item", it)
+	return nil
 }
 
 // failoverOn reports whether cfg allows failover: failover on, and

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -145,35 +144,12 @@ type Job struct {
 	configDecodes atomic.Int64
 }
 
-// wire builds the parts of a new job over its store: its event queue and
-// signals, the arming of its watches, its election, its debts and its tree
-// cache.
-func (j *Job) wire() {
-	j.q.init()
-	j.sig.init()
-	j.fw = &watchFuncs{st: j.st, fw: store.FuncWatcherOf(j.st), q: &j.q}
-	j.elec = recipe.NewElection(j.st, j.p.Abs(layout.RelElection), j.id)
-	// The session may have resumed since an owed write failed, and the
-	// watcher's step for that change run before the debt was kept: it
-	// looks at the session again.
-	j.debts.Kept = func() { j.post(loopEvent{kind: evSession}) }
-	j.debts.Log = j.log
-	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobWatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
-}
-
+// startJob joins the job (Registry.Join): it registers this server, with
+// the skeleton and the config when they are due, in one transaction
+// (joiner), loads the tree cache, raises the resharding flag when the
+// transaction did not, stands in the election and starts the watcher.
 func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
-	local := lc.cfg
-	j := &Job{
-		reg:         r,
-		st:          r.st,
-		p:           layout.NewJobPaths(r.cfg.Namespace, local.JobName),
-		jname:       local.JobName,
-		id:          r.cfg.ServerID,
-		log:         r.cfg.Logger.With("server", r.cfg.ServerID, "job", local.JobName),
-		claims:      make(map[int]int64),
-		offlineSeen: make(map[string]time.Time),
-	}
-	j.wire()
+	j := newJob(r, lc.cfg.JobName)
 	joined := false
 	defer func() {
 		if !joined {
@@ -192,101 +168,38 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 		return nil, fmt.Errorf("coord: join job %q: %w", j.jname, err)
 	}
 	// The skeleton, the config when this join writes it, this server's
-	// registration and election candidate: one transaction
-	// (joinTransaction).
-	jt, err := j.joinTransaction(ctx, lc, sess.ID)
+	// registration and election candidate: one transaction.
+	jn := newJoiner(j, lc, sess.ID)
+	jt, err := jn.transact(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// The config is read once, by the tree cache's watched load (one read
-	// when the config node holds a copy of the fields): for a stored
-	// config, by the transaction's plan, before this server registers on
-	// it (a config that does not decode refuses the join without a trace
-	// in the store); a config the transaction wrote, now.
-	if jt.configWritten {
-		if err := j.cache.LoadRoots(ctx, []string{layout.NConfig}); err != nil {
-			return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err))
-		}
+	if err := jn.adoptConfig(ctx, jt); err != nil {
+		return nil, j.abandonJoin(ctx, jt.registered, err)
 	}
-	fields := j.cachedConfigFields()
-	if t, ok := fields[layout.JobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
-		return nil, j.abandonJoin(ctx, jt.registered, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type()))
-	}
-	// The config the transaction wrote, or the stored one its plan
-	// decoded, unless another writer changed it since.
-	cfg := jt.cfg
-	if !maps.Equal(fields, jt.cfgFields) {
-		if cfg, err = j.decodeConfig(fields); err != nil {
-			return nil, j.abandonJoin(ctx, jt.registered, err)
-		}
-	}
-	if jt.storedWins {
-		j.warnStoredWins(lc.fields, cfg)
-	}
-	j.cfg, j.itemParams, j.cfgFields, j.lastTotal = cfg, itemParameters(cfg), fields, cfg.ShardingTotalCount
-	j.localDisabled = local.Disabled
 	if !jt.registered {
 		if err := j.registerServer(ctx, sess.ID, true); err != nil {
 			return nil, err
 		}
 	}
-	rest := slices.DeleteFunc(slices.Clone(jobRoots), func(rel string) bool {
-		return rel == layout.NConfig || jt.preloaded && (rel == "" || rel == layout.RelFailoverQ || rel == layout.NServers)
-	})
-	if jt.preloaded {
-		rest = append(rest, j.joinServerRoots()...)
-	}
-	if err := j.cache.LoadRootsAhead(ctx, rest, j.joinAhead(jt)); err != nil {
+	if err := jn.loadTree(ctx, jt); err != nil {
 		_ = j.goOffline(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
-	}
-	if missing := j.cache.MissingRoots(); len(missing) > 0 {
-		// A skeleton left partial below an existing top-level node (the
-		// transaction took it as whole): create it node by node and load
-		// again.
-		j.log.Info("job skeleton incomplete; creating the missing nodes", "missing", missing)
-		for _, rel := range layout.SkeletonNodes {
-			if err := store.CreateAll(ctx, j.st, j.p.Abs(rel)); err != nil {
-				_ = j.goOffline(context.WithoutCancel(ctx))
-				return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, j.p.Abs(rel), err)
-			}
-		}
-		j.cache.BeginLoad()
-		if err := j.cache.LoadRootsAhead(ctx, jobRoots, nil); err != nil {
-			_ = j.goOffline(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
-		}
-	}
-	if err := j.cache.EndLoad(ctx); err != nil {
-		_ = j.goOffline(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
+		return nil, err
 	}
 	j.regSession = sess.ID
 	j.regCtx, j.regCancel = context.WithCancel(context.Background())
 	j.lostCh = make(chan struct{})
-	if jt.flagPending { // else the transaction raised it
-		if err := j.setNecessary(ctx); err != nil {
-			j.regCancel()
-			_ = j.goOffline(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
-		}
-	}
-	if jt.lone != nil {
-		j.resharded(jt.lone.live, jt.lone.total, "join")
-		j.pruneItemsBeyond(ctx, jt.lone.total)
-		j.signalResharded(jt.lone.live, jt.lone.total)
-	}
-	// Unless the transaction resharded, it (or setNecessary) raised the
-	// flag: the leader duties of this election need not raise it again.
-	// After a lone join's reshard they find nothing changed (shardedLive).
-	j.flagRaised, j.joinResharded = jt.lone == nil, jt.lone != nil
-	pred, err := j.elect(ctx)
-	j.flagRaised, j.joinResharded = false, false // a later election raises it itself
-	if err != nil {
+	if err := jn.finish(ctx, jt); err != nil {
 		j.regCancel()
 		// Do not leave a live-looking registration behind.
 		_ = j.goOffline(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("coord: join job %q: leader election: %w", j.jname, err)
+		return nil, err
+	}
+	pred, err := jn.elect(ctx, jt)
+	if err != nil {
+		j.regCancel()
+		_ = j.goOffline(context.WithoutCancel(ctx))
+		return nil, err
 	}
 	joined = true
 	j.startWatcher(sessCh, pred)
@@ -294,7 +207,39 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 	return j, nil
 }
 
-// joinResult is what joinTransaction did.
+// newJob returns job name's handle of Registry r, before its join.
+func newJob(r *Registry, name string) *Job {
+	j := &Job{
+		reg:         r,
+		st:          r.st,
+		p:           layout.NewJobPaths(r.cfg.Namespace, name),
+		jname:       name,
+		id:          r.cfg.ServerID,
+		log:         r.cfg.Logger.With("server", r.cfg.ServerID, "job", name),
+		claims:      make(map[int]int64),
+		offlineSeen: make(map[string]time.Time),
+	}
+	j.wire()
+	return j
+}
+
+// wire builds the parts of a new job over its store: its event queue and
+// signals, the arming of its watches, its election, its debts and its tree
+// cache.
+func (j *Job) wire() {
+	j.q.init()
+	j.sig.init()
+	j.fw = &watchFuncs{st: j.st, fw: store.FuncWatcherOf(j.st), q: &j.q}
+	j.elec = recipe.NewElection(j.st, j.p.Abs(layout.RelElection), j.id)
+	// The session may have resumed since an owed write failed, and the
+	// watcher's step for that change run before the debt was kept: it
+	// looks at the session again.
+	j.debts.Kept = func() { j.post(loopEvent{kind: evSession}) }
+	j.debts.Log = j.log
+	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobWatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
+}
+
+// joinResult is what a join's transaction did (joiner.transact).
 type joinResult struct {
 	// storedWins: a stored config was kept (not overwritten).
 	storedWins bool
@@ -426,7 +371,7 @@ func (j *Job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 
 // joinAhead are the nodes below the roots that the join's transaction
 // left in place for certain (its own writes), loaded beside the roots
-// (treecache.Cache.LoadRootsAhead): this server's node, flags and sharding, and
+// (treeCache.loadRootsAhead): this server's node, flags and sharding, and
 // the host node it took.
 func (j *Job) joinAhead(jt joinResult) []string {
 	var ahead []string
@@ -464,295 +409,6 @@ func wrapRead(j *Job, path string, err error) error {
 		return nil
 	}
 	return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, path, err)
-}
-
-// joinTransaction makes sure the job's skeleton exists and writes the local
-// config when nothing is stored or Overwrite is set, in one transaction;
-// for a job that does not exist yet, the same transaction registers this
-// server (registerServer's nodes), raises the resharding flag and makes it
-// the election's first candidate and leader (the host node). A stored
-// config of another job type is a conflict (checked here only when this
-// join would overwrite it; otherwise on the cache's read, before
-// registering).
-//
-// Joiners racing on a new job all plan the same creation: one wins, and
-// the others re-plan on what is stored (multiRetry), keeping the stored
-// config unless Overwrite. The first attempt takes the skeleton below an
-// existing top-level node (leader, guarantee) as present; a transaction
-// that fails on a missing parent re-plans from reads of every skeleton
-// node.
-//
-// Every config write bumps the config node's data version in the same
-// transaction (servers watch that node only; docs/zookeeper-layout.md), and
-// the cache is seeded with what was written.
-func (j *Job) joinTransaction(ctx context.Context, lc localConfig, sid int64) (joinResult, error) {
-	local, fields := lc.cfg, lc.fields
-	keys := slices.Sorted(maps.Keys(fields))
-	var (
-		res         joinResult
-		candAt      = -1 // index of the candidate's create in the ops
-		ownCand     string
-		newJob      bool
-		hostPlanned bool // the ops create the host node beside the candidate
-	)
-	results, err := layout.MultiRetryResults(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
-		res, candAt, ownCand, newJob, hostPlanned = joinResult{}, -1, "", false, false
-		var (
-			top  []string
-			rd   joinReads
-			rdOK bool
-		)
-		var err error
-		// The job node's listing arms the tree cache's watch on it (the
-		// cache is loaded anew from here).
-		j.cache.BeginLoad()
-		if attempt == 0 && j.reg.storedAtStart(j.jname) {
-			// A job stored when the process started (its restart): the
-			// job node's listing and the stored nodes' reads side by side,
-			// one round trip instead of two. The listing decides; the
-			// reads are used when it shows the config.
-			g, gctx := errgroup.WithContext(ctx)
-			var rdErr error
-			g.Go(func() error {
-				top, _, err = j.cache.LoadShallow(gctx, "")
-				return nil
-			})
-			g.Go(func() error {
-				rd, rdErr = j.readForJoin(gctx, true)
-				return nil
-			})
-			_ = g.Wait()
-			rdOK = err == nil && rdErr == nil && slices.Contains(top, layout.NConfig)
-		} else {
-			top, _, err = j.cache.LoadShallow(ctx, "")
-		}
-		if errors.Is(err, store.ErrNoNode) && attempt > 0 {
-			// Maybe the namespace went (ErrNoParent).
-			if err := store.CreateAll(ctx, j.st, store.Parent(j.p.Root)); err != nil {
-				return nil, fmt.Errorf("coord: join job %q: create %s: %w", j.jname, store.Parent(j.p.Root), err)
-			}
-		}
-		if errors.Is(err, store.ErrNoNode) {
-			// A new job: everything in one transaction.
-			ops := []store.Op{&store.CreateOp{Path: j.p.Root}}
-			for _, rel := range layout.SkeletonNodes {
-				ops = append(ops, &store.CreateOp{Path: j.p.Abs(rel)})
-			}
-			for _, k := range keys {
-				ops = append(ops, &store.CreateOp{Path: j.p.Config(k), Data: []byte(fields[k])})
-			}
-			ops = append(ops, layout.WriteConfigNode(j.p, fields, store.AnyVersion),
-				&store.CreateOp{Path: j.p.Server(j.id)},
-				&store.CreateOp{Path: j.p.Server(j.id, layout.NHostName), Data: []byte(j.reg.cfg.HostName)},
-				&store.CreateOp{Path: j.p.Server(j.id, layout.NDisabled), Data: layout.FlagData(local.Disabled)},
-				&store.CreateOp{Path: j.p.Server(j.id, layout.NStatus), Data: []byte(layout.StatusReady), Mode: store.Ephemeral},
-				&store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout})},
-				layout.TouchMembership(j.p),
-			)
-			// The first and only candidate of a new job, and its leader
-			// (recipe.Election.HostHeld).
-			candAt = len(ops)
-			ops = append(ops, j.elec.CampaignOps(true)...)
-			// The only server of a new job assigns its items itself
-			// (lonejoin.go); else the flag is raised as raiseFlag does (the
-			// flag version bumped).
-			lops, lone, ok, err := j.loneReshard(ctx, loneInput{cfg: local, ownDisabled: local.Disabled})
-			if err != nil {
-				return nil, err
-			}
-			if ok && j.fitsWith(ops, lops) {
-				ops = append(ops, lops...)
-				res.lone = &lone
-			} else {
-				ops = append(ops, &store.CreateOp{Path: j.p.Abs(layout.RelNecessary)},
-					&store.SetOp{Path: j.p.Abs(layout.RelShardingDir), Version: store.AnyVersion})
-			}
-			res.registered, res.configWritten, newJob = true, true, true
-			res.cfg, res.cfgFields = local, fields
-			return ops, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.Root, err)
-		}
-		var ops []store.Op
-		missing := func(rel string) bool {
-			for p := rel; p != "."; p = path.Dir(p) {
-				if !strings.Contains(p, "/") && !slices.Contains(top, p) {
-					return true // its top-level node is missing
-				}
-			}
-			return false
-		}
-		for _, rel := range layout.SkeletonNodes {
-			switch {
-			case missing(rel):
-				ops = append(ops, &store.CreateOp{Path: j.p.Abs(rel)})
-			case attempt > 0 && strings.Contains(rel, "/"):
-				// A transaction failed: maybe on a missing parent below
-				// an existing top-level node.
-				ok, _, err := j.st.Exists(ctx, j.p.Abs(rel))
-				if err != nil {
-					return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.Abs(rel), err)
-				}
-				if !ok {
-					ops = append(ops, &store.CreateOp{Path: j.p.Abs(rel)})
-				}
-			}
-		}
-		// A stored job: the config (through the tree cache, which arms its
-		// watch) and what the registration needs, read side by side.
-		if !rdOK {
-			if rd, err = j.readForJoin(ctx, slices.Contains(top, layout.NConfig)); err != nil {
-				return nil, err
-			}
-		}
-		res.preloaded, res.ownSharding = true, slices.Contains(rd.serverKids, layout.NSharding)
-		stored := j.cachedConfigFields()
-		if t, ok := stored[layout.JobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
-			return nil, fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type())
-		}
-		runCfg := local // the config the job runs on after this join
-		if len(stored) > 0 && !local.Overwrite {
-			// The stored config wins; it must decode before this server
-			// registers on it.
-			if runCfg, err = j.decodeConfig(stored); err != nil {
-				return nil, err
-			}
-			res.storedWins = true
-			res.cfg, res.cfgFields = runCfg, stored
-		} else {
-			res.cfg, res.cfgFields = local, fields
-			for _, k := range keys {
-				if _, ok := stored[k]; ok {
-					ops = append(ops, &store.SetOp{Path: j.p.Config(k), Data: []byte(fields[k]), Version: store.AnyVersion})
-				} else {
-					ops = append(ops, &store.CreateOp{Path: j.p.Config(k), Data: []byte(fields[k])})
-				}
-			}
-			copied := fields
-			for n := range stored {
-				if _, ok := fields[n]; !ok {
-					copied = nil // stored fields beyond ours: no copy, servers read the fields
-					break
-				}
-			}
-			// Any version: this transaction writes every field its copy
-			// holds, so the copy matches the fields whatever committed
-			// before it (K servers joining with overwrite at once would
-			// otherwise fail each other's version checks); a concurrent
-			// SetConfig checks the version and plans again.
-			ops = append(ops, layout.WriteConfigNode(j.p, copied, store.AnyVersion))
-			res.configWritten = true
-		}
-		// The registration (registerServer's nodes), the election
-		// candidate and, on the first attempt, the resharding flag, in the
-		// same transaction: a reshard either committed before it (and the
-		// flag is raised again here) or reads this server (its Multi
-		// checks the membership version this transaction bumps). A later
-		// attempt (joiners racing, whose reshards keep clearing the flag)
-		// raises the flag after the transaction, by a direct create: it
-		// must be up after the registration.
-		// The record read beside the rest, unless a previous session's
-		// status is waited for below (its run may rewrite the record
-		// meanwhile): then read again after the wait.
-		pre := &rd.run
-		if rd.statusOwner != 0 && rd.statusOwner != sid && attempt == 0 {
-			pre = nil
-			ok, stat, err := j.awaitStatusGone(ctx, j.p.Server(j.id, layout.NStatus), sid)
-			if err != nil {
-				return nil, err
-			}
-			rd.statusOwner = 0
-			if ok {
-				rd.statusOwner = stat.EphemeralOwner
-			}
-		}
-		if rd.statusOwner != 0 && rd.statusOwner != sid {
-			return nil, fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, j.p.Server(j.id, layout.NStatus), rd.statusOwner, j.reg.serverIDSetting())
-		}
-		if rd.serverKids == nil {
-			ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id)})
-		}
-		put := func(name string, data []byte) {
-			if slices.Contains(rd.serverKids, name) {
-				ops = append(ops, &store.SetOp{Path: j.p.Server(j.id, name), Data: data, Version: store.AnyVersion})
-			} else {
-				ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, name), Data: data})
-			}
-		}
-		put(layout.NHostName, []byte(j.reg.cfg.HostName))
-		if !slices.Contains(rd.serverKids, layout.NDisabled) {
-			put(layout.NDisabled, layout.FlagData(local.Disabled))
-		}
-		if slices.Contains(rd.serverKids, layout.NShutdown) {
-			ops = append(ops, &store.DeleteOp{Path: j.p.Server(j.id, layout.NShutdown), Version: store.AnyVersion})
-		}
-		if rd.statusOwner == 0 {
-			ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, layout.NStatus), Data: []byte(layout.StatusReady), Mode: store.Ephemeral})
-		}
-		lops, err := j.layoutOps(ctx, rd.serverKids, pre)
-		if err != nil {
-			return nil, err
-		}
-		ops = append(ops, lops...)
-		memberAt := len(ops)
-		ops = append(ops, layout.TouchMembership(j.p))
-		if rd.ownCandidate == "" {
-			candAt = len(ops)
-			// No candidate stood (a restarted process's jobs, one server
-			// each): take the leadership in the same transaction, as a new
-			// job's join does, instead of an election's listing and create
-			// after it. The host node of a leader still standing makes it
-			// fail and plan again without this. A candidate created between
-			// the listing and this commit stands first behind a host node
-			// this server holds: it waits on that node, as behind any
-			// leader (recipe.Election.Proceed).
-			hostPlanned = rd.noCandidate && attempt == 0
-			ops = append(ops, j.elec.CampaignOps(hostPlanned)...)
-		} else {
-			ownCand = rd.ownCandidate
-		}
-		if hostPlanned && pre != nil && rd.statusOwner == 0 && rd.serversListed {
-			lops, lone, ok, err := j.planLoneJoin(ctx, local, runCfg, res.storedWins, rd)
-			if err != nil {
-				return nil, err
-			}
-			if ok && j.fitsWith(ops, lops) {
-				ops[memberAt] = membershipAt(j.p, rd.membersVersion)
-				ops = append(ops, lops...)
-				res.lone = &lone
-			}
-		}
-		switch {
-		case res.lone != nil:
-			// The flag went in its reshard (lonejoin.go).
-		case attempt > 0:
-			res.flagPending = true
-		case rd.flagUp:
-			// Still up at the commit, else plan again: a reshard that
-			// cleared it in between may have missed this server.
-			ops = append(ops, &store.CheckOp{Path: j.p.Abs(layout.RelNecessary), Version: store.AnyVersion})
-		default:
-			// Raised as raiseFlag does (the flag version bumped).
-			ops = append(ops, &store.CreateOp{Path: j.p.Abs(layout.RelNecessary)},
-				&store.SetOp{Path: j.p.Abs(layout.RelShardingDir), Version: store.AnyVersion})
-		}
-		res.registered = true
-		return ops, nil
-	})
-	if err != nil {
-		if errors.Is(err, ErrBadConfig) {
-			return joinResult{}, err
-		}
-		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
-	}
-	switch {
-	case candAt >= 0 && candAt < len(results):
-		j.elec.Adopt(results[candAt].Path, newJob || hostPlanned)
-	case ownCand != "":
-		j.elec.Adopt(ownCand, false) // this session's, from an earlier attempt
-	}
-	return res, nil
 }
 
 // abandonJoin undoes a registration the join transaction made (a new job
@@ -880,27 +536,7 @@ func (j *Job) registerServer(ctx context.Context, sid int64, first bool) error {
 		if ok && stat.EphemeralOwner != sid {
 			return nil, fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, statusPath, stat.EphemeralOwner, j.reg.serverIDSetting())
 		}
-		var ops []store.Op
-		if noDir {
-			ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id)})
-		}
-		put := func(name string, data []byte) {
-			if slices.Contains(kids, name) {
-				ops = append(ops, &store.SetOp{Path: j.p.Server(j.id, name), Data: data, Version: store.AnyVersion})
-			} else {
-				ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, name), Data: data})
-			}
-		}
-		put(layout.NHostName, []byte(j.reg.cfg.HostName))
-		if !slices.Contains(kids, layout.NDisabled) {
-			put(layout.NDisabled, layout.FlagData(j.localDisabled))
-		}
-		if first && slices.Contains(kids, layout.NShutdown) {
-			ops = append(ops, &store.DeleteOp{Path: j.p.Server(j.id, layout.NShutdown), Version: store.AnyVersion})
-		}
-		if !ok {
-			ops = append(ops, &store.CreateOp{Path: statusPath, Data: []byte(layout.StatusReady), Mode: store.Ephemeral})
-		}
+		ops := j.registrationOps(serverNode{exists: !noDir, kids: kids, statusHeld: ok}, j.localDisabled, first)
 		lops, err := j.layoutOps(ctx, kids, nil)
 		if err != nil {
 			return nil, err
@@ -911,6 +547,49 @@ func (j *Job) registerServer(ctx context.Context, sid int64, first bool) error {
 		return fmt.Errorf("coord: job %q: register %s: %w", j.jname, j.p.Server(j.id), err)
 	}
 	return err
+}
+
+// serverNode is what a registration read of servers/{id}: whether the
+// node exists, its children, and whether its status node is held by this
+// session already.
+type serverNode struct {
+	exists     bool
+	kids       []string
+	statusHeld bool
+}
+
+// registrationOps register this server in one transaction: servers/{id}
+// (created if absent), its hostName, its disabled flag only when it was
+// never written (an operator's disable or enable survives restarts;
+// disabled is the joining config's), the removal of an operator's shutdown
+// when clearShutdown (a first join), and the status node READY
+// (ephemeral, this session's) unless this session holds it. The join's
+// transactions and registerServer all register through it; the caller
+// adds the run record's layout write (layoutOps) and the membership bump
+// (layout.TouchMembership).
+func (j *Job) registrationOps(node serverNode, disabled, clearShutdown bool) []store.Op {
+	var ops []store.Op
+	if !node.exists {
+		ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id)})
+	}
+	has := func(name string) bool { return slices.Contains(node.kids, name) }
+	ops = append(ops, layout.PutOp(j.p.Server(j.id, layout.NHostName), []byte(j.reg.cfg.HostName), has(layout.NHostName)))
+	if !has(layout.NDisabled) {
+		ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, layout.NDisabled), Data: layout.FlagData(disabled)})
+	}
+	if clearShutdown && has(layout.NShutdown) {
+		ops = append(ops, &store.DeleteOp{Path: j.p.Server(j.id, layout.NShutdown), Version: store.AnyVersion})
+	}
+	if !node.statusHeld {
+		ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, layout.NStatus), Data: []byte(layout.StatusReady), Mode: store.Ephemeral})
+	}
+	return ops
+}
+
+// freshRunRecordOp creates this server's run record of this layout
+// (layoutOps), empty.
+func freshRunRecordOp(j *Job) store.Op {
+	return &store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout})}
 }
 
 // awaitStatusGone waits, up to the store's session timeout, for a status
@@ -1148,19 +827,13 @@ func (j *Job) goOffline(ctx context.Context) error {
 // as expected; goOffline then goes node by node.
 func (j *Job) goOfflineAtOnce(ctx context.Context) bool {
 	sess, _ := j.st.Session()
-	if j.elec.Candidate() == "" || sess.State != store.StateConnected {
+	ops := j.offlineOps(ctx, sess)
+	if ops == nil {
 		return false
 	}
-	ops, err := j.elec.ResignOps(ctx, sess)
-	if err != nil {
-		return false
-	}
-	ops = append(ops,
-		&store.DeleteOp{Path: j.p.Server(j.id, layout.NStatus), Version: store.AnyVersion},
-		layout.TouchMembership(j.p))
 	flagDone := make(chan error, 1)
 	go func() { flagDone <- layout.RaiseFlag(ctx, j.st, j.p) }()
-	_, err = j.st.Multi(ctx, ops...)
+	_, err := j.st.Multi(ctx, ops...)
 	ferr := <-flagDone
 	if err != nil {
 		return false
@@ -1211,9 +884,8 @@ func (j *Job) writeLastErrorLocked(ctx context.Context, msg string) {
 // since fails the transaction's create or version check, and the join
 // plans again on fresh reads.
 func (j *Job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]store.Op, error) {
-	fresh := layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout})
 	if pre == nil && !slices.Contains(kids, layout.NRun) || pre != nil && !pre.found {
-		return []store.Op{&store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: fresh}}, nil
+		return []store.Op{freshRunRecordOp(j)}, nil
 	}
 	var rd runRead
 	if pre != nil {
@@ -1221,7 +893,7 @@ func (j *Job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]sto
 	} else {
 		d, rst, err := j.st.Get(ctx, j.p.Server(j.id, layout.NRun))
 		if errors.Is(err, store.ErrNoNode) {
-			return []store.Op{&store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: fresh}}, nil
+			return []store.Op{freshRunRecordOp(j)}, nil
 		}
 		if err != nil {
 			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NRun), err)
@@ -1229,7 +901,7 @@ func (j *Job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]sto
 		rd = runRead{found: true, data: d, version: rst.Version}
 	}
 	if rec, derr := layout.DecodeRunRecord(rd.data); derr != nil || rec.Layout < layout.RecordLayout {
-		return []store.Op{&store.SetOp{Path: j.p.Server(j.id, layout.NRun), Data: fresh, Version: rd.version}}, nil
+		return []store.Op{&store.SetOp{Path: j.p.Server(j.id, layout.NRun), Data: layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout}), Version: rd.version}}, nil
 	}
 	return nil, nil
 }

@@ -98,8 +98,8 @@ func goOfflineAll(ctx context.Context, jobs []*Job) error {
 	if len(jobs) == 0 {
 		return nil
 	}
-	st := jobs[0].st
-	sess, _ := st.Session()
+	l := &sharedLeave{st: jobs[0].st}
+	sess, _ := l.st.Session()
 	plans := make([]*offlinePlan, len(jobs))
 	var g errgroup.Group
 	g.SetLimit(leaveParallel)
@@ -110,19 +110,62 @@ func goOfflineAll(ctx context.Context, jobs []*Job) error {
 		})
 	}
 	_ = g.Wait()
+	var mg errgroup.Group
+	mg.SetLimit(leaveMultis)
+	for _, b := range l.batch(jobs, plans, jobs[0].splitBudget()) {
+		mg.Go(func() error {
+			l.commit(ctx, b)
+			return nil
+		})
+	}
+	_ = mg.Wait()
+	var ag errgroup.Group
+	ag.SetLimit(leaveParallel)
+	for _, j := range l.alone {
+		ag.Go(func() error {
+			if err := j.goOffline(ctx); err != nil {
+				l.fail(err)
+			}
+			return nil
+		})
+	}
+	_ = ag.Wait()
+	return errors.Join(l.errs...)
+}
 
-	var (
-		mu    sync.Mutex
-		errs  []error
-		alone []*Job
-	)
+// sharedLeave is one goOfflineAll: the jobs left to go offline alone, and
+// the errors met.
+type sharedLeave struct {
+	st    store.Store
+	mu    sync.Mutex
+	errs  []error
+	alone []*Job
+}
+
+// fail records err.
+func (l *sharedLeave) fail(err error) {
+	l.mu.Lock()
+	l.errs = append(l.errs, err)
+	l.mu.Unlock()
+}
+
+// leaveAlone sends j through goOffline alone.
+func (l *sharedLeave) leaveAlone(j *Job) {
+	l.mu.Lock()
+	l.alone = append(l.alone, j)
+	l.mu.Unlock()
+}
+
+// batch packs plans (of jobs, in order) into Multis of at most
+// leaveBatchJobs jobs within budget bytes; a job without a plan leaves
+// alone.
+func (l *sharedLeave) batch(jobs []*Job, plans []*offlinePlan, budget int) [][]*offlinePlan {
 	var batches [][]*offlinePlan
-	budget := jobs[0].splitBudget()
 	var cur []*offlinePlan
 	size := 32
 	for i, p := range plans {
 		if p == nil {
-			alone = append(alone, jobs[i])
+			l.leaveAlone(jobs[i])
 			continue
 		}
 		ps := 0
@@ -139,65 +182,64 @@ func goOfflineAll(ctx context.Context, jobs []*Job) error {
 	if len(cur) > 0 {
 		batches = append(batches, cur)
 	}
+	return batches
+}
 
-	var mg errgroup.Group
-	mg.SetLimit(leaveMultis)
-	for _, b := range batches {
-		mg.Go(func() error {
-			var ops []store.Op
-			for _, p := range b {
-				ops = append(ops, p.ops...)
-			}
-			flags := make([]chan error, len(b))
-			for k, p := range b {
-				if p.flagBeside {
-					flags[k] = make(chan error, 1)
-					go func() { flags[k] <- layout.RaiseFlag(ctx, st, p.j.p) }()
-				}
-			}
-			_, err := st.Multi(ctx, ops...)
-			for k, p := range b {
-				var ferr error
-				if flags[k] != nil {
-					ferr = <-flags[k]
-				}
-				switch {
-				case err != nil:
-					mu.Lock()
-					alone = append(alone, p.j)
-					mu.Unlock()
-				case ferr != nil && !errors.Is(ferr, store.ErrNoNode) && !errors.Is(ferr, store.ErrClosed):
-					// Offline, but the flag's create failed: raise it
-					// again as goOffline would.
-					if ferr := layout.RaiseFlag(ctx, st, p.j.p); ferr != nil && !errors.Is(ferr, store.ErrNoNode) && !errors.Is(ferr, store.ErrClosed) {
-						mu.Lock()
-						errs = append(errs, ferr)
-						mu.Unlock()
-					}
-					p.j.wentOffline()
-				default:
-					p.j.wentOffline()
-				}
-			}
-			return nil
-		})
+// commit takes batch b's jobs offline in one Multi, each job's flag
+// raised beside it when its cache shows none; the jobs of a failed Multi
+// leave alone.
+func (l *sharedLeave) commit(ctx context.Context, b []*offlinePlan) {
+	var ops []store.Op
+	for _, p := range b {
+		ops = append(ops, p.ops...)
 	}
-	_ = mg.Wait()
+	flags := make([]chan error, len(b))
+	for k, p := range b {
+		if p.flagBeside {
+			flags[k] = make(chan error, 1)
+			go func() { flags[k] <- layout.RaiseFlag(ctx, l.st, p.j.p) }()
+		}
+	}
+	_, err := l.st.Multi(ctx, ops...)
+	for k, p := range b {
+		var ferr error
+		if flags[k] != nil {
+			ferr = <-flags[k]
+		}
+		switch {
+		case err != nil:
+			l.leaveAlone(p.j)
+		case ferr != nil && !errors.Is(ferr, store.ErrNoNode) && !errors.Is(ferr, store.ErrClosed):
+			// Offline, but the flag's create failed: raise it
+			// again as goOffline would.
+			if ferr := layout.RaiseFlag(ctx, l.st, p.j.p); ferr != nil && !errors.Is(ferr, store.ErrNoNode) && !errors.Is(ferr, store.ErrClosed) {
+				l.fail(ferr)
+			}
+			p.j.wentOffline()
+		default:
+			p.j.wentOffline()
+		}
+	}
+}
 
-	var ag errgroup.Group
-	ag.SetLimit(leaveParallel)
-	for _, j := range alone {
-		ag.Go(func() error {
-			if err := j.goOffline(ctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-			return nil
-		})
+// offlineOps plans this server's going offline in one transaction: its
+// resignation from the election (recipe.Election.ResignOps: the host node
+// if this session holds it, and the candidate) and its status node's delete, with the membership
+// bump. nil when it cannot go at once (no candidate, or the session not
+// connected, or the host node's read failed): the caller leaves by
+// goOffline instead. goOfflineAtOnce and the shared leave (planOffline)
+// both go offline through it.
+func (j *Job) offlineOps(ctx context.Context, sess store.Session) []store.Op {
+	if j.elec.Candidate() == "" || sess.State != store.StateConnected {
+		return nil
 	}
-	_ = ag.Wait()
-	return errors.Join(errs...)
+	ops, err := j.elec.ResignOps(ctx, sess)
+	if err != nil {
+		return nil
+	}
+	return append(ops,
+		&store.DeleteOp{Path: j.p.Server(j.id, layout.NStatus), Version: store.AnyVersion},
+		layout.TouchMembership(j.p))
 }
 
 // planOffline returns j's operations for a shared leave Multi: those of
@@ -205,24 +247,16 @@ func goOfflineAll(ctx context.Context, jobs []*Job) error {
 // shows no flag. nil: j leaves alone (goOffline), as goOfflineAtOnce
 // would not do it at once.
 func (j *Job) planOffline(ctx context.Context, sess store.Session) *offlinePlan {
-	if j.elec.Candidate() == "" || sess.State != store.StateConnected {
+	ops := j.offlineOps(ctx, sess)
+	if ops == nil {
 		return nil
 	}
-	eops, err := j.elec.ResignOps(ctx, sess)
-	if err != nil {
-		return nil
-	}
-	p := &offlinePlan{j: j}
-	p.ops = append(eops,
-		&store.DeleteOp{Path: j.p.Server(j.id, layout.NStatus), Version: store.AnyVersion},
-		layout.TouchMembership(j.p))
+	p := &offlinePlan{j: j, ops: ops}
 	if j.cache.Has(layout.RelNecessary) {
 		p.flagBeside = true
 	} else {
 		// raiseFlag's two operations, in the same transaction.
-		p.ops = append(p.ops,
-			&store.CreateOp{Path: j.p.Abs(layout.RelNecessary)},
-			&store.SetOp{Path: j.p.Abs(layout.RelShardingDir), Version: store.AnyVersion})
+		p.ops = append(p.ops, layout.RaiseFlagOps(j.p)...)
 	}
 	return p
 }

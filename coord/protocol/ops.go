@@ -101,10 +101,9 @@ func (j *Job) resolve(intents []intent, exists func(rel string, direct bool) boo
 				created = append(created, in.rel)
 			}
 		case opPut:
-			if has(in.rel) {
-				ops = append(ops, &store.SetOp{Path: p, Data: in.data, Version: store.AnyVersion})
-			} else {
-				ops = append(ops, &store.CreateOp{Path: p, Data: in.data, Mode: store.Persistent})
+			exists := has(in.rel)
+			ops = append(ops, layout.PutOp(p, in.data, exists))
+			if !exists {
 				pending[in.rel] = true
 				created = append(created, in.rel)
 			}

@@ -95,25 +95,7 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrShutdown)
 	}
 	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) {
-		if j.isLeader() {
-			// A paused leader runs nothing but still reshards: else a
-			// flag its watcher missed (raised while it re-registered or
-			// resumed) holds every other server's Begin, trigger after
-			// trigger (simulation seeds 200040, 300290 on ZooKeeper). It
-			// never waits for running items here.
-			if _, err := j.reshardWhenIdle(ctx, recipe.NoWatch(j.st)); err != nil {
-				j.log.Debug("paused leader: prompt resharding failed; the next trigger retries", "err", err)
-			}
-		}
-		// Failover items claimed before the pause go back to the queue
-		// for another server: held here they would run nowhere (their
-		// owner skips an item failed over to another) until a resume.
-		// A claim whose reply was lost is one of them.
-		if _, err := j.settleUnsureClaims(ctx, sid); err != nil {
-			j.log.Debug("paused: cannot read a claim whose reply was lost; the next Begin does", "err", err)
-		}
-		j.releaseClaims(ctx)
-		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
+		return nil, j.refusePaused(ctx, sid)
 	}
 	// One config snapshot for the whole trigger: an edit that arrives
 	// while this Begin runs applies to the next trigger, whole.
@@ -123,69 +105,14 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 			return nil, err
 		}
 	}
-	var (
-		items      []Assignment
-		shardMzxid int64
-	)
+	b := &beginning{j: j, cfg: cfg, sid: sid, regCtx: regCtx}
+	var plan beginPlan
 	for attempt := 0; ; attempt++ {
-		var (
-			shardVersion int32
-			// flagVersion: leader/sharding's data version when Begin
-			// found no resharding flag (-1: not read, a failover run).
-			flagVersion int32 = -1
-			fo          failoverDir
-		)
-		shardMzxid = 0
-		// A claim of this server whose reply was lost is run as claimed.
-		if _, err := j.settleUnsureClaims(ctx, sid); err != nil {
+		if plan, err = b.plan(ctx, attempt); err != nil {
 			return nil, err
 		}
-		if items, shardVersion, err = j.failoverAssignments(ctx, cfg); err != nil {
-			return nil, err
-		}
-		if len(items) == 0 {
-			// Failover items run first and need no resharding; otherwise
-			// reshard (leader) or wait for it.
-			if flagVersion, err = j.awaitSharding(ctx, cfg); err != nil {
-				return nil, err
-			}
-			// The registration the run belongs to is the one current now.
-			if sid, regCtx, err = j.ready(); err != nil {
-				return nil, err
-			}
-			if err = j.layoutGuard(ctx); err != nil {
-				return nil, err
-			}
-			// One direct read of this server's sharding node: the fresh
-			// assignment and the version that fences the Multi below.
-			data, st, err := j.st.Get(ctx, j.p.Server(j.id, layout.NSharding))
-			if err != nil && !errors.Is(err, store.ErrNoNode) {
-				return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
-			}
-			found := err == nil
-			// One direct read of the failover directory: its queue
-			// entries (the tokens of crashed runs, which this run
-			// consumes for its items) and its version, which the Multi
-			// checks: a claim, a failover run's completion, a queueing
-			// since fails it.
-			if fo, err = j.readFailoverDir(ctx); err != nil {
-				return nil, err
-			}
-			// The claims and failover marks of this server's items: from
-			// its last direct read of them while the directory's version
-			// is the one that read was made at, else (a failover writer
-			// came since: rare) read directly, pipelined.
-			var view map[int]foItem
-			if attempt == 0 {
-				view = j.failoverViewAt(fo.version, st.Mzxid)
-			}
-			if items, shardVersion, view, err = j.assignments(ctx, cfg.ShardingTotalCount, data, st, found, view, fo.claims); err != nil {
-				return nil, err
-			}
-			j.noteFailoverView(fo.version, st.Mzxid, view)
-			shardMzxid = st.Mzxid
-		}
-		err := j.markRunning(ctx, cfg, now, items, shardVersion, flagVersion, shardMzxid, fo)
+		items := plan.items
+		err := b.markRunning(ctx, now, plan)
 		if err != nil {
 			j.takeClaims(items, false)
 		}
@@ -198,11 +125,116 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 		break
 	}
 	j.recordLastError(ctx, "")
-	r = &Run{j: j, session: sid, items: items, cfg: cfg, params: params, shardMzxid: shardMzxid, begin: string(layout.FormatTime(now)),
+	items := plan.items
+	r = &Run{j: j, session: b.sid, items: items, cfg: cfg, params: params, shardMzxid: plan.shardMzxid, begin: string(layout.FormatTime(now)),
 		live: len(items) > 0 && !items[0].Failover && cfg.MonitorsExecution()}
 	r.ctx, r.cancel = context.WithCancel(ctx)
-	r.stop = context.AfterFunc(regCtx, r.cancel)
+	r.stop = context.AfterFunc(b.regCtx, r.cancel)
 	return r, nil
+}
+
+// refusePaused is a paused server's Begin: it runs nothing, and returns
+// ErrPaused. A paused leader still reshards: else a flag its watcher
+// missed (raised while it re-registered or resumed) holds every other
+// server's Begin, trigger after trigger (simulation seeds 200040, 300290
+// on ZooKeeper). It never waits for running items here.
+func (j *Job) refusePaused(ctx context.Context, sid int64) error {
+	if j.isLeader() {
+		if _, err := j.reshardWhenIdle(ctx, recipe.NoWatch(j.st)); err != nil {
+			j.log.Debug("paused leader: prompt resharding failed; the next trigger retries", "err", err)
+		}
+	}
+	// Failover items claimed before the pause go back to the queue
+	// for another server: held here they would run nowhere (their
+	// owner skips an item failed over to another) until a resume.
+	// A claim whose reply was lost is one of them.
+	if _, err := j.settleUnsureClaims(ctx, sid); err != nil {
+		j.log.Debug("paused: cannot read a claim whose reply was lost; the next Begin does", "err", err)
+	}
+	j.releaseClaims(ctx)
+	return fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
+}
+
+// beginning is one Begin on its config snapshot, planned again (plan) on
+// each attempt whose transaction (markRunning) lost to a concurrent writer.
+type beginning struct {
+	j   *Job
+	cfg jobconfig.Config
+	// sid and regCtx are the registration the run belongs to: the one
+	// current when its items were read.
+	sid    int64
+	regCtx context.Context
+}
+
+// beginPlan is what an attempt of a Begin read: its items and the
+// versions its transaction (markRunning) is fenced by.
+type beginPlan struct {
+	items        []Assignment
+	shardVersion int32
+	// flagVersion: leader/sharding's data version when Begin found no
+	// resharding flag (-1: not read, a failover run).
+	flagVersion int32
+	shardMzxid  int64
+	fo          failoverDir
+}
+
+// plan reads an attempt's items: this server's failover items if it has
+// any (they run first and need no resharding); otherwise, once resharding
+// is done (this server reshards if it leads, else waits for the leader),
+// its own items.
+func (b *beginning) plan(ctx context.Context, attempt int) (beginPlan, error) {
+	j := b.j
+	p := beginPlan{flagVersion: -1}
+	// A claim of this server whose reply was lost is run as claimed.
+	if _, err := j.settleUnsureClaims(ctx, b.sid); err != nil {
+		return p, err
+	}
+	var err error
+	if p.items, p.shardVersion, err = j.failoverAssignments(ctx, b.cfg); err != nil || len(p.items) > 0 {
+		return p, err
+	}
+	if p.flagVersion, err = j.awaitSharding(ctx, b.cfg); err != nil {
+		return p, err
+	}
+	// The registration the run belongs to is the one current now.
+	if b.sid, b.regCtx, err = j.ready(); err != nil {
+		return p, err
+	}
+	if err = j.layoutGuard(ctx); err != nil {
+		return p, err
+	}
+	return p, b.readOwn(ctx, attempt, &p)
+}
+
+// readOwn reads this server's own items into p: one direct read of its
+// sharding node (the fresh assignment and the version that fences the
+// transaction) and one of the failover directory (its queue entries, the
+// tokens of crashed runs, which this run consumes for its items, and its
+// version, which the transaction checks: a claim, a failover run's
+// completion, a queueing since fails it). The claims and failover marks of
+// its items come from its last direct read of them while the directory's
+// version is the one that read was made at, else (a failover writer came
+// since: rare) from a direct read, pipelined.
+func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) error {
+	j := b.j
+	data, st, err := j.st.Get(ctx, j.p.Server(j.id, layout.NSharding))
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
+	}
+	found := err == nil
+	if p.fo, err = j.readFailoverDir(ctx); err != nil {
+		return err
+	}
+	var view map[int]foItem
+	if attempt == 0 {
+		view = j.failoverViewAt(p.fo.version, st.Mzxid)
+	}
+	if p.items, p.shardVersion, view, err = j.assignments(ctx, b.cfg.ShardingTotalCount, data, st, found, view, p.fo.claims); err != nil {
+		return err
+	}
+	j.noteFailoverView(p.fo.version, st.Mzxid, view)
+	p.shardMzxid = st.Mzxid
+	return nil
 }
 
 // errBeginAgain says the items were found not running after all: the
@@ -281,25 +313,59 @@ func (j *Job) noteFailoverView(v int32, shardMzxid int64, view map[int]foItem) {
 // A monitored normal run overlapping a monitored run of this server (its
 // live marker exists, held by a run of this process on this session) flags
 // misfire on its items and returns ErrItemsRunning.
-func (j *Job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Time, items []Assignment, shardVersion, flagVersion int32, epoch int64, fo failoverDir) error {
-	monitor := cfg.MonitorsExecution()
-	failover := len(items) > 0 && items[0].Failover
+func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan) error {
+	j := b.j
 	j.mu.Lock()
 	sid := j.regSession
 	j.mu.Unlock()
-	var head, tail []intent
-	if shardVersion >= 0 {
-		head = append(head, intent{kind: opCheck, rel: layout.RelServer(j.id, layout.NSharding), version: shardVersion})
-	}
-	if flagVersion >= 0 && len(items) > 0 {
-		head = append(head, intent{kind: opCheck, rel: layout.RelShardingDir, version: flagVersion})
-	}
-	if !failover && len(items) > 0 && fo.version >= 0 {
-		head = append(head, intent{kind: opCheck, rel: layout.RelFailoverQ, version: fo.version})
-	}
 	begin := layout.FormatTime(now)
+	head := b.fences(p)
+	groups := b.itemIntents(p, begin)
+	tail, live := b.recordIntents(p.items, begin, p.shardMzxid)
+	// Held from before the transaction, not after it: a Begin beside this
+	// one that finds the marker or the items held must see them held, or
+	// it would take them for leftovers.
+	j.holdItems(p.items, 1)
+	if live {
+		j.holdMarker(sid, 1)
+	}
+	applied, err := j.commitSplit(ctx, head, groups, tail)
+	if err != nil && applied > 0 {
+		j.undoBegin(ctx, p.items, groups[:applied])
+	}
+	if err != nil {
+		return b.markFailed(ctx, p.items, sid, string(begin), p.shardMzxid, live, err)
+	}
+	return nil
+}
+
+// fences are the version checks of a Begin's transaction: this server's
+// sharding node, the flag version (a normal run's) and the failover
+// directory (a normal run's).
+func (b *beginning) fences(p beginPlan) []intent {
+	j := b.j
+	failover := len(p.items) > 0 && p.items[0].Failover
+	var head []intent
+	if p.shardVersion >= 0 {
+		head = append(head, intent{kind: opCheck, rel: layout.RelServer(j.id, layout.NSharding), version: p.shardVersion})
+	}
+	if p.flagVersion >= 0 && len(p.items) > 0 {
+		head = append(head, intent{kind: opCheck, rel: layout.RelShardingDir, version: p.flagVersion})
+	}
+	if !failover && len(p.items) > 0 && p.fo.version >= 0 {
+		head = append(head, intent{kind: opCheck, rel: layout.RelFailoverQ, version: p.fo.version})
+	}
+	return head
+}
+
+// itemIntents are a Begin's writes per item: a failover item's claim
+// checked, running (ephemeral) and lastBeginTime; a normal item's
+// consumed failover tokens (its queue entry, a cut failover run's claim
+// record).
+func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]intent {
+	j := b.j
 	var groups [][]intent
-	for _, a := range items {
+	for _, a := range p.items {
 		if a.Failover {
 			// The claim must still be there: an edit switching failover
 			// or monitorExecution off clears the claims no run has taken
@@ -312,11 +378,11 @@ func (j *Job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 			continue
 		}
 		var g []intent
-		if fo.queued[a.Item] {
+		if p.fo.queued[a.Item] {
 			// This run re-runs a crashed run's item: it consumes the entry.
 			g = append(g, intent{kind: opDelete, rel: layout.RelFailoverQ + "/" + strconv.Itoa(a.Item)})
 		}
-		if fo.claims[a.Item] && !j.claimed(a.Item) {
+		if p.fo.claims[a.Item] && !j.claimed(a.Item) {
 			// A claim record whose claim is gone (assignments skips an
 			// item whose claim lives): the token of a cut failover run,
 			// consumed the same way. A claim since fails the version
@@ -327,72 +393,73 @@ func (j *Job) markRunning(ctx context.Context, cfg jobconfig.Config, now time.Ti
 			groups = append(groups, g)
 		}
 	}
-	live := false
-	if len(items) > 0 {
-		tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusRunning)})
-		if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
-			j.keepFailing(rec.Items)
-			rec.Failing = j.failingOf(rec.Items)
-			tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
-			if monitor {
-				live = true
-				tail = append(tail, intent{kind: opCreate, rel: layout.RelServer(j.id, layout.NRun, layout.NLive), data: []byte(j.id), mode: store.Ephemeral})
-			}
+	return groups
+}
+
+// recordIntents are a Begin's writes for the server: status RUNNING and,
+// for a normal run, its run record (epoch: the Mzxid of the sharding node
+// it was planned on) and, when it monitors execution, the live marker
+// (live).
+func (b *beginning) recordIntents(items []Assignment, begin []byte, epoch int64) (tail []intent, live bool) {
+	j := b.j
+	if len(items) == 0 {
+		return nil, false
+	}
+	monitor := b.cfg.MonitorsExecution()
+	tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusRunning)})
+	if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
+		j.keepFailing(rec.Items)
+		rec.Failing = j.failingOf(rec.Items)
+		tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
+		if monitor {
+			live = true
+			tail = append(tail, intent{kind: opCreate, rel: layout.RelServer(j.id, layout.NRun, layout.NLive), data: []byte(j.id), mode: store.Ephemeral})
 		}
 	}
-	// Held from before the transaction, not after it: a Begin beside this
-	// one that finds the marker or the items held must see them held, or
-	// it would take them for leftovers.
-	j.holdItems(items, 1)
+	return tail, live
+}
+
+// markFailed handles a Begin's failed transaction. The items (and the
+// marker) are released at once: if the transaction was applied but its
+// reply lost, its marker (or running nodes) are leftovers the next Begin
+// removes.
+func (b *beginning) markFailed(ctx context.Context, items []Assignment, sid int64, begin string, epoch int64, live bool, err error) error {
+	j, cfg := b.j, b.cfg
+	failover := len(items) > 0 && items[0].Failover
+	j.holdItems(items, -1)
 	if live {
-		j.holdMarker(sid, 1)
-	}
-	applied, err := j.commitSplit(ctx, head, groups, tail)
-	if err != nil && applied > 0 {
-		j.undoBegin(ctx, items, groups[:applied])
-	}
-	if err != nil {
-		// Released at once: if the transaction was applied but its reply
-		// lost, its marker (or running nodes) are leftovers the next Begin
-		// removes.
-		j.holdItems(items, -1)
-		if live {
-			j.holdMarker(sid, -1)
-			if ambiguous(j.st, err) {
-				// Applied, perhaps: the marker would stay on a session
-				// that resumes, with no run holding it, and hold every
-				// reshard until this server's next Begin.
-				j.oweMarkerLeftover(sid, string(begin), epoch)
-			}
+		j.holdMarker(sid, -1)
+		if ambiguous(j.st, err) {
+			// Applied, perhaps: the marker would stay on a session
+			// that resumes, with no run holding it, and hold every
+			// reshard until this server's next Begin.
+			j.oweMarkerLeftover(sid, begin, epoch)
 		}
-		if errors.Is(err, store.ErrNodeExists) && live {
-			return j.markerInTheWay(ctx, cfg, items)
+	}
+	switch {
+	case errors.Is(err, store.ErrNodeExists) && live:
+		return j.markerInTheWay(ctx, cfg, items)
+	case errors.Is(err, store.ErrNodeExists) && failover:
+		// A running node of a failover item: a leftover of this
+		// server's run of it, or another failover run's.
+		all := make([]int, len(items))
+		for i, a := range items {
+			all[i] = a.Item
 		}
-		if errors.Is(err, store.ErrNodeExists) && failover {
-			// A running node of a failover item: a leftover of this
-			// server's run of it, or another failover run's.
-			all := make([]int, len(items))
-			for i, a := range items {
-				all[i] = a.Item
-			}
-			if merr := j.misfireIfRunning(ctx, cfg, all); merr != nil {
-				return merr
-			}
+		if merr := j.misfireIfRunning(ctx, cfg, all); merr != nil {
+			return merr
+		}
+		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+	case errors.Is(err, store.ErrBadVersion):
+		return fmt.Errorf("coord: job %q: resharded or failover state changed while starting: %w", j.jname, err)
+	case errors.Is(err, store.ErrNoNode) && failover:
+		if lost, lerr := j.dropLostClaims(ctx, items); lerr != nil {
+			return lerr
+		} else if lost {
 			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
 		}
-		if errors.Is(err, store.ErrBadVersion) {
-			return fmt.Errorf("coord: job %q: resharded or failover state changed while starting: %w", j.jname, err)
-		}
-		if errors.Is(err, store.ErrNoNode) && failover {
-			if lost, lerr := j.dropLostClaims(ctx, items); lerr != nil {
-				return lerr
-			} else if lost {
-				return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
-			}
-		}
-		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
 	}
-	return nil
+	return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
 }
 
 // markerInTheWay handles a Begin whose live marker exists already: left by
@@ -929,42 +996,9 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 		}
 	}
 	if len(missing) > 0 {
-		got := make([]foItem, len(missing))
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(layout.ItemReaders)
-		for i, it := range missing {
-			g.Go(func() error {
-				ok, cst, err := j.st.Exists(gctx, j.p.Item(it))
-				if err != nil {
-					return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it), err)
-				}
-				if !ok {
-					return nil
-				}
-				j.cache.NoteItemStat(layout.RelItem(it), cst)
-				got[i].mark = failoverDone(cst)
-				if cst.NumChildren == 0 {
-					return nil
-				}
-				claimed, _, err := j.st.Exists(gctx, j.p.Item(it, layout.NFailover))
-				if err != nil {
-					return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it, layout.NFailover), err)
-				}
-				got[i].claimed = claimed
-				return nil
-			})
-		}
-		if err := g.Wait(); err != nil {
+		if view, err = j.readFailoverView(ctx, view, missing); err != nil {
 			return nil, -1, nil, err
 		}
-		next := make(map[int]foItem, len(view)+len(missing))
-		for k, v := range view {
-			next[k] = v
-		}
-		for i, it := range missing {
-			next[it] = got[i]
-		}
-		view = next
 	}
 	for _, it := range cand {
 		f := view[it]
@@ -978,6 +1012,47 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 		out = append(out, Assignment{Item: it, Epoch: max(st.Mzxid, f.mark)})
 	}
 	return out, st.Version, view, nil
+}
+
+// readFailoverView returns view with the claims and failover marks of
+// items read directly (pipelined).
+func (j *Job) readFailoverView(ctx context.Context, view map[int]foItem, items []int) (map[int]foItem, error) {
+	got := make([]foItem, len(items))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(layout.ItemReaders)
+	for i, it := range items {
+		g.Go(func() error {
+			ok, cst, err := j.st.Exists(gctx, j.p.Item(it))
+			if err != nil {
+				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it), err)
+			}
+			if !ok {
+				return nil
+			}
+			j.cache.NoteItemStat(layout.RelItem(it), cst)
+			got[i].mark = failoverDone(cst)
+			if cst.NumChildren == 0 {
+				return nil
+			}
+			claimed, _, err := j.st.Exists(gctx, j.p.Item(it, layout.NFailover))
+			if err != nil {
+				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it, layout.NFailover), err)
+			}
+			got[i].claimed = claimed
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	next := make(map[int]foItem, len(view)+len(items))
+	for k, v := range view {
+		next[k] = v
+	}
+	for i, it := range items {
+		next[it] = got[i]
+	}
+	return next, nil
 }
 
 // foItem is what a direct read found of one item: a failover claim on it,
@@ -1219,7 +1294,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 }
 
 // apply writes a run's completion on its connected session; see complete.
-// It runs on the caller's goroutine, or on the debts' Pay for an owed
+// It runs on the caller's goroutine, or on payDebts' for an owed
 // completion (complete has then marked the run done): it leaves r.done and
 // r.released alone.
 //
@@ -1233,45 +1308,12 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 func (r *Run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
 	now := layout.FormatTime(j.reg.cfg.Now())
-	var head, tail []intent
-	groups := make([][]intent, 0, len(r.items))
-	failover := false
-	for _, a := range r.items {
-		if !a.Failover {
-			continue
-		}
-		failover = true
-		// The mark the item's next normal run takes its epoch from
-		// (failoverDone): its zxid is above this run's epoch.
-		groups = append(groups, []intent{
-			{kind: opDeleteIfPresent, rel: layout.RelItem(a.Item, layout.NRunning)},
-			{kind: opPut, rel: layout.RelItem(a.Item, layout.NLastCompleteTime), data: now},
-			{kind: opSet, rel: layout.RelItem(a.Item)},
-			{kind: opDeleteIfPresent, rel: layout.RelItem(a.Item, layout.NFailover)},
-			// The claim's record (claimrecord.go), read directly: left
-			// behind by a cache that lagged, the leader would take it
-			// for a lost claim and the item would run again.
-			{kind: opDeleteIfPresentRead, rel: layout.RelClaim(a.Item)}})
-	}
+	var head []intent
+	groups, failover := r.failoverCompletions(now)
 	if failover {
 		head = append(head, bumpFailoverDir())
 	}
-	j.mu.Lock()
-	offline := j.offline || j.removed
-	j.mu.Unlock()
-	if len(r.items) > 0 && !offline {
-		// A server shut down mid-run has no status node any more.
-		tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusReady)})
-	}
-	var nextText string
-	if !next.IsZero() {
-		nextText = string(layout.FormatTime(next))
-	}
-	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok {
-		rec.Next = nextText
-		rec.Failing = r.failing
-		tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
-	}
+	tail := r.recordCompletion(now, next)
 	if c := r.counts; c != nil && !c.Written && !j.isRemoved() {
 		// The interval counts go with the completion (no write of their
 		// own); the totals are held until the outcome is known.
@@ -1288,24 +1330,89 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 			}
 		}()
 	}
+	err := r.commitCompletion(ctx, head, groups, tail, failover)
+	r.dropClaims(ctx, err == nil)
+	if err != nil {
+		if errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("coord: job %q: complete: this server's nodes are gone: %w", j.jname, ErrNotOwner)
+		}
+		return fmt.Errorf("coord: job %q: complete: %w", j.jname, err)
+	}
+	if r.counts != nil {
+		r.counts.Written = true
+	}
+	return nil
+}
+
+// failoverCompletions are the completion's writes per failover item:
+// running deleted, lastCompleteTime, the mark the item's next normal run
+// takes its epoch from (failoverDone: its zxid is above this run's
+// epoch), the failover mark and the claim's record deleted. failover says
+// the run has such items.
+func (r *Run) failoverCompletions(now []byte) (groups [][]intent, failover bool) {
+	groups = make([][]intent, 0, len(r.items))
+	for _, a := range r.items {
+		if !a.Failover {
+			continue
+		}
+		failover = true
+		groups = append(groups, []intent{
+			{kind: opDeleteIfPresent, rel: layout.RelItem(a.Item, layout.NRunning)},
+			{kind: opPut, rel: layout.RelItem(a.Item, layout.NLastCompleteTime), data: now},
+			{kind: opSet, rel: layout.RelItem(a.Item)},
+			{kind: opDeleteIfPresent, rel: layout.RelItem(a.Item, layout.NFailover)},
+			// The claim's record (claimrecord.go), read directly: left
+			// behind by a cache that lagged, the leader would take it
+			// for a lost claim and the item would run again.
+			{kind: opDeleteIfPresentRead, rel: layout.RelClaim(a.Item)}})
+	}
+	return groups, failover
+}
+
+// recordCompletion are the completion's writes for the server: status
+// READY (unless it was shut down mid-run: it has no status node any
+// more) and a normal run's record with its completion and next fire time.
+func (r *Run) recordCompletion(now []byte, next time.Time) []intent {
+	j := r.j
+	var tail []intent
+	j.mu.Lock()
+	offline := j.offline || j.removed
+	j.mu.Unlock()
+	if len(r.items) > 0 && !offline {
+		tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusReady)})
+	}
+	var nextText string
+	if !next.IsZero() {
+		nextText = string(layout.FormatTime(next))
+	}
+	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok {
+		rec.Next = nextText
+		rec.Failing = r.failing
+		tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
+	}
+	return tail
+}
+
+// commitCompletion commits the completion with the live marker's delete
+// (beyond the store's request limit, in parts, split.go: only failover
+// runs have per-item groups). A marker gone already (a session change
+// removed it with the run's ephemerals, or a Begin of this server removed
+// it as a leftover) leaves the completion written without it; an item's
+// node gone (pruned by the leader after the total was lowered below it)
+// leaves its completion moot, the rest written.
+func (r *Run) commitCompletion(ctx context.Context, head []intent, groups [][]intent, tail []intent, failover bool) error {
+	j := r.j
 	withMarker := tail
 	if r.live {
 		withMarker = append(slices.Clone(tail), intent{kind: opDelete, rel: layout.RelServer(j.id, layout.NRun, layout.NLive)})
 	}
-	// Beyond the store's request limit, in parts (split.go): only failover
-	// runs have per-item groups.
 	applied, err := j.commitSplit(ctx, head, groups, withMarker)
 	if r.live && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
-		// The marker is gone (a session change removed it with the run's
-		// ephemerals, or a Begin of this server removed it as a leftover):
-		// the completion is written without it.
 		if ok, _, xerr := j.st.Exists(ctx, j.p.Server(j.id, layout.NRun, layout.NLive)); xerr == nil && !ok {
 			_, err = j.commitSplit(ctx, head, groups[applied:], tail)
 		}
 	}
 	if failover && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
-		// An item's node may be gone: pruned by the leader after the
-		// total was lowered below it. Its completion is moot; complete the rest.
 		var kept [][]intent
 		for i, a := range r.items {
 			ok, _, xerr := j.st.Exists(ctx, j.p.Item(a.Item))
@@ -1317,11 +1424,16 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 			_, err = j.commitSplit(ctx, head, kept, tail)
 		}
 	}
-	if err == nil {
-		// The mark just written goes into the cache before the claims are
-		// dropped (until then this server's Begins skip the items): a
-		// Begin of this server must not take an item's epoch from before
-		// its failover run.
+	return err
+}
+
+// dropClaims forgets the run's failover claims. After a completion
+// written (committed), the mark just written goes into the cache first
+// (until then this server's Begins skip the items): a Begin of this
+// server must not take an item's epoch from before its failover run.
+func (r *Run) dropClaims(ctx context.Context, committed bool) {
+	j := r.j
+	if committed {
 		for _, a := range r.items {
 			if !a.Failover {
 				continue
@@ -1339,16 +1451,6 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 		}
 	}
 	j.mu.Unlock()
-	if err != nil {
-		if errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: job %q: complete: this server's nodes are gone: %w", j.jname, ErrNotOwner)
-		}
-		return fmt.Errorf("coord: job %q: complete: %w", j.jname, err)
-	}
-	if r.counts != nil {
-		r.counts.Written = true
-	}
-	return nil
 }
 
 // isRemoved reports whether the job was removed from the namespace.

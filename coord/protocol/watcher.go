@@ -121,38 +121,7 @@ func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
 	case evDeliver:
 		return false
 	case evSession:
-		sess, _ := j.st.Session()
-		j.log.Debug("session changed", "id", sess.ID, "state", sess.State)
-		if j.onSession(ctx, sess) != nil {
-			j.setRetry()
-			return false
-		}
-		resyncedNow := false
-		if w.resynced {
-			w.needResync, w.resynced = false, false
-		} else if w.needResync && sess.State == store.StateConnected {
-			// A watch failed to re-arm while the connection was down; the
-			// session resumed but the watch is still missing: resync now,
-			// as promptly as the resumed session delivers the events of the
-			// watches it kept. A retry after retryDelay left the triggers
-			// of that delay on the stale cache (ZooKeeper simulation seeds
-			// 993076: a config edit; 991089: a resharding flag).
-			if err := j.cache.Resync(ctx); err != nil {
-				j.warn(ctx, "tree cache resync after a resumed session failed; retrying", "err", err)
-				j.setRetry()
-				return false
-			}
-			j.log.Debug("tree cache resynced: a watch failed to re-arm while the connection was down")
-			w.needResync, resyncedNow = false, true
-		}
-		j.takeElection()
-		// Connected again (the same session resumed, or a new one
-		// registered): react on the cache as it stands. What the leader's
-		// duties tried on the connection that dropped (its prompt
-		// resharding) failed with it, and a resumed session brings no
-		// watch event to redo it: the others' Begins waited for the
-		// leader's next trigger (ZooKeeper simulation seed 800010).
-		return sess.State == store.StateConnected && (!w.retryPending || resyncedNow)
+		return j.handleSession(ctx)
 	case evTick:
 		if iv := j.reconcileInterval(); iv != w.interval {
 			w.interval = iv
@@ -179,33 +148,7 @@ func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
 		if !w.retryPending || e.id != w.retryID {
 			return false // replaced since
 		}
-		w.retryPending = false
-		resynced, err := j.retryRecovery(ctx, w.needResync)
-		if err != nil {
-			j.warn(ctx, "recovery failed; retrying", "err", err)
-			j.setRetry()
-			return false
-		}
-		// Only a resync clears the need for one: a session that came back
-		// after retryRecovery found it suspended has had none (its
-		// session event, queued meanwhile, resyncs).
-		if resynced || w.resynced {
-			w.needResync, w.resynced = false, false
-		}
-		if w.electAgain && w.pred == 0 {
-			// The election failed (say, on a dropped connection) and no
-			// re-registration ran it since: run it again, or this server
-			// never leads nor watches its predecessor.
-			id, err := j.electIfRegistered(ctx)
-			if err != nil {
-				j.warn(ctx, "leader election failed; retrying", "err", err)
-				j.setRetry()
-				return false
-			}
-			w.pred = id
-		}
-		w.electAgain = false
-		return true
+		return j.handleRetry(ctx)
 	case evIdle:
 		if e.id != w.idle {
 			return false
@@ -220,21 +163,97 @@ func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
 		}
 		return true
 	case evCache:
-		if err := j.cache.Handle(ctx, e.ref, e.ev); err != nil {
-			if ctx.Err() != nil {
-				return false
-			}
-			w.needResync = true
-			if !errors.Is(err, treecache.ErrResyncNeeded) {
-				// Its watch is not armed again: nothing tells the cache of
-				// the node's next changes until a resync.
-				j.log.Debug("tree cache: re-reading a watched node failed; resyncing when connected", "node", e.ref.Rel, "err", err)
-				j.setRetry()
-			}
-		}
-		return !w.needResync
+		return j.handleCacheEvent(ctx, e)
 	}
 	return false
+}
+
+// handleSession handles a session change (evSession).
+func (j *Job) handleSession(ctx context.Context) bool {
+	w := &j.w
+	sess, _ := j.st.Session()
+	j.log.Debug("session changed", "id", sess.ID, "state", sess.State)
+	if j.onSession(ctx, sess) != nil {
+		j.setRetry()
+		return false
+	}
+	resyncedNow := false
+	if w.resynced {
+		w.needResync, w.resynced = false, false
+	} else if w.needResync && sess.State == store.StateConnected {
+		// A watch failed to re-arm while the connection was down; the
+		// session resumed but the watch is still missing: resync now,
+		// as promptly as the resumed session delivers the events of the
+		// watches it kept. A retry after retryDelay left the triggers
+		// of that delay on the stale cache (ZooKeeper simulation seeds
+		// 993076: a config edit; 991089: a resharding flag).
+		if err := j.cache.Resync(ctx); err != nil {
+			j.warn(ctx, "tree cache resync after a resumed session failed; retrying", "err", err)
+			j.setRetry()
+			return false
+		}
+		j.log.Debug("tree cache resynced: a watch failed to re-arm while the connection was down")
+		w.needResync, resyncedNow = false, true
+	}
+	j.takeElection()
+	// Connected again (the same session resumed, or a new one
+	// registered): react on the cache as it stands. What the leader's
+	// duties tried on the connection that dropped (its prompt
+	// resharding) failed with it, and a resumed session brings no
+	// watch event to redo it: the others' Begins waited for the
+	// leader's next trigger (ZooKeeper simulation seed 800010).
+	return sess.State == store.StateConnected && (!w.retryPending || resyncedNow)
+}
+
+// handleRetry handles the retry timer (evRetry): recovery, and the
+// election again if it failed.
+func (j *Job) handleRetry(ctx context.Context) bool {
+	w := &j.w
+	w.retryPending = false
+	resynced, err := j.retryRecovery(ctx, w.needResync)
+	if err != nil {
+		j.warn(ctx, "recovery failed; retrying", "err", err)
+		j.setRetry()
+		return false
+	}
+	// Only a resync clears the need for one: a session that came back
+	// after retryRecovery found it suspended has had none (its
+	// session event, queued meanwhile, resyncs).
+	if resynced || w.resynced {
+		w.needResync, w.resynced = false, false
+	}
+	if w.electAgain && w.pred == 0 {
+		// The election failed (say, on a dropped connection) and no
+		// re-registration ran it since: run it again, or this server
+		// never leads nor watches its predecessor.
+		id, err := j.electIfRegistered(ctx)
+		if err != nil {
+			j.warn(ctx, "leader election failed; retrying", "err", err)
+			j.setRetry()
+			return false
+		}
+		w.pred = id
+	}
+	w.electAgain = false
+	return true
+}
+
+// handleCacheEvent hands a watch's event to the tree cache (evCache).
+func (j *Job) handleCacheEvent(ctx context.Context, e loopEvent) bool {
+	w := &j.w
+	if err := j.cache.Handle(ctx, e.ref, e.ev); err != nil {
+		if ctx.Err() != nil {
+			return false
+		}
+		w.needResync = true
+		if !errors.Is(err, treecache.ErrResyncNeeded) {
+			// Its watch is not armed again: nothing tells the cache of
+			// the node's next changes until a resync.
+			j.log.Debug("tree cache: re-reading a watched node failed; resyncing when connected", "node", e.ref.Rel, "err", err)
+			j.setRetry()
+		}
+	}
+	return !w.needResync
 }
 
 // warn logs a failure of the watcher's work at Warn, or at Debug when ctx

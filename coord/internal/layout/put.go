@@ -75,13 +75,20 @@ func PutOps(ctx context.Context, st store.Store, paths []string, data [][]byte) 
 		if err != nil {
 			return nil, fmt.Errorf("coord: read %s: %w", p, err)
 		}
-		if ok {
-			ops = append(ops, &store.SetOp{Path: p, Data: data[i], Version: store.AnyVersion})
-		} else {
-			ops = append(ops, &store.CreateOp{Path: p, Data: data[i], Mode: store.Persistent})
-		}
+		ops = append(ops, PutOp(p, data[i], ok))
 	}
 	return ops, nil
+}
+
+// PutOp is the create-or-set of path to data (a persistent node) for a
+// plan that knows whether the node exists: a set of any version if it
+// does, a create if not. A plan that read wrong fails its Multi and plans
+// again (MultiRetry).
+func PutOp(path string, data []byte, exists bool) store.Op {
+	if exists {
+		return &store.SetOp{Path: path, Data: data, Version: store.AnyVersion}
+	}
+	return &store.CreateOp{Path: path, Data: data, Mode: store.Persistent}
 }
 
 // put sets path's data, creating the node if it is absent, correct under
@@ -117,8 +124,7 @@ func TouchMembership(p JobPaths) store.Op {
 // escape the scan and the reshard would move its items while it runs (see
 // awaitSharding). A flag already up is success.
 func RaiseFlag(ctx context.Context, st store.Store, p JobPaths) error {
-	_, err := st.Multi(ctx, &store.CreateOp{Path: p.Abs(RelNecessary)},
-		&store.SetOp{Path: p.Abs(RelShardingDir), Version: store.AnyVersion})
+	_, err := st.Multi(ctx, RaiseFlagOps(p)...)
 	if err != nil && !errors.Is(err, store.ErrNodeExists) {
 		return err
 	}
@@ -131,3 +137,12 @@ func RaiseFlag(ctx context.Context, st store.Store, p JobPaths) error {
 // a status); one session pipelines them (go-zookeeper has no multi-read),
 // so the scan takes about (requests / ItemReaders) round trips.
 const ItemReaders = 512
+
+// RaiseFlagOps are the operations that raise the resharding flag, for
+// RaiseFlag and for the transactions that raise it among other writes: the
+// flag's create and the bump of the flag version (leader/sharding's data
+// version), which Begin's transaction checks (see RaiseFlag).
+func RaiseFlagOps(p JobPaths) []store.Op {
+	return []store.Op{&store.CreateOp{Path: p.Abs(RelNecessary)},
+		&store.SetOp{Path: p.Abs(RelShardingDir), Version: store.AnyVersion}}
+}
