@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/pgstore"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/workflow"
 	"github.com/shardflow/shardflow/coord/zkstore"
@@ -183,17 +184,31 @@ type diamondServer struct {
 
 // TestWorkflowDiamondSurvivesKills: a diamond a -> {b, c} -> d of 8 items
 // each over 3 servers with failover, on the embedded store and (with
-// docker) on real ZooKeeper. Workflow runs in which a server is killed
-// (its session closed: its ephemeral nodes go at once, its runs are
-// cancelled) while a's items run, after a completed while b's and c's
-// items are held at their start, and while d's items run; the victim
-// then restarts. In every workflow run every item of every step commits
-// exactly once (fenced by CheckOwnership), and no step starts before the
-// steps it depends on ended.
+// docker) on real ZooKeeper and on Postgres (coord/pgstore). Workflow runs
+// in which a server is killed (its session closed: its ephemeral nodes go
+// at once, its runs are cancelled) while a's items run, after a completed
+// while b's and c's items are held at their start, and while d's items
+// run; the victim then restarts. In every workflow run every item of
+// every step commits exactly once (fenced by CheckOwnership), and no step
+// starts before the steps it depends on ended.
 func TestWorkflowDiamondSurvivesKills(t *testing.T) {
 	t.Run("memstore", func(t *testing.T) {
 		srv := memstore.NewServer()
 		diamondKills(t, func() store.Store { return srv.Connect(memstore.WithSessionTimeout(2 * time.Second)) })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("docker: Postgres")
+		}
+		dsn := integration.SharedPostgres(t).NewSchema(t)
+		schema := fmt.Sprintf("diamond_%d", time.Now().UnixNano()%1_000_000_000)
+		diamondKills(t, func() store.Store {
+			s, err := pgstore.Open(context.Background(), pgstore.Config{DSN: dsn, Schema: schema, SessionTimeout: 4 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		})
 	})
 	t.Run("zookeeper", func(t *testing.T) {
 		if testing.Short() {
