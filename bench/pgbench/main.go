@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -32,10 +33,18 @@ type result struct {
 	name    string
 	rows    int64
 	elapsed time.Duration
+	// startup is the part of elapsed before the first fetch (shardflow:
+	// the Nodes' start, registration and sharding).
+	startup time.Duration
 	note    string
 }
 
 func (r result) rate() float64 { return float64(r.rows) / r.elapsed.Seconds() }
+
+// drainRate names the startup and the rate from the first fetch on.
+func (r result) drainRate() string {
+	return fmt.Sprintf("%.2fs to the first fetch, then %.0f rows/s", r.startup.Seconds(), float64(r.rows)/(r.elapsed-r.startup).Seconds())
+}
 
 func main() {
 	dsn := flag.String("pg", os.Getenv("SHARDFLOW_PG"), "Postgres DSN of a role that may CREATE DATABASE (default $SHARDFLOW_PG)")
@@ -45,7 +54,21 @@ func main() {
 	riverWorkers := flag.Int("river-workers", 2000, "river MaxWorkers")
 	only := flag.String("only", "", "comma-separated subset of: shardflow,shardflow-tx,shardflow-tx-pgcoord,shardflow-tx-shared,pgx,river,update")
 	rounds := flag.Int("rounds", 1, "rounds of every measurement, in alternating order (odd rounds reversed); the table shows each one's median")
+	cpuprofile := flag.String("cpuprofile", "", "write this process's CPU profile (the Go side: engine, pgx, scanning) to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = f.Close()
+		}()
+	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx := context.Background()
 	want := func(n string) bool { return *only == "" || strings.Contains(","+*only+",", ","+n+",") }

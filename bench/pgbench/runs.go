@@ -44,7 +44,7 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 	if tx {
 		r.name, r.note = "shardflow-tx", "transactional mode (rows locked and marked done by one statement in the batch transaction, fence)"
 	}
-	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d", items, batch)
+	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d; %s", items, batch, r.drainRate())
 	return r, nil
 }
 
@@ -63,7 +63,7 @@ func benchShardflowPgCoord(ctx context.Context, pool *pgxpool.Pool, coordDSN str
 	if shared {
 		r.name, r.note = "shardflow-tx-shared", "transactional mode coordinated by pgstore in the same database (ownership checked in each batch's transaction)"
 	}
-	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process (streaming, 1 worker per item), batch %d", items, batch)
+	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process (streaming, 1 worker per item), batch %d; %s", items, batch, r.drainRate())
 	return r, nil
 }
 
@@ -86,7 +86,7 @@ func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch in
 			jobs = append(jobs, src.Claim(func(context.Context, dataflow.Shard, workRow) error { return nil }))
 		}
 	}
-	var counted atomic.Int64
+	var counted, firstFetch atomic.Int64
 	done := make(chan struct{})
 	var closeOnce sync.Once
 	cfg := dataflow.JobConfig{JobName: "bench", ShardingTotalCount: items, FetchDataCount: batch,
@@ -114,7 +114,7 @@ func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch in
 			return result{}, err
 		}
 		nodes = append(nodes, nd)
-		counting := countingJob{BatchJob: job, n: &counted, want: n, done: func() { closeOnce.Do(func() { close(done) }) }}
+		counting := countingJob{BatchJob: job, n: &counted, want: n, first: &firstFetch, done: func() { closeOnce.Do(func() { close(done) }) }}
 		if err := dataflow.AddBatchJob[postgres.Row[workRow]](ctx, nd, cfg, counting); err != nil {
 			return result{}, err
 		}
@@ -141,7 +141,8 @@ func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch in
 	if d != n {
 		return result{}, fmt.Errorf("done %d; want %d", d, n)
 	}
-	return result{rows: n, elapsed: elapsed}, nil
+	startup := time.Duration(firstFetch.Load() - start.UnixNano())
+	return result{rows: n, elapsed: elapsed, startup: startup}, nil
 }
 
 // benchPgxLoop is what one would write by hand: one goroutine per item
@@ -315,9 +316,15 @@ func benchUpdate(ctx context.Context, pool *pgxpool.Pool, n int64) (result, erro
 // calls done once want are.
 type countingJob struct {
 	dataflow.BatchJob[postgres.Row[workRow]]
-	n    *atomic.Int64
-	want int64
-	done func()
+	n     *atomic.Int64
+	want  int64
+	first *atomic.Int64 // UnixNano of the first Fetch
+	done  func()
+}
+
+func (c countingJob) Fetch(ctx context.Context, s dataflow.Shard) ([]postgres.Row[workRow], error) {
+	c.first.CompareAndSwap(0, time.Now().UnixNano())
+	return c.BatchJob.Fetch(ctx, s)
 }
 
 func (c countingJob) ProcessBatch(ctx context.Context, s dataflow.Shard, items []postgres.Row[workRow]) (int, error) {
