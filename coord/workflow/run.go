@@ -52,6 +52,9 @@ const (
 	// StateStopped: an upstream step failed or stopped, and the job's
 	// upstreamFailure policy is stop: it does not run in this workflow run.
 	StateStopped = "stopped"
+	// StateRemoved: the step's job was removed from the namespace (status
+	// shows it; the steps after it take it as stopped).
+	StateRemoved = "removed"
 )
 
 // Step is one job's step of one workflow run, as stored in runs/{W}.
@@ -488,10 +491,16 @@ func (s *Steps) decideAfter(ctx context.Context, run string, decided Step, reset
 	jobs := decided.Jobs
 	if first != s.job {
 		root, _, err := ReadStep(ctx, s.st, s.ns, first, run)
-		if err != nil {
+		switch {
+		case errors.Is(err, store.ErrNoNode):
+			// The first job was removed: its workflow runs start no
+			// more steps (this one's items are still recorded).
+			jobs = nil
+		case err != nil:
 			return nil, nil, err
+		default:
+			jobs = root.Jobs
 		}
-		jobs = root.Jobs
 	}
 	p := &planner{s: s, run: run, steps: map[string]*planned{s.job: {step: decided, changed: true}}}
 	for j, v := range reset {
@@ -547,6 +556,9 @@ type planned struct {
 	step    Step
 	version int32
 	changed bool
+	// gone: the step's job was removed (its step with it). It is not
+	// started, and counts as stopped for the steps after it.
+	gone bool
 }
 
 func (p *planner) get(ctx context.Context, job string) (*planned, error) {
@@ -554,6 +566,11 @@ func (p *planner) get(ctx context.Context, job string) (*planned, error) {
 		return r, nil
 	}
 	st, v, err := ReadStep(ctx, p.s.st, p.s.ns, job, p.run)
+	if errors.Is(err, store.ErrNoNode) {
+		r := &planned{step: Step{Run: p.run, Job: job, State: StateStopped}, gone: true}
+		p.steps[job] = r
+		return r, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -602,7 +619,7 @@ func (p *planner) writes() []store.Op {
 	for _, j := range slices.Sorted(maps.Keys(p.steps)) {
 		r := p.steps[j]
 		switch {
-		case j == p.s.job:
+		case j == p.s.job, r.gone:
 		case r.changed:
 			ops = append(ops, &store.SetOp{Path: stepPath(p.s.ns, j, p.run), Data: encode(r.step), Version: r.version})
 		default:

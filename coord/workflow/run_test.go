@@ -255,3 +255,53 @@ func TestMarkSucceeded(t *testing.T) {
 		t.Fatalf("d's open runs %v, %v; want %s", open, err, pick.Run)
 	}
 }
+
+// TestRemovedJobs: a job removed during a workflow run (its step with
+// it) counts as stopped for the steps after it, and status shows it
+// removed; with the first job removed, the other steps still record
+// their items and are decided (no record fails, so no item runs again).
+func TestRemovedJobs(t *testing.T) {
+	st := memstore.NewServer().Connect()
+	diamond(t, st, 2, "")
+	ctx := t.Context()
+	a := workflow.ForJob(st, ns, "a")
+	pick, err := a.Pick(ctx, items(2), nil, true, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Record(ctx, pick.Run, outcomes(items(2))); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.DeleteAll(ctx, st, store.Join(ns, "c")); err != nil {
+		t.Fatal(err)
+	}
+	started, err := workflow.ForJob(st, ns, "b").Record(ctx, pick.Run, outcomes(items(2)))
+	if err != nil || len(started) != 0 {
+		t.Fatalf("b's completion with c removed: started %v, %v; want none and no error", started, err)
+	}
+	if s := state(t, st, "d", pick.Run); s.State != workflow.StateStopped {
+		t.Fatalf("d's step %+v with c removed, want stopped", s)
+	}
+	rs, err := workflow.ReadRun(ctx, st, ns, pick.Run)
+	if err != nil || rs.Steps[2].Job != "c" || rs.Steps[2].State != workflow.StateRemoved {
+		t.Fatalf("ReadRun: %+v, %v; want c removed", rs, err)
+	}
+
+	// The first job removed in the middle of the next workflow run.
+	pick, err = a.Pick(ctx, items(2), nil, true, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Record(ctx, pick.Run, outcomes(items(2))); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.DeleteAll(ctx, st, store.Join(ns, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := workflow.ForJob(st, ns, "b").Record(ctx, pick.Run, outcomes(items(2))); err != nil {
+		t.Fatalf("b's completion with a removed: %v", err)
+	}
+	if s := state(t, st, "b", pick.Run); s.State != workflow.StateSucceeded {
+		t.Fatalf("b's step %+v, want succeeded", s)
+	}
+}

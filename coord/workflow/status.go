@@ -84,6 +84,9 @@ func ReadRun(ctx context.Context, st store.Store, ns, id string) (RunStatus, err
 	rs := RunStatus{Run: id, Steps: []Step{root}}
 	for _, j := range root.Jobs[1:] {
 		step, _, err := ReadStep(ctx, st, ns, j, id)
+		if errors.Is(err, store.ErrNoNode) {
+			step, err = Step{Run: id, Job: j, State: StateRemoved}, nil // the job was removed
+		}
 		if err != nil {
 			return RunStatus{}, err
 		}
