@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -105,9 +104,15 @@ type dbOrigin struct {
 	granted map[string]bool
 }
 
-// grantedSQL: may the role select and lock (UPDATE privilege) both tables.
-const grantedSQL = `SELECT coalesce(bool_and(has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'UPDATE')), false)
-FROM unnest($1::text[]) AS t WHERE to_regclass(t) IS NOT NULL HAVING count(*) = 2`
+// grantedSQL: may the role use schema $2 and select and lock (UPDATE
+// privilege) both tables $1. The CASE keeps the table checks, which fail on
+// a schema the role may not use, from running before the schema's.
+const grantedSQL = `SELECT CASE
+	WHEN NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $2) THEN false
+	WHEN NOT has_schema_privilege($2, 'USAGE') THEN false
+	ELSE coalesce((SELECT bool_and(has_table_privilege(t, 'SELECT') AND has_table_privilege(t, 'UPDATE'))
+		FROM unnest($1::text[]) AS t WHERE to_regclass(t) IS NOT NULL HAVING count(*) = 2), false)
+	END`
 
 // mayLock reports, once per schema, whether the pool's role may read and
 // lock schema's nodes and sessions tables (with tx).
@@ -120,11 +125,7 @@ func (s *Source[T]) mayLock(ctx context.Context, tx pgx.Tx, schema string) (bool
 	}
 	q := pgx.Identifier{schema}.Sanitize()
 	var ok bool
-	err := tx.QueryRow(ctx, grantedSQL, []string{q + ".nodes", q + ".sessions"}).Scan(&ok)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err, ok = nil, false
-	}
-	if err != nil {
+	if err := tx.QueryRow(ctx, grantedSQL, []string{q + ".nodes", q + ".sessions"}, schema).Scan(&ok); err != nil {
 		return false, err
 	}
 	if !ok {

@@ -280,3 +280,50 @@ func TestSharedDatabaseWithTheCoordProtocol(t *testing.T) {
 		t.Errorf("%d batches fenced in their transaction and %d after a separate check; want %d and 0", g, s, rows/batch)
 	}
 }
+
+// TestSharedDatabaseWithoutGrantsAsksTheStore: a source whose role may not
+// read and lock the coordination schema's tables, in the store's database,
+// asks the store at every batch (FenceTx's check) instead of failing its
+// batches on the missing privilege.
+func TestSharedDatabaseWithoutGrantsAsksTheStore(t *testing.T) {
+	admin, _, p := sharedDB(t, 30)
+	ctx := testCtx(t)
+	role := fmt.Sprintf("fence_role_%d", time.Now().UnixNano()%1_000_000_000)
+	exec(t, admin, `CREATE ROLE `+role+` LOGIN PASSWORD 'pw'`)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), `DROP OWNED BY `+role)
+		_, _ = admin.Exec(context.Background(), `DROP ROLE `+role)
+	})
+	var schema string
+	if err := admin.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Fatal(err)
+	}
+	exec(t, admin, `GRANT USAGE ON SCHEMA `+schema+` TO `+role)
+	exec(t, admin, `GRANT SELECT, INSERT, UPDATE ON orders, effects, shardflow_fence TO `+role)
+	cfg := admin.Config().Copy()
+	cfg.ConnConfig.User, cfg.ConnConfig.Password = role, "pw"
+	count := &statements{}
+	cfg.ConnConfig.Tracer = count
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	job := effectsJob(newSource(t, pool, postgres.Config{}), nil)
+	sh := shard(0, 1, 10, p.epoch).WithFence(p.check)
+	for i := range 3 {
+		rows, err := job.Fetch(ctx, sh)
+		if err != nil || len(rows) != 10 {
+			t.Fatalf("Fetch %d: %d rows, %v", i, len(rows), err)
+		}
+		if n, err := job.ProcessBatch(ctx, sh, rows); n != 10 || err != nil {
+			t.Fatalf("batch %d: %d, %v", i, n, err)
+		}
+	}
+	if got := p.checks.Load(); got != 3 {
+		t.Errorf("the store was asked %d times for 3 batches, want 3", got)
+	}
+	if g, s := count.guarded.Load(), count.separate.Load(); g != 0 || s != 3 {
+		t.Errorf("%d batches fenced in their transaction and %d after a check of their own; want 0 and 3", g, s)
+	}
+}
