@@ -30,3 +30,25 @@ func (a *tree) linkDependsOn(ctx context.Context, job, field, was string, next j
 	}
 	return nil
 }
+
+// WorkflowRuns returns the last n workflow runs (newest first) that first
+// started, each with its steps (docs/workflows.md); with first "" those of
+// every job that started workflow runs, job by job.
+func (a *Admin) WorkflowRuns(ctx context.Context, first string, n int) ([]workflow.RunStatus, error) {
+	firsts := []string{first}
+	if first == "" {
+		var err error
+		if firsts, err = workflow.FirstJobs(ctx, a.st, a.ns); err != nil {
+			return nil, err
+		}
+	}
+	out := []workflow.RunStatus{}
+	for _, f := range firsts {
+		runs, err := workflow.Runs(ctx, a.st, a.ns, f, n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, runs...)
+	}
+	return out, nil
+}

@@ -37,6 +37,7 @@ func (cs *consoleServer) routeAPI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/jobs/{job}", cs.apiJob)
 	mux.HandleFunc("GET /api/v1/jobs/{job}/history", cs.apiHistory)
 	mux.HandleFunc("POST /api/v1/jobs/{job}/actions", cs.requireAuth(cs.apiJobAction))
+	mux.HandleFunc("GET /api/v1/workflows", cs.apiWorkflows)
 	mux.HandleFunc(apiPrefix, func(w http.ResponseWriter, r *http.Request) {
 		writeAPIError(w, http.StatusNotFound, "path", fmt.Sprintf("no API endpoint %s %s; see docs/api.md", r.Method, r.URL.Path))
 	})
