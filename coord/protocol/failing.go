@@ -2,45 +2,56 @@ package protocol
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 )
 
-// keepFailing forgets the failing state of items not among items (a
+// failingItems are this server's items whose last run ended in an error
+// (layout's failing items: the run record carries them), seeded from its
+// own record at its first join, or by a run's outcome since. Safe for
+// concurrent use.
+type failingItems struct {
+	mu     sync.Mutex
+	items  map[int]layout.ItemFailure
+	seeded bool
+}
+
+// keep forgets the failing state of items not among items (a
 // normal Begin's): an item that moved away and comes back later starts
 // its count again, rather than showing a count from before.
-func (j *Job) keepFailing(items []int) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for it := range j.failing {
+func (f *failingItems) keep(items []int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for it := range f.items {
 		if _, ok := slices.BinarySearch(items, it); !ok {
-			delete(j.failing, it)
+			delete(f.items, it)
 		}
 	}
 }
 
-// failingOf returns the job's failing items in memory, for a record of
+// of returns the job's failing items in memory, for a record of
 // items (nil when none of them fails).
-func (j *Job) failingOf(items []int) map[int]layout.ItemFailure {
-	j.mu.Lock()
-	defer j.mu.Unlock()
+func (f *failingItems) of(items []int) map[int]layout.ItemFailure {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var out map[int]layout.ItemFailure
 	for _, it := range items {
-		if f, ok := j.failing[it]; ok {
+		if fl, ok := f.items[it]; ok {
 			if out == nil {
 				out = map[int]layout.ItemFailure{}
 			}
-			out[it] = f
+			out[it] = fl
 		}
 	}
 	return out
 }
 
-// seedFailing takes the failing items of this server's own record, read
+// seed takes the failing items of this server's own record, read
 // at its join, unless this process already knows better (a join on a new
 // session of the same process).
-func (j *Job) seedFailing(rd runRead) {
+func (f *failingItems) seed(rd runRead) {
 	if !rd.found {
 		return
 	}
@@ -48,25 +59,25 @@ func (j *Job) seedFailing(rd runRead) {
 	if err != nil || len(rec.Failing) == 0 {
 		return
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.failingSeeded {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.seeded {
 		return
 	}
-	j.failing, j.failingSeeded = rec.Failing, true
+	f.items, f.seeded = rec.Failing, true
 }
 
-// noteOutcome records the outcome of a run of items in memory and returns
+// note records the outcome of a run of items in memory and returns
 // the failing items among them, for the run's Complete to write.
-func (j *Job) noteOutcome(items []Assignment, errs map[int]string, now time.Time) map[int]layout.ItemFailure {
+func (f *failingItems) note(items []Assignment, errs map[int]string, now time.Time) map[int]layout.ItemFailure {
 	its := make([]int, len(items))
 	for i, a := range items {
 		its[i] = a.Item
 	}
 	slices.Sort(its)
-	j.mu.Lock()
-	j.failing = layout.UpdateFailing(j.failing, its, errs, now)
-	j.failingSeeded = true
-	j.mu.Unlock()
-	return j.failingOf(its)
+	f.mu.Lock()
+	f.items = layout.UpdateFailing(f.items, its, errs, now)
+	f.seeded = true
+	f.mu.Unlock()
+	return f.of(its)
 }

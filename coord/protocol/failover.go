@@ -59,7 +59,7 @@ func (j *Job) enqueueOrphans(ctx context.Context) {
 		tail := []intent{{kind: opSet, rel: layout.RelServer(o.server, layout.NRun), data: layout.EncodeRunRecord(rec)}}
 		// Beyond the store's request limit in parts (split.go): each part
 		// fenced by the same checks, the record marked in the last.
-		if _, err := j.commitSplit(ctx, head, groups, tail); err != nil {
+		if _, err := j.tx.commitSplit(ctx, head, groups, tail); err != nil {
 			j.warn(ctx, "cannot queue items for failover", "offline-server", o.server, "items", o.items, "err", err)
 			continue
 		}
@@ -137,10 +137,10 @@ func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, t
 	// All at once, else item by item: a record consumed by the owner's
 	// Begin or completed meanwhile fails only its own transaction.
 	done := lost
-	if _, err := j.commitSplit(ctx, head, groups, nil); err != nil {
+	if _, err := j.tx.commitSplit(ctx, head, groups, nil); err != nil {
 		done = nil
 		for i, g := range groups {
-			if _, err := j.commitSplit(ctx, head, [][]intent{g}, nil); err != nil {
+			if _, err := j.tx.commitSplit(ctx, head, [][]intent{g}, nil); err != nil {
 				if !layout.Raced(err) {
 					j.warn(ctx, "cannot queue a lost failover claim again", "item", lost[i].item, "err", err)
 				}

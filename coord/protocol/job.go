@@ -39,6 +39,7 @@ type Job struct {
 	id    string
 	log   *slog.Logger
 	cache *treecache.Cache
+	tx    committer // writes intents (ops.go, split.go)
 
 	errMu sync.Mutex // serialises lastError writes
 	// reshardMu orders the leader's resharding commit against the watcher's
@@ -104,11 +105,7 @@ type Job struct {
 	localDisabled bool
 	offlineSeen   map[string]time.Time // leader: when a server was first seen offline
 
-	// failing: this server's items whose last run ended in an error
-	// (failing.go); failingSeeded: set from its own record at its first
-	// join, or by a run's outcome since.
-	failing       map[int]layout.ItemFailure
-	failingSeeded bool
+	failing failingItems // items whose last run failed (failing.go)
 
 	// Cumulative counts (reportCounts), loaded once from the store.
 	totalsMu       sync.Mutex
@@ -220,6 +217,7 @@ func newJob(r *Registry, name string) *Job {
 		offlineSeen: make(map[string]time.Time),
 	}
 	j.wire()
+	j.tx = committer{st: j.st, p: j.p, cache: j.cache}
 	return j
 }
 
@@ -295,7 +293,8 @@ type runRead struct {
 
 // readForJoin loads the config into the tree cache (when the job has a
 // config node) and reads, side by side, what the registration needs.
-func (j *Job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error) {
+func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error) {
+	j := jn.j
 	var rd joinReads
 	g, gctx := errgroup.WithContext(ctx)
 	if hasConfig {
@@ -365,7 +364,7 @@ func (j *Job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 	if err := g.Wait(); err != nil {
 		return joinReads{}, err
 	}
-	j.seedFailing(rd.run)
+	j.failing.seed(rd.run)
 	return rd, nil
 }
 
@@ -373,7 +372,8 @@ func (j *Job) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error
 // left in place for certain (its own writes), loaded beside the roots
 // (treeCache.loadRootsAhead): this server's node, flags and sharding, and
 // the host node it took.
-func (j *Job) joinAhead(jt joinResult) []string {
+func (jn *joiner) joinAhead(jt joinResult) []string {
+	j := jn.j
 	var ahead []string
 	if !jt.preloaded { // the servers' listing loads with the roots
 		ahead = append(ahead, layout.RelServer(j.id), layout.RelServer(j.id, layout.NDisabled))
@@ -391,7 +391,8 @@ func (j *Job) joinAhead(jt joinResult) []string {
 // transaction, the servers' own listing loaded before it (readForJoin):
 // the servers listed then, and this server's (its node may be new; the
 // listing's watch, fired by its creation, finds it loaded).
-func (j *Job) joinServerRoots() []string {
+func (jn *joiner) joinServerRoots() []string {
+	j := jn.j
 	names := j.cache.Children(layout.NServers)
 	if !slices.Contains(names, j.id) {
 		names = append(slices.Clone(names), j.id)
@@ -432,7 +433,8 @@ func (j *Job) cachedConfigFields() map[string]string {
 // warnStoredWins logs at Warn which fields of the local config lose to
 // the stored one (docs/configuration.md promises it): a changed local
 // config without Overwrite is otherwise ignored silently.
-func (j *Job) warnStoredWins(local map[string]string, stored jobconfig.Config) {
+func (jn *joiner) warnStoredWins(local map[string]string, stored jobconfig.Config) {
+	j := jn.j
 	// Both with defaults filled in (local by prepareLocal, stored by its
 	// decode), so a stored "0" (default) and a local explicit default are
 	// not reported.

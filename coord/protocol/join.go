@@ -99,7 +99,7 @@ func (jn *joiner) plan(ctx context.Context, attempt int) ([]store.Op, error) {
 	// A stored job: the config (through the tree cache, which arms its
 	// watch) and what the registration needs, read side by side.
 	if !rdOK {
-		if rd, err = j.readForJoin(ctx, slices.Contains(top, layout.NConfig)); err != nil {
+		if rd, err = jn.readForJoin(ctx, slices.Contains(top, layout.NConfig)); err != nil {
 			return nil, err
 		}
 	}
@@ -133,7 +133,7 @@ func (jn *joiner) readTop(ctx context.Context, attempt int) (top []string, rd jo
 		return nil
 	})
 	g.Go(func() error {
-		rd, rdErr = j.readForJoin(gctx, true)
+		rd, rdErr = jn.readForJoin(gctx, true)
 		return nil
 	})
 	_ = g.Wait()
@@ -160,11 +160,11 @@ func (jn *joiner) planNewJob(ctx context.Context) ([]store.Op, error) {
 	// The only server of a new job assigns its items itself
 	// (lonejoin.go); else the flag is raised as raiseFlag does (the
 	// flag version bumped).
-	lops, lone, ok, err := j.loneReshard(ctx, loneInput{cfg: local, ownDisabled: local.Disabled})
+	lops, lone, ok, err := jn.loneReshard(ctx, loneInput{cfg: local, ownDisabled: local.Disabled})
 	if err != nil {
 		return nil, err
 	}
-	if ok && j.fitsWith(ops, lops) {
+	if ok && jn.fitsWith(ops, lops) {
 		ops = append(ops, lops...)
 		jn.res.lone = &lone
 	} else {
@@ -290,11 +290,11 @@ func (jn *joiner) planRegistration(ctx context.Context, attempt int, rd *joinRea
 	jn.ops = append(jn.ops, layout.TouchMembership(j.p))
 	jn.planCandidate(attempt, rd)
 	if jn.hostPlanned && pre != nil && rd.statusOwner == 0 && rd.serversListed {
-		lops, lone, ok, err := j.planLoneJoin(ctx, jn.lc.cfg, jn.res.cfg, jn.res.storedWins, *rd)
+		lops, lone, ok, err := jn.planLoneJoin(ctx, jn.lc.cfg, jn.res.cfg, jn.res.storedWins, *rd)
 		if err != nil {
 			return err
 		}
-		if ok && j.fitsWith(jn.ops, lops) {
+		if ok && jn.fitsWith(jn.ops, lops) {
 			jn.ops[memberAt] = membershipAt(j.p, rd.membersVersion)
 			jn.ops = append(jn.ops, lops...)
 			jn.res.lone = &lone
@@ -362,7 +362,7 @@ func (jn *joiner) adoptConfig(ctx context.Context, jt joinResult) error {
 		}
 	}
 	if jt.storedWins {
-		j.warnStoredWins(jn.lc.fields, cfg)
+		jn.warnStoredWins(jn.lc.fields, cfg)
 	}
 	j.cfg, j.itemParams, j.cfgFields, j.lastTotal = cfg, itemParameters(cfg), fields, cfg.ShardingTotalCount
 	j.localDisabled = local.Disabled
@@ -379,9 +379,9 @@ func (jn *joiner) loadTree(ctx context.Context, jt joinResult) error {
 		return rel == layout.NConfig || jt.preloaded && (rel == "" || rel == layout.RelFailoverQ || rel == layout.NServers)
 	})
 	if jt.preloaded {
-		rest = append(rest, j.joinServerRoots()...)
+		rest = append(rest, jn.joinServerRoots()...)
 	}
-	if err := j.cache.LoadRootsAhead(ctx, rest, j.joinAhead(jt)); err != nil {
+	if err := j.cache.LoadRootsAhead(ctx, rest, jn.joinAhead(jt)); err != nil {
 		return fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 	}
 	if missing := j.cache.MissingRoots(); len(missing) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -121,7 +122,6 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		if err != nil {
 			return err
 		}
-		assign := strategy.Shard(live, j.jname, total)
 		ins := []intent{
 			{kind: opCheck, rel: layout.NServers, version: members},
 			{kind: opCreate, rel: layout.RelProcessing, mode: store.Ephemeral},
@@ -129,12 +129,12 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		if totalCheck != nil {
 			ins = append(ins, *totalCheck)
 		}
-		for s, hasSharding := range servers {
+		for _, w := range planSharding(strategy, live, j.jname, total, servers) {
 			k := opCreate
-			if hasSharding {
+			if w.exists {
 				k = opSet
 			}
-			ins = append(ins, intent{kind: k, rel: layout.RelServer(s, layout.NSharding), data: layout.FormatItems(assign[s])})
+			ins = append(ins, intent{kind: k, rel: layout.RelServer(w.server, layout.NSharding), data: w.items})
 		}
 		for _, q := range queuePrunes(j.cache.Children(layout.RelFailoverQ), total) {
 			ins = append(ins, intent{kind: opDeleteIfPresent, rel: layout.RelFailoverQ + "/" + q})
@@ -142,7 +142,7 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		ins = append(ins,
 			intent{kind: opDelete, rel: layout.RelNecessary},
 			intent{kind: opDelete, rel: layout.RelProcessing})
-		err = j.commit(ctx, ins)
+		err = j.tx.commit(ctx, ins)
 		if errors.Is(err, store.ErrBadVersion) && attempt < layout.WriteAttempts {
 			j.log.Debug("membership changed while resharding; planning again")
 			continue
@@ -160,6 +160,26 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		j.signalResharded(live, total) // after the prune: the reshard is over
 		return nil
 	}
+}
+
+// shardingWrite is one server's sharding node as a reshard writes it.
+type shardingWrite struct {
+	server string
+	items  []byte // layout.FormatItems of its items
+	exists bool   // its sharding node exists: set, not created
+}
+
+// planSharding is a reshard's plan, for the leader's reshard and a lone
+// join's alike: the strategy's assignment of total items over the live
+// servers, written to the sharding node of every server of servers (true:
+// its node exists), in server order.
+func planSharding(strategy sharding.Strategy, live []string, job string, total int, servers map[string]bool) []shardingWrite {
+	assign := strategy.Shard(live, job, total)
+	out := make([]shardingWrite, 0, len(servers))
+	for _, s := range slices.Sorted(maps.Keys(servers)) {
+		out = append(out, shardingWrite{server: s, items: layout.FormatItems(assign[s]), exists: servers[s]})
+	}
+	return out
 }
 
 // resharded records a committed reshard's membership and total (the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,7 +65,8 @@ const maxLonePrunes = 64
 // loneReshard plans the lone join's reshard: ok false when the join does
 // not stand alone after all (another server is online) or the plan would
 // not fit; the caller then joins as before.
-func (j *Job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, res loneResult, ok bool, _ error) {
+func (jn *joiner) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, res loneResult, ok bool, _ error) {
+	j := jn.j
 	total := in.cfg.ShardingTotalCount
 	strategy, err := sharding.Lookup(in.cfg.ShardingStrategy)
 	if err != nil || total < 1 {
@@ -100,18 +100,9 @@ func (j *Job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, re
 	if !in.ownDisabled {
 		live = []string{j.id}
 	}
-	assign := strategy.Shard(live, j.jname, total)
-	put := func(s string, exists bool) {
-		p := j.p.Server(s, layout.NSharding)
-		if exists {
-			ops = append(ops, &store.SetOp{Path: p, Data: layout.FormatItems(assign[s]), Version: store.AnyVersion})
-		} else {
-			ops = append(ops, &store.CreateOp{Path: p, Data: layout.FormatItems(assign[s])})
-		}
-	}
-	put(j.id, slices.Contains(in.ownKids, layout.NSharding))
-	for _, s := range slices.Sorted(maps.Keys(hasSharding)) {
-		put(s, hasSharding[s])
+	hasSharding[j.id] = slices.Contains(in.ownKids, layout.NSharding)
+	for _, w := range planSharding(strategy, live, j.jname, total, hasSharding) {
+		ops = append(ops, layout.PutOp(j.p.Server(w.server, layout.NSharding), w.items, w.exists))
 	}
 	for _, q := range prunes {
 		ops = append(ops, &store.DeleteOp{Path: j.p.Abs(layout.RelFailoverQ + "/" + q), Version: store.AnyVersion})
@@ -131,7 +122,8 @@ func (j *Job) loneReshard(ctx context.Context, in loneInput) (ops []store.Op, re
 // job runs on after it: the reshard's operations and, for a stored config
 // that wins, a check of the config version the cache read. ok false: join
 // as before.
-func (j *Job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, storedWins bool, rd joinReads) (ops []store.Op, res loneResult, ok bool, _ error) {
+func (jn *joiner) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, storedWins bool, rd joinReads) (ops []store.Op, res loneResult, ok bool, _ error) {
+	j := jn.j
 	if storedWins {
 		st, loaded := j.cache.DataStat(layout.NConfig)
 		if !loaded {
@@ -148,7 +140,7 @@ func (j *Job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, sto
 		ownDisabled = layout.FlagTrue(d)
 	}
 	others := slices.DeleteFunc(slices.Clone(rd.servers), func(s string) bool { return s == j.id })
-	lops, res, ok, err := j.loneReshard(ctx, loneInput{cfg: cfg, ownKids: rd.serverKids, ownDisabled: ownDisabled, others: others, flagUp: rd.flagUp, dirs: true})
+	lops, res, ok, err := jn.loneReshard(ctx, loneInput{cfg: cfg, ownKids: rd.serverKids, ownDisabled: ownDisabled, others: others, flagUp: rd.flagUp, dirs: true})
 	if err != nil || !ok {
 		return nil, loneResult{}, false, err
 	}
@@ -158,7 +150,8 @@ func (j *Job) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config, sto
 // fitsWith reports whether a join's operations with a lone reshard's
 // added stay within the store's request limit: a reshard too large for
 // one request is left to the leader, whose reshard splits it.
-func (j *Job) fitsWith(ops, lone []store.Op) bool {
+func (jn *joiner) fitsWith(ops, lone []store.Op) bool {
+	j := jn.j
 	return store.MultiSize(ops)+store.MultiSize(lone) <= store.RequestLimit(j.st)
 }
 

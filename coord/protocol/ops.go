@@ -5,6 +5,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/treecache"
 )
 
 // intentKind says how an intent becomes a Multi operation.
@@ -31,6 +32,16 @@ const (
 	opDeleteIfPresentRead
 )
 
+// committer writes a job's intents (intent): resolved against the tree
+// cache, in one Multi, or in parts beyond the store's request limit
+// (split.go). It holds only what that needs: the store, the job's paths
+// and its cache.
+type committer struct {
+	st    store.Store
+	p     layout.JobPaths
+	cache *treecache.Cache
+}
+
 // intent is one write of a transaction, by path relative to the job root.
 // Conditional intents (IfAbsent, Put, IfPresent) are resolved against the
 // tree cache, so the steady state needs no reads; if the cache was stale the
@@ -48,23 +59,23 @@ type intent struct {
 // (no reads in the steady state); when the Multi shows the cache lagged, or
 // another process created or deleted a node meanwhile, multiRetry plans
 // again with direct reads. An empty resolution is no call.
-func (j *Job) commit(ctx context.Context, intents []intent) error {
+func (c *committer) commit(ctx context.Context, intents []intent) error {
 	var created, deleted []string
-	err := layout.MultiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+	err := layout.MultiRetry(ctx, c.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
 		var readErr error
 		exists := func(rel string, direct bool) bool {
 			// Nodes of items the cache does not watch are read directly.
-			if attempt == 0 && !direct && j.cache.Known(rel) {
-				return j.cache.Has(rel)
+			if attempt == 0 && !direct && c.cache.Known(rel) {
+				return c.cache.Has(rel)
 			}
-			ok, _, err := j.st.Exists(ctx, j.p.Abs(rel))
+			ok, _, err := c.st.Exists(ctx, c.p.Abs(rel))
 			if err != nil && readErr == nil {
 				readErr = err
 			}
 			return ok
 		}
 		var ops []store.Op
-		ops, created, deleted = j.resolve(intents, exists)
+		ops, created, deleted = c.resolve(intents, exists)
 		if readErr != nil {
 			return nil, readErr
 		}
@@ -73,12 +84,12 @@ func (j *Job) commit(ctx context.Context, intents []intent) error {
 	if err != nil {
 		return err
 	}
-	j.cache.NoteCreated(created...)
-	j.cache.NoteDeleted(deleted...)
+	c.cache.NoteCreated(created...)
+	c.cache.NoteDeleted(deleted...)
 	return nil
 }
 
-func (j *Job) resolve(intents []intent, exists func(rel string, direct bool) bool) (ops []store.Op, created, deleted []string) {
+func (c *committer) resolve(intents []intent, exists func(rel string, direct bool) bool) (ops []store.Op, created, deleted []string) {
 	// pending tracks creations and deletions earlier in the same Multi.
 	pending := map[string]bool{}
 	has := func(rel string) bool {
@@ -88,7 +99,7 @@ func (j *Job) resolve(intents []intent, exists func(rel string, direct bool) boo
 		return exists(rel, false)
 	}
 	for _, in := range intents {
-		p := j.p.Abs(in.rel)
+		p := c.p.Abs(in.rel)
 		switch in.kind {
 		case opCreate:
 			ops = append(ops, &store.CreateOp{Path: p, Data: in.data, Mode: in.mode})

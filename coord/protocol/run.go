@@ -329,7 +329,7 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 	if live {
 		j.holdMarker(sid, 1)
 	}
-	applied, err := j.commitSplit(ctx, head, groups, tail)
+	applied, err := j.tx.commitSplit(ctx, head, groups, tail)
 	if err != nil && applied > 0 {
 		j.undoBegin(ctx, p.items, groups[:applied])
 	}
@@ -408,8 +408,8 @@ func (b *beginning) recordIntents(items []Assignment, begin []byte, epoch int64)
 	monitor := b.cfg.MonitorsExecution()
 	tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusRunning)})
 	if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
-		j.keepFailing(rec.Items)
-		rec.Failing = j.failingOf(rec.Items)
+		j.failing.keep(rec.Items)
+		rec.Failing = j.failing.of(rec.Items)
 		tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
 		if monitor {
 			live = true
@@ -598,7 +598,7 @@ func (j *Job) undoBegin(ctx context.Context, items []Assignment, applied [][]int
 	if len(groups) > 0 {
 		head = []intent{bumpFailoverDir()}
 	}
-	if _, err := j.commitSplit(context.WithoutCancel(ctx), head, groups, nil); err != nil {
+	if _, err := j.tx.commitSplit(context.WithoutCancel(ctx), head, groups, nil); err != nil {
 		j.log.Warn("cannot undo a partial Begin", "items", len(items), "err", err)
 	}
 }
@@ -611,7 +611,7 @@ func (j *Job) flagMisfire(ctx context.Context, cfg jobconfig.Config, running []i
 		for _, it := range running {
 			groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: layout.RelItem(it)}, {kind: opCreateIfAbsent, rel: layout.RelItem(it, layout.NMisfire)}})
 		}
-		if _, err := j.commitSplit(ctx, nil, groups, nil); err != nil && !errors.Is(err, store.ErrNoNode) {
+		if _, err := j.tx.commitSplit(ctx, nil, groups, nil); err != nil && !errors.Is(err, store.ErrNoNode) {
 			return fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
 		}
 	}
@@ -1218,7 +1218,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 		return nil
 	}
 	if r.failing == nil {
-		r.failing = j.noteOutcome(r.items, out.Errors, j.reg.cfg.Now())
+		r.failing = j.failing.note(r.items, out.Errors, j.reg.cfg.Now())
 	}
 	r.counts = out.Counts
 	defer func() { r.counts = nil }()
@@ -1406,10 +1406,10 @@ func (r *Run) commitCompletion(ctx context.Context, head []intent, groups [][]in
 	if r.live {
 		withMarker = append(slices.Clone(tail), intent{kind: opDelete, rel: layout.RelServer(j.id, layout.NRun, layout.NLive)})
 	}
-	applied, err := j.commitSplit(ctx, head, groups, withMarker)
+	applied, err := j.tx.commitSplit(ctx, head, groups, withMarker)
 	if r.live && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
 		if ok, _, xerr := j.st.Exists(ctx, j.p.Server(j.id, layout.NRun, layout.NLive)); xerr == nil && !ok {
-			_, err = j.commitSplit(ctx, head, groups[applied:], tail)
+			_, err = j.tx.commitSplit(ctx, head, groups[applied:], tail)
 		}
 	}
 	if failover && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
@@ -1421,7 +1421,7 @@ func (r *Run) commitCompletion(ctx context.Context, head []intent, groups [][]in
 			}
 		}
 		if len(kept) < len(groups) {
-			_, err = j.commitSplit(ctx, head, kept, tail)
+			_, err = j.tx.commitSplit(ctx, head, kept, tail)
 		}
 	}
 	return err
@@ -1534,7 +1534,7 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 	if len(ins) == 0 {
 		return false, nil
 	}
-	if _, err := j.commitSplit(ctx, nil, each(ins), nil); err != nil {
+	if _, err := j.tx.commitSplit(ctx, nil, each(ins), nil); err != nil {
 		return false, fmt.Errorf("coord: job %q: clear misfire: %w", j.jname, err)
 	}
 	return true, nil
@@ -1548,7 +1548,7 @@ func (j *Job) RecordNextFireTime(ctx context.Context, next time.Time) error {
 			{kind: opCreateIfAbsent, rel: layout.RelItem(it)},
 			{kind: opPut, rel: layout.RelItem(it, layout.NNextFireTime), data: layout.FormatTime(next)}})
 	}
-	if _, err := j.commitSplit(ctx, nil, groups, nil); err != nil {
+	if _, err := j.tx.commitSplit(ctx, nil, groups, nil); err != nil {
 		return fmt.Errorf("coord: job %q: record nextFireTime: %w", j.jname, err)
 	}
 	return nil
@@ -1569,7 +1569,7 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 	if err != nil {
 		return err
 	}
-	if err := j.commit(ctx, ins); err != nil {
+	if err := j.tx.commit(ctx, ins); err != nil {
 		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.Server(j.id), err)
 	}
 	j.totalS, j.totalF = ts, tf

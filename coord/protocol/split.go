@@ -31,12 +31,12 @@ import (
 // splitBudget is the share of the store's request limit a part may use:
 // the size estimate (store.OpSize) is an upper bound, the margin is for
 // the paths' absolute form.
-func (j *Job) splitBudget() int { return store.RequestLimit(j.st) * 7 / 8 }
+func (c *committer) splitBudget() int { return store.RequestLimit(c.st) * 7 / 8 }
 
 // intentSize estimates the bytes an intent adds to a Multi (an upper bound:
 // a conditional intent may resolve to nothing).
-func (j *Job) intentSize(in intent) int {
-	p := j.p.Abs(in.rel)
+func (c *committer) intentSize(in intent) int {
+	p := c.p.Abs(in.rel)
 	switch in.kind {
 	case opDelete, opDeleteIfPresent, opDeleteIfPresentRead:
 		return store.OpSize(&store.DeleteOp{Path: p})
@@ -46,10 +46,10 @@ func (j *Job) intentSize(in intent) int {
 	return store.OpSize(&store.CreateOp{Path: p, Data: in.data})
 }
 
-func (j *Job) intentsSize(ins []intent) int {
+func (c *committer) intentsSize(ins []intent) int {
 	n := 0
 	for _, in := range ins {
-		n += j.intentSize(in)
+		n += c.intentSize(in)
 	}
 	return n
 }
@@ -58,14 +58,14 @@ func (j *Job) intentsSize(ins []intent) int {
 // the comment at the top of this file). ends[k] is the number of groups in
 // parts 0..k. A single group too large for a part still gets a part of its
 // own (the store then refuses it).
-func (j *Job) splitParts(head []intent, groups [][]intent, tail []intent) (parts [][]intent, ends []int) {
-	budget := j.splitBudget()
-	fixed := 32 + j.intentsSize(head) + j.intentsSize(tail)
+func (c *committer) splitParts(head []intent, groups [][]intent, tail []intent) (parts [][]intent, ends []int) {
+	budget := c.splitBudget()
+	fixed := 32 + c.intentsSize(head) + c.intentsSize(tail)
 	var cur []intent
 	size := fixed
 	open := false
 	for i, g := range groups {
-		gs := j.intentsSize(g)
+		gs := c.intentsSize(g)
 		if open && size+gs > budget {
 			parts = append(parts, cur)
 			ends = append(ends, i)
@@ -91,10 +91,10 @@ func (j *Job) splitParts(head []intent, groups [][]intent, tail []intent) (parts
 // store's request limit, else in parts (see the top of this file). It
 // returns how many groups are applied: len(groups) on success; on error,
 // those of the parts committed before the failing one.
-func (j *Job) commitSplit(ctx context.Context, head []intent, groups [][]intent, tail []intent) (applied int, err error) {
-	parts, ends := j.splitParts(head, groups, tail)
+func (c *committer) commitSplit(ctx context.Context, head []intent, groups [][]intent, tail []intent) (applied int, err error) {
+	parts, ends := c.splitParts(head, groups, tail)
 	for k, part := range parts {
-		if err := j.commit(ctx, part); err != nil {
+		if err := c.commit(ctx, part); err != nil {
 			return applied, err
 		}
 		applied = ends[k]
@@ -115,15 +115,15 @@ func each(ins []intent) [][]intent {
 // multiSplit applies independent operations in as few Multis below the
 // store's request limit as they fit in, in order, stopping at the first
 // failure.
-func (j *Job) multiSplit(ctx context.Context, ops []store.Op) error {
-	budget := j.splitBudget()
+func (c *committer) multiSplit(ctx context.Context, ops []store.Op) error {
+	budget := c.splitBudget()
 	for len(ops) > 0 {
 		n, size := 0, 32
 		for n < len(ops) && (n == 0 || size+store.OpSize(ops[n]) <= budget) {
 			size += store.OpSize(ops[n])
 			n++
 		}
-		if _, err := j.st.Multi(ctx, ops[:n]...); err != nil {
+		if _, err := c.st.Multi(ctx, ops[:n]...); err != nil {
 			return err
 		}
 		ops = ops[n:]
