@@ -19,13 +19,14 @@ import (
 // into ONE statement of multi_batch (schema.go): one round trip and one lock
 // hold for all of them, each request in its own savepoint with its own zxid.
 //
-// There is no goroutine of its own: a caller that finds no batch in flight
-// (maxFlushes) flushes the queue itself (taking every
-// request queued by then); when a flush ends and requests queued meanwhile,
-// the first of them is handed the next batch and flushes it. A caller whose
-// ctx ends while still queued leaves the queue; once in a batch it waits for
-// the batch's result, which the flush's ctx (cancelled only when every
-// request's ctx has ended) bounds.
+// A caller that finds no batch in flight (maxFlushes) starts a flusher
+// goroutine, which commits the queue batch after batch until it is empty
+// and then ends (a store's call in flight: Close waits for it). Every
+// caller returns by its own ctx: one whose ctx ends while queued leaves the
+// queue (never committed); one whose batch is already on its way returns
+// ctx.Err() at once while the batch goes on (its write may commit, as a
+// ZooKeeper request may after its caller gave up). The batch's statement
+// is cancelled only when every request's ctx has ended.
 
 // maxFlushes is how many batches of one store may be in flight at once:
 // one. The database runs writers one at a time anyway; a second batch in
@@ -49,20 +50,18 @@ type writeReq struct {
 	sess int64
 	ops  []store.Op
 	size int             // store.MultiSize(ops)
-	done chan writeReply // capacity 1: a lead, then (later) the result
+	done chan writeReply // capacity 1: the result
 	// queued is guarded by committer.mu: true until a batch takes it.
 	queued bool
 }
 
-// writeReply is a request's result or, with lead set, a batch to flush
-// (lead[0] is the request that receives it).
+// writeReply is a request's result.
 type writeReply struct {
-	lead []*writeReq
-	res  []store.OpResult
-	err  error
+	res []store.OpResult
+	err error
 }
 
-// committer queues the store's write requests and hands them to flushes.
+// committer queues the store's write requests for its flusher.
 type committer struct {
 	mu       sync.Mutex
 	queue    []*writeReq
@@ -90,11 +89,11 @@ func (c *committer) takeLocked() []*writeReq {
 }
 
 // withdraw removes r from the queue if no batch took it yet.
-func (c *committer) withdraw(r *writeReq) bool {
+func (c *committer) withdraw(r *writeReq) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !r.queued {
-		return false
+		return
 	}
 	for i, x := range c.queue {
 		if x == r {
@@ -103,57 +102,50 @@ func (c *committer) withdraw(r *writeReq) bool {
 		}
 	}
 	r.queued = false
-	return true
 }
 
 // write commits ops as one Multi of session sess, in a batch with the
-// requests queued beside it.
+// requests queued beside it. The caller holds a store call (begin), so
+// the flusher's calls.Add may race no Close.
 func (s *Store) write(ctx context.Context, what string, sess int64, ops []store.Op, size int) ([]store.OpResult, error) {
 	r := &writeReq{ctx: ctx, what: what, sess: sess, ops: ops, size: size, done: make(chan writeReply, 1), queued: true}
 	c := &s.commits
 	c.mu.Lock()
 	c.queue = append(c.queue, r)
-	var batch []*writeReq
-	if c.flushing < maxFlushes {
+	start := c.flushing < maxFlushes
+	if start {
 		c.flushing++
-		batch = c.takeLocked()
+		s.calls.Add(1)
 	}
 	c.mu.Unlock()
-	if batch != nil {
-		s.flushAndHandOff(batch)
+	if start {
+		go s.flushQueue()
 	}
-	wait := ctx.Done()
-	for {
-		select {
-		case rep := <-r.done:
-			if rep.lead != nil {
-				s.flushAndHandOff(rep.lead)
-				continue
-			}
-			return rep.res, rep.err
-		case <-wait:
-			if c.withdraw(r) {
-				return nil, ctx.Err()
-			}
-			wait = nil // in a batch: its result comes
-		}
+	select {
+	case rep := <-r.done:
+		return rep.res, rep.err
+	case <-ctx.Done():
+		c.withdraw(r)
+		return nil, ctx.Err()
 	}
 }
 
-// flushAndHandOff flushes batch, then hands what queued meanwhile to its
-// first request (or ends this flush slot when nothing did).
-func (s *Store) flushAndHandOff(batch []*writeReq) {
-	s.flush(batch)
+// flushQueue is a flusher: it commits the queue batch after batch and ends
+// when it is empty.
+func (s *Store) flushQueue() {
+	defer s.calls.Done()
 	c := &s.commits
-	c.mu.Lock()
-	if len(c.queue) == 0 {
-		c.flushing--
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.flushing--
+			c.mu.Unlock()
+			return
+		}
+		batch := c.takeLocked()
 		c.mu.Unlock()
-		return
+		s.flush(batch)
 	}
-	next := c.takeLocked()
-	c.mu.Unlock()
-	next[0].done <- writeReply{lead: next}
 }
 
 // flush commits batch in one statement and replies to each request.

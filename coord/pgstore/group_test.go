@@ -209,3 +209,80 @@ func TestGroupCommitIsolatesEachRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteReturnsByItsOwnContextInABatchOnItsWay puts a write B in a
+// batch with a write C, holds that batch (the test hook) and cancels B's
+// ctx: B returns context.Canceled at once while the batch waits, and C
+// commits once it goes on. Fails when a caller waits for its batch (B
+// comes back only when the hold ends).
+func TestWriteReturnsByItsOwnContextInABatchOnItsWay(t *testing.T) {
+	dsn, schema := freshSchema(t)
+	hold, held := make(chan struct{}), make(chan int, 4)
+	pgstore.SetFlushHook(func(n int) {
+		if n == 2 {
+			held <- n
+			<-hold
+		}
+	})
+	t.Cleanup(func() { pgstore.SetFlushHook(nil) })
+	st := open(t, pgstore.Config{DSN: dsn, Schema: schema})
+	var release sync.Once
+	free := func() { release.Do(func() { close(hold) }) }
+	t.Cleanup(free) // before the store's Close (cleanups run last first)
+	ctx := testCtx(t)
+	for _, p := range []string{"/a", "/b", "/c"} {
+		if _, err := st.Create(ctx, p, nil, store.Persistent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := adminConn(t, dsn)
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "UPDATE "+schema+".txn SET zxid = zxid WHERE id = 1"); err != nil {
+		t.Fatal(err)
+	}
+	a := make(chan error, 1)
+	go func() { _, err := st.Set(ctx, "/a", []byte("a"), store.AnyVersion); a <- err }()
+	awaitQueued := func(queued int) {
+		t.Helper()
+		err := testwait.Poll(ctx, func(context.Context) error {
+			if f, q := pgstore.Writes(st); f != 1 || q != queued {
+				return fmt.Errorf("%d batches in flight, %d queued; want 1 and %d", f, q, queued)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitQueued(0)
+	bCtx, cancelB := context.WithCancel(ctx)
+	defer cancelB()
+	b := make(chan error, 1)
+	go func() { _, err := st.Set(bCtx, "/b", []byte("b"), store.AnyVersion); b <- err }()
+	awaitQueued(1)
+	c := make(chan error, 1)
+	go func() { _, err := st.Set(ctx, "/c", []byte("c"), store.AnyVersion); c <- err }()
+	awaitQueued(2)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := testwait.Recv(t, 10*time.Second, "A's commit", a); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	testwait.Recv(t, 10*time.Second, "the batch of B and C, held", held)
+	cancelB()
+	if err := testwait.Recv(t, 10*time.Second, "B's return while its batch is held", b); !errors.Is(err, context.Canceled) {
+		t.Fatalf("B: %v, want context.Canceled", err)
+	}
+	free()
+	if err := testwait.Recv(t, 10*time.Second, "C's commit", c); err != nil {
+		t.Fatalf("C: %v", err)
+	}
+	if _, sc, err := st.Get(ctx, "/c"); err != nil || sc.Version != 1 {
+		t.Fatalf("/c version %d (%v), want 1", sc.Version, err)
+	}
+}
