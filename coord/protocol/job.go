@@ -107,10 +107,7 @@ type Job struct {
 
 	failing failingItems // items whose last run failed (failing.go)
 
-	// Cumulative counts (reportCounts), loaded once from the store.
-	totalsMu       sync.Mutex
-	totalS, totalF int64
-	totalsLoaded   bool
+	totals *countTotals // cumulative counts (counts.go)
 
 	// Watcher state.
 	elec *recipe.Election // leader election (its candidate is the watcher's)
@@ -218,6 +215,7 @@ func newJob(r *Registry, name string) *Job {
 	}
 	j.wire()
 	j.tx = committer{st: j.st, p: j.p, cache: j.cache}
+	j.totals = &countTotals{st: j.st, p: j.p, id: j.id, job: j.jname, log: j.log}
 	return j
 }
 

@@ -1317,16 +1317,16 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 	if c := r.counts; c != nil && !c.Written && !j.isRemoved() {
 		// The interval counts go with the completion (no write of their
 		// own); the totals are held until the outcome is known.
-		j.totalsMu.Lock()
-		defer j.totalsMu.Unlock()
-		ins, ts, tf, err := j.countIntents(ctx, c.Success, c.Failure)
+		j.totals.mu.Lock()
+		defer j.totals.mu.Unlock()
+		ins, ts, tf, err := j.totals.intents(ctx, c.Success, c.Failure)
 		if err != nil {
 			return err
 		}
 		tail = append(tail, ins...)
 		defer func() {
 			if c.Written {
-				j.totalS, j.totalF = ts, tf
+				j.totals.s, j.totals.f = ts, tf
 			}
 		}()
 	}
@@ -1563,59 +1563,17 @@ func (j *Job) RecordNextFireTime(ctx context.Context, next time.Time) error {
 // writes its own nodes. They advance only when the write succeeds, since
 // the stats reporter re-reports counts whose write failed.
 func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
-	j.totalsMu.Lock()
-	defer j.totalsMu.Unlock()
-	ins, ts, tf, err := j.countIntents(ctx, success, failure)
+	j.totals.mu.Lock()
+	defer j.totals.mu.Unlock()
+	ins, ts, tf, err := j.totals.intents(ctx, success, failure)
 	if err != nil {
 		return err
 	}
 	if err := j.tx.commit(ctx, ins); err != nil {
 		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.Server(j.id), err)
 	}
-	j.totalS, j.totalF = ts, tf
+	j.totals.s, j.totals.f = ts, tf
 	return nil
-}
-
-// countIntents are the writes of a report of the interval's counts and
-// the totals they make (loaded from the store the first time). The caller
-// holds totalsMu and sets totalS and totalF once the writes are made.
-func (j *Job) countIntents(ctx context.Context, success, failure int64) ([]intent, int64, int64, error) {
-	if !j.totalsLoaded {
-		s, err := j.readCount(ctx, layout.NSuccessTotal)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		f, err := j.readCount(ctx, layout.NFailureTotal)
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		j.totalS, j.totalF, j.totalsLoaded = s, f, true
-	}
-	ts, tf := j.totalS+success, j.totalF+failure
-	ins := []intent{
-		{kind: opPut, rel: layout.RelServer(j.id, layout.NSuccess), data: []byte(strconv.FormatInt(success, 10))},
-		{kind: opPut, rel: layout.RelServer(j.id, layout.NFailure), data: []byte(strconv.FormatInt(failure, 10))},
-		{kind: opPut, rel: layout.RelServer(j.id, layout.NSuccessTotal), data: []byte(strconv.FormatInt(ts, 10))},
-		{kind: opPut, rel: layout.RelServer(j.id, layout.NFailureTotal), data: []byte(strconv.FormatInt(tf, 10))},
-	}
-	return ins, ts, tf, nil
-}
-
-// readCount reads one of this server's count nodes directly; absent is 0.
-func (j *Job) readCount(ctx context.Context, node string) (int64, error) {
-	d, _, err := j.st.Get(ctx, j.p.Server(j.id, node))
-	if errors.Is(err, store.ErrNoNode) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, node), err)
-	}
-	n, perr := layout.ParseCount(d)
-	if perr != nil {
-		j.log.Warn("malformed count node; counting again from 0", "node", j.p.Server(j.id, node), "err", perr)
-		return 0, nil
-	}
-	return n, nil
 }
 
 // runRecordOf is the run record of the normal items of a run (false: a

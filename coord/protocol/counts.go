@@ -1,0 +1,73 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// countTotals are this server's cumulative counts (processSuccessTotal,
+// processFailureTotal), read from the store once (they survive restarts),
+// then kept here: only this server writes its own nodes. A report
+// (ReportCounts, or a completion's) holds mu from its planning (intents)
+// until its outcome is known, and sets s and f once its writes are made:
+// the stats reporter re-reports counts whose write failed.
+type countTotals struct {
+	st  store.Store
+	p   layout.JobPaths
+	id  string
+	job string
+	log *slog.Logger
+
+	mu     sync.Mutex
+	s, f   int64
+	loaded bool
+}
+
+// intents are the writes of a report of the interval's counts and the
+// totals they make (loaded from the store the first time). The caller
+// holds mu.
+func (c *countTotals) intents(ctx context.Context, success, failure int64) ([]intent, int64, int64, error) {
+	if !c.loaded {
+		s, err := c.read(ctx, layout.NSuccessTotal)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		f, err := c.read(ctx, layout.NFailureTotal)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		c.s, c.f, c.loaded = s, f, true
+	}
+	ts, tf := c.s+success, c.f+failure
+	ins := []intent{
+		{kind: opPut, rel: layout.RelServer(c.id, layout.NSuccess), data: []byte(strconv.FormatInt(success, 10))},
+		{kind: opPut, rel: layout.RelServer(c.id, layout.NFailure), data: []byte(strconv.FormatInt(failure, 10))},
+		{kind: opPut, rel: layout.RelServer(c.id, layout.NSuccessTotal), data: []byte(strconv.FormatInt(ts, 10))},
+		{kind: opPut, rel: layout.RelServer(c.id, layout.NFailureTotal), data: []byte(strconv.FormatInt(tf, 10))},
+	}
+	return ins, ts, tf, nil
+}
+
+// read reads one of this server's count nodes directly; absent is 0.
+func (c *countTotals) read(ctx context.Context, node string) (int64, error) {
+	d, _, err := c.st.Get(ctx, c.p.Server(c.id, node))
+	if errors.Is(err, store.ErrNoNode) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("coord: job %q: read %s: %w", c.job, c.p.Server(c.id, node), err)
+	}
+	n, perr := layout.ParseCount(d)
+	if perr != nil {
+		c.log.Warn("malformed count node; counting again from 0", "node", c.p.Server(c.id, node), "err", perr)
+		return 0, nil
+	}
+	return n, nil
+}
