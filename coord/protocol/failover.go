@@ -535,7 +535,7 @@ func (j *Job) storedConfig(ctx context.Context) (int32, jobconfig.Config, error)
 	}
 	fields, ok := layout.ParseConfigCopy(data)
 	if !ok {
-		if fields, err = j.readConfigFields(ctx); err != nil {
+		if fields, err = j.nodes.readConfigFields(ctx); err != nil {
 			return 0, jobconfig.Config{}, err
 		}
 	}

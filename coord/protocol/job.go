@@ -40,6 +40,7 @@ type Job struct {
 	log   *slog.Logger
 	cache *treecache.Cache
 	tx    committer // writes intents (ops.go, split.go)
+	nodes jobNodes  // reads the job's nodes (servers.go)
 
 	errMu sync.Mutex // serialises lastError writes
 	// reshardMu orders the leader's resharding commit against the watcher's
@@ -215,6 +216,7 @@ func newJob(r *Registry, name string) *Job {
 	}
 	j.wire()
 	j.tx = committer{st: j.st, p: j.p, cache: j.cache}
+	j.nodes = jobNodes{st: j.st, p: j.p, jname: j.jname, cache: j.cache}
 	j.totals = &countTotals{st: j.st, p: j.p, id: j.id, job: j.jname, log: j.log}
 	return j
 }
@@ -420,8 +422,8 @@ func (j *Job) abandonJoin(ctx context.Context, registered bool, err error) error
 }
 
 // cachedConfigFields returns the config fields the tree cache holds.
-func (j *Job) cachedConfigFields() map[string]string {
-	fields := j.cache.VersionedFields(layout.NConfig)
+func (nd *jobNodes) cachedConfigFields() map[string]string {
+	fields := nd.cache.VersionedFields(layout.NConfig)
 	if fields == nil {
 		fields = map[string]string{}
 	}
@@ -449,10 +451,10 @@ func (jn *joiner) warnStoredWins(local map[string]string, stored jobconfig.Confi
 	}
 }
 
-func (j *Job) readConfigFields(ctx context.Context) (map[string]string, error) {
-	names, _, err := j.st.Children(ctx, j.p.Abs(layout.NConfig))
+func (nd *jobNodes) readConfigFields(ctx context.Context) (map[string]string, error) {
+	names, _, err := nd.st.Children(ctx, nd.p.Abs(layout.NConfig))
 	if err != nil {
-		return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NConfig), err)
+		return nil, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NConfig), err)
 	}
 	// The fields are read side by side: the store pipelines them on its
 	// session, so a join waits about one round trip for them, not one per
@@ -462,12 +464,12 @@ func (j *Job) readConfigFields(ctx context.Context) (map[string]string, error) {
 	g.SetLimit(configReaders)
 	for i, n := range names {
 		g.Go(func() error {
-			d, _, err := j.st.Get(ctx, j.p.Config(n))
+			d, _, err := nd.st.Get(ctx, nd.p.Config(n))
 			if errors.Is(err, store.ErrNoNode) {
 				return nil
 			}
 			if err != nil {
-				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Config(n), err)
+				return fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Config(n), err)
 			}
 			data[i] = d
 			if d == nil {

@@ -211,7 +211,7 @@ func (jn *joiner) planSkeleton(ctx context.Context, top []string, attempt int) e
 // writes the local one, every field and the config node's copy.
 func (jn *joiner) planConfig() error {
 	j, local, fields := jn.j, jn.lc.cfg, jn.lc.fields
-	stored := j.cachedConfigFields()
+	stored := j.nodes.cachedConfigFields()
 	if t, ok := stored[layout.JobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
 		return fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type())
 	}
@@ -348,7 +348,7 @@ func (jn *joiner) adoptConfig(ctx context.Context, jt joinResult) error {
 			return fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 		}
 	}
-	fields := j.cachedConfigFields()
+	fields := j.nodes.cachedConfigFields()
 	if t, ok := fields[layout.JobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
 		return fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type())
 	}

@@ -110,7 +110,7 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		// The membership version comes with the listing (one read): the
 		// Multi's check of it refuses a plan that missed a change made
 		// after the listing.
-		servers, live, members, err := j.readServers(ctx)
+		servers, live, members, err := j.nodes.readServers(ctx)
 		if err != nil {
 			return err
 		}
@@ -118,7 +118,7 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		// be a Begin's snapshot from before an edit of the total whose
 		// resharding flag this reshard clears (it left the old items
 		// assigned for good: simulation seed 109573).
-		total, totalCheck, err := j.readTotal(ctx, cfg.ShardingTotalCount)
+		total, totalCheck, err := j.nodes.readTotal(ctx, cfg.ShardingTotalCount)
 		if err != nil {
 			return err
 		}
@@ -224,14 +224,14 @@ func queuePrunes(names []string, total int) []string {
 // readTotal reads the stored shardingTotalCount directly, with a check op on
 // its version for the reshard's Multi; def (and no check) when the node is
 // absent or unparsable (the config decoder reports those).
-func (j *Job) readTotal(ctx context.Context, def int) (int, *intent, error) {
+func (nd *jobNodes) readTotal(ctx context.Context, def int) (int, *intent, error) {
 	rel := layout.NConfig + "/" + jobconfig.FieldShardingTotalCount
-	data, st, err := j.st.Get(ctx, j.p.Abs(rel))
+	data, st, err := nd.st.Get(ctx, nd.p.Abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		return def, nil, nil
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(rel), err)
+		return 0, nil, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(rel), err)
 	}
 	n, perr := strconv.Atoi(strings.TrimSpace(string(data)))
 	if perr != nil || n < 1 {
@@ -311,7 +311,7 @@ func (j *Job) firstRunning(ctx context.Context, watch recipe.ExistsWatch) (serve
 // the store directly and queues each item once, so running it more often
 // costs reads, never a duplicate.
 func (j *Job) leaderDuties(ctx context.Context, force bool) {
-	live := j.liveServers()
+	live := j.nodes.liveServers()
 	departed := j.newlyDeparted()
 	total := j.Config().ShardingTotalCount
 	j.reshardMu.Lock()
@@ -380,7 +380,7 @@ func (j *Job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 		// as the reshard's own: a cache that has not yet seen a join the
 		// last reshard used would otherwise raise a spurious flag, which
 		// holds every Begin until the runs begun meanwhile complete.
-		_, direct, _, err := j.readServers(ctx)
+		_, direct, _, err := j.nodes.readServers(ctx)
 		if err != nil {
 			j.warn(ctx, "cannot read the servers to confirm a membership change; raising the resharding flag", "err", err)
 		} else if sharded == shardedAs(direct, total) {
@@ -423,7 +423,7 @@ func (j *Job) owners() map[int]string {
 // nodes older than the grace are pruned (operator-disabled ones are kept).
 func (j *Job) reconcile(ctx context.Context) {
 	cfg := j.Config()
-	live := j.liveServers()
+	live := j.nodes.liveServers()
 	if len(live) > 0 {
 		own := j.owners()
 		for it := range cfg.ShardingTotalCount {

@@ -222,7 +222,7 @@ func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) erro
 		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
 	}
 	found := err == nil
-	if p.fo, err = j.readFailoverDir(ctx); err != nil {
+	if p.fo, err = j.nodes.readFailoverDir(ctx); err != nil {
 		return err
 	}
 	var view map[int]foItem
@@ -252,13 +252,13 @@ type failoverDir struct {
 }
 
 // readFailoverDir lists the failover directory with its Stat (one read).
-func (j *Job) readFailoverDir(ctx context.Context) (failoverDir, error) {
-	names, st, err := j.st.Children(ctx, j.p.Abs(layout.RelFailoverQ))
+func (nd *jobNodes) readFailoverDir(ctx context.Context) (failoverDir, error) {
+	names, st, err := nd.st.Children(ctx, nd.p.Abs(layout.RelFailoverQ))
 	if errors.Is(err, store.ErrNoNode) {
 		return failoverDir{version: -1}, nil
 	}
 	if err != nil {
-		return failoverDir{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.RelFailoverQ), err)
+		return failoverDir{}, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.RelFailoverQ), err)
 	}
 	l := layout.ParseFailoverDir(names)
 	return failoverDir{queued: l.Queued, claims: l.Claims, version: st.Version}, nil
@@ -823,7 +823,7 @@ func (j *Job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]
 			// would go to the normal run (ZooKeeper simulation seed
 			// 1005053: an epoch below that run's when its failover run
 			// came after).
-			disabled, err := j.itemHas(ctx, layout.RelItem(it, layout.NDisabled))
+			disabled, err := j.nodes.itemHas(ctx, layout.RelItem(it, layout.NDisabled))
 			if err != nil {
 				return nil, -1, err
 			}
@@ -915,13 +915,13 @@ func (j *Job) takeClaims(items []Assignment, taken bool) {
 // itemHas reports whether an execution node exists: from the cache when
 // the item is loaded there, else by a direct read (only right after the
 // item became this server's).
-func (j *Job) itemHas(ctx context.Context, rel string) (bool, error) {
-	if j.cache.Known(rel) {
-		return j.cache.Has(rel), nil
+func (nd *jobNodes) itemHas(ctx context.Context, rel string) (bool, error) {
+	if nd.cache.Known(rel) {
+		return nd.cache.Has(rel), nil
 	}
-	ok, _, err := j.st.Exists(ctx, j.p.Abs(rel))
+	ok, _, err := nd.st.Exists(ctx, nd.p.Abs(rel))
 	if err != nil {
-		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(rel), err)
+		return false, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(rel), err)
 	}
 	return ok, nil
 }
@@ -972,7 +972,7 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 		if it >= total {
 			continue
 		}
-		disabled, err := j.itemHas(ctx, layout.RelItem(it, layout.NDisabled))
+		disabled, err := j.nodes.itemHas(ctx, layout.RelItem(it, layout.NDisabled))
 		if err != nil {
 			return nil, -1, nil, err
 		}
@@ -1525,7 +1525,7 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 		if it >= cfg.ShardingTotalCount {
 			continue
 		}
-		if flagged, err := j.itemHas(ctx, layout.RelItem(it, layout.NMisfire)); err != nil {
+		if flagged, err := j.nodes.itemHas(ctx, layout.RelItem(it, layout.NMisfire)); err != nil {
 			return false, err
 		} else if flagged {
 			ins = append(ins, intent{kind: opDeleteIfPresent, rel: layout.RelItem(it, layout.NMisfire)})

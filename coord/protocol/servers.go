@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/treecache"
 )
 
@@ -19,11 +20,22 @@ func cachedServerState(c *treecache.Cache, s string) layout.ServerState {
 	}
 }
 
+// jobNodes reads a job's nodes: directly from the store (where a
+// decision must not act on a lagging cache), or from its tree cache. It
+// holds only what that needs: the store, the job's paths, its name (for
+// errors) and its cache.
+type jobNodes struct {
+	st    store.Store
+	p     layout.JobPaths
+	jname string
+	cache *treecache.Cache
+}
+
 // liveServers returns the live servers the tree cache shows, sorted.
-func (j *Job) liveServers() []string {
+func (nd *jobNodes) liveServers() []string {
 	var live []string
-	for _, s := range j.cache.Children(layout.NServers) {
-		if cachedServerState(j.cache, s).Live() {
+	for _, s := range nd.cache.Children(layout.NServers) {
+		if cachedServerState(nd.cache, s).Live() {
 			live = append(live, s)
 		}
 	}
@@ -35,17 +47,17 @@ func (j *Job) liveServers() []string {
 // live ones, sorted; and the membership version (touchMembership) as of
 // the listing, which every later change of the set or of a server's flags
 // bumps.
-func (j *Job) readServers(ctx context.Context) (map[string]bool, []string, int32, error) {
-	names, st, err := j.st.Children(ctx, j.p.Abs(layout.NServers))
+func (nd *jobNodes) readServers(ctx context.Context) (map[string]bool, []string, int32, error) {
+	names, st, err := nd.st.Children(ctx, nd.p.Abs(layout.NServers))
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NServers), err)
+		return nil, nil, 0, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NServers), err)
 	}
 	all := make(map[string]bool, len(names))
 	var live []string
 	for _, s := range names {
-		state, ok, err := layout.ReadServerState(ctx, j.st, j.p, s)
+		state, ok, err := layout.ReadServerState(ctx, nd.st, nd.p, s)
 		if err != nil {
-			return nil, nil, 0, fmt.Errorf("coord: job %q: %w", j.jname, err)
+			return nil, nil, 0, fmt.Errorf("coord: job %q: %w", nd.jname, err)
 		}
 		if !ok {
 			continue
