@@ -108,7 +108,7 @@ func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, t
 	// off, a lowered total) deletes claims itself, and what it deleted is
 	// not a claim lost (simulation seed 9424199: a claim pruned with its
 	// item beyond a lowered total was queued again once the total rose).
-	cfgVersion, cfg, err := j.storedConfig(ctx)
+	cfgVersion, cfg, err := j.nodes.storedConfig(ctx)
 	if err != nil {
 		j.warn(ctx, "cannot read the config to queue lost failover claims", "err", err)
 		return
@@ -343,7 +343,7 @@ func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 	// monitorExecution off meanwhile fails the claim (simulation seed
 	// 3002508: an entry queued before monitorExecution went off was
 	// claimed after, and the item ran twice side by side).
-	cfgVersion, on, err := j.storedFailoverOn(ctx)
+	cfgVersion, on, err := j.nodes.storedFailoverOn(ctx)
 	if err != nil || !on {
 		return false, err
 	}
@@ -466,7 +466,7 @@ func (c *failoverClaim) failed(ctx context.Context, it int, err error) (claimSte
 		}
 		var on bool
 		var rerr error
-		if c.cfgVersion, on, rerr = j.storedFailoverOn(ctx); rerr != nil || !on {
+		if c.cfgVersion, on, rerr = j.nodes.storedFailoverOn(ctx); rerr != nil || !on {
 			return claimStop, rerr
 		}
 		return claimAgain, nil
@@ -517,8 +517,8 @@ func failoverOn(cfg jobconfig.Config) bool { return cfg.Failover && cfg.Monitors
 // the config node's version it was read at (every edit bumps it in the
 // same transaction as its fields). A config that does not decode allows
 // nothing (the job stops on it anyway).
-func (j *Job) storedFailoverOn(ctx context.Context) (int32, bool, error) {
-	v, cfg, err := j.storedConfig(ctx)
+func (nd *jobNodes) storedFailoverOn(ctx context.Context) (int32, bool, error) {
+	v, cfg, err := nd.storedConfig(ctx)
 	if err != nil {
 		return 0, false, err
 	}
@@ -528,18 +528,18 @@ func (j *Job) storedFailoverOn(ctx context.Context) (int32, bool, error) {
 // storedConfig reads the stored config directly (see storedFailoverOn),
 // with the config node's version it was read at. A config that does not
 // decode is the zero Config (failover off).
-func (j *Job) storedConfig(ctx context.Context) (int32, jobconfig.Config, error) {
-	data, st, err := j.st.Get(ctx, j.p.Abs(layout.NConfig))
+func (nd *jobNodes) storedConfig(ctx context.Context) (int32, jobconfig.Config, error) {
+	data, st, err := nd.st.Get(ctx, nd.p.Abs(layout.NConfig))
 	if err != nil {
-		return 0, jobconfig.Config{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.NConfig), err)
+		return 0, jobconfig.Config{}, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NConfig), err)
 	}
 	fields, ok := layout.ParseConfigCopy(data)
 	if !ok {
-		if fields, err = j.nodes.readConfigFields(ctx); err != nil {
+		if fields, err = nd.readConfigFields(ctx); err != nil {
 			return 0, jobconfig.Config{}, err
 		}
 	}
-	cfg, err := j.decodeConfig(fields)
+	cfg, err := nd.decodeConfig(fields)
 	if err != nil {
 		return st.Version, jobconfig.Config{}, nil
 	}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -133,10 +132,6 @@ type Job struct {
 	q   jobQueue    // its place in the Registry's event loop
 	fw  *watchFuncs // arms its watches, delivered to q
 	sig signalBox
-
-	// configDecodes counts decodeConfig's calls: a join decodes only a
-	// stored config that wins over its own (join_config_test.go).
-	configDecodes atomic.Int64
 }
 
 // startJob joins the job (Registry.Join): it registers this server, with
@@ -494,9 +489,9 @@ func (nd *jobNodes) readConfigFields(ctx context.Context) (map[string]string, er
 const configReaders = 8
 
 // decodeConfig decodes stored fields; errors wrap ErrBadConfig and name the node.
-func (j *Job) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
-	j.configDecodes.Add(1)
-	return layout.DecodeStoredConfig(j.p, j.jname, fields)
+func (nd *jobNodes) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
+	nd.configDecodes.Add(1)
+	return layout.DecodeStoredConfig(nd.p, nd.jname, fields)
 }
 
 // registerServer writes servers/{id} for session sid: hostName, status

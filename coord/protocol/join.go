@@ -216,7 +216,7 @@ func (jn *joiner) planConfig() error {
 		return fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type())
 	}
 	if len(stored) > 0 && !local.Overwrite {
-		runCfg, err := j.decodeConfig(stored)
+		runCfg, err := j.nodes.decodeConfig(stored)
 		if err != nil {
 			return err
 		}
@@ -357,7 +357,7 @@ func (jn *joiner) adoptConfig(ctx context.Context, jt joinResult) error {
 	cfg := jt.cfg
 	if !maps.Equal(fields, jt.cfgFields) {
 		var err error
-		if cfg, err = j.decodeConfig(fields); err != nil {
+		if cfg, err = j.nodes.decodeConfig(fields); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/store"
@@ -20,15 +21,18 @@ func cachedServerState(c *treecache.Cache, s string) layout.ServerState {
 	}
 }
 
-// jobNodes reads a job's nodes: directly from the store (where a
-// decision must not act on a lagging cache), or from its tree cache. It
-// holds only what that needs: the store, the job's paths, its name (for
-// errors) and its cache.
+// jobNodes reads a job's nodes, directly from the store (where a
+// decision must not act on a lagging cache) or from its tree cache, and
+// decodes its stored config. It holds only what that needs: the store,
+// the job's paths, its name (for errors) and its cache.
 type jobNodes struct {
 	st    store.Store
 	p     layout.JobPaths
 	jname string
 	cache *treecache.Cache
+	// configDecodes counts decodeConfig's calls: a join decodes only a
+	// stored config that wins over its own (join_config_test.go).
+	configDecodes atomic.Int64
 }
 
 // liveServers returns the live servers the tree cache shows, sorted.

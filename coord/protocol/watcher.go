@@ -493,7 +493,7 @@ func (j *Job) reactConfig(ctx context.Context) {
 	if same || len(fields) == 0 {
 		return
 	}
-	cfg, err := j.decodeConfig(fields)
+	cfg, err := j.nodes.decodeConfig(fields)
 	if err != nil {
 		j.log.Error("stored config is invalid; the job does not run until it is fixed", "err", err)
 		// Report first, then refuse runs: whoever sees ErrBadConfig from
