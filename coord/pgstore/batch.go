@@ -126,7 +126,7 @@ func (s *Store) write(ctx context.Context, what string, sess int64, ops []store.
 		return rep.res, rep.err
 	case <-ctx.Done():
 		c.withdraw(r)
-		return nil, ctx.Err()
+		return nil, ctxErr(ctx, what)
 	}
 }
 
@@ -152,8 +152,8 @@ func (s *Store) flushQueue() {
 func (s *Store) flush(batch []*writeReq) {
 	live := batch[:0:0]
 	for _, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			r.done <- writeReply{err: err}
+		if r.ctx.Err() != nil {
+			r.done <- writeReply{err: ctxErr(r.ctx, r.what)}
 			continue
 		}
 		live = append(live, r)
@@ -181,7 +181,7 @@ func (s *Store) flush(batch []*writeReq) {
 	for i, r := range live {
 		switch {
 		case err != nil && r.ctx.Err() != nil:
-			r.done <- writeReply{err: r.ctx.Err()}
+			r.done <- writeReply{err: ctxErr(r.ctx, r.what)}
 		case err != nil:
 			r.done <- writeReply{err: err}
 		case errs[i] != nil:

@@ -51,7 +51,8 @@ type Config struct {
 	// Schema is the schema holding the store's tables; Open creates it and
 	// its tables when missing. Default DefaultSchema ("shardflow_coord").
 	// Each schema is its own coordination tree: deployments that share a
-	// database use a schema each. Lower-case letters, digits and '_'.
+	// database use a schema each. Lower-case letters, digits and '_', at
+	// most 47 characters (the NOTIFY channel adds 16 to a 63-byte limit).
 	Schema string
 
 	// SessionTimeout is how long a session outlives its last heartbeat, as
@@ -82,7 +83,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,49}$`)
+// schemaName allows 47 characters: the NOTIFY channel is "shardflow_coord_"
+// and the schema, and Postgres cuts identifiers at 63 bytes (a 50-character
+// schema opened, then every write failed: "channel name too long").
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,46}$`)
 
 func (c Config) withDefaults() Config {
 	if c.Schema == "" {
@@ -117,7 +121,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: DSN: %v", ErrInvalidConfig, err)
 	}
 	if !schemaName.MatchString(c.Schema) {
-		return fmt.Errorf("%w: Schema %q: use lower-case letters, digits and '_' (at most 50, not starting with a digit)", ErrInvalidConfig, c.Schema)
+		return fmt.Errorf("%w: Schema %q: use lower-case letters, digits and '_' (at most 47, not starting with a digit)", ErrInvalidConfig, c.Schema)
 	}
 	if c.SessionTimeout < 100*time.Millisecond {
 		return fmt.Errorf("%w: SessionTimeout %v is too short; use at least 100ms (0 for the default %v)", ErrInvalidConfig, c.SessionTimeout, DefaultSessionTimeout)

@@ -354,6 +354,7 @@ func (s *Store) EndSession(ctx context.Context, id int64) error {
 	if _, err := s.begin(ctx, "end session"); err != nil {
 		return err
 	}
-	defer s.calls.Done()
+	ctx, end := s.bound(ctx)
+	defer end()
 	return s.mapErr(ctx, "end session", s.endSessions(ctx, []int64{id}))
 }

@@ -130,7 +130,8 @@ func (s *Store) get(ctx context.Context, p string, fn store.WatchFunc) ([]byte, 
 	if err != nil {
 		return nil, store.Stat{}, err
 	}
-	defer s.calls.Done()
+	ctx, end := s.bound(ctx)
+	defer end()
 	r, err := s.read(ctx, "get", p, true, false)
 	if err != nil {
 		return nil, store.Stat{}, err
@@ -170,7 +171,8 @@ func (s *Store) exists(ctx context.Context, p string, fn store.WatchFunc) (bool,
 	if err != nil {
 		return false, store.Stat{}, err
 	}
-	defer s.calls.Done()
+	ctx, end := s.bound(ctx)
+	defer end()
 	r, err := s.read(ctx, "exists", p, false, false)
 	if err != nil {
 		return false, store.Stat{}, err
@@ -207,7 +209,8 @@ func (s *Store) children(ctx context.Context, p string, fn store.WatchFunc) ([]s
 	if err != nil {
 		return nil, store.Stat{}, err
 	}
-	defer s.calls.Done()
+	ctx, end := s.bound(ctx)
+	defer end()
 	r, err := s.read(ctx, "children", p, false, true)
 	if err != nil {
 		return nil, store.Stat{}, err
@@ -231,7 +234,8 @@ func (s *Store) Sync(ctx context.Context, p string) error {
 	if _, err := s.begin(ctx, "sync "+p); err != nil {
 		return err
 	}
-	defer s.calls.Done()
+	ctx, end := s.bound(ctx)
+	defer end()
 	_, err := s.pool.Exec(ctx, "SELECT 1")
 	return s.mapErr(ctx, "sync "+p, err)
 }
@@ -289,7 +293,8 @@ func (s *Store) multi(ctx context.Context, what string, ops []store.Op) ([]store
 	if err != nil {
 		return nil, err
 	}
-	defer s.calls.Done()
+	ctx, end := s.bound(ctx)
+	defer end()
 	return s.write(ctx, what, tk.id, ops, n)
 }
 

@@ -179,6 +179,11 @@ func (s *Store) Session() (store.Session, <-chan struct{}) {
 	return s.sess, s.sessCh
 }
 
+// hookPublish, when set by a test, sees every session state s publishes
+// (a reader of Session may miss one that lasts a moment, such as
+// StateLost before the new session).
+var hookPublish func(*Store, store.Session)
+
 // publish sets the session and wakes Session's waiters.
 func (s *Store) publish(id int64, st store.State) {
 	s.mu.Lock()
@@ -191,6 +196,9 @@ func (s *Store) publish(id int64, st store.State) {
 		return
 	}
 	s.sess = next
+	if hookPublish != nil {
+		hookPublish(s, next)
+	}
 	close(s.sessCh)
 	s.sessCh = make(chan struct{})
 }
@@ -249,13 +257,39 @@ func (s *Store) begin(ctx context.Context, what string) (int64, error) {
 	return s.sess.ID, nil
 }
 
+// bound ties a call begun with begin to the store's life and returns its
+// end (which also ends the call: calls.Done). Close ends the calls in
+// flight with ErrClosed rather than waiting for them: a call waiting for a
+// connection (to a database behind a partition) would otherwise hold
+// Close, and the caller, for up to DialTimeout (simulation seeds 3500119,
+// 3500164, 3500290: a crashed server's CheckOwnership and Complete ran out
+// of their 1 s instead of reporting the session gone).
+func (s *Store) bound(ctx context.Context) (context.Context, func()) {
+	bctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.ctx, func() { cancel(store.ErrClosed) })
+	return bctx, func() {
+		stop()
+		cancel(nil)
+		s.calls.Done()
+	}
+}
+
+// ctxErr is the error of a call whose ctx ended: ErrClosed when Close
+// ended it (bound), the ctx's own error otherwise.
+func ctxErr(ctx context.Context, what string) error {
+	if errors.Is(context.Cause(ctx), store.ErrClosed) {
+		return fmt.Errorf("pgstore: %s: %w", what, store.ErrClosed)
+	}
+	return ctx.Err()
+}
+
 // mapErr maps a database error of call what to the store's errors.
 func (s *Store) mapErr(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return ctxErr(ctx, what)
 	}
 	if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrSessionExpired) || errors.Is(err, store.ErrTooLarge) {
 		return err
