@@ -351,10 +351,10 @@ func (s *Store) endSessionsIf(ctx context.Context, ids []int64, onlyExpired bool
 // heartbeat (StateLost, then a new session). Ending a session that is gone
 // already is not an error.
 func (s *Store) EndSession(ctx context.Context, id int64) error {
-	if _, err := s.begin(ctx, "end session"); err != nil {
+	_, ctx, end, err := s.begin(ctx, "end session")
+	if err != nil {
 		return err
 	}
-	ctx, end := s.bound(ctx)
 	defer end()
 	return s.mapErr(ctx, "end session", s.endSessions(ctx, []int64{id}))
 }

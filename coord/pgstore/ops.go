@@ -99,10 +99,10 @@ type token struct {
 }
 
 // enter is begin plus the session generation of the watches the call arms.
-func (s *Store) enter(ctx context.Context, what string) (token, error) {
+func (s *Store) enter(ctx context.Context, what string) (token, context.Context, func(), error) {
 	gen := s.reg.generation()
-	id, err := s.begin(ctx, what)
-	return token{id: id, gen: gen}, err
+	id, cctx, end, err := s.begin(ctx, what)
+	return token{id: id, gen: gen}, cctx, end, err
 }
 
 // Get implements store.Store.
@@ -126,11 +126,10 @@ func (s *Store) GetWFunc(ctx context.Context, p string, fn store.WatchFunc) ([]b
 }
 
 func (s *Store) get(ctx context.Context, p string, fn store.WatchFunc) ([]byte, store.Stat, error) {
-	tk, err := s.enter(ctx, "get "+p)
+	tk, ctx, end, err := s.enter(ctx, "get "+p)
 	if err != nil {
 		return nil, store.Stat{}, err
 	}
-	ctx, end := s.bound(ctx)
 	defer end()
 	r, err := s.read(ctx, "get", p, true, false)
 	if err != nil {
@@ -167,11 +166,10 @@ func (s *Store) ExistsWFunc(ctx context.Context, p string, fn store.WatchFunc) (
 }
 
 func (s *Store) exists(ctx context.Context, p string, fn store.WatchFunc) (bool, store.Stat, error) {
-	tk, err := s.enter(ctx, "exists "+p)
+	tk, ctx, end, err := s.enter(ctx, "exists "+p)
 	if err != nil {
 		return false, store.Stat{}, err
 	}
-	ctx, end := s.bound(ctx)
 	defer end()
 	r, err := s.read(ctx, "exists", p, false, false)
 	if err != nil {
@@ -205,11 +203,10 @@ func (s *Store) ChildrenWFunc(ctx context.Context, p string, fn store.WatchFunc)
 }
 
 func (s *Store) children(ctx context.Context, p string, fn store.WatchFunc) ([]string, store.Stat, error) {
-	tk, err := s.enter(ctx, "children "+p)
+	tk, ctx, end, err := s.enter(ctx, "children "+p)
 	if err != nil {
 		return nil, store.Stat{}, err
 	}
-	ctx, end := s.bound(ctx)
 	defer end()
 	r, err := s.read(ctx, "children", p, false, true)
 	if err != nil {
@@ -231,12 +228,12 @@ func (s *Store) Sync(ctx context.Context, p string) error {
 	if err := store.ValidatePath(p); err != nil {
 		return fmt.Errorf("pgstore: sync: %w", err)
 	}
-	if _, err := s.begin(ctx, "sync "+p); err != nil {
+	_, ctx, end, err := s.begin(ctx, "sync "+p)
+	if err != nil {
 		return err
 	}
-	ctx, end := s.bound(ctx)
 	defer end()
-	_, err := s.pool.Exec(ctx, "SELECT 1")
+	_, err = s.pool.Exec(ctx, "SELECT 1")
 	return s.mapErr(ctx, "sync "+p, err)
 }
 
@@ -289,11 +286,10 @@ func (s *Store) multi(ctx context.Context, what string, ops []store.Op) ([]store
 	if n > s.cfg.MaxRequestBytes {
 		return nil, fmt.Errorf("pgstore: multi of %d operations, about %d bytes, over the %d-byte limit (Config.MaxRequestBytes): %w", len(ops), n, s.cfg.MaxRequestBytes, store.ErrTooLarge)
 	}
-	tk, err := s.enter(ctx, what)
+	tk, ctx, end, err := s.enter(ctx, what)
 	if err != nil {
 		return nil, err
 	}
-	ctx, end := s.bound(ctx)
 	defer end()
 	return s.write(ctx, what, tk.id, ops, n)
 }

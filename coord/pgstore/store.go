@@ -240,42 +240,37 @@ func (s *Store) Close() error {
 
 // begin registers a call: it fails with ErrClosed after Close, with
 // ctx.Err() on a done ctx and with ErrConnectionLoss unless the session is
-// connected. It returns the session id; end must be called after.
-func (s *Store) begin(ctx context.Context, what string) (int64, error) {
+// connected. It returns the session id, the call's ctx and its end, which
+// the caller must call. The call's ctx is tied to the store's life: Close
+// ends the calls in flight with ErrClosed rather than waiting for them (a
+// call waiting for a connection to a database behind a partition would
+// otherwise hold Close, and the caller, for up to DialTimeout: simulation
+// seeds 3500119, 3500164, 3500290, a crashed server's CheckOwnership and
+// Complete ran out of their 1 s instead of reporting the session gone).
+func (s *Store) begin(ctx context.Context, what string) (int64, context.Context, func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return 0, store.ErrClosed
+		return 0, nil, nil, store.ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, nil, nil, err
 	}
 	if s.sess.State != store.StateConnected {
-		return 0, fmt.Errorf("pgstore: %s: session %v: %w", what, s.sess.State, store.ErrConnectionLoss)
+		return 0, nil, nil, fmt.Errorf("pgstore: %s: session %v: %w", what, s.sess.State, store.ErrConnectionLoss)
 	}
 	s.calls.Add(1)
-	return s.sess.ID, nil
-}
-
-// bound ties a call begun with begin to the store's life and returns its
-// end (which also ends the call: calls.Done). Close ends the calls in
-// flight with ErrClosed rather than waiting for them: a call waiting for a
-// connection (to a database behind a partition) would otherwise hold
-// Close, and the caller, for up to DialTimeout (simulation seeds 3500119,
-// 3500164, 3500290: a crashed server's CheckOwnership and Complete ran out
-// of their 1 s instead of reporting the session gone).
-func (s *Store) bound(ctx context.Context) (context.Context, func()) {
 	bctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(s.ctx, func() { cancel(store.ErrClosed) })
-	return bctx, func() {
+	return s.sess.ID, bctx, func() {
 		stop()
 		cancel(nil)
 		s.calls.Done()
-	}
+	}, nil
 }
 
 // ctxErr is the error of a call whose ctx ended: ErrClosed when Close
-// ended it (bound), the ctx's own error otherwise.
+// ended it (begin), the ctx's own error otherwise.
 func ctxErr(ctx context.Context, what string) error {
 	if errors.Is(context.Cause(ctx), store.ErrClosed) {
 		return fmt.Errorf("pgstore: %s: %w", what, store.ErrClosed)
