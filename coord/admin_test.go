@@ -56,26 +56,6 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func mustStatus(t *testing.T, h *coordtest.Harness, job string) coord.JobStatus {
-	t.Helper()
-	st, err := h.Admin.Status(ctxT(t), job)
-	if err != nil {
-		t.Fatalf("Status: %v", err)
-	}
-	if err := coordtest.CheckItemTimes(ctxT(t), h.AdminStore, h.NS, job, st); err != nil {
-		t.Fatalf("Status: %v", err)
-	}
-	return st
-}
-
-func itemNumbers(st coord.JobStatus) []int {
-	out := []int{}
-	for _, it := range st.Items {
-		out = append(out, it.Item)
-	}
-	return out
-}
-
 // executionItems lists the execution/{item} nodes in the store, read
 // through st.
 func executionItems(t *testing.T, st store.Store, h *coordtest.Harness, job string) []string {
@@ -95,7 +75,7 @@ func executionItems(t *testing.T, st store.Store, h *coordtest.Harness, job stri
 func testAdminRefusesBadInput(t *testing.T, h *coordtest.Harness) {
 	a := coordtest.Config("j", 12)
 	h.Start("a", a)
-	before := mustStatus(t, h, "j")
+	before := h.Status(t, "j")
 	ctx := ctxT(t)
 	for _, item := range []int{-1, 12, 99} {
 		err := h.Admin.DisableItem(ctx, "j", item)
@@ -128,11 +108,11 @@ func testAdminRefusesBadInput(t *testing.T, h *coordtest.Harness) {
 			t.Errorf("SetConfig(%s, %q) = %v, want a *jobconfig.FieldError naming %s with a fix", tc.field, tc.value, err, tc.field)
 		}
 	}
-	after := mustStatus(t, h, "j")
+	after := h.Status(t, "j")
 	if !maps2Equal(before.Config, after.Config) {
 		t.Errorf("config changed by refused edits:\nbefore %v\nafter  %v", before.Config, after.Config)
 	}
-	if got := itemNumbers(after); !slices.Equal(got, itemNumbers(before)) || len(got) != 12 {
+	if got := coordtest.ItemNumbers(after); !slices.Equal(got, coordtest.ItemNumbers(before)) || len(got) != 12 {
 		t.Errorf("items after refused actions = %v, want 0..11", got)
 	}
 	for _, it := range after.Items {
@@ -197,7 +177,7 @@ func testAdminShrinkTotal(t *testing.T, h *coordtest.Harness) {
 		if got := executionItems(t, reader, h, "j"); !slices.Equal(got, want) {
 			t.Errorf("total %d: execution items %v, want %v", total, got, want)
 		}
-		if got := itemNumbers(mustStatus(t, h, "j")); !slices.Equal(got, wantItems) {
+		if got := coordtest.ItemNumbers(h.Status(t, "j")); !slices.Equal(got, wantItems) {
 			t.Errorf("total %d: status items %v, want %v", total, got, wantItems)
 		}
 		if err := h.Admin.DisableItem(ctx, "j", total); !errors.Is(err, coord.ErrNoItem) {
@@ -241,8 +221,8 @@ func testAdminShrinkTotalWhileRunning(t *testing.T, h *coordtest.Harness) {
 	if err := h.Admin.SetConfig(ctx, "j", jobconfig.FieldShardingTotalCount, "8"); err != nil {
 		t.Fatal(err)
 	}
-	st := mustStatus(t, h, "j")
-	if got := itemNumbers(st); len(got) != 12 {
+	st := h.Status(t, "j")
+	if got := coordtest.ItemNumbers(st); len(got) != 12 {
 		t.Fatalf("items while 0..11 run under a lowered total 8: %v, want the running 8..11 still shown", got)
 	}
 	for _, it := range st.Items[8:] {
@@ -265,7 +245,7 @@ func testAdminShrinkTotalWhileRunning(t *testing.T, h *coordtest.Harness) {
 	if got := executionItems(t, reader, h, "j"); !slices.Equal(got, want) {
 		t.Fatalf("execution items after the reshard over total 8: %v, want %v (8..11 pruned)", got, want)
 	}
-	if got := itemNumbers(mustStatus(t, h, "j")); len(got) != 8 {
+	if got := coordtest.ItemNumbers(h.Status(t, "j")); len(got) != 8 {
 		t.Fatalf("status items after the reshard: %v, want 0..7", got)
 	}
 }
@@ -291,7 +271,7 @@ func giveContainers(t *testing.T, h *coordtest.Harness, job string, n int) {
 // empty, and the next fire time follows the stored cron.
 func testAdminStatusFields(t *testing.T, h *coordtest.Harness) {
 	h.Start("a", coordtest.Config("j", 2))
-	st := mustStatus(t, h, "j")
+	st := h.Status(t, "j")
 	if st.NextFireTime != nil {
 		t.Errorf("nextFireTime without a cron = %v, want null", st.NextFireTime)
 	}
@@ -328,7 +308,7 @@ func testAdminStatusFields(t *testing.T, h *coordtest.Harness) {
 		t.Fatal(err)
 	}
 	before := time.Now()
-	st = mustStatus(t, h, "j")
+	st = h.Status(t, "j")
 	if st.NextFireTime == nil || !st.NextFireTime.After(before) || st.NextFireTime.Second()%5 != 0 {
 		t.Fatalf("nextFireTime with cron 0/5 = %v, want a multiple of 5 s after %v", st.NextFireTime, before)
 	}
@@ -340,7 +320,7 @@ func testAdminStatusFields(t *testing.T, h *coordtest.Harness) {
 	if err := h.Admin.SetConfig(ctx, "j", jobconfig.FieldCron, ""); err != nil {
 		t.Fatal(err)
 	}
-	st = mustStatus(t, h, "j")
+	st = h.Status(t, "j")
 	if st.NextFireTime != nil || st.Items[0].NextFireTime != nil {
 		t.Errorf("after cron \"\": nextFireTime job %v item %v, want null", st.NextFireTime, st.Items[0].NextFireTime)
 	}
@@ -358,7 +338,7 @@ func testAdminCumulativeCounts(t *testing.T, h *coordtest.Harness) {
 	}
 	check := func(when string, s, f, ts, tf int64) {
 		t.Helper()
-		ss := mustStatus(t, h, "j").Servers[0]
+		ss := h.Status(t, "j").Servers[0]
 		if ss.ProcessSuccessCount != s || ss.ProcessFailureCount != f || ss.TotalSuccessCount != ts || ss.TotalFailureCount != tf {
 			t.Fatalf("%s: counts %d/%d totals %d/%d, want %d/%d and %d/%d", when, ss.ProcessSuccessCount, ss.ProcessFailureCount,
 				ss.TotalSuccessCount, ss.TotalFailureCount, s, f, ts, tf)
@@ -389,7 +369,7 @@ func testAdminAudit(t *testing.T, h *coordtest.Harness) {
 	if err := h.Admin.As("bob").SetConfig(ctx, "j", jobconfig.FieldFetchDataCount, "50"); err != nil {
 		t.Fatal(err)
 	}
-	acts := mustStatus(t, h, "j").Actions
+	acts := h.Status(t, "j").Actions
 	if len(acts) != 3 {
 		t.Fatalf("audit log %+v, want 3 entries", acts)
 	}
@@ -407,7 +387,7 @@ func testAdminAudit(t *testing.T, h *coordtest.Harness) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(mustStatus(t, h, "j").Actions); n != coord.MaxAuditEntries {
+	if n := len(h.Status(t, "j").Actions); n != coord.MaxAuditEntries {
 		t.Errorf("audit log holds %d entries, want the bound %d", n, coord.MaxAuditEntries)
 	}
 }
@@ -447,7 +427,7 @@ func testAdminStatusTimesFromRunRecords(t *testing.T, h *coordtest.Harness) {
 	if _, err := h.AdminStore.Create(ctxT(t), p, []byte("12345"), store.Persistent); err != nil {
 		t.Fatal(err)
 	}
-	st = mustStatus(t, h, "j") // compares every item's times with its nodes
+	st = h.Status(t, "j") // compares every item's times with its nodes
 	if got := st.Items[3].LastBeginTime; got == nil || got.UnixMilli() != 12345 {
 		t.Fatalf("item 3 lastBeginTime %v after its node was re-created, want 12345 ms", got)
 	}
@@ -466,7 +446,7 @@ func testAdminTriggerServer(t *testing.T, h *coordtest.Harness) {
 		t.Fatalf("TriggerServer(a) = %v, %v; want [a]", asked, err)
 	}
 	coordtest.WaitSignal(t, a.Job, protocol.SignalTrigger)
-	if st := mustStatus(t, h, "j"); st.Actions[0].Action != "trigger" || st.Actions[0].Server != "a" {
+	if st := h.Status(t, "j"); st.Actions[0].Action != "trigger" || st.Actions[0].Server != "a" {
 		t.Fatalf("audit %+v, want trigger of server a", st.Actions[0])
 	}
 	if _, err := h.Admin.TriggerServer(ctx, "j", "ghost"); !errors.Is(err, coord.ErrNoServer) {

@@ -17,7 +17,7 @@ import (
 func testAdminFailingItems(t *testing.T, h *coordtest.Harness) {
 	ctx := ctxT(t)
 	a := h.Start("a", coordtest.Config("j", 3))
-	if st := mustStatus(t, h, "j"); st.Health != coord.HealthOK || len(st.HealthReasons) != 0 {
+	if st := h.Status(t, "j"); st.Health != coord.HealthOK || len(st.HealthReasons) != 0 {
 		t.Fatalf("health before any run %q %v, want ok", st.Health, st.HealthReasons)
 	}
 	// The cause at the end of a long error must survive.
@@ -30,7 +30,7 @@ func testAdminFailingItems(t *testing.T, h *coordtest.Harness) {
 		}
 	}
 	fail("first error")
-	first := mustStatus(t, h, "j")
+	first := h.Status(t, "j")
 	it := first.Items[1]
 	if it.ConsecutiveFailures != 1 || it.FailingSince == nil || it.LastError != "first error" || it.FailingOn != "a" {
 		t.Fatalf("item 1 after a failed run %+v, want 1 failure since a time, its error, on a", it)
@@ -46,7 +46,7 @@ func testAdminFailingItems(t *testing.T, h *coordtest.Harness) {
 	fail(long)
 	// During the next run (its Begin rewrote the record) the item still fails.
 	r := coordtest.BeginAll(t, a)[0]
-	st := mustStatus(t, h, "j")
+	st := h.Status(t, "j")
 	it = st.Items[1]
 	if it.ConsecutiveFailures != 2 || !it.FailingSince.Equal(*first.Items[1].FailingSince) || st.Health != coord.HealthFailing {
 		t.Fatalf("item 1 during a run after two failed ones %+v (health %s), want 2 failures since the first", it, st.Health)
@@ -62,11 +62,11 @@ func testAdminFailingItems(t *testing.T, h *coordtest.Harness) {
 	a.Stop(t)
 	a = h.Start("a", coordtest.Config("j", 3))
 	fail("fourth")
-	if it := mustStatus(t, h, "j").Items[1]; it.ConsecutiveFailures != 4 || it.LastError != "fourth" {
+	if it := h.Status(t, "j").Items[1]; it.ConsecutiveFailures != 4 || it.LastError != "fourth" {
 		t.Fatalf("item 1 after a restart and a fourth failed run %+v, want 4", it)
 	}
 	coordtest.CompleteAll(t, coordtest.BeginAll(t, a)...)
-	st = mustStatus(t, h, "j")
+	st = h.Status(t, "j")
 	if it := st.Items[1]; it.ConsecutiveFailures != 0 || it.LastError != "" || it.FailingSince != nil || !it.Completed {
 		t.Fatalf("item 1 after a run without error %+v, want completed and not failing", it)
 	}
@@ -92,7 +92,7 @@ func testAdminCountsWithComplete(t *testing.T, h *coordtest.Harness) {
 	if !c.Written {
 		t.Fatal("CompleteWith succeeded without setting Counts.Written")
 	}
-	ss := mustStatus(t, h, "j").Servers[0]
+	ss := h.Status(t, "j").Servers[0]
 	if ss.ProcessSuccessCount != 7 || ss.ProcessFailureCount != 2 || ss.TotalSuccessCount != 12 || ss.TotalFailureCount != 3 {
 		t.Fatalf("counts %d/%d totals %d/%d, want 7/2 and 12/3", ss.ProcessSuccessCount, ss.ProcessFailureCount, ss.TotalSuccessCount, ss.TotalFailureCount)
 	}

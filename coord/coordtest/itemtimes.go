@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
@@ -145,4 +146,29 @@ func fmtTime(t *time.Time) string {
 		return "none"
 	}
 	return strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// Status is the operator's status of job through h.Admin, checked against
+// the stored truth by CheckItemTimes; it fails t on an error of either.
+func (h *Harness) Status(t testing.TB, job string) coord.JobStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := h.Admin.Status(ctx, job)
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	if err := CheckItemTimes(ctx, h.AdminStore, h.NS, job, st); err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	return st
+}
+
+// ItemNumbers lists the items of a status, in its order.
+func ItemNumbers(st coord.JobStatus) []int {
+	out := []int{}
+	for _, it := range st.Items {
+		out = append(out, it.Item)
+	}
+	return out
 }

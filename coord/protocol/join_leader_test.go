@@ -58,7 +58,7 @@ func TestStoredJoinTakesTheLeadershipInItsTransaction(t *testing.T) {
 		if n := lost.Load(); n != 1 {
 			t.Fatalf("a's registration transactions with the host node refused: %d, want 1 (b's join)", n)
 		}
-		st := mustStatus(t, h, "job")
+		st := h.Status(t, "job")
 		if st.Leader != "b" {
 			t.Fatalf("leader %q, want b (its transaction took the host node first)", st.Leader)
 		}
@@ -75,8 +75,8 @@ func TestStoredJoinTakesTheLeadershipInItsTransaction(t *testing.T) {
 			t.Fatalf("a alone runs %d items, want 4", got)
 		}
 		coordtest.CompleteAll(t, runs...)
-		if st := mustStatus(t, h, "job"); st.Leader != "a" || !slices.Equal(itemNumbers(st), []int{0, 1, 2, 3}) {
-			t.Fatalf("after b left: leader %q, items %v; want a and 0..3", st.Leader, itemNumbers(st))
+		if st := h.Status(t, "job"); st.Leader != "a" || !slices.Equal(coordtest.ItemNumbers(st), []int{0, 1, 2, 3}) {
+			t.Fatalf("after b left: leader %q, items %v; want a and 0..3", st.Leader, coordtest.ItemNumbers(st))
 		}
 	})
 }

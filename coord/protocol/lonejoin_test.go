@@ -83,7 +83,7 @@ func TestLoneJoinReshardsInItsTransaction(t *testing.T) {
 			t.Fatalf("a alone runs %d items, want 4", got)
 		}
 		coordtest.CompleteAll(t, runs...)
-		if s := mustStatus(t, h, "job"); s.Leader != "a" {
+		if s := h.Status(t, "job"); s.Leader != "a" {
 			t.Fatalf("leader %q, want a", s.Leader)
 		}
 
