@@ -68,22 +68,32 @@ func (c *cluster) start(i int) {
 
 func setupCluster(t *testing.T, pg *integration.Postgres, workers, rows int) (*cluster, *pgxpool.Pool) {
 	t.Helper()
-	ctx := context.Background()
-	zk := integration.SharedZooKeeper(t)
+	c, pool := seedCluster(t, pg, workers, rows, false)
+	for i := range workers {
+		c.start(i)
+	}
+	return c, pool
+}
+
+// seedCluster builds the worker binary, seeds rows into a database of its
+// own on pg and opens a pool on it; no worker is started. pgOnly: the
+// workers coordinate on that database, with no ZooKeeper.
+func seedCluster(t *testing.T, pg *integration.Postgres, workers, rows int, pgOnly bool) (*cluster, *pgxpool.Pool) {
+	t.Helper()
 	c := &cluster{t: t, bin: integration.BuildBinary(t, "github.com/shardflow/shardflow/examples/pgbatch"),
-		dsn: pg.NewDatabase(t), zk: zk.Servers()[0], ns: fmt.Sprintf("pgbatch-%s-%d", t.Name(), time.Now().UnixNano()),
-		workers: make([]*integration.Process, workers)}
+		dsn: pg.NewDatabase(t), ns: fmt.Sprintf("pgbatch-%s-%d", t.Name(), time.Now().UnixNano()),
+		workers: make([]*integration.Process, workers), pgOnly: pgOnly}
+	if !pgOnly {
+		c.zk = integration.SharedZooKeeper(t).Servers()[0]
+	}
 	if out, err := exec.Command(c.bin, "seed", "--pg", c.dsn, "--rows", strconv.Itoa(rows)).CombinedOutput(); err != nil {
 		t.Fatalf("seed: %v\n%s", err, out)
 	}
-	pool, err := postgres.Connect(ctx, c.dsn, 2)
+	pool, err := postgres.Connect(context.Background(), c.dsn, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	for i := range workers {
-		c.start(i)
-	}
 	return c, pool
 }
 

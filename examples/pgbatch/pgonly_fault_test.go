@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,7 +11,6 @@ import (
 	"github.com/shardflow/shardflow/coord/connect"
 	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testwait"
-	"github.com/shardflow/shardflow/sources/postgres"
 )
 
 // TestFaultPostgresOnlyExactlyOnce runs the workers with Postgres as the
@@ -29,17 +26,7 @@ func TestFaultPostgresOnlyExactlyOnce(t *testing.T) {
 	pg := integration.StartPostgres(t)
 	pg.RequireControl(t)
 	rows := faultRows() / 8
-	c := &cluster{t: t, bin: integration.BuildBinary(t, "github.com/shardflow/shardflow/examples/pgbatch"),
-		dsn: pg.NewDatabase(t), ns: fmt.Sprintf("pgonly-%d", time.Now().UnixNano()), pgOnly: true,
-		workers: make([]*integration.Process, 3)}
-	if out, err := exec.Command(c.bin, "seed", "--pg", c.dsn, "--rows", strconv.Itoa(rows)).CombinedOutput(); err != nil {
-		t.Fatalf("seed: %v\n%s", err, out)
-	}
-	pool, err := postgres.Connect(context.Background(), c.dsn, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	c, pool := seedCluster(t, pg, 3, rows, true)
 	for i := range c.workers {
 		c.start(i)
 	}
@@ -104,17 +91,7 @@ func TestFaultPostgresOnlyNetworkCut(t *testing.T) {
 	}
 	pg := integration.SharedPostgres(t)
 	rows := faultRows() / 4
-	c := &cluster{t: t, bin: integration.BuildBinary(t, "github.com/shardflow/shardflow/examples/pgbatch"),
-		dsn: pg.NewDatabase(t), ns: fmt.Sprintf("pgonly-cut-%d", time.Now().UnixNano()), pgOnly: true,
-		workers: make([]*integration.Process, 3)}
-	if out, err := exec.Command(c.bin, "seed", "--pg", c.dsn, "--rows", strconv.Itoa(rows)).CombinedOutput(); err != nil {
-		t.Fatalf("seed: %v\n%s", err, out)
-	}
-	pool, err := postgres.Connect(context.Background(), c.dsn, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	c, pool := seedCluster(t, pg, 3, rows, true)
 	u, err := url.Parse(c.dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -128,11 +105,13 @@ func TestFaultPostgresOnlyNetworkCut(t *testing.T) {
 	// through the proxy.
 	c.workers[2] = integration.StartProcess(t, c.bin, []string{"work", "--pg", viaProxy.String(), "--coord", viaProxy.String(),
 		"--server-id", "w2", "--namespace", c.ns, "--follow", "--session-timeout", sessionTimeout.String()}, nil)
+	// The cut comes once w2 holds items (a state, not a delay: 3 s after
+	// the start, a quiet machine had done every row before the cut).
+	c.requireServerHoldsItems(t, "w2")
 	cut := false
 	var healed time.Time
-	start := time.Now()
 	r := waitDone(t, pool, 150*time.Second, func() {
-		if cut || time.Since(start) < 3*time.Second {
+		if cut {
 			return
 		}
 		cut = true
