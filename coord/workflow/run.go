@@ -90,7 +90,11 @@ type Step struct {
 
 // Decided reports whether the step will not run any more in its workflow run.
 func (s Step) Decided() bool {
-	return s.State == StateSucceeded || s.State == StateFailed || s.State == StateStopped
+	switch s.State {
+	case StateSucceeded, StateFailed, StateStopped, StateSkipped, StateCancelled:
+		return true
+	}
+	return false
 }
 
 // RunID is the id of the first job's n-th workflow run.
@@ -591,7 +595,7 @@ func (p *planner) upstreamsDecided(ctx context.Context, step Step) (ready, clean
 		if !ur.step.Decided() {
 			return false, false, nil
 		}
-		clean = clean && ur.step.State == StateSucceeded
+		clean = clean && countsAsSuccess(ur.step.State)
 	}
 	return true, clean, nil
 }

@@ -120,7 +120,7 @@ func Rerun(ctx context.Context, st store.Store, ns, id, job string) error {
 		return fmt.Errorf("%w %s from %s: %s is not a job of that workflow run (its jobs: %v)", ErrRerun, id, job, job, rs.Steps[0].Jobs)
 	}
 	for _, u := range from.Upstreams {
-		if !byJob[u].Decided() {
+		if !byJob[u].Decided() || byJob[u].State == StateCancelled {
 			return fmt.Errorf("%w %s from %s: the step of %s, which %s depends on, has not run", ErrRerun, id, job, u, job)
 		}
 	}
