@@ -15,11 +15,11 @@ import (
 )
 
 // previousVersion is the revision TestMixedVersions runs beside the
-// current code: until a first release is tagged, the last commit before
-// issue 27 (main at 2520ab7, on coordination layout 2). When a release is
-// cut, name its tag here; a change of the layout or of the wire then ships
-// with this test passing against it, or with a refusal it checks.
-const previousVersion = "2520ab7b62081b6098448e2a8d761f6eaf3462c0"
+// current code: v0.1.0, the first release (coordination layout 2). When a
+// release is cut, name its commit here; a change of the layout or of the
+// wire then ships with this test passing against it, or with a refusal it
+// checks.
+const previousVersion = "1a36dde21f0e3423f7974ff67fc1a4ce5b238f6c"
 
 // TestMixedVersions: a fleet of pgbatch workers where one runs the
 // previous version (built from its git revision by the harness) and two
