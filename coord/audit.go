@@ -24,7 +24,9 @@ type Action struct {
 	Actor string `json:"actor"`
 	Job   string `json:"-"`
 	// Action is "trigger", "pause", "resume", "disable", "enable",
-	// "shutdown", "remove", "config set" or "create" (CreateJob).
+	// "shutdown", "remove", "config set", "create" (CreateJob), or on a
+	// workflow run "workflow rerun", "workflow mark-success", "workflow
+	// skip" or "workflow cancel".
 	Action string `json:"action"`
 	// Server is the server acted on; "" for every server.
 	Server string `json:"server"`
@@ -33,8 +35,9 @@ type Action struct {
 	// Field and Value are the config field and its new text of a config set.
 	Field string `json:"field,omitempty"`
 	Value string `json:"value,omitempty"`
-	// Detail says what a create stored: the job's type, items, schedule
-	// and command or URL.
+	// Detail says what a create stored (the job's type, items, schedule
+	// and command or URL), or a workflow action's workflow run and what
+	// it did.
 	Detail string `json:"detail,omitempty"`
 }
 
