@@ -59,7 +59,7 @@ func commands() []command {
 		{"history", "show recorded runs from Postgres, or who owned each item at an instant", runHistory},
 		{"failed", "failed rows of a Postgres source table: failed list | failed requeue | failed upgrade-v1", runFailed},
 		{"job", "store a job without code (script, http): job add | job list | job remove", runJob},
-		{"workflow", "workflow runs of jobs with dependsOn: workflow status | workflow rerun | workflow mark-success", runWorkflow},
+		{"workflow", "workflow runs of jobs with dependsOn: workflow status | rerun | mark-success | skip | cancel", runWorkflow},
 		{"serve", "run the stored script and HTTP jobs the allow-lists permit", runServe},
 		{"acl", "ZooKeeper ACLs of the namespace: acl digest USER:PASSWORD | acl check | acl fix", runACL},
 		{"version", "print the version, commit and Go version", runVersion},

@@ -5,14 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
+	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/workflow"
 )
 
-// runWorkflow is `shardflow workflow status|rerun|mark-success`: the workflow runs of
+// runWorkflow is `shardflow workflow status|rerun|mark-success|skip|cancel`: the workflow runs of
 // jobs with dependsOn (docs/workflows.md).
 func runWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || cli.HelpArg(args[0]) {
@@ -25,8 +27,12 @@ func runWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return runWorkflowRerun(ctx, args[1:], stdout, stderr)
 	case "mark-success":
 		return runWorkflowMarkSuccess(ctx, args[1:], stdout, stderr)
+	case "skip":
+		return runWorkflowSkip(ctx, args[1:], stdout, stderr)
+	case "cancel":
+		return runWorkflowCancel(ctx, args[1:], stdout, stderr)
 	}
-	return cli.Usagef("unknown workflow subcommand %q: use workflow status | workflow rerun | workflow mark-success", args[0])
+	return cli.Usagef("unknown workflow subcommand %q: use workflow status | rerun | mark-success | skip | cancel", args[0])
 }
 
 func runWorkflowStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -99,46 +105,87 @@ func millis(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
 }
 
-func runWorkflowRerun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := cli.ZKFlagSet("workflow rerun", stderr)
+// workflowAction parses a workflow action's flags (--run and, unless
+// jobFlag is "", the job flag, both required), opens the store and does do and opens the Admin: the actions go through
+// coord.Admin, checked and audited like every other operator action.
+func workflowAction(ctx context.Context, name, jobFlag, jobUsage string, args []string, stderr io.Writer,
+	do func(ctx context.Context, admin *coord.Admin, run, job string) error) error {
+	fs, cf := cli.ZKFlagSet("workflow "+name, stderr)
 	run := fs.String("run", "", "the workflow run's id, as `shardflow workflow status` lists it (required)")
-	from := fs.String("from", "", "the job whose step runs again, with every step after it (required)")
+	var job *string
+	if jobFlag != "" {
+		job = fs.String(jobFlag, "", jobUsage+" (required)")
+	}
 	if err := cli.ParseFlags(fs, args); err != nil {
 		return err
 	}
-	if *run == "" || *from == "" {
-		return cli.Usagef("--run and --from are required: workflow rerun --run ID --from JOB")
+	if *run == "" || job != nil && *job == "" {
+		if job == nil {
+			return cli.Usagef("--run is required: workflow %s --run ID", name)
+		}
+		return cli.Usagef("--run and --%s are required: workflow %s --run ID --%s JOB", jobFlag, name, jobFlag)
 	}
-	st, _, err := cf.Open(ctx)
+	st, admin, err := cf.Open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	if err := workflow.Rerun(ctx, st, cf.Namespace, *run, *from); err != nil {
-		return err
+	if job == nil {
+		job = new(string)
 	}
-	fmt.Fprintf(stdout, "workflow rerun: %s runs again from %s in workflow run %s; its servers were triggered\n", *from, *from, *run)
-	return nil
+	return do(ctx, admin, *run, *job)
+}
+
+func runWorkflowRerun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return workflowAction(ctx, "rerun", "from", "the job whose step runs again, with every step after it", args, stderr,
+		func(ctx context.Context, admin *coord.Admin, run, from string) error {
+			if err := admin.WorkflowRerun(ctx, run, from); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "workflow rerun: %s runs again from %s in workflow run %s; its servers were triggered\n", from, from, run)
+			return nil
+		})
 }
 
 func runWorkflowMarkSuccess(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs, cf := cli.ZKFlagSet("workflow mark-success", stderr)
-	run := fs.String("run", "", "the workflow run's id, as `shardflow workflow status` lists it (required)")
-	job := fs.String("job", "", "the job whose failed or stopped step counts as succeeded (required)")
-	if err := cli.ParseFlags(fs, args); err != nil {
-		return err
-	}
-	if *run == "" || *job == "" {
-		return cli.Usagef("--run and --job are required: workflow mark-success --run ID --job JOB")
-	}
-	st, _, err := cf.Open(ctx)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	if err := workflow.MarkSucceeded(ctx, st, cf.Namespace, *run, *job); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "workflow mark-success: %s's step of %s counts as succeeded; the steps after it that it decides start\n", *job, *run)
-	return nil
+	return workflowAction(ctx, "mark-success", "job", "the job whose failed or stopped step counts as succeeded", args, stderr,
+		func(ctx context.Context, admin *coord.Admin, run, job string) error {
+			if err := admin.WorkflowMarkSucceeded(ctx, run, job); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "workflow mark-success: %s's step of %s counts as succeeded; the steps after it that it decides start\n", job, run)
+			return nil
+		})
+}
+
+func runWorkflowSkip(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return workflowAction(ctx, "skip", "job", "the job whose pending, failed or stopped step is skipped", args, stderr,
+		func(ctx context.Context, admin *coord.Admin, run, job string) error {
+			started, err := admin.WorkflowSkip(ctx, run, job)
+			if err != nil {
+				return err
+			}
+			did := "no step started (the steps after it wait for other steps)"
+			if len(started) > 0 {
+				did = "started " + strings.Join(started, ", ")
+			}
+			fmt.Fprintf(stdout, "workflow skip: %s's step of %s is skipped (it counts as succeeded for the steps after it); %s\n", job, run, did)
+			return nil
+		})
+}
+
+func runWorkflowCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return workflowAction(ctx, "cancel", "", "", args, stderr,
+		func(ctx context.Context, admin *coord.Admin, run, _ string) error {
+			was, err := admin.WorkflowCancel(ctx, run)
+			if err != nil {
+				return err
+			}
+			var steps []string
+			for _, s := range was {
+				steps = append(steps, s.Job+" (was "+s.State+")")
+			}
+			fmt.Fprintf(stdout, "workflow cancel: %s cancelled: %s; no item or step of it starts now (items running finish, unrecorded)\n", run, strings.Join(steps, ", "))
+			return nil
+		})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,11 +121,96 @@ func TestScriptDiamondOnServe(t *testing.T) {
 		}
 	}
 	_, errOut, code := runCLI(t, append([]string{"workflow", "rerun", "--run", run, "--from", "x"}, zk...)...)
-	if code == 0 || !strings.Contains(errOut, "x is not a job of that workflow run") {
+	if code == 0 || !strings.Contains(errOut, "no such job") {
 		t.Fatalf("rerun from an unknown job: exit %d %s", code, errOut)
 	}
 	_, errOut, code = runCLI(t, append([]string{"workflow", "mark-success", "--run", run, "--job", "a"}, zk...)...)
 	if code == 0 || !strings.Contains(errOut, "only a failed or stopped step can be marked succeeded") {
 		t.Fatalf("mark-success of a succeeded step: exit %d %s", code, errOut)
+	}
+}
+
+// diamondJobs stores the script diamond a -> {b, c} -> d (total items
+// each) with `job add` in namespace ns, and returns the connection flags.
+func diamondJobs(t *testing.T, ns string, total int) []string {
+	t.Helper()
+	zk := []string{"--zk", "mem:1", "--namespace", ns}
+	for _, j := range []struct{ name, deps string }{{"a", ""}, {"b", "a"}, {"c", "a"}, {"d", "b,c"}} {
+		args := []string{"job", "add", "--job", j.name, "--type", "script", "--total", strconv.Itoa(total), "--command", "/bin/true"}
+		if j.deps != "" {
+			args = append(args, "--depends-on", j.deps)
+		}
+		if out, errOut, code := runCLI(t, append(args, zk...)...); code != 0 {
+			t.Fatalf("job add %s: exit %d %s%s", j.name, code, out, errOut)
+		}
+	}
+	return zk
+}
+
+// TestWorkflowSkipAndCancelCLI: `workflow skip` and `workflow cancel`
+// say exactly what they did (the steps started, the steps cancelled and
+// what they were), and refuse with the reason and exit 1, printing
+// nothing on stdout, when the run's state does not allow them. The
+// servers are played by workflow.Steps directly.
+func TestWorkflowSkipAndCancelCLI(t *testing.T) {
+	srv := memstore.NewServer()
+	useMemstore(t, srv)
+	zk := diamondJobs(t, "cli-skip", 2)
+	ctx := t.Context()
+	st := srv.Connect()
+	steps := func(job string) *workflow.Steps { return workflow.ForJob(st, "cli-skip", job) }
+	pick, err := steps("a").Pick(ctx, []int{0, 1}, nil, true, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := pick.Run
+	wf := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, append(append([]string{"workflow"}, args...), zk...)...)
+	}
+	refused := func(want string, args ...string) {
+		t.Helper()
+		out, errOut, code := wf(args...)
+		if code == 0 || out != "" || !strings.Contains(errOut, want) {
+			t.Fatalf("workflow %v: exit %d, stdout %q, stderr %q; want a refusal saying %q", args, code, out, errOut, want)
+		}
+	}
+	refused("it is running (0/2 items); wait for it to end, or cancel the workflow run", "skip", "--run", run, "--job", "a")
+	refused("--run and --job are required", "skip", "--run", run)
+	refused("--run is required", "cancel")
+	refused("no such workflow run", "cancel", "--run", "a-0000000042")
+	refused("no such job", "skip", "--run", run, "--job", "zz")
+
+	out, errOut, code := wf("skip", "--run", run, "--job", "b")
+	if want := "workflow skip: b's step of " + run + " is skipped (it counts as succeeded for the steps after it); no step started (the steps after it wait for other steps)\n"; code != 0 || out != want {
+		t.Fatalf("skip b: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	refused("it is skipped; only a pending, failed or stopped step can be skipped", "skip", "--run", run, "--job", "b")
+	if _, err := steps("a").Record(ctx, run, map[int]string{0: "", 1: ""}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := steps("c").Record(ctx, run, map[int]string{0: "", 1: "exit status 1"}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = wf("skip", "--run", run, "--job", "c")
+	if want := "; started d\n"; code != 0 || !strings.HasSuffix(out, want) {
+		t.Fatalf("skip c (failed, d stopped): exit %d, stdout %q, stderr %q; want it to say it started d", code, out, errOut)
+	}
+	if _, err := steps("d").Record(ctx, run, map[int]string{1: ""}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = wf("cancel", "--run", run)
+	if want := "workflow cancel: " + run + " cancelled: d (was running); no item or step of it starts now (items running finish, unrecorded)\n"; code != 0 || out != want {
+		t.Fatalf("cancel: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	refused("every step of it is decided already (a succeeded, b skipped, c skipped, d cancelled); nothing runs to cancel", "cancel", "--run", run)
+	out, _, _ = wf("status", "--run", run)
+	for _, want := range []string{"skipped", "cancelled", "1/2"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("workflow status shows no %q:\n%s", want, out)
+		}
+	}
+	if a := statusJSON(t, "--zk", "z", "--namespace", "cli-skip", "--job", "a").Jobs[0].Actions[0]; a.Action != "workflow cancel" || !strings.Contains(a.Detail, "cancelled d (was running)") {
+		t.Fatalf("a's audit %+v, want the cancel", a)
 	}
 }
