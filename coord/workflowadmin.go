@@ -104,3 +104,25 @@ func (a *Admin) workflowAct(ctx context.Context, run string, act Action, do func
 	}
 	return a.audited(ctx, act, func() error { return nil })
 }
+
+// WorkflowRun reads workflow run run with every step of it
+// (ErrNoWorkflowRun when it is not stored).
+func (a *Admin) WorkflowRun(ctx context.Context, run string) (workflow.RunStatus, error) {
+	if _, _, ok := workflow.ParseRunID(run); !ok {
+		return workflow.RunStatus{}, fmt.Errorf("%w: %q is not a workflow run id (FIRSTJOB-NUMBER)", ErrNoWorkflowRun, run)
+	}
+	rs, err := workflow.ReadRun(ctx, a.st, a.ns, run)
+	if errors.Is(err, store.ErrNoNode) {
+		return rs, fmt.Errorf("%w: %q in namespace %q", ErrNoWorkflowRun, run, a.ns)
+	}
+	return rs, err
+}
+
+// JobWorkflowSteps returns job's steps in its last n workflow runs, newest
+// first (none for a job in no workflow; ErrNoJob for no such job).
+func (a *Admin) JobWorkflowSteps(ctx context.Context, job string, n int) ([]workflow.Step, error) {
+	if _, err := a.requireJob(ctx, job); err != nil {
+		return nil, err
+	}
+	return workflow.JobSteps(ctx, a.st, a.ns, job, n)
+}

@@ -92,4 +92,13 @@ func TestAdminWorkflowActions(t *testing.T) {
 	if !slices.Equal(got, []string{"workflow rerun", "workflow cancel"}) {
 		t.Fatalf("a's audit %v, want the rerun, then the cancel", got)
 	}
+	if rs, err := admin.WorkflowRun(ctx, run); err != nil || len(rs.Steps) != 4 || rs.Steps[0].State != workflow.StateRunning {
+		t.Fatalf("WorkflowRun = %+v, %v; want 4 steps, a running again", rs, err)
+	}
+	if _, err := admin.WorkflowRun(ctx, "a-0000000099"); !errors.Is(err, coord.ErrNoWorkflowRun) {
+		t.Fatalf("WorkflowRun of an unknown run: %v, want ErrNoWorkflowRun", err)
+	}
+	if steps, err := admin.JobWorkflowSteps(ctx, "d", 10); err != nil || len(steps) != 1 || steps[0].Run != run || steps[0].State != workflow.StatePending {
+		t.Fatalf("JobWorkflowSteps(d) = %+v, %v; want d's pending step of %s", steps, err, run)
+	}
 }
