@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -33,7 +34,7 @@ type countTotals struct {
 // intents are the writes of a report of the interval's counts and the
 // totals they make (loaded from the store the first time). The caller
 // holds mu.
-func (c *countTotals) intents(ctx context.Context, success, failure int64) ([]intent, int64, int64, error) {
+func (c *countTotals) intents(ctx context.Context, success, failure int64) ([]txn.Intent, int64, int64, error) {
 	if !c.loaded {
 		s, err := c.read(ctx, layout.NSuccessTotal)
 		if err != nil {
@@ -46,11 +47,11 @@ func (c *countTotals) intents(ctx context.Context, success, failure int64) ([]in
 		c.s, c.f, c.loaded = s, f, true
 	}
 	ts, tf := c.s+success, c.f+failure
-	ins := []intent{
-		{kind: opPut, rel: layout.RelServer(c.id, layout.NSuccess), data: []byte(strconv.FormatInt(success, 10))},
-		{kind: opPut, rel: layout.RelServer(c.id, layout.NFailure), data: []byte(strconv.FormatInt(failure, 10))},
-		{kind: opPut, rel: layout.RelServer(c.id, layout.NSuccessTotal), data: []byte(strconv.FormatInt(ts, 10))},
-		{kind: opPut, rel: layout.RelServer(c.id, layout.NFailureTotal), data: []byte(strconv.FormatInt(tf, 10))},
+	ins := []txn.Intent{
+		{Kind: txn.Put, Rel: layout.RelServer(c.id, layout.NSuccess), Data: []byte(strconv.FormatInt(success, 10))},
+		{Kind: txn.Put, Rel: layout.RelServer(c.id, layout.NFailure), Data: []byte(strconv.FormatInt(failure, 10))},
+		{Kind: txn.Put, Rel: layout.RelServer(c.id, layout.NSuccessTotal), Data: []byte(strconv.FormatInt(ts, 10))},
+		{Kind: txn.Put, Rel: layout.RelServer(c.id, layout.NFailureTotal), Data: []byte(strconv.FormatInt(tf, 10))},
 	}
 	return ins, ts, tf, nil
 }

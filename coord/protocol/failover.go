@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/internal/testsignal"
@@ -45,21 +46,21 @@ func (j *Job) enqueueOrphans(ctx context.Context) {
 	}
 	j.requeueLostClaims(ctx, listing, cfg.ShardingTotalCount)
 	for _, o := range orphans {
-		head := []intent{
-			{kind: opCheck, rel: layout.RelServer(o.server, layout.NSharding), version: o.shardVersion},
-			{kind: opCheck, rel: layout.RelServer(o.server, layout.NRun), version: o.recVersion},
+		head := []txn.Intent{
+			{Kind: txn.Check, Rel: layout.RelServer(o.server, layout.NSharding), Version: o.shardVersion},
+			{Kind: txn.Check, Rel: layout.RelServer(o.server, layout.NRun), Version: o.recVersion},
 			bumpFailoverDir(),
 		}
-		groups := make([][]intent, 0, len(o.items))
+		groups := make([][]txn.Intent, 0, len(o.items))
 		for _, it := range o.items {
-			groups = append(groups, []intent{{kind: opCreate, rel: layout.RelFailoverQ + "/" + strconv.Itoa(it)}})
+			groups = append(groups, []txn.Intent{{Kind: txn.Create, Rel: layout.RelFailoverQ + "/" + strconv.Itoa(it)}})
 		}
 		rec := o.rec
 		rec.Queued = true
-		tail := []intent{{kind: opSet, rel: layout.RelServer(o.server, layout.NRun), data: layout.EncodeRunRecord(rec)}}
+		tail := []txn.Intent{{Kind: txn.Set, Rel: layout.RelServer(o.server, layout.NRun), Data: layout.EncodeRunRecord(rec)}}
 		// Beyond the store's request limit in parts (split.go): each part
 		// fenced by the same checks, the record marked in the last.
-		if _, err := j.tx.commitSplit(ctx, head, groups, tail); err != nil {
+		if _, err := j.tx.CommitSplit(ctx, head, groups, tail); err != nil {
 			j.warn(ctx, "cannot queue items for failover", "offline-server", o.server, "items", o.items, "err", err)
 			continue
 		}
@@ -117,30 +118,30 @@ func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, t
 		return
 	}
 	total = cfg.ShardingTotalCount
-	head := []intent{bumpFailoverDir(), {kind: opCheck, rel: layout.NConfig, version: cfgVersion}}
-	groups := make([][]intent, 0, len(lost))
+	head := []txn.Intent{bumpFailoverDir(), {Kind: txn.Check, Rel: layout.NConfig, Version: cfgVersion}}
+	groups := make([][]txn.Intent, 0, len(lost))
 	for _, c := range lost {
-		g := []intent{
-			{kind: opCheck, rel: layout.RelClaim(c.item), version: c.version},
-			{kind: opDelete, rel: layout.RelClaim(c.item)},
+		g := []txn.Intent{
+			{Kind: txn.Check, Rel: layout.RelClaim(c.item), Version: c.version},
+			{Kind: txn.Delete, Rel: layout.RelClaim(c.item)},
 		}
 		if c.item < total {
 			g = append(g,
-				intent{kind: opCreateIfAbsent, rel: layout.RelFailoverQ + "/" + strconv.Itoa(c.item)},
-				intent{kind: opCreateIfAbsent, rel: layout.RelItem(c.item)},
-				intent{kind: opCreate, rel: layout.RelItem(c.item, layout.NFailover), mode: store.Ephemeral},
-				intent{kind: opDelete, rel: layout.RelItem(c.item, layout.NFailover)},
-				intent{kind: opSet, rel: layout.RelItem(c.item)})
+				txn.Intent{Kind: txn.CreateIfAbsent, Rel: layout.RelFailoverQ + "/" + strconv.Itoa(c.item)},
+				txn.Intent{Kind: txn.CreateIfAbsent, Rel: layout.RelItem(c.item)},
+				txn.Intent{Kind: txn.Create, Rel: layout.RelItem(c.item, layout.NFailover), Mode: store.Ephemeral},
+				txn.Intent{Kind: txn.Delete, Rel: layout.RelItem(c.item, layout.NFailover)},
+				txn.Intent{Kind: txn.Set, Rel: layout.RelItem(c.item)})
 		}
 		groups = append(groups, g)
 	}
 	// All at once, else item by item: a record consumed by the owner's
 	// Begin or completed meanwhile fails only its own transaction.
 	done := lost
-	if _, err := j.tx.commitSplit(ctx, head, groups, nil); err != nil {
+	if _, err := j.tx.CommitSplit(ctx, head, groups, nil); err != nil {
 		done = nil
 		for i, g := range groups {
-			if _, err := j.tx.commitSplit(ctx, head, [][]intent{g}, nil); err != nil {
+			if _, err := j.tx.CommitSplit(ctx, head, [][]txn.Intent{g}, nil); err != nil {
 				if !layout.Raced(err) {
 					j.warn(ctx, "cannot queue a lost failover claim again", "item", lost[i].item, "err", err)
 				}

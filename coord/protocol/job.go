@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/treecache"
@@ -38,8 +39,8 @@ type Job struct {
 	id    string
 	log   *slog.Logger
 	cache *treecache.Cache
-	tx    committer // writes intents (ops.go, split.go)
-	nodes jobNodes  // reads the job's nodes (servers.go)
+	tx    txn.Committer // writes intents (ops.go, split.go)
+	nodes jobNodes      // reads the job's nodes (servers.go)
 
 	errMu sync.Mutex // serialises lastError writes
 	// reshardMu orders the leader's resharding commit against the watcher's
@@ -210,7 +211,7 @@ func newJob(r *Registry, name string) *Job {
 		offlineSeen: make(map[string]time.Time),
 	}
 	j.wire()
-	j.tx = committer{st: j.st, p: j.p, cache: j.cache}
+	j.tx = txn.NewCommitter(j.st, j.p, j.cache)
 	j.nodes = jobNodes{st: j.st, p: j.p, jname: j.jname, cache: j.cache}
 	j.totals = &countTotals{st: j.st, p: j.p, id: j.id, job: j.jname, log: j.log}
 	return j

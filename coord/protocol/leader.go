@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
@@ -122,27 +123,27 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		if err != nil {
 			return err
 		}
-		ins := []intent{
-			{kind: opCheck, rel: layout.NServers, version: members},
-			{kind: opCreate, rel: layout.RelProcessing, mode: store.Ephemeral},
+		ins := []txn.Intent{
+			{Kind: txn.Check, Rel: layout.NServers, Version: members},
+			{Kind: txn.Create, Rel: layout.RelProcessing, Mode: store.Ephemeral},
 		}
 		if totalCheck != nil {
 			ins = append(ins, *totalCheck)
 		}
 		for _, w := range planSharding(strategy, live, j.jname, total, servers) {
-			k := opCreate
+			k := txn.Create
 			if w.exists {
-				k = opSet
+				k = txn.Set
 			}
-			ins = append(ins, intent{kind: k, rel: layout.RelServer(w.server, layout.NSharding), data: w.items})
+			ins = append(ins, txn.Intent{Kind: k, Rel: layout.RelServer(w.server, layout.NSharding), Data: w.items})
 		}
 		for _, q := range queuePrunes(j.cache.Children(layout.RelFailoverQ), total) {
-			ins = append(ins, intent{kind: opDeleteIfPresent, rel: layout.RelFailoverQ + "/" + q})
+			ins = append(ins, txn.Intent{Kind: txn.DeleteIfPresent, Rel: layout.RelFailoverQ + "/" + q})
 		}
 		ins = append(ins,
-			intent{kind: opDelete, rel: layout.RelNecessary},
-			intent{kind: opDelete, rel: layout.RelProcessing})
-		err = j.tx.commit(ctx, ins)
+			txn.Intent{Kind: txn.Delete, Rel: layout.RelNecessary},
+			txn.Intent{Kind: txn.Delete, Rel: layout.RelProcessing})
+		err = j.tx.Commit(ctx, ins)
 		if errors.Is(err, store.ErrBadVersion) && attempt < layout.WriteAttempts {
 			j.log.Debug("membership changed while resharding; planning again")
 			continue
@@ -224,7 +225,7 @@ func queuePrunes(names []string, total int) []string {
 // readTotal reads the stored shardingTotalCount directly, with a check op on
 // its version for the reshard's Multi; def (and no check) when the node is
 // absent or unparsable (the config decoder reports those).
-func (nd *jobNodes) readTotal(ctx context.Context, def int) (int, *intent, error) {
+func (nd *jobNodes) readTotal(ctx context.Context, def int) (int, *txn.Intent, error) {
 	rel := layout.NConfig + "/" + jobconfig.FieldShardingTotalCount
 	data, st, err := nd.st.Get(ctx, nd.p.Abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
@@ -237,7 +238,7 @@ func (nd *jobNodes) readTotal(ctx context.Context, def int) (int, *intent, error
 	if perr != nil || n < 1 {
 		return def, nil, nil
 	}
-	return n, &intent{kind: opCheck, rel: rel, version: st.Version}, nil
+	return n, &txn.Intent{Kind: txn.Check, Rel: rel, Version: st.Version}, nil
 }
 
 // pruneItemsBeyond removes the execution nodes of items beyond a lowered

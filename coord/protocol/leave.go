@@ -112,7 +112,7 @@ func goOfflineAll(ctx context.Context, jobs []*Job) error {
 	_ = g.Wait()
 	var mg errgroup.Group
 	mg.SetLimit(leaveMultis)
-	for _, b := range l.batch(jobs, plans, jobs[0].tx.splitBudget()) {
+	for _, b := range l.batch(jobs, plans, jobs[0].tx.SplitBudget()) {
 		mg.Go(func() error {
 			l.commit(ctx, b)
 			return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -267,7 +268,7 @@ func (nd *jobNodes) readFailoverDir(ctx context.Context) (failoverDir, error) {
 // bumpFailoverDir is the intent every failover writer adds to its
 // transaction: it bumps the failover directory's data version, which a
 // normal Begin checks (markRunning).
-func bumpFailoverDir() intent { return intent{kind: opSet, rel: layout.RelFailoverQ} }
+func bumpFailoverDir() txn.Intent { return txn.Intent{Kind: txn.Set, Rel: layout.RelFailoverQ} }
 
 // failoverViewAt returns this server's last direct read of its items'
 // claims and failover marks if it was made at failover directory version
@@ -329,7 +330,7 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 	if live {
 		j.holdMarker(sid, 1)
 	}
-	applied, err := j.tx.commitSplit(ctx, head, groups, tail)
+	applied, err := j.tx.CommitSplit(ctx, head, groups, tail)
 	if err != nil && applied > 0 {
 		j.undoBegin(ctx, p.items, groups[:applied])
 	}
@@ -342,18 +343,18 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 // fences are the version checks of a Begin's transaction: this server's
 // sharding node, the flag version (a normal run's) and the failover
 // directory (a normal run's).
-func (b *beginning) fences(p beginPlan) []intent {
+func (b *beginning) fences(p beginPlan) []txn.Intent {
 	j := b.j
 	failover := len(p.items) > 0 && p.items[0].Failover
-	var head []intent
+	var head []txn.Intent
 	if p.shardVersion >= 0 {
-		head = append(head, intent{kind: opCheck, rel: layout.RelServer(j.id, layout.NSharding), version: p.shardVersion})
+		head = append(head, txn.Intent{Kind: txn.Check, Rel: layout.RelServer(j.id, layout.NSharding), Version: p.shardVersion})
 	}
 	if p.flagVersion >= 0 && len(p.items) > 0 {
-		head = append(head, intent{kind: opCheck, rel: layout.RelShardingDir, version: p.flagVersion})
+		head = append(head, txn.Intent{Kind: txn.Check, Rel: layout.RelShardingDir, Version: p.flagVersion})
 	}
 	if !failover && len(p.items) > 0 && p.fo.version >= 0 {
-		head = append(head, intent{kind: opCheck, rel: layout.RelFailoverQ, version: p.fo.version})
+		head = append(head, txn.Intent{Kind: txn.Check, Rel: layout.RelFailoverQ, Version: p.fo.version})
 	}
 	return head
 }
@@ -362,32 +363,32 @@ func (b *beginning) fences(p beginPlan) []intent {
 // checked, running (ephemeral) and lastBeginTime; a normal item's
 // consumed failover tokens (its queue entry, a cut failover run's claim
 // record).
-func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]intent {
+func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]txn.Intent {
 	j := b.j
-	var groups [][]intent
+	var groups [][]txn.Intent
 	for _, a := range p.items {
 		if a.Failover {
 			// The claim must still be there: an edit switching failover
 			// or monitorExecution off clears the claims no run has taken
 			// (Admin.SetConfig), and this Begin's snapshot may predate it.
-			groups = append(groups, []intent{
-				{kind: opCreateIfAbsent, rel: layout.RelItem(a.Item)},
-				{kind: opCheck, rel: layout.RelItem(a.Item, layout.NFailover), version: store.AnyVersion},
-				{kind: opCreate, rel: layout.RelItem(a.Item, layout.NRunning), data: []byte(j.id), mode: store.Ephemeral},
-				{kind: opPut, rel: layout.RelItem(a.Item, layout.NLastBeginTime), data: begin}})
+			groups = append(groups, []txn.Intent{
+				{Kind: txn.CreateIfAbsent, Rel: layout.RelItem(a.Item)},
+				{Kind: txn.Check, Rel: layout.RelItem(a.Item, layout.NFailover), Version: store.AnyVersion},
+				{Kind: txn.Create, Rel: layout.RelItem(a.Item, layout.NRunning), Data: []byte(j.id), Mode: store.Ephemeral},
+				{Kind: txn.Put, Rel: layout.RelItem(a.Item, layout.NLastBeginTime), Data: begin}})
 			continue
 		}
-		var g []intent
+		var g []txn.Intent
 		if p.fo.queued[a.Item] {
 			// This run re-runs a crashed run's item: it consumes the entry.
-			g = append(g, intent{kind: opDelete, rel: layout.RelFailoverQ + "/" + strconv.Itoa(a.Item)})
+			g = append(g, txn.Intent{Kind: txn.Delete, Rel: layout.RelFailoverQ + "/" + strconv.Itoa(a.Item)})
 		}
 		if p.fo.claims[a.Item] && !j.claimed(a.Item) {
 			// A claim record whose claim is gone (assignments skips an
 			// item whose claim lives): the token of a cut failover run,
 			// consumed the same way. A claim since fails the version
 			// check above.
-			g = append(g, intent{kind: opDelete, rel: layout.RelClaim(a.Item)})
+			g = append(g, txn.Intent{Kind: txn.Delete, Rel: layout.RelClaim(a.Item)})
 		}
 		if len(g) > 0 {
 			groups = append(groups, g)
@@ -400,20 +401,20 @@ func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]intent {
 // for a normal run, its run record (epoch: the Mzxid of the sharding node
 // it was planned on) and, when it monitors execution, the live marker
 // (live).
-func (b *beginning) recordIntents(items []Assignment, begin []byte, epoch int64) (tail []intent, live bool) {
+func (b *beginning) recordIntents(items []Assignment, begin []byte, epoch int64) (tail []txn.Intent, live bool) {
 	j := b.j
 	if len(items) == 0 {
 		return nil, false
 	}
 	monitor := b.cfg.MonitorsExecution()
-	tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusRunning)})
+	tail = append(tail, txn.Intent{Kind: txn.Set, Rel: layout.RelServer(j.id, layout.NStatus), Data: []byte(layout.StatusRunning)})
 	if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
 		j.failing.keep(rec.Items)
 		rec.Failing = j.failing.of(rec.Items)
-		tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
+		tail = append(tail, txn.Intent{Kind: txn.Put, Rel: layout.RelServer(j.id, layout.NRun), Data: layout.EncodeRunRecord(rec)})
 		if monitor {
 			live = true
-			tail = append(tail, intent{kind: opCreate, rel: layout.RelServer(j.id, layout.NRun, layout.NLive), data: []byte(j.id), mode: store.Ephemeral})
+			tail = append(tail, txn.Intent{Kind: txn.Create, Rel: layout.RelServer(j.id, layout.NRun, layout.NLive), Data: []byte(j.id), Mode: store.Ephemeral})
 		}
 	}
 	return tail, live
@@ -576,29 +577,29 @@ func (j *Job) settleLeftover(ctx context.Context, sid int64, begin string, epoch
 // later part failed: the queue entries those parts consumed come back, a
 // failover item's running node goes. The run does not start. If the undo
 // fails too, running nodes are ephemeral: they go with the session.
-func (j *Job) undoBegin(ctx context.Context, items []Assignment, applied [][]intent) {
-	var groups [][]intent
+func (j *Job) undoBegin(ctx context.Context, items []Assignment, applied [][]txn.Intent) {
+	var groups [][]txn.Intent
 	for _, g := range applied {
 		for _, in := range g {
 			switch {
-			case in.kind == opDelete && strings.HasPrefix(in.rel, layout.RelFailoverQ+"/"):
+			case in.Kind == txn.Delete && strings.HasPrefix(in.Rel, layout.RelFailoverQ+"/"):
 				// A consumed claim record comes back as a queue entry: the
 				// token of a cut run, which any server may claim.
-				rel := in.rel
+				rel := in.Rel
 				if it, ok := layout.ParseClaimName(strings.TrimPrefix(rel, layout.RelFailoverQ+"/")); ok {
 					rel = layout.RelFailoverQ + "/" + strconv.Itoa(it)
 				}
-				groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: rel}})
-			case in.kind == opCreate && strings.HasSuffix(in.rel, "/"+layout.NRunning):
-				groups = append(groups, []intent{{kind: opDeleteIfPresent, rel: in.rel}})
+				groups = append(groups, []txn.Intent{{Kind: txn.CreateIfAbsent, Rel: rel}})
+			case in.Kind == txn.Create && strings.HasSuffix(in.Rel, "/"+layout.NRunning):
+				groups = append(groups, []txn.Intent{{Kind: txn.DeleteIfPresent, Rel: in.Rel}})
 			}
 		}
 	}
-	var head []intent
+	var head []txn.Intent
 	if len(groups) > 0 {
-		head = []intent{bumpFailoverDir()}
+		head = []txn.Intent{bumpFailoverDir()}
 	}
-	if _, err := j.tx.commitSplit(context.WithoutCancel(ctx), head, groups, nil); err != nil {
+	if _, err := j.tx.CommitSplit(context.WithoutCancel(ctx), head, groups, nil); err != nil {
 		j.log.Warn("cannot undo a partial Begin", "items", len(items), "err", err)
 	}
 }
@@ -607,11 +608,11 @@ func (j *Job) undoBegin(ctx context.Context, items []Assignment, applied [][]int
 // ErrItemsRunning: they run in a run of this server now.
 func (j *Job) flagMisfire(ctx context.Context, cfg jobconfig.Config, running []int) error {
 	if cfg.MisfireEnabled() {
-		var groups [][]intent
+		var groups [][]txn.Intent
 		for _, it := range running {
-			groups = append(groups, []intent{{kind: opCreateIfAbsent, rel: layout.RelItem(it)}, {kind: opCreateIfAbsent, rel: layout.RelItem(it, layout.NMisfire)}})
+			groups = append(groups, []txn.Intent{{Kind: txn.CreateIfAbsent, Rel: layout.RelItem(it)}, {Kind: txn.CreateIfAbsent, Rel: layout.RelItem(it, layout.NMisfire)}})
 		}
-		if _, err := j.tx.commitSplit(ctx, nil, groups, nil); err != nil && !errors.Is(err, store.ErrNoNode) {
+		if _, err := j.tx.CommitSplit(ctx, nil, groups, nil); err != nil && !errors.Is(err, store.ErrNoNode) {
 			return fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
 		}
 	}
@@ -1308,7 +1309,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 func (r *Run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
 	now := layout.FormatTime(j.reg.cfg.Now())
-	var head []intent
+	var head []txn.Intent
 	groups, failover := r.failoverCompletions(now)
 	if failover {
 		head = append(head, bumpFailoverDir())
@@ -1349,22 +1350,22 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 // takes its epoch from (failoverDone: its zxid is above this run's
 // epoch), the failover mark and the claim's record deleted. failover says
 // the run has such items.
-func (r *Run) failoverCompletions(now []byte) (groups [][]intent, failover bool) {
-	groups = make([][]intent, 0, len(r.items))
+func (r *Run) failoverCompletions(now []byte) (groups [][]txn.Intent, failover bool) {
+	groups = make([][]txn.Intent, 0, len(r.items))
 	for _, a := range r.items {
 		if !a.Failover {
 			continue
 		}
 		failover = true
-		groups = append(groups, []intent{
-			{kind: opDeleteIfPresent, rel: layout.RelItem(a.Item, layout.NRunning)},
-			{kind: opPut, rel: layout.RelItem(a.Item, layout.NLastCompleteTime), data: now},
-			{kind: opSet, rel: layout.RelItem(a.Item)},
-			{kind: opDeleteIfPresent, rel: layout.RelItem(a.Item, layout.NFailover)},
+		groups = append(groups, []txn.Intent{
+			{Kind: txn.DeleteIfPresent, Rel: layout.RelItem(a.Item, layout.NRunning)},
+			{Kind: txn.Put, Rel: layout.RelItem(a.Item, layout.NLastCompleteTime), Data: now},
+			{Kind: txn.Set, Rel: layout.RelItem(a.Item)},
+			{Kind: txn.DeleteIfPresent, Rel: layout.RelItem(a.Item, layout.NFailover)},
 			// The claim's record (claimrecord.go), read directly: left
 			// behind by a cache that lagged, the leader would take it
 			// for a lost claim and the item would run again.
-			{kind: opDeleteIfPresentRead, rel: layout.RelClaim(a.Item)}})
+			{Kind: txn.DeleteIfPresentRead, Rel: layout.RelClaim(a.Item)}})
 	}
 	return groups, failover
 }
@@ -1372,14 +1373,14 @@ func (r *Run) failoverCompletions(now []byte) (groups [][]intent, failover bool)
 // recordCompletion are the completion's writes for the server: status
 // READY (unless it was shut down mid-run: it has no status node any
 // more) and a normal run's record with its completion and next fire time.
-func (r *Run) recordCompletion(now []byte, next time.Time) []intent {
+func (r *Run) recordCompletion(now []byte, next time.Time) []txn.Intent {
 	j := r.j
-	var tail []intent
+	var tail []txn.Intent
 	j.mu.Lock()
 	offline := j.offline || j.removed
 	j.mu.Unlock()
 	if len(r.items) > 0 && !offline {
-		tail = append(tail, intent{kind: opSet, rel: layout.RelServer(j.id, layout.NStatus), data: []byte(layout.StatusReady)})
+		tail = append(tail, txn.Intent{Kind: txn.Set, Rel: layout.RelServer(j.id, layout.NStatus), Data: []byte(layout.StatusReady)})
 	}
 	var nextText string
 	if !next.IsZero() {
@@ -1388,7 +1389,7 @@ func (r *Run) recordCompletion(now []byte, next time.Time) []intent {
 	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok {
 		rec.Next = nextText
 		rec.Failing = r.failing
-		tail = append(tail, intent{kind: opPut, rel: layout.RelServer(j.id, layout.NRun), data: layout.EncodeRunRecord(rec)})
+		tail = append(tail, txn.Intent{Kind: txn.Put, Rel: layout.RelServer(j.id, layout.NRun), Data: layout.EncodeRunRecord(rec)})
 	}
 	return tail
 }
@@ -1400,20 +1401,20 @@ func (r *Run) recordCompletion(now []byte, next time.Time) []intent {
 // it as a leftover) leaves the completion written without it; an item's
 // node gone (pruned by the leader after the total was lowered below it)
 // leaves its completion moot, the rest written.
-func (r *Run) commitCompletion(ctx context.Context, head []intent, groups [][]intent, tail []intent, failover bool) error {
+func (r *Run) commitCompletion(ctx context.Context, head []txn.Intent, groups [][]txn.Intent, tail []txn.Intent, failover bool) error {
 	j := r.j
 	withMarker := tail
 	if r.live {
-		withMarker = append(slices.Clone(tail), intent{kind: opDelete, rel: layout.RelServer(j.id, layout.NRun, layout.NLive)})
+		withMarker = append(slices.Clone(tail), txn.Intent{Kind: txn.Delete, Rel: layout.RelServer(j.id, layout.NRun, layout.NLive)})
 	}
-	applied, err := j.tx.commitSplit(ctx, head, groups, withMarker)
+	applied, err := j.tx.CommitSplit(ctx, head, groups, withMarker)
 	if r.live && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
 		if ok, _, xerr := j.st.Exists(ctx, j.p.Server(j.id, layout.NRun, layout.NLive)); xerr == nil && !ok {
-			_, err = j.tx.commitSplit(ctx, head, groups[applied:], tail)
+			_, err = j.tx.CommitSplit(ctx, head, groups[applied:], tail)
 		}
 	}
 	if failover && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrNoParent)) {
-		var kept [][]intent
+		var kept [][]txn.Intent
 		for i, a := range r.items {
 			ok, _, xerr := j.st.Exists(ctx, j.p.Item(a.Item))
 			if xerr != nil || ok {
@@ -1421,7 +1422,7 @@ func (r *Run) commitCompletion(ctx context.Context, head []intent, groups [][]in
 			}
 		}
 		if len(kept) < len(groups) {
-			_, err = j.tx.commitSplit(ctx, head, kept, tail)
+			_, err = j.tx.CommitSplit(ctx, head, kept, tail)
 		}
 	}
 	return err
@@ -1520,7 +1521,7 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 	if perr != nil {
 		return false, nil
 	}
-	var ins []intent
+	var ins []txn.Intent
 	for _, it := range mine {
 		if it >= cfg.ShardingTotalCount {
 			continue
@@ -1528,13 +1529,13 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 		if flagged, err := j.nodes.itemHas(ctx, layout.RelItem(it, layout.NMisfire)); err != nil {
 			return false, err
 		} else if flagged {
-			ins = append(ins, intent{kind: opDeleteIfPresent, rel: layout.RelItem(it, layout.NMisfire)})
+			ins = append(ins, txn.Intent{Kind: txn.DeleteIfPresent, Rel: layout.RelItem(it, layout.NMisfire)})
 		}
 	}
 	if len(ins) == 0 {
 		return false, nil
 	}
-	if _, err := j.tx.commitSplit(ctx, nil, each(ins), nil); err != nil {
+	if _, err := j.tx.CommitSplit(ctx, nil, txn.Each(ins), nil); err != nil {
 		return false, fmt.Errorf("coord: job %q: clear misfire: %w", j.jname, err)
 	}
 	return true, nil
@@ -1542,13 +1543,13 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 
 // RecordNextFireTime writes execution/{item}/nextFireTime for this server's items.
 func (j *Job) RecordNextFireTime(ctx context.Context, next time.Time) error {
-	var groups [][]intent
+	var groups [][]txn.Intent
 	for _, it := range j.myItems() {
-		groups = append(groups, []intent{
-			{kind: opCreateIfAbsent, rel: layout.RelItem(it)},
-			{kind: opPut, rel: layout.RelItem(it, layout.NNextFireTime), data: layout.FormatTime(next)}})
+		groups = append(groups, []txn.Intent{
+			{Kind: txn.CreateIfAbsent, Rel: layout.RelItem(it)},
+			{Kind: txn.Put, Rel: layout.RelItem(it, layout.NNextFireTime), Data: layout.FormatTime(next)}})
 	}
-	if _, err := j.tx.commitSplit(ctx, nil, groups, nil); err != nil {
+	if _, err := j.tx.CommitSplit(ctx, nil, groups, nil); err != nil {
 		return fmt.Errorf("coord: job %q: record nextFireTime: %w", j.jname, err)
 	}
 	return nil
@@ -1569,7 +1570,7 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 	if err != nil {
 		return err
 	}
-	if err := j.tx.commit(ctx, ins); err != nil {
+	if err := j.tx.Commit(ctx, ins); err != nil {
 		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.Server(j.id), err)
 	}
 	j.totals.s, j.totals.f = ts, tf

@@ -1,4 +1,4 @@
-package protocol
+package txn
 
 import (
 	"context"
@@ -26,27 +26,27 @@ import (
 // What is lost is all-or-nothing across items: when part k fails, the
 // groups of parts before it stay applied, and the caller undoes them
 // (Begin) or keeps them because they are true (Complete: those items did
-// complete). See markRunning and complete.
+// complete). See coord/protocol's markRunning and complete.
 
-// splitBudget is the share of the store's request limit a part may use:
+// SplitBudget is the share of the store's request limit a part may use:
 // the size estimate (store.OpSize) is an upper bound, the margin is for
 // the paths' absolute form.
-func (c *committer) splitBudget() int { return store.RequestLimit(c.st) * 7 / 8 }
+func (c *Committer) SplitBudget() int { return store.RequestLimit(c.st) * 7 / 8 }
 
-// intentSize estimates the bytes an intent adds to a Multi (an upper bound:
-// a conditional intent may resolve to nothing).
-func (c *committer) intentSize(in intent) int {
-	p := c.p.Abs(in.rel)
-	switch in.kind {
-	case opDelete, opDeleteIfPresent, opDeleteIfPresentRead:
+// intentSize estimates the bytes an Intent adds to a Multi (an upper bound:
+// a conditional Intent may resolve to nothing).
+func (c *Committer) intentSize(in Intent) int {
+	p := c.p.Abs(in.Rel)
+	switch in.Kind {
+	case Delete, DeleteIfPresent, DeleteIfPresentRead:
 		return store.OpSize(&store.DeleteOp{Path: p})
-	case opCheck:
+	case Check:
 		return store.OpSize(&store.CheckOp{Path: p})
 	}
-	return store.OpSize(&store.CreateOp{Path: p, Data: in.data})
+	return store.OpSize(&store.CreateOp{Path: p, Data: in.Data})
 }
 
-func (c *committer) intentsSize(ins []intent) int {
+func (c *Committer) intentsSize(ins []Intent) int {
 	n := 0
 	for _, in := range ins {
 		n += c.intentSize(in)
@@ -58,10 +58,10 @@ func (c *committer) intentsSize(ins []intent) int {
 // the comment at the top of this file). ends[k] is the number of groups in
 // parts 0..k. A single group too large for a part still gets a part of its
 // own (the store then refuses it).
-func (c *committer) splitParts(head []intent, groups [][]intent, tail []intent) (parts [][]intent, ends []int) {
-	budget := c.splitBudget()
+func (c *Committer) splitParts(head []Intent, groups [][]Intent, tail []Intent) (parts [][]Intent, ends []int) {
+	budget := c.SplitBudget()
 	fixed := 32 + c.intentsSize(head) + c.intentsSize(tail)
-	var cur []intent
+	var cur []Intent
 	size := fixed
 	open := false
 	for i, g := range groups {
@@ -87,14 +87,14 @@ func (c *committer) splitParts(head []intent, groups [][]intent, tail []intent) 
 	return parts, ends
 }
 
-// commitSplit commits head + groups + tail as ONE Multi when it fits the
+// CommitSplit commits head + groups + tail as ONE Multi when it fits the
 // store's request limit, else in parts (see the top of this file). It
 // returns how many groups are applied: len(groups) on success; on error,
 // those of the parts committed before the failing one.
-func (c *committer) commitSplit(ctx context.Context, head []intent, groups [][]intent, tail []intent) (applied int, err error) {
+func (c *Committer) CommitSplit(ctx context.Context, head []Intent, groups [][]Intent, tail []Intent) (applied int, err error) {
 	parts, ends := c.splitParts(head, groups, tail)
 	for k, part := range parts {
-		if err := c.commit(ctx, part); err != nil {
+		if err := c.Commit(ctx, part); err != nil {
 			return applied, err
 		}
 		applied = ends[k]
@@ -102,31 +102,12 @@ func (c *committer) commitSplit(ctx context.Context, head []intent, groups [][]i
 	return applied, nil
 }
 
-// each makes every intent a group of its own, for transactions whose
+// Each makes every Intent a group of its own, for transactions whose
 // intents are independent of each other.
-func each(ins []intent) [][]intent {
-	groups := make([][]intent, len(ins))
+func Each(ins []Intent) [][]Intent {
+	groups := make([][]Intent, len(ins))
 	for i := range ins {
 		groups[i] = ins[i : i+1]
 	}
 	return groups
-}
-
-// multiSplit applies independent operations in as few Multis below the
-// store's request limit as they fit in, in order, stopping at the first
-// failure.
-func (c *committer) multiSplit(ctx context.Context, ops []store.Op) error {
-	budget := c.splitBudget()
-	for len(ops) > 0 {
-		n, size := 0, 32
-		for n < len(ops) && (n == 0 || size+store.OpSize(ops[n]) <= budget) {
-			size += store.OpSize(ops[n])
-			n++
-		}
-		if _, err := c.st.Multi(ctx, ops[:n]...); err != nil {
-			return err
-		}
-		ops = ops[n:]
-	}
-	return nil
 }
