@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
-	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
@@ -36,7 +36,7 @@ import (
 // server and per claim record, none per item.
 func (j *Job) enqueueOrphans(ctx context.Context) {
 	cfg := j.Config()
-	if !failoverOn(cfg) {
+	if !jobnodes.FailoverOn(cfg) {
 		return
 	}
 	orphans, listing, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
@@ -109,12 +109,12 @@ func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, t
 	// off, a lowered total) deletes claims itself, and what it deleted is
 	// not a claim lost (simulation seed 9424199: a claim pruned with its
 	// item beyond a lowered total was queued again once the total rose).
-	cfgVersion, cfg, err := j.nodes.storedConfig(ctx)
+	cfgVersion, cfg, err := j.nodes.StoredConfig(ctx)
 	if err != nil {
 		j.warn(ctx, "cannot read the config to queue lost failover claims", "err", err)
 		return
 	}
-	if !failoverOn(cfg) {
+	if !jobnodes.FailoverOn(cfg) {
 		return
 	}
 	total = cfg.ShardingTotalCount
@@ -319,10 +319,10 @@ func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 	if adopted, err := j.settleUnsureClaims(ctx, sid); err != nil || adopted {
 		return adopted, err
 	}
-	if !failoverOn(j.Config()) || layout.QueuedCount(j.cache.Children(layout.RelFailoverQ)) == 0 {
+	if !jobnodes.FailoverOn(j.Config()) || layout.QueuedCount(j.cache.Children(layout.RelFailoverQ)) == 0 {
 		return false, nil
 	}
-	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) {
+	if jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) {
 		// A paused server runs nothing: its claim would hold the item
 		// from every server until a resume (simulation seeds 229, 276).
 		return false, nil
@@ -344,7 +344,7 @@ func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 	// monitorExecution off meanwhile fails the claim (simulation seed
 	// 3002508: an entry queued before monitorExecution went off was
 	// claimed after, and the item ran twice side by side).
-	cfgVersion, on, err := j.nodes.storedFailoverOn(ctx)
+	cfgVersion, on, err := j.nodes.StoredFailoverOn(ctx)
 	if err != nil || !on {
 		return false, err
 	}
@@ -467,7 +467,7 @@ func (c *failoverClaim) failed(ctx context.Context, it int, err error) (claimSte
 		}
 		var on bool
 		var rerr error
-		if c.cfgVersion, on, rerr = j.nodes.storedFailoverOn(ctx); rerr != nil || !on {
+		if c.cfgVersion, on, rerr = j.nodes.StoredFailoverOn(ctx); rerr != nil || !on {
 			return claimStop, rerr
 		}
 		return claimAgain, nil
@@ -505,46 +505,6 @@ func (c *failoverClaim) adopt(ctx context.Context, it int) error {
 	j.kick() // the watcher starts watching the claimed item
 	j.log.Info("claimed failover item", "item", it)
 	return nil
-}
-
-// failoverOn reports whether cfg allows failover: failover on, and
-// monitorExecution on (without live markers nothing tells a crash from a
-// run still going: docs/configuration.md, "What monitorExecution = false
-// gives up").
-func failoverOn(cfg jobconfig.Config) bool { return cfg.Failover && cfg.MonitorsExecution() }
-
-// storedFailoverOn reads the stored config directly (the config node's copy
-// of the fields, else the field nodes) and reports failoverOn for it, with
-// the config node's version it was read at (every edit bumps it in the
-// same transaction as its fields). A config that does not decode allows
-// nothing (the job stops on it anyway).
-func (nd *jobNodes) storedFailoverOn(ctx context.Context) (int32, bool, error) {
-	v, cfg, err := nd.storedConfig(ctx)
-	if err != nil {
-		return 0, false, err
-	}
-	return v, failoverOn(cfg), nil
-}
-
-// storedConfig reads the stored config directly (see storedFailoverOn),
-// with the config node's version it was read at. A config that does not
-// decode is the zero Config (failover off).
-func (nd *jobNodes) storedConfig(ctx context.Context) (int32, jobconfig.Config, error) {
-	data, st, err := nd.st.Get(ctx, nd.p.Abs(layout.NConfig))
-	if err != nil {
-		return 0, jobconfig.Config{}, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NConfig), err)
-	}
-	fields, ok := layout.ParseConfigCopy(data)
-	if !ok {
-		if fields, err = nd.readConfigFields(ctx); err != nil {
-			return 0, jobconfig.Config{}, err
-		}
-	}
-	cfg, err := nd.decodeConfig(fields)
-	if err != nil {
-		return st.Version, jobconfig.Config{}, nil
-	}
-	return st.Version, cfg, nil
 }
 
 // releaseClaims puts the failover items this server claimed and no run of

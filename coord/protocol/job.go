@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
@@ -39,8 +40,8 @@ type Job struct {
 	id    string
 	log   *slog.Logger
 	cache *treecache.Cache
-	tx    txn.Committer // writes intents (ops.go, split.go)
-	nodes jobNodes      // reads the job's nodes (servers.go)
+	tx    txn.Committer   // writes intents (ops.go, split.go)
+	nodes *jobnodes.Nodes // reads the job's nodes (servers.go)
 
 	errMu sync.Mutex // serialises lastError writes
 	// reshardMu orders the leader's resharding commit against the watcher's
@@ -212,7 +213,7 @@ func newJob(r *Registry, name string) *Job {
 	}
 	j.wire()
 	j.tx = txn.NewCommitter(j.st, j.p, j.cache)
-	j.nodes = jobNodes{st: j.st, p: j.p, jname: j.jname, cache: j.cache}
+	j.nodes = jobnodes.New(j.st, j.p, j.jname, j.cache)
 	j.totals = &countTotals{st: j.st, p: j.p, id: j.id, job: j.jname, log: j.log}
 	return j
 }
@@ -230,7 +231,7 @@ func (j *Job) wire() {
 	// looks at the session again.
 	j.debts.Kept = func() { j.post(loopEvent{kind: evSession}) }
 	j.debts.Log = j.log
-	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobWatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
+	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobnodes.WatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
 }
 
 // joinResult is what a join's transaction did (joiner.transact).
@@ -417,15 +418,6 @@ func (j *Job) abandonJoin(ctx context.Context, registered bool, err error) error
 	return err
 }
 
-// cachedConfigFields returns the config fields the tree cache holds.
-func (nd *jobNodes) cachedConfigFields() map[string]string {
-	fields := nd.cache.VersionedFields(layout.NConfig)
-	if fields == nil {
-		fields = map[string]string{}
-	}
-	return fields
-}
-
 // warnStoredWins logs at Warn which fields of the local config lose to
 // the stored one (docs/configuration.md promises it): a changed local
 // config without Overwrite is otherwise ignored silently.
@@ -445,54 +437,6 @@ func (jn *joiner) warnStoredWins(local map[string]string, stored jobconfig.Confi
 		j.log.Warn("the stored job config wins over this process's config (Overwrite is false); set Overwrite, or `shardflow config set`, to change it",
 			"differing", strings.Join(differ, "; "))
 	}
-}
-
-func (nd *jobNodes) readConfigFields(ctx context.Context) (map[string]string, error) {
-	names, _, err := nd.st.Children(ctx, nd.p.Abs(layout.NConfig))
-	if err != nil {
-		return nil, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NConfig), err)
-	}
-	// The fields are read side by side: the store pipelines them on its
-	// session, so a join waits about one round trip for them, not one per
-	// field.
-	data := make([][]byte, len(names))
-	var g errgroup.Group
-	g.SetLimit(configReaders)
-	for i, n := range names {
-		g.Go(func() error {
-			d, _, err := nd.st.Get(ctx, nd.p.Config(n))
-			if errors.Is(err, store.ErrNoNode) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Config(n), err)
-			}
-			data[i] = d
-			if d == nil {
-				data[i] = []byte{}
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	fields := make(map[string]string, len(names))
-	for i, n := range names {
-		if data[i] != nil {
-			fields[n] = string(data[i])
-		}
-	}
-	return fields, nil
-}
-
-// configReaders bounds the config field reads of one join in flight.
-const configReaders = 8
-
-// decodeConfig decodes stored fields; errors wrap ErrBadConfig and name the node.
-func (nd *jobNodes) decodeConfig(fields map[string]string) (jobconfig.Config, error) {
-	nd.configDecodes.Add(1)
-	return layout.DecodeStoredConfig(nd.p, nd.jname, fields)
 }
 
 // registerServer writes servers/{id} for session sid: hostName, status

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -211,12 +212,12 @@ func (jn *joiner) planSkeleton(ctx context.Context, top []string, attempt int) e
 // writes the local one, every field and the config node's copy.
 func (jn *joiner) planConfig() error {
 	j, local, fields := jn.j, jn.lc.cfg, jn.lc.fields
-	stored := j.nodes.cachedConfigFields()
+	stored := j.nodes.CachedConfigFields()
 	if t, ok := stored[layout.JobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
 		return fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type())
 	}
 	if len(stored) > 0 && !local.Overwrite {
-		runCfg, err := j.nodes.decodeConfig(stored)
+		runCfg, err := j.nodes.DecodeConfig(stored)
 		if err != nil {
 			return err
 		}
@@ -348,7 +349,7 @@ func (jn *joiner) adoptConfig(ctx context.Context, jt joinResult) error {
 			return fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 		}
 	}
-	fields := j.nodes.cachedConfigFields()
+	fields := j.nodes.CachedConfigFields()
 	if t, ok := fields[layout.JobTypeField]; ok && strings.TrimSpace(t) != string(local.Type()) {
 		return fmt.Errorf("%w: %s is %q, but this is a %s job; pick another job name or remove the old job", ErrBadConfig, j.p.Config(layout.JobTypeField), strings.TrimSpace(t), local.Type())
 	}
@@ -357,7 +358,7 @@ func (jn *joiner) adoptConfig(ctx context.Context, jt joinResult) error {
 	cfg := jt.cfg
 	if !maps.Equal(fields, jt.cfgFields) {
 		var err error
-		if cfg, err = j.nodes.decodeConfig(fields); err != nil {
+		if cfg, err = j.nodes.DecodeConfig(fields); err != nil {
 			return err
 		}
 	}
@@ -375,7 +376,7 @@ func (jn *joiner) adoptConfig(ctx context.Context, jt joinResult) error {
 // again.
 func (jn *joiner) loadTree(ctx context.Context, jt joinResult) error {
 	j := jn.j
-	rest := slices.DeleteFunc(slices.Clone(jobRoots), func(rel string) bool {
+	rest := slices.DeleteFunc(slices.Clone(jobnodes.Roots), func(rel string) bool {
 		return rel == layout.NConfig || jt.preloaded && (rel == "" || rel == layout.RelFailoverQ || rel == layout.NServers)
 	})
 	if jt.preloaded {
@@ -392,7 +393,7 @@ func (jn *joiner) loadTree(ctx context.Context, jt joinResult) error {
 			}
 		}
 		j.cache.BeginLoad()
-		if err := j.cache.LoadRootsAhead(ctx, jobRoots, nil); err != nil {
+		if err := j.cache.LoadRootsAhead(ctx, jobnodes.Roots, nil); err != nil {
 			return fmt.Errorf("coord: join job %q: load tree: %w", j.jname, err)
 		}
 	}

@@ -42,7 +42,7 @@ func TestJoinDecodesOnlyAStoredConfigThatWins(t *testing.T) {
 		cfg := jobconfig.Config{JobName: "job", Cron: "0/5 * * * * ?", ShardingTotalCount: 4, Description: "first"}
 
 		a := join("a", cfg)
-		if n := a.nodes.configDecodes.Load(); n != 0 {
+		if n := a.nodes.ConfigDecodes(); n != 0 {
 			t.Errorf("a new job's join decoded its config %d times, want 0 (it runs on the config it wrote)", n)
 		}
 		if got, want := a.Config(), cfg.WithDefaults(); !reflect.DeepEqual(got, want) {
@@ -52,19 +52,19 @@ func TestJoinDecodesOnlyAStoredConfigThatWins(t *testing.T) {
 		second := cfg
 		second.Description = "second"
 		b := join("b", second)
-		if n := b.nodes.configDecodes.Load(); n != 1 {
+		if n := b.nodes.ConfigDecodes(); n != 1 {
 			t.Errorf("a join the stored config won decoded it %d times, want 1", n)
 		}
 		if got := b.Config().Description; got != "first" {
 			t.Errorf("a join the stored config won runs on description %q, want the stored %q", got, "first")
 		}
 		synctest.Wait()
-		before := a.nodes.configDecodes.Load()
+		before := a.nodes.ConfigDecodes()
 
 		third := cfg
 		third.Description, third.Overwrite = "third", true
 		c := join("c", third)
-		if n := c.nodes.configDecodes.Load(); n != 0 {
+		if n := c.nodes.ConfigDecodes(); n != 0 {
 			t.Errorf("an overwriting join decoded its config %d times, want 0", n)
 		}
 		if got := c.Config().Description; got != "third" {
@@ -73,10 +73,10 @@ func TestJoinDecodesOnlyAStoredConfigThatWins(t *testing.T) {
 		synctest.Wait()
 		// The others' watchers decode the overwritten config once each;
 		// the writer's own watcher does not decode it back.
-		if n := c.nodes.configDecodes.Load(); n != 0 {
+		if n := c.nodes.ConfigDecodes(); n != 0 {
 			t.Errorf("the overwriting server's watcher decoded its own config %d times, want 0", n)
 		}
-		if n := a.nodes.configDecodes.Load() - before; n != 1 {
+		if n := a.nodes.ConfigDecodes() - before; n != 1 {
 			t.Errorf("another server's watcher decoded the overwritten config %d times, want 1", n)
 		}
 		if got := a.Config().Description; got != "third" {

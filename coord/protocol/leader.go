@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/sharding"
@@ -111,7 +111,7 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		// The membership version comes with the listing (one read): the
 		// Multi's check of it refuses a plan that missed a change made
 		// after the listing.
-		servers, live, members, err := j.nodes.readServers(ctx)
+		servers, live, members, err := j.nodes.ReadServers(ctx)
 		if err != nil {
 			return err
 		}
@@ -119,7 +119,7 @@ func (j *Job) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		// be a Begin's snapshot from before an edit of the total whose
 		// resharding flag this reshard clears (it left the old items
 		// assigned for good: simulation seed 109573).
-		total, totalCheck, err := j.nodes.readTotal(ctx, cfg.ShardingTotalCount)
+		total, totalCheck, err := j.nodes.ReadTotal(ctx, cfg.ShardingTotalCount)
 		if err != nil {
 			return err
 		}
@@ -222,25 +222,6 @@ func queuePrunes(names []string, total int) []string {
 	return out
 }
 
-// readTotal reads the stored shardingTotalCount directly, with a check op on
-// its version for the reshard's Multi; def (and no check) when the node is
-// absent or unparsable (the config decoder reports those).
-func (nd *jobNodes) readTotal(ctx context.Context, def int) (int, *txn.Intent, error) {
-	rel := layout.NConfig + "/" + jobconfig.FieldShardingTotalCount
-	data, st, err := nd.st.Get(ctx, nd.p.Abs(rel))
-	if errors.Is(err, store.ErrNoNode) {
-		return def, nil, nil
-	}
-	if err != nil {
-		return 0, nil, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(rel), err)
-	}
-	n, perr := strconv.Atoi(strings.TrimSpace(string(data)))
-	if perr != nil || n < 1 {
-		return def, nil, nil
-	}
-	return n, &txn.Intent{Kind: txn.Check, Rel: rel, Version: st.Version}, nil
-}
-
 // pruneItemsBeyond removes the execution nodes of items beyond a lowered
 // total that Admin.SetConfig left because they were running then. The
 // leader calls it after resharding, when none of them runs any more.
@@ -312,7 +293,7 @@ func (j *Job) firstRunning(ctx context.Context, watch recipe.ExistsWatch) (serve
 // the store directly and queues each item once, so running it more often
 // costs reads, never a duplicate.
 func (j *Job) leaderDuties(ctx context.Context, force bool) {
-	live := j.nodes.liveServers()
+	live := j.nodes.LiveServers()
 	departed := j.newlyDeparted()
 	total := j.Config().ShardingTotalCount
 	j.reshardMu.Lock()
@@ -328,7 +309,7 @@ func (j *Job) leaderDuties(ctx context.Context, force bool) {
 func (j *Job) newlyDeparted() bool {
 	var gone []string
 	for _, s := range j.cache.Children(layout.NServers) {
-		if !cachedServerState(j.cache, s).Online {
+		if !jobnodes.CachedServerState(j.cache, s).Online {
 			gone = append(gone, s)
 		}
 	}
@@ -381,7 +362,7 @@ func (j *Job) raiseIfMembershipChanged(ctx context.Context, live []string, total
 		// as the reshard's own: a cache that has not yet seen a join the
 		// last reshard used would otherwise raise a spurious flag, which
 		// holds every Begin until the runs begun meanwhile complete.
-		_, direct, _, err := j.nodes.readServers(ctx)
+		_, direct, _, err := j.nodes.ReadServers(ctx)
 		if err != nil {
 			j.warn(ctx, "cannot read the servers to confirm a membership change; raising the resharding flag", "err", err)
 		} else if sharded == shardedAs(direct, total) {
@@ -424,7 +405,7 @@ func (j *Job) owners() map[int]string {
 // nodes older than the grace are pruned (operator-disabled ones are kept).
 func (j *Job) reconcile(ctx context.Context) {
 	cfg := j.Config()
-	live := j.nodes.liveServers()
+	live := j.nodes.LiveServers()
 	if len(live) > 0 {
 		own := j.owners()
 		for it := range cfg.ShardingTotalCount {
@@ -440,7 +421,7 @@ func (j *Job) reconcile(ctx context.Context) {
 	}
 	now := j.reg.cfg.Now()
 	for _, s := range j.cache.Children(layout.NServers) {
-		if cachedServerState(j.cache, s).Online {
+		if jobnodes.CachedServerState(j.cache, s).Online {
 			delete(j.offlineSeen, s)
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
@@ -92,10 +93,10 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown)) {
+	if jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown)) {
 		return nil, fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrShutdown)
 	}
-	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) {
+	if jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) {
 		return nil, j.refusePaused(ctx, sid)
 	}
 	// One config snapshot for the whole trigger: an edit that arrives
@@ -176,7 +177,7 @@ type beginPlan struct {
 	// resharding flag (-1: not read, a failover run).
 	flagVersion int32
 	shardMzxid  int64
-	fo          failoverDir
+	fo          jobnodes.FailoverDir
 }
 
 // plan reads an attempt's items: this server's failover items if it has
@@ -223,17 +224,17 @@ func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) erro
 		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
 	}
 	found := err == nil
-	if p.fo, err = j.nodes.readFailoverDir(ctx); err != nil {
+	if p.fo, err = j.nodes.ReadFailoverDir(ctx); err != nil {
 		return err
 	}
 	var view map[int]foItem
 	if attempt == 0 {
-		view = j.failoverViewAt(p.fo.version, st.Mzxid)
+		view = j.failoverViewAt(p.fo.Version, st.Mzxid)
 	}
-	if p.items, p.shardVersion, view, err = j.assignments(ctx, b.cfg.ShardingTotalCount, data, st, found, view, p.fo.claims); err != nil {
+	if p.items, p.shardVersion, view, err = j.assignments(ctx, b.cfg.ShardingTotalCount, data, st, found, view, p.fo.Claims); err != nil {
 		return err
 	}
-	j.noteFailoverView(p.fo.version, st.Mzxid, view)
+	j.noteFailoverView(p.fo.Version, st.Mzxid, view)
 	p.shardMzxid = st.Mzxid
 	return nil
 }
@@ -241,29 +242,6 @@ func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) erro
 // errBeginAgain says the items were found not running after all: the
 // Begin plans again.
 var errBeginAgain = errors.New("coord: items not running after all; begin again")
-
-// failoverDir is a Begin's read of the failover directory
-// (leader/failover/items): the items queued for failover and the
-// directory's data version, which every failover writer bumps.
-type failoverDir struct {
-	queued map[int]bool
-	// claims are the items with a claim record (claimrecord.go).
-	claims  map[int]bool
-	version int32
-}
-
-// readFailoverDir lists the failover directory with its Stat (one read).
-func (nd *jobNodes) readFailoverDir(ctx context.Context) (failoverDir, error) {
-	names, st, err := nd.st.Children(ctx, nd.p.Abs(layout.RelFailoverQ))
-	if errors.Is(err, store.ErrNoNode) {
-		return failoverDir{version: -1}, nil
-	}
-	if err != nil {
-		return failoverDir{}, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.RelFailoverQ), err)
-	}
-	l := layout.ParseFailoverDir(names)
-	return failoverDir{queued: l.Queued, claims: l.Claims, version: st.Version}, nil
-}
 
 // bumpFailoverDir is the intent every failover writer adds to its
 // transaction: it bumps the failover directory's data version, which a
@@ -353,8 +331,8 @@ func (b *beginning) fences(p beginPlan) []txn.Intent {
 	if p.flagVersion >= 0 && len(p.items) > 0 {
 		head = append(head, txn.Intent{Kind: txn.Check, Rel: layout.RelShardingDir, Version: p.flagVersion})
 	}
-	if !failover && len(p.items) > 0 && p.fo.version >= 0 {
-		head = append(head, txn.Intent{Kind: txn.Check, Rel: layout.RelFailoverQ, Version: p.fo.version})
+	if !failover && len(p.items) > 0 && p.fo.Version >= 0 {
+		head = append(head, txn.Intent{Kind: txn.Check, Rel: layout.RelFailoverQ, Version: p.fo.Version})
 	}
 	return head
 }
@@ -379,11 +357,11 @@ func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]txn.Intent {
 			continue
 		}
 		var g []txn.Intent
-		if p.fo.queued[a.Item] {
+		if p.fo.Queued[a.Item] {
 			// This run re-runs a crashed run's item: it consumes the entry.
 			g = append(g, txn.Intent{Kind: txn.Delete, Rel: layout.RelFailoverQ + "/" + strconv.Itoa(a.Item)})
 		}
-		if p.fo.claims[a.Item] && !j.claimed(a.Item) {
+		if p.fo.Claims[a.Item] && !j.claimed(a.Item) {
 			// A claim record whose claim is gone (assignments skips an
 			// item whose claim lives): the token of a cut failover run,
 			// consumed the same way. A claim since fails the version
@@ -801,7 +779,7 @@ func (j *Job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]
 			// seed 2000169). The claim is dropped.
 			delete(j.claims, k)
 			dropped[k] = v
-		case !failoverOn(cfg):
+		case !jobnodes.FailoverOn(cfg):
 			// Failover or monitorExecution went off since the claim: its
 			// owner runs the item at its next trigger without looking
 			// for a claim (with monitorExecution off nothing would stop
@@ -824,7 +802,7 @@ func (j *Job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]
 			// would go to the normal run (ZooKeeper simulation seed
 			// 1005053: an epoch below that run's when its failover run
 			// came after).
-			disabled, err := j.nodes.itemHas(ctx, layout.RelItem(it, layout.NDisabled))
+			disabled, err := j.nodes.ItemHas(ctx, layout.RelItem(it, layout.NDisabled))
 			if err != nil {
 				return nil, -1, err
 			}
@@ -913,20 +891,6 @@ func (j *Job) takeClaims(items []Assignment, taken bool) {
 	}
 }
 
-// itemHas reports whether an execution node exists: from the cache when
-// the item is loaded there, else by a direct read (only right after the
-// item became this server's).
-func (nd *jobNodes) itemHas(ctx context.Context, rel string) (bool, error) {
-	if nd.cache.Known(rel) {
-		return nd.cache.Has(rel), nil
-	}
-	ok, _, err := nd.st.Exists(ctx, nd.p.Abs(rel))
-	if err != nil {
-		return false, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(rel), err)
-	}
-	return ok, nil
-}
-
 // claimTaken reports whether a run of this server has taken its failover
 // claim on item.
 func (j *Job) claimTaken(item int) bool {
@@ -960,7 +924,7 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 	if !ok {
 		return nil, -1, view, nil
 	}
-	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NDisabled)) {
+	if jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NDisabled)) {
 		return nil, st.Version, view, nil
 	}
 	items, err := layout.ParseItems(data)
@@ -973,7 +937,7 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 		if it >= total {
 			continue
 		}
-		disabled, err := j.nodes.itemHas(ctx, layout.RelItem(it, layout.NDisabled))
+		disabled, err := j.nodes.ItemHas(ctx, layout.RelItem(it, layout.NDisabled))
 		if err != nil {
 			return nil, -1, nil, err
 		}
@@ -1108,7 +1072,7 @@ func (r *Run) KeepGoing() bool {
 			return false
 		}
 	}
-	return !cachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) && !j.cache.Has(layout.RelNecessary) && !cachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown))
+	return !jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) && !j.cache.Has(layout.RelNecessary) && !jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown))
 }
 
 // CheckOwnership is the fencing check for commits: it syncs with the store
@@ -1514,7 +1478,7 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
 	}
-	if err != nil || cachedFlag(j.cache, layout.RelServer(j.id, layout.NDisabled)) {
+	if err != nil || jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NDisabled)) {
 		return false, nil
 	}
 	mine, perr := layout.ParseItems(data)
@@ -1526,7 +1490,7 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 		if it >= cfg.ShardingTotalCount {
 			continue
 		}
-		if flagged, err := j.nodes.itemHas(ctx, layout.RelItem(it, layout.NMisfire)); err != nil {
+		if flagged, err := j.nodes.ItemHas(ctx, layout.RelItem(it, layout.NMisfire)); err != nil {
 			return false, err
 		} else if flagged {
 			ins = append(ins, txn.Intent{Kind: txn.DeleteIfPresent, Rel: layout.RelItem(it, layout.NMisfire)})

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -29,7 +30,7 @@ type failoverView struct {
 func (j *Job) layoutGuard(ctx context.Context) error {
 	var online []string
 	for _, s := range j.cache.Children(layout.NServers) {
-		if cachedServerState(j.cache, s).Online {
+		if jobnodes.CachedServerState(j.cache, s).Online {
 			online = append(online, s)
 		}
 	}

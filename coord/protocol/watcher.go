@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/treecache"
 	"github.com/shardflow/shardflow/internal/testsignal"
@@ -433,7 +434,7 @@ func (j *Job) react(ctx context.Context) {
 			j.emit(SignalTrigger)
 		}
 	}
-	if cachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown)) {
+	if jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown)) {
 		j.mu.Lock()
 		was := j.offline
 		j.offline = true
@@ -493,7 +494,7 @@ func (j *Job) reactConfig(ctx context.Context) {
 	if same || len(fields) == 0 {
 		return
 	}
-	cfg, err := j.nodes.decodeConfig(fields)
+	cfg, err := j.nodes.DecodeConfig(fields)
 	if err != nil {
 		j.log.Error("stored config is invalid; the job does not run until it is fixed", "err", err)
 		// Report first, then refuse runs: whoever sees ErrBadConfig from

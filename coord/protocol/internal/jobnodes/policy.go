@@ -1,4 +1,4 @@
-package protocol
+package jobnodes
 
 import (
 	"strings"
@@ -7,17 +7,17 @@ import (
 	"github.com/shardflow/shardflow/coord/treecache"
 )
 
-// jobRoots are the roots of a job's tree cache (what a resync loads).
-var jobRoots = []string{"", layout.NConfig, layout.NServers, layout.NExecution, layout.RelElection, layout.RelShardingDir, layout.RelFailoverQ}
+// Roots are the roots of a job's tree cache (what a resync loads).
+var Roots = []string{"", layout.NConfig, layout.NServers, layout.NExecution, layout.RelElection, layout.RelShardingDir, layout.RelFailoverQ}
 
-// jobWatchPolicy is the job's: config (one watch on the config node,
+// WatchPolicy is the job's: config (one watch on the config node,
 // whose data version every config writer bumps), servers and their sharding and
 // operator flags, the leader's election, flags and failover queue, and this
 // server's own items (ownRel, its sharding node; claimed, its failover
 // claims) with the item flags others may write.
-func jobWatchPolicy(ownRel string, claimed func(int) bool) treecache.Policy {
+func WatchPolicy(ownRel string, claimed func(int) bool) treecache.Policy {
 	return treecache.Policy{
-		Roots:         jobRoots,
+		Roots:         Roots,
 		Node:          jobNodeWatches,
 		Items:         layout.NExecution,
 		ItemFlags:     []string{layout.NFailover, layout.NDisabled},
@@ -71,9 +71,9 @@ func jobNodeWatches(rel string) (data, children bool) {
 	return false, false
 }
 
-// cachedFlag reports the flag node at rel (disabled, paused, shutdown), as
+// CachedFlag reports the flag node at rel (disabled, paused, shutdown), as
 // the cache has it, as on.
-func cachedFlag(c *treecache.Cache, rel string) bool {
+func CachedFlag(c *treecache.Cache, rel string) bool {
 	d, _, ok := c.Get(rel)
 	return ok && layout.FlagTrue(d)
 }

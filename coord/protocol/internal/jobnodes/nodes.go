@@ -1,0 +1,250 @@
+// Package jobnodes reads a job's nodes for the protocol: directly from the
+// store where a decision must not act on a lagging cache, or from the job's
+// tree cache, whose watch policy (policy.go) it also states; and it decodes
+// the job's stored config.
+package jobnodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
+	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/treecache"
+)
+
+// CachedServerState reads server s's state from the tree cache.
+func CachedServerState(c *treecache.Cache, s string) layout.ServerState {
+	return layout.ServerState{
+		Online:   c.Has(layout.RelServer(s, layout.NStatus)),
+		Disabled: CachedFlag(c, layout.RelServer(s, layout.NDisabled)),
+		Shutdown: CachedFlag(c, layout.RelServer(s, layout.NShutdown)),
+		Sharding: c.Has(layout.RelServer(s, layout.NSharding)),
+	}
+}
+
+// Nodes reads a job's nodes, directly from the store (where a
+// decision must not act on a lagging cache) or from its tree cache, and
+// decodes its stored config. It holds only what that needs: the store,
+// the job's paths, its name (for errors) and its cache.
+// Its fields never change: it is safe for concurrent use.
+type Nodes struct {
+	st    store.Store
+	p     layout.JobPaths
+	jname string
+	cache *treecache.Cache
+	// configDecodes counts DecodeConfig's calls: a join decodes only a
+	// stored config that wins over its own (join_config_test.go).
+	configDecodes atomic.Int64
+}
+
+// New returns the reader of job jname's nodes at p, over st and cache.
+func New(st store.Store, p layout.JobPaths, jname string, cache *treecache.Cache) *Nodes {
+	return &Nodes{st: st, p: p, jname: jname, cache: cache}
+}
+
+// ConfigDecodes is how many times DecodeConfig ran.
+func (nd *Nodes) ConfigDecodes() int64 { return nd.configDecodes.Load() }
+
+// LiveServers returns the live servers the tree cache shows, sorted.
+func (nd *Nodes) LiveServers() []string {
+	var live []string
+	for _, s := range nd.cache.Children(layout.NServers) {
+		if CachedServerState(nd.cache, s).Live() {
+			live = append(live, s)
+		}
+	}
+	return live
+}
+
+// ReadServers reads the server set directly (resharding must not act on
+// a lagging cache): every server, whether it has a sharding node, and the
+// live ones, sorted; and the membership version (touchMembership) as of
+// the listing, which every later change of the set or of a server's flags
+// bumps.
+func (nd *Nodes) ReadServers(ctx context.Context) (map[string]bool, []string, int32, error) {
+	names, st, err := nd.st.Children(ctx, nd.p.Abs(layout.NServers))
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NServers), err)
+	}
+	all := make(map[string]bool, len(names))
+	var live []string
+	for _, s := range names {
+		state, ok, err := layout.ReadServerState(ctx, nd.st, nd.p, s)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("coord: job %q: %w", nd.jname, err)
+		}
+		if !ok {
+			continue
+		}
+		all[s] = state.Sharding
+		if state.Live() {
+			live = append(live, s)
+		}
+	}
+	slices.Sort(live)
+	return all, live, st.Version, nil
+}
+
+// FailoverOn reports whether cfg allows failover: failover on, and
+// monitorExecution on (without live markers nothing tells a crash from a
+// run still going: docs/configuration.md, "What monitorExecution = false
+// gives up").
+func FailoverOn(cfg jobconfig.Config) bool { return cfg.Failover && cfg.MonitorsExecution() }
+
+// StoredFailoverOn reads the stored config directly (the config node's copy
+// of the fields, else the field nodes) and reports failoverOn for it, with
+// the config node's version it was read at (every edit bumps it in the
+// same transaction as its fields). A config that does not decode allows
+// nothing (the job stops on it anyway).
+func (nd *Nodes) StoredFailoverOn(ctx context.Context) (int32, bool, error) {
+	v, cfg, err := nd.StoredConfig(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	return v, FailoverOn(cfg), nil
+}
+
+// StoredConfig reads the stored config directly (see StoredFailoverOn),
+// with the config node's version it was read at. A config that does not
+// decode is the zero Config (failover off).
+func (nd *Nodes) StoredConfig(ctx context.Context) (int32, jobconfig.Config, error) {
+	data, st, err := nd.st.Get(ctx, nd.p.Abs(layout.NConfig))
+	if err != nil {
+		return 0, jobconfig.Config{}, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NConfig), err)
+	}
+	fields, ok := layout.ParseConfigCopy(data)
+	if !ok {
+		if fields, err = nd.ReadConfigFields(ctx); err != nil {
+			return 0, jobconfig.Config{}, err
+		}
+	}
+	cfg, err := nd.DecodeConfig(fields)
+	if err != nil {
+		return st.Version, jobconfig.Config{}, nil
+	}
+	return st.Version, cfg, nil
+}
+
+// CachedConfigFields returns the config fields the tree cache holds.
+func (nd *Nodes) CachedConfigFields() map[string]string {
+	fields := nd.cache.VersionedFields(layout.NConfig)
+	if fields == nil {
+		fields = map[string]string{}
+	}
+	return fields
+}
+
+// ReadConfigFields reads the config's field nodes directly, side by side.
+func (nd *Nodes) ReadConfigFields(ctx context.Context) (map[string]string, error) {
+	names, _, err := nd.st.Children(ctx, nd.p.Abs(layout.NConfig))
+	if err != nil {
+		return nil, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NConfig), err)
+	}
+	// The fields are read side by side: the store pipelines them on its
+	// session, so a join waits about one round trip for them, not one per
+	// field.
+	data := make([][]byte, len(names))
+	var g errgroup.Group
+	g.SetLimit(configReaders)
+	for i, n := range names {
+		g.Go(func() error {
+			d, _, err := nd.st.Get(ctx, nd.p.Config(n))
+			if errors.Is(err, store.ErrNoNode) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Config(n), err)
+			}
+			data[i] = d
+			if d == nil {
+				data[i] = []byte{}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	fields := make(map[string]string, len(names))
+	for i, n := range names {
+		if data[i] != nil {
+			fields[n] = string(data[i])
+		}
+	}
+	return fields, nil
+}
+
+// configReaders bounds the config field reads of one join in flight.
+const configReaders = 8
+
+// DecodeConfig decodes stored fields; errors wrap ErrBadConfig and name the node.
+func (nd *Nodes) DecodeConfig(fields map[string]string) (jobconfig.Config, error) {
+	nd.configDecodes.Add(1)
+	return layout.DecodeStoredConfig(nd.p, nd.jname, fields)
+}
+
+// ReadTotal reads the stored shardingTotalCount directly, with a check op on
+// its version for the reshard's Multi; def (and no check) when the node is
+// absent or unparsable (the config decoder reports those).
+func (nd *Nodes) ReadTotal(ctx context.Context, def int) (int, *txn.Intent, error) {
+	rel := layout.NConfig + "/" + jobconfig.FieldShardingTotalCount
+	data, st, err := nd.st.Get(ctx, nd.p.Abs(rel))
+	if errors.Is(err, store.ErrNoNode) {
+		return def, nil, nil
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(rel), err)
+	}
+	n, perr := strconv.Atoi(strings.TrimSpace(string(data)))
+	if perr != nil || n < 1 {
+		return def, nil, nil
+	}
+	return n, &txn.Intent{Kind: txn.Check, Rel: rel, Version: st.Version}, nil
+}
+
+// FailoverDir is a Begin's read of the failover directory
+// (leader/failover/items): the items queued for failover and the
+// directory's data version, which every failover writer bumps.
+type FailoverDir struct {
+	Queued map[int]bool
+	// Claims are the items with a claim record (claimrecord.go).
+	Claims  map[int]bool
+	Version int32
+}
+
+// ReadFailoverDir lists the failover directory with its Stat (one read).
+func (nd *Nodes) ReadFailoverDir(ctx context.Context) (FailoverDir, error) {
+	names, st, err := nd.st.Children(ctx, nd.p.Abs(layout.RelFailoverQ))
+	if errors.Is(err, store.ErrNoNode) {
+		return FailoverDir{Version: -1}, nil
+	}
+	if err != nil {
+		return FailoverDir{}, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.RelFailoverQ), err)
+	}
+	l := layout.ParseFailoverDir(names)
+	return FailoverDir{Queued: l.Queued, Claims: l.Claims, Version: st.Version}, nil
+}
+
+// ItemHas reports whether an execution node exists: from the cache when
+// the item is loaded there, else by a direct read (only right after the
+// item became this server's).
+func (nd *Nodes) ItemHas(ctx context.Context, rel string) (bool, error) {
+	if nd.cache.Known(rel) {
+		return nd.cache.Has(rel), nil
+	}
+	ok, _, err := nd.st.Exists(ctx, nd.p.Abs(rel))
+	if err != nil {
+		return false, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(rel), err)
+	}
+	return ok, nil
+}
