@@ -172,6 +172,7 @@ func buildConsole(o consoleOptions) (*consoleServer, http.Handler) {
 	mux.HandleFunc("GET /api/status", cs.apiStatus)
 	mux.HandleFunc("POST /api/jobs/{job}/{action}", cs.requireAuth(cs.apiAction))
 	cs.routeAPI(mux)
+	cs.routeWorkflows(mux)
 	// Cross-origin state-changing requests (a web page the operator opens
 	// posting here) are refused with 403 before any handler runs.
 	// A request under a host name not ours (DNS rebinding) is refused
@@ -311,7 +312,7 @@ func (cs *consoleServer) perform(r *http.Request, action string) error {
 func errorStatus(err error) int {
 	var ue cli.UsageError
 	switch {
-	case errors.Is(err, coord.ErrNoJob), errors.Is(err, coord.ErrNoServer):
+	case errors.Is(err, coord.ErrNoJob), errors.Is(err, coord.ErrNoServer), errors.Is(err, coord.ErrNoWorkflowRun):
 		return http.StatusNotFound
 	case errors.As(err, &ue), errors.Is(err, coord.ErrNoItem), errors.Is(err, jobconfig.ErrInvalid):
 		return http.StatusBadRequest

@@ -82,6 +82,10 @@ func writeAPIErr(w http.ResponseWriter, err error) {
 		field = "value"
 	case errors.Is(err, coord.ErrBadConfig):
 		field = "config"
+	case errors.Is(err, coord.ErrNoWorkflowRun):
+		field = "run"
+	case workflowRefusal(err):
+		code, field = http.StatusConflict, "run"
 	}
 	var fieldErr apiFieldError
 	if errors.As(err, &fieldErr) {
@@ -289,27 +293,8 @@ func (cs *consoleServer) apiJobAction(w http.ResponseWriter, r *http.Request) {
 // known fields, an action from apiActions with the fields it takes.
 func decodeAction(w http.ResponseWriter, r *http.Request) (apiActionRequest, error) {
 	var req apiActionRequest
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		return req, badField("Content-Type", "send the action as JSON with Content-Type: application/json, got %q", r.Header.Get("Content-Type"))
-	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxActionBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		var tooBig *http.MaxBytesError
-		var typeErr *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &tooBig):
-			return req, badField("body", "the body exceeds %d bytes", maxActionBody)
-		case errors.As(err, &typeErr):
-			return req, badField(typeErr.Field, "%s must be a JSON %s, got %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-			return req, badField(name, "unknown field %q; an action takes action, server, item, field and value", name)
-		}
-		return req, badField("body", "the body is not one JSON object: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return req, badField("body", "the body holds more than one JSON value")
+	if err := decodeJSONBody(w, r, &req, "action, server, item, field and value"); err != nil {
+		return req, err
 	}
 	if !slices.Contains(apiActions, req.Action) {
 		return req, badField("action", "action %q is not one of %s", req.Action, strings.Join(apiActions, ", "))
@@ -333,6 +318,34 @@ func decodeAction(w http.ResponseWriter, r *http.Request) (apiActionRequest, err
 		return req, badField("field", "field and value apply only to the config action")
 	}
 	return req, nil
+}
+
+// decodeJSONBody reads an action request's body into v: JSON, one object
+// of v's fields (named in fields, for the error), at most maxActionBody.
+func decodeJSONBody(w http.ResponseWriter, r *http.Request, v any, fields string) error {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return badField("Content-Type", "send the action as JSON with Content-Type: application/json, got %q", r.Header.Get("Content-Type"))
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxActionBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		var typeErr *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &tooBig):
+			return badField("body", "the body exceeds %d bytes", maxActionBody)
+		case errors.As(err, &typeErr):
+			return badField(typeErr.Field, "%s must be a JSON %s, got %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+			return badField(name, "unknown field %q; an action takes %s", name, fields)
+		}
+		return badField("body", "the body is not one JSON object: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badField("body", "the body holds more than one JSON value")
+	}
+	return nil
 }
 
 // jsonKind names a Go kind as JSON does.

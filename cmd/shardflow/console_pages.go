@@ -13,6 +13,7 @@ import (
 	"github.com/shardflow/shardflow/cmd/shardflow/internal/cli"
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/workflow"
 )
 
 //go:embed templates/*.html
@@ -25,6 +26,8 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"what":    describeAction,
 	"pathesc": url.PathEscape,
 	"actArgs": actArgs,
+	"millis":  fromMillis,
+	"wfArgs":  wfArgs,
 }).ParseFS(templateFS, "templates/*.html"))
 
 // layoutStyleHash is the CSP source of the layout's one <style> element
@@ -57,6 +60,15 @@ func timeOf(v any) (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// fromMillis is a workflow step's Unix milliseconds as a time (zero for
+// none).
+func fromMillis(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
 // fmtWhen shows a time with its date and zone (the console's zone).
 func fmtWhen(v any) string {
 	t, ok := timeOf(v)
@@ -87,6 +99,17 @@ type actButton struct {
 // actArgs builds an actButton in a template; item < 0 means none.
 func actArgs(job, action, server string, item int, label, confirm string) actButton {
 	return actButton{Job: job, Action: action, Server: server, Item: item, HasItem: item >= 0, Label: label, Confirm: confirm}
+}
+
+// wfButton is one action button of a workflow run's page: a form posting
+// to /workflows/{run}/act, with a "sure" checkbox when Confirm is set.
+type wfButton struct {
+	Run, Action, Job, Label, Confirm string
+}
+
+// wfArgs builds a wfButton in a template.
+func wfArgs(run, action, job, label, confirm string) wfButton {
+	return wfButton{Run: run, Action: action, Job: job, Label: label, Confirm: confirm}
 }
 
 // JobSummary is one job's line in the overview and the head of its page.
@@ -188,6 +211,9 @@ type jobView struct {
 	Config                                      []configRow
 	History                                     template.HTML
 	HistoryError                                string
+	// Workflow are the job's steps in its last workflow runs.
+	Workflow      []workflow.Step
+	WorkflowError string
 }
 
 type configRow struct{ Name, Value string }
@@ -208,6 +234,11 @@ var doneMessages = map[string]string{
 	"remove":      "removed",
 	"config":      "config saved",
 	"job-removed": "job removed",
+	// The workflow page's (it shows what the action started or stopped).
+	"wf-skip":         "step skipped: it counts as succeeded for the steps after it",
+	"wf-mark-success": "step marked succeeded",
+	"wf-rerun":        "the step runs again, with every step after it",
+	"wf-cancel":       "workflow run cancelled: no item or step of it starts",
 }
 
 // renderJob renders a job page with a message or an error (code).
@@ -235,6 +266,9 @@ func (cs *consoleServer) renderJob(w http.ResponseWriter, r *http.Request, job, 
 			continue // meaningful only in a program's local config
 		}
 		v.Config = append(v.Config, configRow{Name: name, Value: js.Config[name]})
+	}
+	if v.Workflow, err = cs.admin.JobWorkflowSteps(r.Context(), job, 10); err != nil {
+		v.WorkflowError = "workflow runs: " + err.Error()
 	}
 	if cs.history != nil {
 		h, herr := cs.history(r.Context(), job)
