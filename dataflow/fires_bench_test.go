@@ -9,11 +9,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/robfig/cron/v3"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/integration"
@@ -33,7 +36,14 @@ import (
 // scheduled time to BeforeRun, with the load average before and after.
 // SHARDFLOW_FIRES_ZK_HEAP (default 1g) is the ZooKeeper's heap;
 // SHARDFLOW_FIRES_STORE=pg runs the workers on a Postgres container
-// (coord/pgstore) instead. It asserts
+// (coord/pgstore) instead. SHARDFLOW_FIRES_COMPARE=1 measures twice in
+// one run, side by side: first with every Multi a request of its own
+// (fireworker --group-commit=false: zkstore.Config.NoGroupCommit), then
+// with group commit (the default); each FIRES line names its variant.
+// SHARDFLOW_FIRES_PROFILE=dir has each worker write a CPU profile there.
+// Each worker's "stopped" line gives the store requests of its running
+// phase: reads, multis (and their ops), and the combined multis sent for
+// them on ZooKeeper (batches). It asserts
 // outcomes only: every worker stops cleanly, no tick runs twice. Skipped
 // unless SHARDFLOW_FIRES_JOBS is set.
 func TestFires(t *testing.T) {
@@ -64,6 +74,25 @@ func TestFires(t *testing.T) {
 
 	storeArgs, where := fireStore(t, storeKind, heap)
 	bin := integration.BuildBinary(t, "./internal/fireworker")
+	variants := []string{"group-commit"}
+	if os.Getenv("SHARDFLOW_FIRES_COMPARE") == "1" {
+		// Side by side in one run: each request on its own first.
+		variants = []string{"no-group-commit", "group-commit"}
+	}
+	for _, v := range variants {
+		args := slices.Clone(storeArgs)
+		if v == "no-group-commit" {
+			args = append(args, "--group-commit=false")
+		}
+		vlogf := func(format string, a ...any) { logf("variant=%s "+format, append([]any{v}, a...)...) }
+		measureFires(t, bin, args, where, vlogf, sched, jobs, servers, seconds, warmup, grace, spec)
+	}
+}
+
+// measureFires is one measurement of TestFires: the workers started on
+// the store of args, the window, the stop and the FIRES line.
+func measureFires(t *testing.T, bin string, storeArgs []string, where string, logf func(string, ...any),
+	sched cron.Schedule, jobs, servers, seconds int, warmup, grace time.Duration, spec string) {
 	dir := t.TempDir()
 	ns := fmt.Sprintf("fires%d", time.Now().UnixNano())
 	loadStart := loadAverage()
@@ -75,10 +104,13 @@ func TestFires(t *testing.T) {
 	for i := range procs {
 		id := fmt.Sprintf("s%d", i+1)
 		outs[i] = filepath.Join(dir, id+".runs")
-		procs[i] = integration.StartProcess(t, bin, append(storeArgs,
+		args := append(slices.Clone(storeArgs),
 			"--namespace", ns, "--server-id", id,
-			"--jobs", strconv.Itoa(jobs), "--total", strconv.Itoa(servers), "--cron", spec, "--out", outs[i],
-		), nil)
+			"--jobs", strconv.Itoa(jobs), "--total", strconv.Itoa(servers), "--cron", spec, "--out", outs[i])
+		if pd := os.Getenv("SHARDFLOW_FIRES_PROFILE"); pd != "" {
+			args = append(args, "--cpuprofile", filepath.Join(pd, fmt.Sprintf("%s-%s.pprof", ns, id)))
+		}
+		procs[i] = integration.StartProcess(t, bin, args, nil)
 	}
 	for i, p := range procs {
 		line := p.RequireLine(t, `^(ready|error)`, 15*time.Minute)

@@ -37,13 +37,15 @@ type Backend interface {
 	SkewServerClock(t testing.TB, d time.Duration)
 }
 
-// Mem is a Backend on one memstore.Server.
+// Mem is a Backend on one memstore.Server. Its sessions commit their Multis
+// through a group committer (memstore.WithGroupCommit), as zkstore does by
+// default, so that the protocol tests and the simulation cover that path.
 func Mem() Backend { return &memBackend{srv: memstore.NewServer()} }
 
 type memBackend struct{ srv *memstore.Server }
 
 func (b *memBackend) Connect(t testing.TB) store.Store {
-	s := b.srv.Connect()
+	s := b.srv.Connect(memstore.WithGroupCommit())
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }

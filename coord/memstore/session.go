@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/store/groupcommit"
 )
 
 // DefaultSessionTimeout is the session timeout when WithSessionTimeout is not given.
@@ -27,6 +28,16 @@ func WithSessionTimeout(d time.Duration) SessionOption {
 	}
 }
 
+// WithGroupCommit sends the session's Multis through a group committer
+// (coord/store/groupcommit), as zkstore does by default: Multis made at the
+// same time are applied together in combined transactions, requests of one
+// job never in one. With it, Multi may wait for the combined transaction
+// before it; the tests and the simulation (coord/coordtest) use it so that
+// they cover the batched path.
+func WithGroupCommit() SessionOption {
+	return func(s *Session) { s.groupCommit = true }
+}
+
 // Session is one session on a Server and implements store.Store. Like a
 // ZooKeeper client handle it outlives its session: after an expiry it gets a
 // new session id and keeps working (StateConnected), while the old session's
@@ -39,6 +50,9 @@ func WithSessionTimeout(d time.Duration) SessionOption {
 type Session struct {
 	srv     *Server
 	timeout time.Duration
+	// groupCommit: WithGroupCommit; commits is its committer.
+	groupCommit bool
+	commits     *groupcommit.Committer
 
 	// Fields below are guarded by srv.mu.
 	id           int64
@@ -68,6 +82,13 @@ func (s *Server) Connect(opts ...SessionOption) *Session {
 	}
 	for _, o := range opts {
 		o(sess)
+	}
+	if sess.groupCommit {
+		limit := s.maxRequest
+		if limit <= 0 {
+			limit = store.DefaultRequestLimit
+		}
+		sess.commits = groupcommit.NewCommitter(sess.multi, limit)
 	}
 	s.mu.Lock()
 	s.openLocked(sess)
@@ -166,6 +187,9 @@ func (sess *Session) Close() error {
 	sess.notifyLocked()
 	s.mu.Unlock()
 	sess.timers.Wait()
+	if sess.commits != nil {
+		sess.commits.Wait() // its batch in flight ended with ErrClosed
+	}
 	return nil
 }
 
@@ -465,6 +489,14 @@ func (sess *Session) MaxRequestBytes() int { return sess.srv.maxRequest }
 // error is then a *store.MultiError naming the first failing operation.
 // Watches fire only when it commits. An empty Multi succeeds.
 func (sess *Session) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+	if sess.commits != nil {
+		return sess.commits.Multi(ctx, ops...)
+	}
+	return sess.multi(ctx, ops...)
+}
+
+// multi applies ops in one transaction.
+func (sess *Session) multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
 	if err := sess.enter(ctx, "multi", ""); err != nil {
 		return nil, err
 	}

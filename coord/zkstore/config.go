@@ -87,6 +87,12 @@ type Config struct {
 	OperatorDigest string
 	WorkerDigest   string
 
+	// NoGroupCommit sends every Multi as a request of its own. By default
+	// the Multis made at the same time (many jobs firing in one instant)
+	// are committed in a few combined requests (coord/store/groupcommit),
+	// each caller getting its own outcome.
+	NoGroupCommit bool
+
 	// Logger receives state transitions (Info/Warn) and the ZooKeeper
 	// client's own messages (Debug). Default slog.Default().
 	Logger *slog.Logger

@@ -10,6 +10,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/store/groupcommit"
 )
 
 // full maps a store path to the ZooKeeper path under Root.
@@ -326,7 +327,31 @@ func (s *Store) Sync(ctx context.Context, path string) error {
 // that failed (not the ones ZooKeeper reports as rolled back), unwrapping to
 // its store sentinel. A connection problem returns a plain error
 // (ErrConnectionLoss: the outcome is unknown). An empty Multi is a no-op.
+//
+// Multis made at the same time on this session are committed together in
+// a few combined requests (coord/store/groupcommit), unless
+// Config.NoGroupCommit: requests of one job never share one, and each
+// caller gets its own outcome as above.
 func (s *Store) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+	if s.commits != nil {
+		return s.commits.Multi(ctx, ops...)
+	}
+	return s.multi(ctx, ops...)
+}
+
+// GroupCommitStats returns st's group committer's counters (zero with
+// Config.NoGroupCommit): how many Multis it was given and in how many
+// requests it sent them. A function, not a method: zkstore.Store is at
+// its method budget (TestLayerLimits).
+func GroupCommitStats(st *Store) groupcommit.Stats {
+	if st.commits == nil {
+		return groupcommit.Stats{}
+	}
+	return st.commits.Stats()
+}
+
+// multi sends ops as one ZooKeeper multi request.
+func (s *Store) multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/store/groupcommit"
 	"github.com/shardflow/shardflow/internal/startstop"
 )
 
@@ -46,6 +47,9 @@ type Store struct {
 	wake  chan struct{} // capacity 1: queue is non-empty
 
 	session startstop.BaseStartStop // the session goroutine (loop)
+
+	// commits coalesces concurrent Multis (nil with Config.NoGroupCommit).
+	commits *groupcommit.Committer
 }
 
 var _ store.Store = (*Store)(nil)
@@ -88,6 +92,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		wake:    make(chan struct{}, 1),
 	}
 	s.sess = store.Session{State: store.StateConnecting, Timeout: cfg.SessionTimeout}
+	if !cfg.NoGroupCommit {
+		s.commits = groupcommit.NewCommitter(s.multi, store.DefaultRequestLimit)
+	}
 
 	c, err := s.newClient(1)
 	if err != nil {
@@ -392,6 +399,9 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	c.shutdown(st == store.StateConnected)
 	s.calls.Wait()
+	if s.commits != nil {
+		s.commits.Wait() // its batch in flight ended with ErrClosed
+	}
 	s.bg.Wait()
 	s.watches.closeAll(store.ErrClosed)
 

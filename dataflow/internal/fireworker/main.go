@@ -7,8 +7,13 @@
 // It prints "ready jobs=N add=S" once every job is added and the Node
 // runs. On SIGTERM it stops the Node gracefully, writes one line per run to
 // --out ("job reason started_unix_ns before_run_unix_ns", reason as
-// dataflow.Reason's number), prints "stopped runs=R errors=E" and exits 0.
-// A failure to start prints "error: ..." and exits 1.
+// dataflow.Reason's number), prints "stopped runs=R errors=E" and the
+// store requests the Node made ("reads=... multis=... ops=..." after
+// "ready", counted by internal/storecount; on ZooKeeper "batches=..." too:
+// the combined multis sent for them) and exits 0. --group-commit=false
+// opens ZooKeeper with zkstore.Config.NoGroupCommit (a request per Multi);
+// --cpuprofile writes a CPU profile from "ready" to the stop. A failure to
+// start prints "error: ..." and exits 1.
 //
 // Usage:
 //
@@ -26,6 +31,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +42,7 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 func main() {
@@ -50,9 +57,10 @@ func main() {
 
 type options struct {
 	store, zk, pg, namespace, serverID string
-	cron, out                          string
+	cron, out, cpuProfile              string
 	jobs, total, adders                int
 	sessionTimeout, stopTimeout        time.Duration
+	groupCommit                        bool
 }
 
 func parseFlags() (options, error) {
@@ -69,6 +77,8 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.adders, "adders", 32, "goroutines calling AddJob")
 	flag.DurationVar(&o.sessionTimeout, "session-timeout", 10*time.Second, "ZooKeeper session timeout")
 	flag.DurationVar(&o.stopTimeout, "stop-timeout", time.Minute, "bound of the graceful stop on SIGTERM")
+	flag.BoolVar(&o.groupCommit, "group-commit", true, "ZooKeeper: commit concurrent Multis together (false: zkstore.Config.NoGroupCommit)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile from ready to the stop to this file")
 	flag.Parse()
 	switch {
 	case o.store != "zk" && o.store != "pg":
@@ -136,11 +146,12 @@ func run(ctx context.Context) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("server", o.serverID)
-	st, err := openStore(ctx, o, logger)
+	raw, err := openStore(ctx, o, logger)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = st.Close() }()
+	defer func() { _ = raw.Close() }()
+	st := storecount.New(raw)
 
 	var errCount atomic.Int64
 	node, err := dataflow.NewNode(dataflow.NodeConfig{
@@ -164,8 +175,22 @@ func run(ctx context.Context) error {
 		return err
 	}
 	fmt.Printf("ready jobs=%d add=%.2f\n", o.jobs, time.Since(start).Seconds())
+	counts, batches := st.Counts(), groupBatches(raw)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		defer pprof.StopCPUProfile()
+	}
 
 	<-ctx.Done()
+	// The requests of the running phase, before the stop's own.
+	counts, batches = st.Counts().Sub(counts), groupBatches(raw)-batches
 	stopCtx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
 	defer cancel()
 	if err := node.Stop(stopCtx); err != nil {
@@ -177,8 +202,18 @@ func run(ctx context.Context) error {
 	if err := writeRuns(o.out, runs); err != nil {
 		return err
 	}
-	fmt.Printf("stopped runs=%d errors=%d\n", len(runs), errCount.Load())
+	fmt.Printf("stopped runs=%d errors=%d reads=%d multis=%d ops=%d batches=%d\n", len(runs), errCount.Load(),
+		counts.Reads, counts.Multis, counts.MultiOps, batches)
 	return nil
+}
+
+// groupBatches is the number of combined multis a ZooKeeper store sent
+// (zkstore.GroupCommitStats), -1 on other stores.
+func groupBatches(st store.Store) int64 {
+	if z, ok := st.(*zkstore.Store); ok {
+		return zkstore.GroupCommitStats(z).Batches
+	}
+	return -1
 }
 
 // openStore opens the session of --store.
@@ -190,7 +225,8 @@ func openStore(ctx context.Context, o options, logger *slog.Logger) (store.Store
 		}
 		return st, nil
 	}
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(o.zk, ","), SessionTimeout: o.sessionTimeout, Logger: logger})
+	st, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(o.zk, ","), SessionTimeout: o.sessionTimeout, Logger: logger,
+		NoGroupCommit: !o.groupCommit})
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper %s: %w", o.zk, err)
 	}
