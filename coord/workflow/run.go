@@ -238,11 +238,22 @@ type Assignment struct {
 // an item cut by a crash (its failover run, or its owner's next run)
 // serves the workflow run the cut run served, since the item is not
 // completed there and that run is the oldest its items owe.
-func (s *Steps) Pick(ctx context.Context, items []int, dependsOn []string, first bool, total int) (Assignment, error) {
+func (s *Steps) Pick(ctx context.Context, items []int, dependsOn []string, first bool, total int) (a Assignment, err error) {
 	if len(items) == 0 {
 		return Assignment{}, nil
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
+		// The run counter is read before the open runs: the start below
+		// is fenced by its version, so a workflow run started by another
+		// server after the list was read fails it, and this Pick plans
+		// again and serves that run (read after the list, the counter
+		// would let it start the next one beside it).
+		var seq counter
+		if first && len(dependsOn) == 0 {
+			if seq, err = s.readSeq(ctx); err != nil {
+				return Assignment{}, err
+			}
+		}
 		open, err := s.Open(ctx)
 		if err != nil {
 			return Assignment{}, err
@@ -275,7 +286,7 @@ func (s *Steps) Pick(ctx context.Context, items []int, dependsOn []string, first
 		if len(dependsOn) > 0 || !first {
 			return Assignment{}, nil
 		}
-		run, err := s.start(ctx, total)
+		run, err := s.start(ctx, seq, total)
 		if errors.Is(err, errReplan) {
 			continue
 		}
@@ -303,13 +314,34 @@ func (s *Steps) First(ctx context.Context, dependsOn []string) (bool, error) {
 	return len(ds) > 0, err
 }
 
-// start starts the job's next workflow run: its step running with total
-// items, every job after it pending, in one transaction fenced by the
-// run counter (errReplan: another server started it first).
-func (s *Steps) start(ctx context.Context, total int) (string, error) {
-	seqPath := s.path(nSeq)
-	data, stat, err := s.st.Get(ctx, seqPath)
+// counter is the first job's run counter as read: the number of its last
+// workflow run and the node's version (exists false: not created yet).
+type counter struct {
+	last    int64
+	version int32
+	exists  bool
+}
+
+// readSeq reads the job's run counter.
+func (s *Steps) readSeq(ctx context.Context) (counter, error) {
+	data, stat, err := s.st.Get(ctx, s.path(nSeq))
 	if errors.Is(err, store.ErrNoNode) {
+		return counter{}, nil
+	}
+	if err != nil {
+		return counter{}, fmt.Errorf("workflow: read %s: %w", s.path(nSeq), err)
+	}
+	last, _ := strconv.ParseInt(string(data), 10, 64)
+	return counter{last: last, version: stat.Version, exists: true}, nil
+}
+
+// start starts the job's next workflow run after seq (the counter as its
+// caller read it): its step running with total items, every job after it
+// pending, in one transaction fenced by the counter's version (errReplan:
+// another server started one since seq was read).
+func (s *Steps) start(ctx context.Context, seq counter, total int) (string, error) {
+	seqPath := s.path(nSeq)
+	if !seq.exists {
 		if err := store.CreateAll(ctx, s.st, store.Parent(seqPath)); err != nil {
 			return "", fmt.Errorf("workflow: create %s: %w", store.Parent(seqPath), err)
 		}
@@ -318,10 +350,7 @@ func (s *Steps) start(ctx context.Context, total int) (string, error) {
 		}
 		return "", errReplan
 	}
-	if err != nil {
-		return "", fmt.Errorf("workflow: read %s: %w", seqPath, err)
-	}
-	last, _ := strconv.ParseInt(string(data), 10, 64)
+	last := seq.last
 	run := RunID(s.job, last+1)
 
 	// Every job after this one, each with its dependsOn and policy now.
@@ -357,7 +386,7 @@ func (s *Steps) start(ctx context.Context, total int) (string, error) {
 	}
 	now := s.now()
 	ops := []store.Op{
-		&store.SetOp{Path: seqPath, Data: []byte(strconv.FormatInt(last+1, 10)), Version: stat.Version},
+		&store.SetOp{Path: seqPath, Data: []byte(strconv.FormatInt(last+1, 10)), Version: seq.version},
 		&store.CreateOp{Path: stepPath(s.ns, s.job, run), Data: encode(Step{Run: run, Job: s.job, State: StateRunning, Total: total, Jobs: jobs, Created: now, Started: now})},
 		&store.CreateOp{Path: store.Join(stepPath(s.ns, s.job, run), nItems)},
 		&store.CreateOp{Path: s.path(nOpen, run)},
