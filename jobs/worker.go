@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/startstop"
@@ -52,7 +53,10 @@ type WorkerConfig struct {
 // namespace, and a removed one is dropped. A job whose command or URL the
 // allow-lists do not permit, or whose stored config is invalid, is not
 // joined, and the refusal is recorded in the job's status; it is looked at
-// again only when the job is removed and added again.
+// again only when the job is removed and added again. A join refused
+// because this server id is registered by another live session (this
+// worker's previous incarnation, killed and restarted before its session
+// expired) is tried again every retryDelay.
 //
 // A job an operator shut down on this server (`shardflow shutdown`) stays
 // off until the job is removed and added again or the worker restarts;
@@ -74,6 +78,7 @@ type Worker struct {
 	known   map[string]int64 // job name -> Czxid of its node when last considered
 	hosted  map[string]bool  // jobs this worker added to the Node
 	changed chan struct{}    // closed and replaced after every pass over the namespace
+	rejoin  bool             // a join was refused for a live server id: pass again after retryDelay
 }
 
 // NewWorker returns a Worker for n. It checks the allow-lists and starts
@@ -152,7 +157,7 @@ func (w *Worker) loop(ctx context.Context) {
 		w.changed = make(chan struct{})
 		w.mu.Unlock()
 		if err != nil {
-			if ctx.Err() == nil {
+			if ctx.Err() == nil && !errors.Is(err, errRejoin) {
 				w.logger.Warn("jobs: watching the namespace; retrying", "namespace", w.n.Namespace(), "err", err)
 			}
 			t := time.NewTimer(retryDelay)
@@ -221,8 +226,19 @@ func (w *Worker) pass(ctx context.Context) (<-chan store.Event, error) {
 	for _, name := range gone {
 		w.drop(ctx, name)
 	}
+	w.mu.Lock()
+	rejoin := w.rejoin
+	w.rejoin = false
+	w.mu.Unlock()
+	if rejoin {
+		return nil, errRejoin
+	}
 	return ch, nil
 }
+
+// errRejoin: a pass left a job to join again (its server id was still
+// registered by a live session); the loop passes again after retryDelay.
+var errRejoin = errors.New("jobs: a stored job's server id is held by another session; joining it again")
 
 // consider joins a newly seen job if it is a stored job this worker may
 // run, and records a refusal otherwise.
@@ -248,6 +264,17 @@ func (w *Worker) consider(ctx context.Context, name string) {
 	}
 	cfg.Overwrite = false // the stored config is the job
 	if err := dataflow.AddSimpleJob(ctx, w.n, cfg, w.run.run, w.cfg.JobOptions...); err != nil {
+		if errors.Is(err, protocol.ErrServerIDInUse) {
+			// Most likely this worker's previous incarnation, killed
+			// and restarted at once: its session outlived the join's
+			// wait (a store expires sessions a little after their
+			// timeout). Join again at the next pass, until it is gone
+			// or an operator sees the refusal and fixes a duplicate.
+			w.mu.Lock()
+			delete(w.known, name)
+			w.rejoin = true
+			w.mu.Unlock()
+		}
 		w.logger.Error("jobs: adding a stored job", "job", name, "err", err)
 		w.run.setRefused(ctx, name, err.Error())
 		return

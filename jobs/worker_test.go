@@ -330,3 +330,63 @@ func TestWorkerLifecycle(t *testing.T) {
 		t.Fatalf("Start after Stop = %v, running %v; want nil, not running", err, w.life.Running())
 	}
 }
+
+// TestWorkerRejoinsAfterPreviousIncarnation: a worker restarted under the
+// same server id while its previous incarnation's session still lives
+// (killed, not yet expired: the store expires it a little after its
+// timeout) is refused the join at first, and joins once that session is
+// gone. Before, the refusal stuck until the job was removed and added
+// again: `shardflow serve` killed and restarted at once ran none of its
+// stored jobs.
+func TestWorkerRejoinsAfterPreviousIncarnation(t *testing.T) {
+	srv := memstore.NewServer()
+	admSess := srv.Connect()
+	t.Cleanup(func() { _ = admSess.Close() })
+	admin := coord.NewAdmin(admSess, "rejoin")
+	if err := admin.CreateJob(t.Context(), jobconfig.Config{JobName: "j", ShardingTotalCount: 2, JobType: jobconfig.JobTypeScript,
+		Script: jobconfig.ScriptSettings{CommandLine: "/bin/true"}}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(sess *memstore.Session) *Worker {
+		t.Helper()
+		n, err := dataflow.NewNode(dataflow.NodeConfig{Store: sess, Namespace: "rejoin", ServerID: "w0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := NewWorker(n, WorkerConfig{AllowCommands: []string{"/bin/true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			_ = w.Stop(ctx)
+			_ = n.Stop(ctx)
+			_ = sess.Close()
+		})
+		return w
+	}
+	// The previous incarnation: its session outlives the new one's wait.
+	old := srv.Connect(memstore.WithSessionTimeout(time.Hour))
+	oldWorker := start(old)
+	testwait.For(t, wait, "the first incarnation to run j", func() bool { return slices.Contains(oldWorker.Jobs(), "j") })
+	old.Disconnect() // killed: its session lingers
+
+	w := start(srv.Connect(memstore.WithSessionTimeout(200 * time.Millisecond)))
+	testwait.For(t, wait, "the restarted worker's join refused while the old session lives", func() bool {
+		st, err := admin.Status(t.Context(), "j")
+		return err == nil && len(st.Refused) == 1 && strings.Contains(st.Refused[0].Reason, "server id already registered")
+	})
+	old.Expire()
+	testwait.For(t, wait, "the restarted worker to run j", func() bool { return slices.Contains(w.Jobs(), "j") })
+	testwait.For(t, wait, "its refusal cleared", func() bool {
+		st, err := admin.Status(t.Context(), "j")
+		return err == nil && len(st.Refused) == 0
+	})
+}
