@@ -77,7 +77,12 @@ func startPGContainer(t testing.TB, image string, shared bool) (*Postgres, error
 				"POSTGRES_PASSWORD": postgresPassword,
 				"POSTGRES_DB":       postgresDB,
 			}),
-			testcontainers.WithCmd("postgres", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200"),
+			// max_connections: make sim STORE=pg runs 10 schedules at once
+			// of up to 8 servers, each a pgstore with a listening connection
+			// and a pool of 2, beside an admin session: up to about 270
+			// (200 refused "too many clients" in 2 of 20 replays of a
+			// 6-server seed, REPEAT=20).
+			testcontainers.WithCmd("postgres", "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=400"),
 			testcontainers.WithExposedPorts("5432/tcp"),
 			testcontainers.WithLabels(map[string]string{containerLabel: "true"}),
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
