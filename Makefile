@@ -146,9 +146,12 @@ screenshots: ## regenerate the console screenshots in docs/ (headless chromium, 
 	SHARDFLOW_SCREENSHOTS=$(CURDIR)/docs SHARDFLOW_REQUIRE_DOCKER=1 $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./cmd/shardflow
 
 .PHONY: bench-scale
-bench-scale: ## a 10,000-item job over 3 servers on real ZooKeeper: reshard, run, status, crash, failover (SCALE_ITEMS to change)
+bench-scale: ## a 10,000-item job over 3 servers on real ZooKeeper: reshard, run, status, crash, failover (SCALE_ITEMS to change; STORE=pg: coord/pgstore on Postgres; STORE=zk,pg: both, one after the other in one run)
 	uptime
-	$(TEST_ENV) SHARDFLOW_SCALE_ITEMS=$${SCALE_ITEMS:-10000} $(GO) test -count=1 -timeout 20m -run TestScaleZooKeeper -v ./coord/protocol/ | grep -E 'SCALE|^(---|ok|FAIL)|_test.go'
+	@set -o pipefail; case "$${STORE:-zk}" in zk) run=ZooKeeper ;; pg) run=Postgres ;; zk,pg|pg,zk) run='(ZooKeeper|Postgres)' ;; \
+		*) echo "bench-scale: STORE=$$STORE: want zk, pg or zk,pg"; exit 2 ;; esac; \
+	$(TEST_ENV) SHARDFLOW_SCALE_ITEMS=$${SCALE_ITEMS:-10000} $(GO) test -count=1 -timeout 40m -run "^TestScale$$run\$$" -v ./coord/protocol/ | grep -E 'SCALE|^(---|ok|FAIL)|_test.go'
+	uptime
 
 .PHONY: bench-failover
 bench-failover: ## failover latency after SIGKILL, busy and idle survivors, 10 kills each (FAILOVER_KILLS to change; RACE=-race for the race build)

@@ -34,14 +34,40 @@ import (
 // in one run, every item completed, the killed server's items queued).
 // Skipped unless SHARDFLOW_SCALE_ITEMS is set.
 func TestScaleZooKeeper(t *testing.T) {
+	n := scaleItems(t)
+	zk := integration.SharedZooKeeper(t)
+	b := coordtest.ZooKeeper(t, coordtest.ZooKeeperConfig{Server: zk.Servers()[0]})
+	root := b.(interface{ Root() string }).Root()
+	runScale(t, b, n, "zk", []string{"--zk", zk.Servers()[0], "--root", root,
+		"--session-timeout", coordtest.DefaultZooKeeperSessionTimeout.String()})
+}
+
+// TestScalePostgres is TestScaleZooKeeper on coord/pgstore (one Postgres
+// container, the sessions' timeout ZooKeeper's): `make bench-scale
+// STORE=pg`, or STORE=zk,pg for both side by side in one run. Skipped
+// unless SHARDFLOW_SCALE_ITEMS is set.
+func TestScalePostgres(t *testing.T) {
+	n := scaleItems(t)
+	pg := integration.SharedPostgres(t)
+	b := coordtest.Postgres(t, coordtest.PostgresConfig{DSN: pg.DSN(), SessionTimeout: coordtest.DefaultZooKeeperSessionTimeout})
+	schema := b.(interface{ Schema() string }).Schema()
+	runScale(t, b, n, "pg", []string{"--coord", pg.DSN(), "--schema", schema,
+		"--session-timeout", coordtest.DefaultZooKeeperSessionTimeout.String()})
+}
+
+// scaleItems is SHARDFLOW_SCALE_ITEMS; it skips t when unset.
+func scaleItems(t *testing.T) int {
 	n, _ := strconv.Atoi(os.Getenv("SHARDFLOW_SCALE_ITEMS"))
 	if n <= 0 {
 		t.Skip("set SHARDFLOW_SCALE_ITEMS (make bench-scale) to run the scale measurement")
 	}
+	return n
+}
+
+// runScale is the measurement on backend b; store names it in the SCALE
+// lines, storeArgs connect the scaleworker process to b's tree.
+func runScale(t *testing.T, b coordtest.Backend, n int, storeName string, storeArgs []string) {
 	bin := integration.BuildBinary(t, "github.com/shardflow/shardflow/coord/internal/scaleworker")
-	zk := integration.SharedZooKeeper(t)
-	b := coordtest.ZooKeeper(t, coordtest.ZooKeeperConfig{Server: zk.Servers()[0]})
-	root := b.(interface{ Root() string }).Root()
 	h := coordtest.NewHarness(t, b)
 	cfg := coordtest.Config("scale", n, func(c *jobconfig.Config) { c.Failover = true })
 	const inProcess = 2
@@ -56,18 +82,15 @@ func TestScaleZooKeeper(t *testing.T) {
 		srv[i] = s
 	}
 	// s2 joins last (s0 leads), on its own session, straight to the server.
-	w := &worker{p: integration.StartProcess(t, bin, []string{
-		"--zk", zk.Servers()[0], "--root", root, "--namespace", h.NS, "--job", "scale",
-		"--server-id", "s2", "--total", strconv.Itoa(n),
-		"--session-timeout", coordtest.DefaultZooKeeperSessionTimeout.String(),
-	}, nil)}
+	w := &worker{p: integration.StartProcess(t, bin, append(storeArgs,
+		"--namespace", h.NS, "--job", "scale", "--server-id", "s2", "--total", strconv.Itoa(n)), nil)}
 	w.p.RequireLine(t, "^ready$", 2*time.Minute)
 
 	step := func(what string, f func()) {
 		t.Helper()
 		start := time.Now()
 		f()
-		t.Logf("SCALE items=%d %s: %.3f s", n, what, time.Since(start).Seconds())
+		t.Logf("SCALE store=%s items=%d %s: %.3f s", storeName, n, what, time.Since(start).Seconds())
 	}
 	var runs []*protocol.Run
 	var wr workerLine
@@ -86,9 +109,9 @@ func TestScaleZooKeeper(t *testing.T) {
 	step("steady Complete on 3 servers", func() { completeWith(t, w, runs...) })
 	for i := range inProcess {
 		d := cs[i].Counts().Sub(before[i])
-		t.Logf("SCALE items=%d server s%d steady trigger: %d write requests (%d ops), %d reads", n, i, d.Writes, d.MultiOps, d.Reads)
+		t.Logf("SCALE store=%s items=%d server s%d steady trigger: %d write requests (%d ops), %d reads", storeName, n, i, d.Writes, d.MultiOps, d.Reads)
 	}
-	t.Logf("SCALE items=%d server s2 (process) steady trigger: %d write requests (%d ops), %d reads", n,
+	t.Logf("SCALE store=%s items=%d server s2 (process) steady trigger: %d write requests (%d ops), %d reads", storeName, n,
 		w.last.writes-wBefore.writes, w.last.ops-wBefore.ops, w.last.reads-wBefore.reads)
 
 	ctx := context.Background()
@@ -106,7 +129,7 @@ func TestScaleZooKeeper(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
-		t.Logf("SCALE items=%d %s: %d requests", n, what, statusSt.Counts().Sub(before).Reads)
+		t.Logf("SCALE store=%s items=%d %s: %d requests", storeName, n, what, statusSt.Counts().Sub(before).Reads)
 		// The times it took from the run records are the items' own.
 		if err := coordtest.CheckItemTimes(ctx, h.AdminStore, h.NS, "scale", js); err != nil {
 			t.Fatal(err)
@@ -124,7 +147,7 @@ func TestScaleZooKeeper(t *testing.T) {
 		t.Fatalf("status: %d items, %d completed; want %d and %d", len(st.Items), completed, n, n)
 	}
 
-	// s2 is SIGKILLed mid-run: its connection drops, and ZooKeeper expires
+	// s2 is SIGKILLed mid-run: its connection drops, and the store expires
 	// its session after the timeout.
 	watch := b.Connect(t)
 	runs, wr = beginWith(t, w, srv...)
@@ -141,7 +164,7 @@ func TestScaleZooKeeper(t *testing.T) {
 		q, _, err := watch.Children(ctx, queue)
 		return err == nil && len(q) == victim
 	})
-	t.Logf("SCALE items=%d SIGKILL -> %d items queued for failover: %.3f s", n, victim, time.Since(start).Seconds())
+	t.Logf("SCALE store=%s items=%d SIGKILL -> %d items queued for failover: %.3f s", storeName, n, victim, time.Since(start).Seconds())
 	completeAll(t, runs...)
 	step("one failover claim and run on a survivor", func() {
 		// The survivor's cache sees the queue a moment after the status did.
