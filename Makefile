@@ -154,9 +154,9 @@ bench-scale: ## a 10,000-item job over 3 servers on real ZooKeeper: reshard, run
 	uptime
 
 .PHONY: bench-failover
-bench-failover: ## failover latency after SIGKILL, busy and idle survivors, 10 kills each (FAILOVER_KILLS to change; RACE=-race for the race build)
+bench-failover: ## failover latency after SIGKILL, busy and idle survivors, 10 kills each (FAILOVER_KILLS to change; RACE=-race for the race build; STORE=pg: coord/pgstore on Postgres; STORE=zk,pg: both, one after the other)
 	uptime
-	$(TEST_ENV) SHARDFLOW_FAILOVER_KILLS=$${FAILOVER_KILLS:-10} $(GO) test $(RACE) -count=1 -timeout 20m -run '^TestFailoverAfterKill(IdleSurvivors)?$$' -v ./integration/faults | grep -E 'FAILOVER survivors|kill [0-9]|^(---|ok|FAIL)'
+	$(TEST_ENV) SHARDFLOW_FAILOVER_KILLS=$${FAILOVER_KILLS:-10} SHARDFLOW_FAILOVER_STORE=$${STORE:-zk} $(GO) test $(RACE) -count=1 -timeout 40m -run '^TestFailoverAfterKill(IdleSurvivors)?$$' -v ./integration/faults | grep -E 'FAILOVER survivors|kill [0-9]|^\s*(---|ok|FAIL)'
 	uptime
 
 .PHONY: bench-jobs

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"strconv"
@@ -49,6 +50,8 @@ type cluster struct {
 	// pgOnly: the workers coordinate on Postgres (--coord DSN), with no
 	// ZooKeeper.
 	pgOnly bool
+	// extra are more arguments of every worker's work command.
+	extra []string
 }
 
 // coordSpec is the coordination store's setting: the ZooKeeper server, or
@@ -61,10 +64,29 @@ func (c *cluster) coordSpec() string {
 }
 
 func (c *cluster) start(i int) {
-	c.workers[i] = integration.StartProcess(c.t, c.bin, []string{"work", "--pg", c.dsn, "--coord", c.coordSpec(),
-		"--server-id", fmt.Sprintf("w%d", i), "--namespace", c.ns, "--follow",
-		"--session-timeout", sessionTimeout.String()}, nil)
+	c.startVia(i, c.dsn, c.coordSpec())
 }
+
+// startVia starts worker i on the data's database at dsn (a proxy, say)
+// and coordination at coord. Its data connections carry the application
+// name workerApp(i), so that a test finds its transactions in
+// pg_stat_activity (midBatch).
+func (c *cluster) startVia(i int, dsn, coord string) {
+	c.t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", workerApp(i))
+	u.RawQuery = q.Encode()
+	c.workers[i] = integration.StartProcess(c.t, c.bin, append([]string{"work", "--pg", u.String(), "--coord", coord,
+		"--server-id", fmt.Sprintf("w%d", i), "--namespace", c.ns, "--follow",
+		"--session-timeout", sessionTimeout.String()}, c.extra...), nil)
+}
+
+// workerApp is the application name of worker i's data connections.
+func workerApp(i int) string { return fmt.Sprintf("pgbatch-w%d", i) }
 
 func setupCluster(t *testing.T, pg *integration.Postgres, workers, rows int) (*cluster, *pgxpool.Pool) {
 	t.Helper()
@@ -213,6 +235,10 @@ func TestFaultKillPauseExactlyOnce(t *testing.T) {
 	c.requireEveryItemRanSince(t, lastFault)
 }
 
+// TestFaultPostgresRestartLosesNothing restarts Postgres (the data; the
+// coordination on ZooKeeper) while a worker holds a batch's transaction
+// open (midBatch), the second half of the rows held back (rowGate) until
+// then, so that the run cannot finish first.
 func TestFaultPostgresRestartLosesNothing(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -221,31 +247,33 @@ func TestFaultPostgresRestartLosesNothing(t *testing.T) {
 	pg := integration.StartPostgres(t)
 	pg.RequireControl(t)
 	rows := faultRows() / 2
-	c, pool := setupCluster(t, pg, 2, rows)
-	restarted := false
-	start := time.Now()
-	lastFault := start
-	r := waitDone(t, pool, 150*time.Second, func() {
-		if restarted || time.Since(start) < 2*time.Second {
-			return
-		}
-		restarted = true
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		if err := pg.Stop(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := pg.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		t.Log("Postgres restarted")
-		lastFault = time.Now()
-	})
-	if !restarted {
-		t.Log("the run finished before the restart; raise SHARDFLOW_PGBATCH_ROWS")
+	c, pool := seedCluster(t, pg, 2, rows, false)
+	lo, hi := band(1, 2, rows)
+	gate := holdRows(t, c.dsn, lo, hi)
+	for i := range c.workers {
+		c.start(i)
 	}
+	lo0, hi0 := band(0, 2, rows)
+	open := c.midBatch(t, pool, "Postgres restart", []int{0, 1}, lo0, hi0)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := pg.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range c.workers {
+		if err := w.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted := time.Now()
+	t.Logf("Postgres restarted, with %d batch transactions of the workers open", open)
+	gate.release() // released by the restart already
+	r := waitDone(t, pool, 150*time.Second, nil)
 	checkExactlyOnce(t, r, rows)
-	c.requireEveryItemRanSince(t, lastFault)
+	c.requireEveryItemRanSince(t, restarted)
 }
 
 // A worker started while Postgres is down waits for it, saying so, instead

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/connect"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/internal/testwait"
@@ -29,6 +30,7 @@ const sessionTimeout = 2 * time.Second
 type cluster struct {
 	t         testing.TB
 	zk        []string // addresses the test's own session uses
+	coord     string   // a postgres:// URL instead of zk: workers and the test's session on coord/pgstore
 	namespace string
 	job       string
 	total     int
@@ -74,9 +76,15 @@ func (c *cluster) session() (store.Store, *coord.Admin) {
 	if c.st == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		st, err := zkstore.Open(ctx, zkstore.Config{Servers: c.zk, SessionTimeout: 10 * time.Second, ConnectTimeout: 60 * time.Second})
+		var st store.Store
+		var err error
+		if c.coord != "" {
+			st, err = connect.Open(ctx, connect.Config{Coord: c.coord, SessionTimeout: 10 * time.Second, ConnectTimeout: 60 * time.Second})
+		} else {
+			st, err = zkstore.Open(ctx, zkstore.Config{Servers: c.zk, SessionTimeout: 10 * time.Second, ConnectTimeout: 60 * time.Second})
+		}
 		if err != nil {
-			c.t.Fatalf("faults: open the test's ZooKeeper session on %v: %v", c.zk, err)
+			c.t.Fatalf("faults: open the test's session on %v%s: %v", c.zk, c.coord, err)
 		}
 		c.st = st
 		c.admin = coord.NewAdmin(st, c.namespace)
@@ -150,14 +158,17 @@ func (c *cluster) start(id string, args ...string) *worker {
 // cluster's servers (a proxy in front of them).
 func (c *cluster) startVia(id string, zk []string, args ...string) *worker {
 	c.t.Helper()
-	full := append([]string{
-		"--zk", strings.Join(zk, ","),
+	conn := []string{"--zk", strings.Join(zk, ",")}
+	if c.coord != "" {
+		conn = []string{"--coord", c.coord}
+	}
+	full := append(conn,
 		"--namespace", c.namespace,
 		"--job", c.job,
 		"--server-id", id,
 		"--total", fmt.Sprint(c.total),
-		"--session-timeout", sessionTimeout.String(),
-	}, c.baseArgs...)
+		"--session-timeout", sessionTimeout.String())
+	full = append(full, c.baseArgs...)
 	full = append(full, args...)
 	w := startWorker(c.t, workerBinary(c.t), c.dir, id, full, c.log)
 	c.mu.Lock()

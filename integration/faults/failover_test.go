@@ -104,15 +104,18 @@ func failoverKills(t *testing.T) int {
 // rotating the victim among the three servers and restarting it each time.
 func TestFailoverAfterKill(t *testing.T) {
 	t.Parallel()
-	zk := integration.StartZooKeeper(t)
-	c := newCluster(t, zk.Servers(), 6, "--failover", "--streaming", "--run", "1500ms", "--process-delay", "50ms")
-	ids := []string{"w1", "w2", "w3"}
-	for _, id := range ids {
-		c.start(id)
+	for _, st := range failoverStores(t) {
+		t.Run(st, func(t *testing.T) {
+			c := newStoreCluster(t, st, 6, "--failover", "--streaming", "--run", "1500ms", "--process-delay", "50ms")
+			ids := []string{"w1", "w2", "w3"}
+			for _, id := range ids {
+				c.start(id)
+			}
+			c.requireOwnership(settle, ids...)
+			measureFailover(t, c, "busy", ids, ids, failoverKills(t))
+			c.checkInvariants(ids...)
+		})
 	}
-	c.requireOwnership(settle, ids...)
-	measureFailover(t, c, "busy", ids, ids, failoverKills(t))
-	c.checkInvariants(ids...)
 }
 
 // TestFailoverAfterKillIdleSurvivors is TestFailoverAfterKill with idle
@@ -122,15 +125,48 @@ func TestFailoverAfterKill(t *testing.T) {
 // always the same server id, is restarted after each kill.
 func TestFailoverAfterKillIdleSurvivors(t *testing.T) {
 	t.Parallel()
-	zk := integration.StartZooKeeper(t)
-	c := newCluster(t, zk.Servers(), 6, "--failover", "--streaming", "--process-delay", "50ms")
-	ids := []string{"s1", "s2", "v"}
-	c.start("s1", "--run", "100ms")
-	c.start("s2", "--run", "100ms")
-	c.start("v", "--run", "20s")
-	c.requireOwnership(settle, ids...)
-	measureFailover(t, c, "idle", ids, []string{"v"}, failoverKills(t), "--run", "20s")
-	c.checkInvariants(ids...)
+	for _, st := range failoverStores(t) {
+		t.Run(st, func(t *testing.T) {
+			c := newStoreCluster(t, st, 6, "--failover", "--streaming", "--process-delay", "50ms")
+			ids := []string{"s1", "s2", "v"}
+			c.start("s1", "--run", "100ms")
+			c.start("s2", "--run", "100ms")
+			c.start("v", "--run", "20s")
+			c.requireOwnership(settle, ids...)
+			measureFailover(t, c, "idle", ids, []string{"v"}, failoverKills(t), "--run", "20s")
+			c.checkInvariants(ids...)
+		})
+	}
+}
+
+// failoverStores are the stores the failover tests run on, one after the
+// other: SHARDFLOW_FAILOVER_STORE, "zk" (the default), "pg" (coord/pgstore,
+// the ledger too) or "zk,pg" (make bench-failover STORE=...).
+func failoverStores(t *testing.T) []string {
+	v := os.Getenv("SHARDFLOW_FAILOVER_STORE")
+	if v == "" {
+		return []string{"zk"}
+	}
+	stores := strings.Split(v, ",")
+	for _, st := range stores {
+		if st != "zk" && st != "pg" {
+			t.Fatalf("SHARDFLOW_FAILOVER_STORE=%q: want zk, pg or zk,pg", v)
+		}
+	}
+	return stores
+}
+
+// newStoreCluster is newCluster on a ZooKeeper (st "zk") or a Postgres
+// (st "pg") of the test's own.
+func newStoreCluster(t *testing.T, st string, total int, baseArgs ...string) *cluster {
+	t.Helper()
+	if st == "pg" {
+		pg := integration.StartPostgres(t)
+		c := newCluster(t, nil, total, baseArgs...)
+		c.coord = pg.DSN()
+		return c
+	}
+	return newCluster(t, integration.StartZooKeeper(t).Servers(), total, baseArgs...)
 }
 
 // measureFailover kills a victim (rotating over victims) kills times, each
@@ -243,8 +279,13 @@ func measureFailover(t *testing.T, c *cluster, label string, ids, victims []stri
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		load = strings.Join(strings.Fields(string(b))[:3], ",")
 	}
-	summary := fmt.Sprintf("FAILOVER survivors=%s kills=%d session_timeout=%v p50=%v max=%v loadavg=%s cpus=%d",
-		label, kills, sessionTimeout, p50.Round(time.Millisecond), pmax.Round(time.Millisecond), load, runtime.NumCPU())
+	storeName := "zk"
+	if c.coord != "" {
+		storeName = "pg"
+		label += "-pg"
+	}
+	summary := fmt.Sprintf("FAILOVER survivors=%s store=%s kills=%d session_timeout=%v p50=%v max=%v loadavg=%s cpus=%d",
+		strings.TrimSuffix(label, "-pg"), storeName, kills, sessionTimeout, p50.Round(time.Millisecond), pmax.Round(time.Millisecond), load, runtime.NumCPU())
 	t.Log(summary)
 	if dir := os.Getenv("SHARDFLOW_BENCH_OUT"); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {

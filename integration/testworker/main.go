@@ -33,6 +33,9 @@
 //	testworker --zk 127.0.0.1:2181 --namespace ns --job j --server-id w1 \
 //	    [--total 8] [--cron '* * * * * ?'] [--session-timeout 2s] [--failover] \
 //	    [--streaming] [--run 0s] [--misfire=true] [--overwrite] [--once]
+//
+// --coord postgres://... instead of --zk puts the coordination and the
+// ledger on Postgres (coord/pgstore).
 package main
 
 import (
@@ -48,6 +51,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shardflow/shardflow/coord/connect"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
 )
@@ -55,6 +59,7 @@ import (
 // options are the worker's flags.
 type options struct {
 	zk             string
+	coord          string
 	namespace      string
 	job            string
 	serverID       string
@@ -82,7 +87,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("testworker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.zk, "zk", "", "ZooKeeper servers, comma-separated host:port (required)")
+	fs.StringVar(&o.zk, "zk", "", "ZooKeeper servers, comma-separated host:port (this or --coord)")
+	fs.StringVar(&o.coord, "coord", "", "the coordination store as coord/connect takes it (a postgres:// URL, or ZooKeeper servers); instead of --zk")
 	fs.StringVar(&o.namespace, "namespace", "shardflow", "namespace of the job")
 	fs.StringVar(&o.job, "job", "faultjob", "job name")
 	fs.StringVar(&o.serverID, "server-id", "", "server id of this worker (required)")
@@ -107,8 +113,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return o, err
 	}
 	switch {
-	case o.zk == "":
-		return o, errors.New("--zk is required: ZooKeeper servers as host:port[,host:port]")
+	case (o.zk == "") == (o.coord == ""):
+		return o, errors.New("one of --zk (ZooKeeper servers as host:port[,host:port]) and --coord is required")
 	case o.serverID == "":
 		return o, errors.New("--server-id is required: each worker needs a distinct id")
 	case o.total <= 0:
@@ -142,17 +148,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger := nodeLogger.With("server", o.serverID)
 	em := newEmitter(stdout, o.serverID)
 
-	openCtx, cancelOpen := context.WithTimeout(ctx, o.connectTimeout)
-	st, err := zkstore.Open(openCtx, zkstore.Config{
-		Servers:        strings.Split(o.zk, ","),
-		SessionTimeout: o.sessionTimeout,
-		ConnectTimeout: o.connectTimeout,
-		Logger:         logger,
-	})
-	cancelOpen()
+	st, err := o.open(ctx, o.sessionTimeout, logger)
 	if err != nil {
 		em.errorf(err)
-		return fmt.Errorf("connect to ZooKeeper %s: %w", o.zk, err)
+		return err
 	}
 	defer st.Close()
 
@@ -167,17 +166,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The ledger, the worker's fenced sink, is a system of its own: its own
 	// session, with a long timeout, so that a paused worker's stale write
 	// does reach it after the pause and is refused by the epoch check.
-	openCtx, cancelOpen = context.WithTimeout(ctx, o.connectTimeout)
-	lst, err := zkstore.Open(openCtx, zkstore.Config{
-		Servers:        strings.Split(o.zk, ","),
-		SessionTimeout: o.ledgerSessionTimeout,
-		ConnectTimeout: o.connectTimeout,
-		Logger:         logger.With("session", "ledger"),
-	})
-	cancelOpen()
+	lst, err := o.open(ctx, o.ledgerSessionTimeout, logger.With("session", "ledger"))
 	if err != nil {
 		em.errorf(err)
-		return fmt.Errorf("connect the ledger to ZooKeeper %s: %w", o.zk, err)
+		return fmt.Errorf("the ledger's session: %w", err)
 	}
 	defer lst.Close()
 
@@ -197,6 +189,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	em.emit(event{Ev: "stopped"})
 	return nil
+}
+
+// open opens a session on the worker's store (--zk or --coord) with
+// timeout.
+func (o options) open(ctx context.Context, timeout time.Duration, logger *slog.Logger) (store.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.connectTimeout)
+	defer cancel()
+	if o.coord != "" {
+		st, err := connect.Open(ctx, connect.Config{Coord: o.coord, SessionTimeout: timeout, ConnectTimeout: o.connectTimeout, Logger: logger})
+		if err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", connect.Describe(o.coord), err)
+		}
+		return st, nil
+	}
+	st, err := zkstore.Open(ctx, zkstore.Config{
+		Servers:        strings.Split(o.zk, ","),
+		SessionTimeout: timeout,
+		ConnectTimeout: o.connectTimeout,
+		Logger:         logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to ZooKeeper %s: %w", o.zk, err)
+	}
+	return st, nil
 }
 
 // watchSession prints a "session" event at every change of the store's
