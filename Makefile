@@ -143,7 +143,7 @@ bench-coord: ## coordination requests per trigger for S servers and N items (cou
 
 .PHONY: screenshots
 screenshots: ## regenerate the console screenshots in docs/ (headless chromium, the browser test)
-	SHARDFLOW_SCREENSHOTS=$(CURDIR)/docs SHARDFLOW_REQUIRE_DOCKER=1 $(GO) test -count=1 -run '^TestConsoleInBrowser$$' ./cmd/shardflow
+	SHARDFLOW_SCREENSHOTS=$(CURDIR)/docs SHARDFLOW_REQUIRE_DOCKER=1 $(GO) test -count=1 -run '^TestConsole(Workflow)?InBrowser$$' ./cmd/shardflow
 
 .PHONY: bench-scale
 bench-scale: ## a 10,000-item job over 3 servers on real ZooKeeper: reshard, run, status, crash, failover (SCALE_ITEMS to change; STORE=pg: coord/pgstore on Postgres; STORE=zk,pg: both, one after the other in one run)
