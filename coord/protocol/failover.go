@@ -58,7 +58,7 @@ func (j *Job) enqueueOrphans(ctx context.Context) {
 		rec := o.rec
 		rec.Queued = true
 		tail := []txn.Intent{{Kind: txn.Set, Rel: layout.RelServer(o.server, layout.NRun), Data: layout.EncodeRunRecord(rec)}}
-		// Beyond the store's request limit in parts (split.go): each part
+		// Beyond the store's request limit in parts (internal/txn/split.go): each part
 		// fenced by the same checks, the record marked in the last.
 		if _, err := j.tx.CommitSplit(ctx, head, groups, tail); err != nil {
 			j.warn(ctx, "cannot queue items for failover", "offline-server", o.server, "items", o.items, "err", err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/eventloop"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
@@ -29,7 +30,7 @@ import (
 // use.
 //
 // A joined job's watcher (watcher.go: a state machine run by the
-// Registry's event loop, loop.go; started by startJob, stopped and awaited
+// Registry's event loop, internal/eventloop; started by startJob, stopped and awaited
 // by leave) owns the tree cache's watches, the election, session handling,
 // the operator-flag reactions, reconcile and the signals.
 type Job struct {
@@ -40,8 +41,8 @@ type Job struct {
 	id    string
 	log   *slog.Logger
 	cache *treecache.Cache
-	tx    txn.Committer   // writes intents (ops.go, split.go)
-	nodes *jobnodes.Nodes // reads the job's nodes (servers.go)
+	tx    txn.Committer   // writes intents (internal/txn)
+	nodes *jobnodes.Nodes // reads the job's nodes (internal/jobnodes)
 
 	errMu sync.Mutex // serialises lastError writes
 	// reshardMu orders the leader's resharding commit against the watcher's
@@ -131,8 +132,8 @@ type Job struct {
 	// the leader's last check (watcher only; newlyDeparted).
 	departed []string
 
-	q   jobQueue    // its place in the Registry's event loop
-	fw  *watchFuncs // arms its watches, delivered to q
+	q   eventloop.Queue       // its place in the Registry's event loop
+	fw  *eventloop.WatchFuncs // arms its watches, delivered to q
 	sig signalBox
 }
 
@@ -147,7 +148,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 		if !joined {
 			// The watches armed so far end with it (their forwarders, on a
 			// store without store.FuncWatcher).
-			_ = r.loop.stop(context.Background(), j)
+			_ = j.q.Stop(context.Background())
 		}
 	}()
 	// The watcher follows session changes from this snapshot on, so a
@@ -222,14 +223,14 @@ func newJob(r *Registry, name string) *Job {
 // signals, the arming of its watches, its election, its debts and its tree
 // cache.
 func (j *Job) wire() {
-	j.q.init()
+	j.q.Init(j.reg.loop, eventloop.Hooks{Step: j.step, StopTimers: j.stopTimers, SessionChanged: j.cancelStaleRegistration})
 	j.sig.init()
-	j.fw = &watchFuncs{st: j.st, fw: store.FuncWatcherOf(j.st), q: &j.q}
+	j.fw = eventloop.NewWatchFuncs(j.st, &j.q)
 	j.elec = recipe.NewElection(j.st, j.p.Abs(layout.RelElection), j.id)
 	// The session may have resumed since an owed write failed, and the
 	// watcher's step for that change run before the debt was kept: it
 	// looks at the session again.
-	j.debts.Kept = func() { j.post(loopEvent{kind: evSession}) }
+	j.debts.Kept = func() { j.q.Post(eventloop.Event{Kind: eventloop.Session}) }
 	j.debts.Log = j.log
 	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobnodes.WatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
 }
@@ -588,7 +589,7 @@ func (j *Job) setNecessary(ctx context.Context) error {
 // evPred) to elect again on. Only the watcher (and startJob) calls it.
 func (j *Job) elect(ctx context.Context) (uint64, error) {
 	var id uint64
-	elected, waiting, err := j.elec.Proceed(ctx, j.loopExists(evPred, &id))
+	elected, waiting, err := j.elec.Proceed(ctx, j.fw.Exists(eventloop.Pred, &id))
 	if err != nil {
 		return 0, err
 	}
@@ -622,11 +623,11 @@ func (j *Job) isLeader() bool {
 }
 
 // kick wakes the watcher (to load the stub nodes of the tree cache).
-func (j *Job) kick() { j.post(loopEvent{kind: evWake}) }
+func (j *Job) kick() { j.q.Post(eventloop.Event{Kind: eventloop.Wake}) }
 
 // postWatch queues a fired tree cache watch on the job.
 func (j *Job) postWatch(ref treecache.WatchRef, ev store.Event) {
-	j.post(loopEvent{kind: evCache, ref: ref, ev: ev})
+	j.q.Post(eventloop.Event{Kind: eventloop.Cache, Ref: ref, Ev: ev})
 }
 
 // Name returns the job name.
@@ -700,7 +701,7 @@ func (j *Job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	}
 	j.left = true
 	j.mu.Unlock()
-	if err := j.reg.loop.stop(ctx, j); err != nil {
+	if err := j.q.Stop(ctx); err != nil {
 		j.sig.close()
 		return false, fmt.Errorf("coord: leave job %q: waiting for the watcher: %w", j.jname, err)
 	}

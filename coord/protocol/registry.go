@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/eventloop"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -27,7 +28,7 @@ const DefaultOfflineServerGrace = 10 * time.Minute
 type Registry struct {
 	st   store.Store
 	cfg  RegistryConfig
-	loop *eventLoop // runs the jobs' watchers
+	loop *eventloop.Loop // runs the jobs' watchers
 
 	mu     sync.Mutex
 	jobs   map[string]*Job
@@ -78,7 +79,7 @@ func NewRegistry(st store.Store, cfg RegistryConfig) (*Registry, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Registry{st: st, cfg: cfg, loop: newEventLoop(st), jobs: make(map[string]*Job)}, nil
+	return &Registry{st: st, cfg: cfg, loop: eventloop.New(st), jobs: make(map[string]*Job)}, nil
 }
 
 // firstIPv4 returns the host's first non-loopback IPv4 address.

@@ -271,7 +271,7 @@ func (j *Job) noteFailoverView(v int32, shardMzxid int64, view map[int]foItem) {
 }
 
 // markRunning begins a run in ONE Multi (in parts only beyond the request
-// limit, split.go).
+// limit, internal/txn/split.go).
 //
 // A normal run (layout 2) writes no per-item node: the Multi checks the
 // version of this server's sharding node (a reshard since fails it), the
@@ -1359,7 +1359,7 @@ func (r *Run) recordCompletion(now []byte, next time.Time) []txn.Intent {
 }
 
 // commitCompletion commits the completion with the live marker's delete
-// (beyond the store's request limit, in parts, split.go: only failover
+// (beyond the store's request limit, in parts, internal/txn/split.go: only failover
 // runs have per-item groups). A marker gone already (a session change
 // removed it with the run's ephemerals, or a Begin of this server removed
 // it as a leftover) leaves the completion written without it; an item's

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/shardflow/shardflow/coord/protocol/internal/eventloop"
 	"github.com/shardflow/shardflow/internal/startstop"
 )
 
@@ -61,7 +62,7 @@ func (j *Job) OnSignal(f func(Signal)) {
 	j.sig.mu.Lock()
 	j.sig.f = f
 	j.sig.mu.Unlock()
-	j.post(loopEvent{kind: evDeliver}) // the watcher delivers what is pending
+	j.q.Post(eventloop.Event{Kind: eventloop.Deliver}) // the watcher delivers what is pending
 }
 
 // deliverSignals calls OnSignal's f with the pending signals, if it is set.

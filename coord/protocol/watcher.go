@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/eventloop"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/treecache"
@@ -52,8 +53,8 @@ type watcherState struct {
 func (j *Job) startWatcher(sessCh <-chan struct{}, pred uint64) {
 	j.w.pred = pred
 	j.w.interval = j.reconcileInterval()
-	j.w.tick = time.AfterFunc(j.w.interval, func() { j.post(loopEvent{kind: evTick}) })
-	j.reg.loop.start(j, sessCh)
+	j.w.tick = time.AfterFunc(j.w.interval, func() { j.q.Post(eventloop.Event{Kind: eventloop.Tick}) })
+	j.q.Start(sessCh)
 }
 
 // stopTimers stops the tick and the retry; the loop calls it once no step
@@ -67,19 +68,16 @@ func (j *Job) stopTimers() {
 	}
 }
 
-// post queues an event on the job (see eventLoop).
-func (j *Job) post(e loopEvent) { j.reg.loop.post(j, e) }
-
 // setRetry (re)arms the retry timer; a pending one is replaced.
 func (j *Job) setRetry() {
 	w := &j.w
 	if w.retry != nil {
 		w.retry.Stop()
 	}
-	w.retryID = newWatchID()
+	w.retryID = eventloop.NewWatchID()
 	id := w.retryID
 	w.retryPending = true
-	w.retry = time.AfterFunc(retryDelay, func() { j.post(loopEvent{kind: evRetry, id: id}) })
+	w.retry = time.AfterFunc(retryDelay, func() { j.q.Post(eventloop.Event{Kind: eventloop.Retry, ID: id}) })
 }
 
 // step is one turn of the job's watcher, run by the Registry's event loop
@@ -90,7 +88,7 @@ func (j *Job) setRetry() {
 // The watcher re-arms the tree cache's watches, follows the session, runs
 // the election and the leader's duties, reacts to operator flags and config
 // edits, and delivers Signals.
-func (j *Job) step(ctx context.Context, evs []loopEvent) {
+func (j *Job) step(ctx context.Context, evs []eventloop.Event) {
 	react := false
 	for _, e := range evs {
 		if ctx.Err() != nil {
@@ -114,16 +112,16 @@ func (j *Job) step(ctx context.Context, evs []loopEvent) {
 }
 
 // handleEvent handles one event; true asks for a reaction (react).
-func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
+func (j *Job) handleEvent(ctx context.Context, e eventloop.Event) bool {
 	w := &j.w
-	switch e.kind {
-	case evStart:
+	switch e.Kind {
+	case eventloop.Start:
 		return true
-	case evDeliver:
+	case eventloop.Deliver:
 		return false
-	case evSession:
+	case eventloop.Session:
 		return j.handleSession(ctx)
-	case evTick:
+	case eventloop.Tick:
 		if iv := j.reconcileInterval(); iv != w.interval {
 			w.interval = iv
 		}
@@ -132,8 +130,8 @@ func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
 			j.reconcile(ctx)
 		}
 		return true
-	case evPred:
-		if e.id != w.pred {
+	case eventloop.Pred:
+		if e.ID != w.pred {
 			return false // a watch replaced since
 		}
 		w.pred = 0
@@ -145,25 +143,25 @@ func (j *Job) handleEvent(ctx context.Context, e loopEvent) bool {
 		}
 		w.pred = id
 		return true
-	case evRetry:
-		if !w.retryPending || e.id != w.retryID {
+	case eventloop.Retry:
+		if !w.retryPending || e.ID != w.retryID {
 			return false // replaced since
 		}
 		return j.handleRetry(ctx)
-	case evIdle:
-		if e.id != w.idle {
+	case eventloop.Idle:
+		if e.ID != w.idle {
 			return false
 		}
 		w.idle = 0 // the running item it watched ended: react re-checks
 		return true
-	case evWake:
+	case eventloop.Wake:
 		if err := j.cache.LoadStubs(ctx); err != nil {
 			w.needResync, w.resynced = true, false // see handleCacheEvent
 			j.setRetry()
 			return false
 		}
 		return true
-	case evCache:
+	case eventloop.Cache:
 		return j.handleCacheEvent(ctx, e)
 	}
 	return false
@@ -240,9 +238,9 @@ func (j *Job) handleRetry(ctx context.Context) bool {
 }
 
 // handleCacheEvent hands a watch's event to the tree cache (evCache).
-func (j *Job) handleCacheEvent(ctx context.Context, e loopEvent) bool {
+func (j *Job) handleCacheEvent(ctx context.Context, e eventloop.Event) bool {
 	w := &j.w
-	if err := j.cache.Handle(ctx, e.ref, e.ev); err != nil {
+	if err := j.cache.Handle(ctx, e.Ref, e.Ev); err != nil {
 		if ctx.Err() != nil {
 			return false
 		}
@@ -255,7 +253,7 @@ func (j *Job) handleCacheEvent(ctx context.Context, e loopEvent) bool {
 		if !errors.Is(err, treecache.ErrResyncNeeded) {
 			// Its watch is not armed again: nothing tells the cache of
 			// the node's next changes until a resync.
-			j.log.Debug("tree cache: re-reading a watched node failed; resyncing when connected", "node", e.ref.Rel, "err", err)
+			j.log.Debug("tree cache: re-reading a watched node failed; resyncing when connected", "node", e.Ref.Rel, "err", err)
 			j.setRetry()
 		}
 	}
@@ -468,7 +466,7 @@ func (j *Job) react(ctx context.Context) {
 		j.leaderDuties(ctx, false)
 		if j.w.idle == 0 {
 			var id uint64
-			waiting, err := j.reshardWhenIdle(ctx, j.loopExists(evIdle, &id))
+			waiting, err := j.reshardWhenIdle(ctx, j.fw.Exists(eventloop.Idle, &id))
 			if err != nil {
 				j.warn(ctx, "prompt resharding failed; retrying", "err", err)
 				// Retried by the watcher while connected; after a drop,

@@ -1,4 +1,12 @@
-package protocol
+// Package eventloop runs the watchers of a Registry's jobs: each job's
+// events (a watch fired, the session changed, a wake-up, the reconcile
+// tick, a retry) are queued on its Queue, and a bounded pool of workers,
+// which exist only while jobs have events, runs each job's step on them,
+// one step per job at a time. Watches are delivered by function
+// (store.FuncWatcher, or a forwarding goroutine per watch on a store
+// without it, WatchFuncs), timers are time.AfterFunc: an idle job costs no
+// goroutine.
+package eventloop
 
 import (
 	"context"
@@ -17,7 +25,7 @@ import (
 // worker, not the loop.
 const loopWorkers = 16
 
-// eventLoop runs the watchers of a Registry's jobs. A job's watcher is a
+// Loop runs the watchers of a Registry's jobs. A job's watcher is a
 // state machine (watcher.go): its events (a watch fired, the session
 // changed, a wake-up, the reconcile tick, a retry, an item that stopped
 // running) are queued on the job, and a bounded pool of workers runs the
@@ -27,14 +35,14 @@ const loopWorkers = 16
 //
 // One goroutine per Registry follows the store session while jobs are
 // joined and queues a session event on each of them at every change.
-type eventLoop struct {
+type Loop struct {
 	st store.Store
 
 	// mu guards what follows and every job's q. Store watch functions take
 	// it with the store's lock held: never call the store with mu held.
 	mu      sync.Mutex
-	jobs    map[*Job]struct{} // started and not stopped
-	ready   []*Job            // jobs with events, waiting for a worker
+	jobs    map[*Queue]struct{} // started and not stopped
+	ready   []*Queue            // jobs with events, waiting for a worker
 	workers int
 	// stopFollow ends the session follower; wg counts the follower and
 	// the workers of the current period of activity (from the first job
@@ -43,38 +51,54 @@ type eventLoop struct {
 	wg         *sync.WaitGroup
 }
 
-func newEventLoop(st store.Store) *eventLoop {
-	return &eventLoop{st: st, jobs: make(map[*Job]struct{})}
+// New returns the loop of the jobs on st (a Registry's).
+func New(st store.Store) *Loop {
+	return &Loop{st: st, jobs: make(map[*Queue]struct{})}
 }
 
-// evKind is the kind of a job's event.
-type evKind uint8
+// Kind is the kind of a job's event.
+type Kind uint8
 
 const (
-	evStart    evKind    = iota // the watcher starts: react once
-	evSession                   // the store session changed
-	evWake                      // kick: load the stub nodes
-	evTick                      // the reconcile interval elapsed
-	evDeliver                   // deliver pending signals (OnSignal)
-	evCache                     // a tree cache watch fired
-	evPred                      // the election's watch fired
-	evIdle                      // the watched running item changed (reshardWhenIdle)
-	evRetry                     // the retry timer fired
-	nCoalesced = evCache        // kinds below are queued at most once
+	Start      Kind    = iota // the watcher starts: react once
+	Session                   // the store session changed
+	Wake                      // kick: load the stub nodes
+	Tick                      // the reconcile interval elapsed
+	Deliver                   // deliver pending signals (OnSignal)
+	Cache                     // a tree cache watch fired
+	Pred                      // the election's watch fired
+	Idle                      // the watched running item changed (reshardWhenIdle)
+	Retry                     // the retry timer fired
+	nCoalesced = Cache        // kinds below are queued at most once
 )
 
-// loopEvent is one queued event of a job.
-type loopEvent struct {
-	kind evKind
-	id   uint64             // evPred, evIdle, evRetry: which watch or timer
-	ref  treecache.WatchRef // evCache
-	ev   store.Event
+// Event is one queued event of a job.
+type Event struct {
+	Kind Kind
+	ID   uint64             // Pred, Idle, Retry: which watch or timer
+	Ref  treecache.WatchRef // Cache
+	Ev   store.Event
 }
 
-// jobQueue is a job's place in the loop; guarded by eventLoop.mu, except
-// ctx and cancel (set at creation) and done.
-type jobQueue struct {
-	pend      []loopEvent
+// Hooks are a job's part in the loop, each called by the loop alone.
+type Hooks struct {
+	// Step runs the job's watcher on its queued events (never two at once
+	// for a job); ctx is cancelled by Stop.
+	Step func(ctx context.Context, evs []Event)
+	// StopTimers stops the job's timers, once no step runs and none will.
+	StopTimers func()
+	// SessionChanged is called by the session follower at every session
+	// change, beside the Session event it queues, without waiting for a
+	// worker: a lost session stops owned work at once.
+	SessionChanged func()
+}
+
+// Queue is a job's place in the loop; guarded by Loop.mu, except
+// loop, hooks, ctx and cancel (set by Init) and done.
+type Queue struct {
+	loop      *Loop
+	hooks     Hooks
+	pend      []Event
 	has       [nCoalesced]bool
 	started   bool // in the loop's jobs: events get scheduled
 	scheduled bool // in ready or running
@@ -85,44 +109,46 @@ type jobQueue struct {
 	ctx    context.Context // the watcher's: cancelled by stop
 	cancel context.CancelFunc
 	// done is closed by stop; it ends the watch forwarders of a store
-	// without store.FuncWatcher (watchFuncs), counted by fwd.
+	// without store.FuncWatcher (WatchFuncs), counted by fwd.
 	done chan struct{}
 	fwd  sync.WaitGroup
 }
 
-func (q *jobQueue) init() {
+// Init makes q a job's queue in loop l, run by hooks; before any other use.
+func (q *Queue) Init(l *Loop, hooks Hooks) {
+	q.loop, q.hooks = l, hooks
 	q.ctx, q.cancel = context.WithCancel(context.Background())
 	q.done = make(chan struct{})
 }
 
-// post queues e on j. It never blocks for long (it only takes the loop's
+// Post queues e on q. It never blocks for long (it only takes the loop's
 // lock), so store watch functions and timers call it.
-func (l *eventLoop) post(j *Job, e loopEvent) {
+func (q *Queue) Post(e Event) {
+	l := q.loop
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.postLocked(j, e)
+	l.postLocked(q, e)
 }
 
-func (l *eventLoop) postLocked(j *Job, e loopEvent) {
-	q := &j.q
+func (l *Loop) postLocked(q *Queue, e Event) {
 	if q.stopped {
 		return
 	}
-	if e.kind < nCoalesced {
-		if q.has[e.kind] {
+	if e.Kind < nCoalesced {
+		if q.has[e.Kind] {
 			return
 		}
-		q.has[e.kind] = true
+		q.has[e.Kind] = true
 	}
 	q.pend = append(q.pend, e)
 	if q.started && !q.scheduled {
-		l.scheduleLocked(j)
+		l.scheduleLocked(q)
 	}
 }
 
-func (l *eventLoop) scheduleLocked(j *Job) {
-	j.q.scheduled = true
-	l.ready = append(l.ready, j)
+func (l *Loop) scheduleLocked(q *Queue) {
+	q.scheduled = true
+	l.ready = append(l.ready, q)
 	if l.workers < loopWorkers {
 		l.workers++
 		wg := l.wg
@@ -132,15 +158,14 @@ func (l *eventLoop) scheduleLocked(j *Job) {
 }
 
 // work runs ready jobs' steps until none is ready.
-func (l *eventLoop) work(wg *sync.WaitGroup) {
+func (l *Loop) work(wg *sync.WaitGroup) {
 	defer wg.Done()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for len(l.ready) > 0 {
-		j := l.ready[0]
+		q := l.ready[0]
 		l.ready[0] = nil
 		l.ready = l.ready[1:]
-		q := &j.q
 		if q.stopped {
 			q.scheduled = false
 			continue
@@ -149,18 +174,18 @@ func (l *eventLoop) work(wg *sync.WaitGroup) {
 		q.pend, q.has = nil, [nCoalesced]bool{}
 		q.running = true
 		l.mu.Unlock()
-		j.step(q.ctx, evs)
+		q.hooks.Step(q.ctx, evs)
 		l.mu.Lock()
 		q.running = false
 		switch {
 		case q.stopped:
 			q.scheduled = false
-			j.stopTimers()
+			q.hooks.StopTimers()
 			if q.stepDone != nil {
 				close(q.stepDone)
 			}
 		case len(q.pend) > 0:
-			l.ready = append(l.ready, j) // behind the others: no job starves them
+			l.ready = append(l.ready, q) // behind the others: no job starves them
 		default:
 			q.scheduled = false
 		}
@@ -168,10 +193,12 @@ func (l *eventLoop) work(wg *sync.WaitGroup) {
 	l.workers--
 }
 
-// start makes j's events run: the events queued since its creation (the
-// watches Join armed) and a first reaction. sessCh is the session channel
-// Join's snapshot returned: a change since then is not missed.
-func (l *eventLoop) start(j *Job, sessCh <-chan struct{}) {
+// Start makes q's events run: the events queued since its creation (the
+// watches Join armed) and a first reaction (a Start event). sessCh is the
+// session channel Join's snapshot returned: a change since then is not
+// missed.
+func (q *Queue) Start(sessCh <-chan struct{}) {
+	l := q.loop
 	// Never call the store with mu held: its watch functions post, with
 	// the store's own lock held.
 	_, ch := l.st.Session()
@@ -182,19 +209,19 @@ func (l *eventLoop) start(j *Job, sessCh <-chan struct{}) {
 		l.wg.Add(1)
 		go l.follow(ch, l.stopFollow, l.wg)
 	}
-	l.jobs[j] = struct{}{}
-	j.q.started = true
-	l.postLocked(j, loopEvent{kind: evStart})
+	l.jobs[q] = struct{}{}
+	q.started = true
+	l.postLocked(q, Event{Kind: Start})
 	l.mu.Unlock()
 	select {
 	case <-sessCh:
-		l.post(j, loopEvent{kind: evSession})
+		q.Post(Event{Kind: Session})
 	default:
 	}
 }
 
 // follow queues a session event on every job at each session change.
-func (l *eventLoop) follow(ch <-chan struct{}, stop <-chan struct{}, wg *sync.WaitGroup) {
+func (l *Loop) follow(ch <-chan struct{}, stop <-chan struct{}, wg *sync.WaitGroup) {
 	defer wg.Done()
 	for {
 		select {
@@ -204,27 +231,27 @@ func (l *eventLoop) follow(ch <-chan struct{}, stop <-chan struct{}, wg *sync.Wa
 		}
 		_, ch = l.st.Session()
 		l.mu.Lock()
-		jobs := make([]*Job, 0, len(l.jobs))
-		for j := range l.jobs {
-			jobs = append(jobs, j)
-			l.postLocked(j, loopEvent{kind: evSession})
+		jobs := make([]*Queue, 0, len(l.jobs))
+		for q := range l.jobs {
+			jobs = append(jobs, q)
+			l.postLocked(q, Event{Kind: Session})
 		}
 		l.mu.Unlock()
 		// A lost session stops owned work at once, not when a worker gets
 		// to each job's step (busy workers may be waiting on the
 		// connection).
-		for _, j := range jobs {
-			j.cancelStaleRegistration()
+		for _, q := range jobs {
+			q.hooks.SessionChanged()
 		}
 	}
 }
 
-// stop ends j's watcher: no step starts after it, the running one is
+// Stop ends q's watcher: no step starts after it, the running one is
 // cancelled and awaited (ctx bounds the wait), its timers are stopped and
-// the watch forwarders end. When j was the last job, the follower and the
+// the watch forwarders end. When q was the last job, the follower and the
 // workers are awaited too. Safe on a job never started (a failed Join).
-func (l *eventLoop) stop(ctx context.Context, j *Job) error {
-	q := &j.q
+func (q *Queue) Stop(ctx context.Context) error {
+	l := q.loop
 	q.cancel()
 	l.mu.Lock()
 	if q.stopped {
@@ -240,14 +267,14 @@ func (l *eventLoop) stop(ctx context.Context, j *Job) error {
 		q.stepDone = make(chan struct{})
 		wait = q.stepDone
 	} else {
-		j.stopTimers()
+		q.hooks.StopTimers()
 	}
 	var (
 		endWG  *sync.WaitGroup
 		stopFl chan struct{}
 	)
 	if q.started {
-		delete(l.jobs, j)
+		delete(l.jobs, q)
 		if len(l.jobs) == 0 {
 			endWG, stopFl = l.wg, l.stopFollow
 			l.wg, l.stopFollow = nil, nil
@@ -272,17 +299,22 @@ func (l *eventLoop) stop(ctx context.Context, j *Job) error {
 	return nil
 }
 
-// watchFuncs arms a job's watches with their events queued on the job:
+// WatchFuncs arms a job's watches with their events queued on the job:
 // through store.FuncWatcher, or, on a store without it (a test's
 // decorator), through a goroutine per watch that forwards its channel's
 // event until the job stops.
-type watchFuncs struct {
+type WatchFuncs struct {
 	st store.Store
 	fw store.FuncWatcher // nil: forward channels
-	q  *jobQueue
+	q  *Queue
 }
 
-func (w *watchFuncs) forward(ch <-chan store.Event, fn store.WatchFunc) {
+// NewWatchFuncs returns the watch arming of the job queued on q, over st.
+func NewWatchFuncs(st store.Store, q *Queue) *WatchFuncs {
+	return &WatchFuncs{st: st, fw: store.FuncWatcherOf(st), q: q}
+}
+
+func (w *WatchFuncs) forward(ch <-chan store.Event, fn store.WatchFunc) {
 	w.q.fwd.Add(1)
 	go func() {
 		defer w.q.fwd.Done()
@@ -294,9 +326,9 @@ func (w *watchFuncs) forward(ch <-chan store.Event, fn store.WatchFunc) {
 	}()
 }
 
-// GetWFunc, ExistsWFunc and ChildrenWFunc make watchFuncs a store.FuncWatcher
+// GetWFunc, ExistsWFunc and ChildrenWFunc make WatchFuncs a store.FuncWatcher
 // (the tree cache arms its watches through it).
-func (w *watchFuncs) GetWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
+func (w *WatchFuncs) GetWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
 	if w.fw != nil {
 		return w.fw.GetWFunc(ctx, path, fn)
 	}
@@ -307,7 +339,7 @@ func (w *watchFuncs) GetWFunc(ctx context.Context, path string, fn store.WatchFu
 	return data, st, err
 }
 
-func (w *watchFuncs) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
+func (w *WatchFuncs) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
 	if w.fw != nil {
 		return w.fw.ExistsWFunc(ctx, path, fn)
 	}
@@ -318,7 +350,7 @@ func (w *watchFuncs) ExistsWFunc(ctx context.Context, path string, fn store.Watc
 	return ok, st, err
 }
 
-func (w *watchFuncs) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
+func (w *WatchFuncs) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
 	if w.fw != nil {
 		return w.fw.ChildrenWFunc(ctx, path, fn)
 	}
@@ -332,15 +364,16 @@ func (w *watchFuncs) ChildrenWFunc(ctx context.Context, path string, fn store.Wa
 // watchIDs numbers watches and timers (0: none), process-wide.
 var watchIDs atomic.Uint64
 
-func newWatchID() uint64 { return watchIDs.Add(1) }
+// NewWatchID returns a new watch or timer id.
+func NewWatchID() uint64 { return watchIDs.Add(1) }
 
-// loopExists is a recipe.ExistsWatch whose event is queued on j as kind, with the
-// id of the last watch armed kept in *id.
-func (j *Job) loopExists(kind evKind, id *uint64) recipe.ExistsWatch {
+// Exists is a recipe.ExistsWatch whose event is queued on the job as kind,
+// with the id of the last watch armed kept in *id.
+func (w *WatchFuncs) Exists(kind Kind, id *uint64) recipe.ExistsWatch {
 	return func(ctx context.Context, path string) (bool, store.Stat, error) {
-		n := newWatchID()
-		ok, stat, err := j.fw.ExistsWFunc(ctx, path, func(ev store.Event) {
-			j.reg.loop.post(j, loopEvent{kind: kind, id: n, ev: ev})
+		n := NewWatchID()
+		ok, stat, err := w.ExistsWFunc(ctx, path, func(ev store.Event) {
+			w.q.Post(Event{Kind: kind, ID: n, Ev: ev})
 		})
 		if err == nil {
 			*id = n
