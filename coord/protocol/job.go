@@ -17,6 +17,7 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol/internal/eventloop"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
+	"github.com/shardflow/shardflow/coord/protocol/internal/leader"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
@@ -45,15 +46,10 @@ type Job struct {
 	nodes *jobnodes.Nodes // reads the job's nodes (internal/jobnodes)
 
 	errMu sync.Mutex // serialises lastError writes
-	// reshardMu orders the leader's resharding commit against the watcher's
-	// decision to raise the flag: without it the watcher could judge a
-	// membership change against the previous reshard and raise the flag
-	// just after a reshard that already applied the change, so the flag
-	// stays up for a run that started in between. Lock order: reshardMu,
-	// then mu.
-	reshardMu sync.Mutex
-	mu        sync.Mutex
-	cfg       jobconfig.Config
+	// mu guards what follows, and the leader's bookkeeping (ld). Lock
+	// order: the leader's reshardMu, then mu.
+	mu  sync.Mutex
+	cfg jobconfig.Config
 	// itemParams is cfg's shardingItemParameters, parsed when cfg was
 	// decoded: a run takes both together (snapshot), never re-parsing.
 	itemParams map[int]string
@@ -106,7 +102,6 @@ type Job struct {
 	// localDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
 	localDisabled bool
-	offlineSeen   map[string]time.Time // leader: when a server was first seen offline
 
 	failing failingItems // items whose last run failed (failing.go)
 
@@ -115,22 +110,12 @@ type Job struct {
 	// Watcher state.
 	elec *recipe.Election // leader election (its candidate is the watcher's)
 	w    watcherState
-	// flagRaised: the join (or the watcher's re-registration on a new
-	// session) raised the resharding flag just before its election, whose
-	// leader duties need not raise it again.
-	flagRaised bool
 	// joinResharded: the join's transaction resharded (lonejoin.go), just
 	// before its election: the new leader's duties check the membership
 	// against that reshard instead of raising the flag unconditionally.
 	joinResharded bool
-	// Leader bookkeeping, guarded by mu: the live set and total last seen
-	// by the watcher, and "live/total" as the last reshard used them.
-	lastLive    string
-	lastTotal   int
-	shardedLive string
-	// departed are the servers the cache showed without a status node at
-	// the leader's last check (watcher only; newlyDeparted).
-	departed []string
+	// ld: the leader's duties (internal/leader), with their bookkeeping.
+	ld *leader.Leader
 
 	q   eventloop.Queue       // its place in the Registry's event loop
 	fw  *eventloop.WatchFuncs // arms its watches, delivered to q
@@ -203,18 +188,25 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 // newJob returns job name's handle of Registry r, before its join.
 func newJob(r *Registry, name string) *Job {
 	j := &Job{
-		reg:         r,
-		st:          r.st,
-		p:           layout.NewJobPaths(r.cfg.Namespace, name),
-		jname:       name,
-		id:          r.cfg.ServerID,
-		log:         r.cfg.Logger.With("server", r.cfg.ServerID, "job", name),
-		claims:      make(map[int]int64),
-		offlineSeen: make(map[string]time.Time),
+		reg:    r,
+		st:     r.st,
+		p:      layout.NewJobPaths(r.cfg.Namespace, name),
+		jname:  name,
+		id:     r.cfg.ServerID,
+		log:    r.cfg.Logger.With("server", r.cfg.ServerID, "job", name),
+		claims: make(map[int]int64),
 	}
 	j.wire()
 	j.tx = txn.NewCommitter(j.st, j.p, j.cache)
 	j.nodes = jobnodes.New(j.st, j.p, j.jname, j.cache)
+	j.ld = leader.New(leader.Config{
+		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache, Tx: j.tx, Nodes: j.nodes,
+		Mu: &j.mu, Signals: r.cfg.TestSignals, Now: r.cfg.Now, OfflineGrace: r.cfg.OfflineServerGrace,
+		Hooks: leader.Hooks{
+			Config: j.Config, IsLeader: j.isLeader, Ready: j.ready, MarkerLeftByEndedRun: j.markerLeftByEndedRun,
+			EnqueueOrphans: j.enqueueOrphans, Warn: j.warn,
+		},
+	})
 	j.totals = &countTotals{st: j.st, p: j.p, id: j.id, job: j.jname, log: j.log}
 	return j
 }
@@ -605,7 +597,7 @@ func (j *Job) elect(ctx context.Context) (uint64, error) {
 	j.mu.Unlock()
 	if !was {
 		j.log.Info("elected leader")
-		j.leaderDuties(ctx, !j.joinResharded) // raises the flag (unless flagRaised or joinResharded)
+		j.ld.Duties(ctx, !j.joinResharded) // raises the flag (unless FlagRaised or joinResharded)
 		if s := j.reg.cfg.TestSignals; s != nil {
 			s.Elected.Send(j.event())
 		}

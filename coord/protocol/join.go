@@ -365,7 +365,8 @@ func (jn *joiner) adoptConfig(ctx context.Context, jt joinResult) error {
 	if jt.storedWins {
 		jn.warnStoredWins(jn.lc.fields, cfg)
 	}
-	j.cfg, j.itemParams, j.cfgFields, j.lastTotal = cfg, itemParameters(cfg), fields, cfg.ShardingTotalCount
+	j.cfg, j.itemParams, j.cfgFields = cfg, itemParameters(cfg), fields
+	j.ld.SetLastTotalLocked(cfg.ShardingTotalCount)
 	j.localDisabled = local.Disabled
 	return nil
 }
@@ -413,9 +414,9 @@ func (jn *joiner) finish(ctx context.Context, jt joinResult) error {
 		}
 	}
 	if jt.lone != nil {
-		j.resharded(jt.lone.live, jt.lone.total, "join")
-		j.pruneItemsBeyond(ctx, jt.lone.total)
-		j.signalResharded(jt.lone.live, jt.lone.total)
+		j.ld.Resharded(jt.lone.live, jt.lone.total, "join")
+		j.ld.PruneItemsBeyond(ctx, jt.lone.total)
+		j.ld.SignalResharded(jt.lone.live, jt.lone.total)
 	}
 	return nil
 }
@@ -426,9 +427,9 @@ func (jn *joiner) finish(ctx context.Context, jt joinResult) error {
 // nothing changed (shardedLive).
 func (jn *joiner) elect(ctx context.Context, jt joinResult) (uint64, error) {
 	j := jn.j
-	j.flagRaised, j.joinResharded = jt.lone == nil, jt.lone != nil
+	j.ld.FlagRaised, j.joinResharded = jt.lone == nil, jt.lone != nil
 	pred, err := j.elect(ctx)
-	j.flagRaised, j.joinResharded = false, false // a later election raises it itself
+	j.ld.FlagRaised, j.joinResharded = false, false // a later election raises it itself
 	if err != nil {
 		return 0, fmt.Errorf("coord: join job %q: leader election: %w", j.jname, err)
 	}

@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/leader"
 	"github.com/shardflow/shardflow/coord/sharding"
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -74,7 +73,7 @@ func (jn *joiner) loneReshard(ctx context.Context, in loneInput) (ops []store.Op
 	}
 	var prunes []string
 	if in.dirs {
-		prunes = queuePrunes(j.cache.Children(layout.RelFailoverQ), total)
+		prunes = leader.QueuePrunes(j.cache.Children(layout.RelFailoverQ), total)
 		if len(prunes) > maxLonePrunes {
 			return nil, loneResult{}, false, nil
 		}
@@ -101,8 +100,8 @@ func (jn *joiner) loneReshard(ctx context.Context, in loneInput) (ops []store.Op
 		live = []string{j.id}
 	}
 	hasSharding[j.id] = slices.Contains(in.ownKids, layout.NSharding)
-	for _, w := range planSharding(strategy, live, j.jname, total, hasSharding) {
-		ops = append(ops, layout.PutOp(j.p.Server(w.server, layout.NSharding), w.items, w.exists))
+	for _, w := range leader.PlanSharding(strategy, live, j.jname, total, hasSharding) {
+		ops = append(ops, layout.PutOp(j.p.Server(w.Server, layout.NSharding), w.Items, w.Exists))
 	}
 	for _, q := range prunes {
 		ops = append(ops, &store.DeleteOp{Path: j.p.Abs(layout.RelFailoverQ + "/" + q), Version: store.AnyVersion})
@@ -153,11 +152,6 @@ func (jn *joiner) planLoneJoin(ctx context.Context, local, cfg jobconfig.Config,
 func (jn *joiner) fitsWith(ops, lone []store.Op) bool {
 	j := jn.j
 	return store.MultiSize(ops)+store.MultiSize(lone) <= store.RequestLimit(j.st)
-}
-
-// shardedAs is the "live/total" key a reshard records (job.shardedLive).
-func shardedAs(live []string, total int) string {
-	return strings.Join(live, ",") + "/" + strconv.Itoa(total)
 }
 
 // membershipAt is touchMembership fenced at the version a listing of the

@@ -142,7 +142,7 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 // on ZooKeeper). It never waits for running items here.
 func (j *Job) refusePaused(ctx context.Context, sid int64) error {
 	if j.isLeader() {
-		if _, err := j.reshardWhenIdle(ctx, recipe.NoWatch(j.st)); err != nil {
+		if _, err := j.ld.ReshardWhenIdle(ctx, recipe.NoWatch(j.st)); err != nil {
 			j.log.Debug("paused leader: prompt resharding failed; the next trigger retries", "err", err)
 		}
 	}
@@ -747,7 +747,7 @@ func (j *Job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVers
 			return -1, err
 		}
 		if nec && j.isLeader() && !j.cache.Has(layout.RelProcessing) {
-			if err := j.reshard(ctx, cfg); err != nil {
+			if err := j.ld.Reshard(ctx, cfg); err != nil {
 				return -1, err
 			}
 			continue

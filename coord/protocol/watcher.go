@@ -34,7 +34,7 @@ type watcherState struct {
 	electAgain   bool
 	// pred names the election's watch waited on (0: none); idle the watch
 	// on the live marker that keeps the leader from resharding promptly
-	// (reshardWhenIdle; 0: none). Events of other ids are stale.
+	// (leader.ReshardWhenIdle; 0: none). Events of other ids are stale.
 	pred, idle uint64
 	// predAfterSession is the watch of the election a re-registration ran
 	// (onSession), taken by takeElection when reelected.
@@ -127,7 +127,7 @@ func (j *Job) handleEvent(ctx context.Context, e eventloop.Event) bool {
 		}
 		w.tick.Reset(w.interval)
 		if j.isLeader() {
-			j.reconcile(ctx)
+			j.ld.Reconcile(ctx)
 		}
 		return true
 	case eventloop.Pred:
@@ -379,9 +379,9 @@ func (j *Job) onSession(ctx context.Context, sess store.Session) error {
 		j.electOnRetry()
 		return err
 	}
-	j.flagRaised = true
+	j.ld.FlagRaised = true
 	pred, err := j.elect(ctx)
-	j.flagRaised = false
+	j.ld.FlagRaised = false
 	if err != nil {
 		j.electOnRetry()
 		return err
@@ -463,10 +463,10 @@ func (j *Job) react(ctx context.Context) {
 		j.emit(SignalFailover)
 	}
 	if j.isLeader() {
-		j.leaderDuties(ctx, false)
+		j.ld.Duties(ctx, false)
 		if j.w.idle == 0 {
 			var id uint64
-			waiting, err := j.reshardWhenIdle(ctx, j.fw.Exists(eventloop.Idle, &id))
+			waiting, err := j.ld.ReshardWhenIdle(ctx, j.fw.Exists(eventloop.Idle, &id))
 			if err != nil {
 				j.warn(ctx, "prompt resharding failed; retrying", "err", err)
 				// Retried by the watcher while connected; after a drop,
