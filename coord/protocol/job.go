@@ -16,6 +16,7 @@ import (
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol/internal/eventloop"
+	"github.com/shardflow/shardflow/coord/protocol/internal/failover"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/leader"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
@@ -64,16 +65,9 @@ type Job struct {
 	offline    bool // shut down by an operator
 	removed    bool
 	left       bool
-	claims     map[int]int64 // failover items claimed, to their epoch
-	// claimsTaken are the claims a Begin took for its run (until Complete):
-	// a Begin beside that run (the Node runs failover beside a busy run)
-	// must not take them again.
-	claimsTaken map[int]bool
-	// claimsUnsure are the items whose claim transaction failed on the
-	// connection (a reply lost: it may have been applied), to the session
-	// it was made on: resolved by a direct read before the next claim or
-	// Begin (claimsettle.go).
-	claimsUnsure map[int]int64
+	// fo: failover on this server (internal/failover): the claims and
+	// the view of this server's items' claims, guarded by mu.
+	fo *failover.Failover
 	// inRun counts, per item, the runs of this process that Begin is
 	// marking or marked running and whose Complete has not returned yet. A running node of
 	// this server's session on an item outside inRun is a leftover of a run
@@ -86,12 +80,6 @@ type Job struct {
 	// Complete returns): a marker of this session while none does is a
 	// leftover.
 	markerRuns map[int64]int
-	// foView is the failover directory version (with the sharding node's
-	// Mzxid and the registration) at which this server last read its
-	// items' claims and failover marks directly: while Begin reads the
-	// same, the cache's are current (run.go, failoverViewCurrent).
-	foView  failoverView
-	foItems map[int]foItem
 	// layoutOK is the live server set the layout guard last passed
 	// (layoutGuard).
 	layoutOK string
@@ -188,23 +176,29 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 // newJob returns job name's handle of Registry r, before its join.
 func newJob(r *Registry, name string) *Job {
 	j := &Job{
-		reg:    r,
-		st:     r.st,
-		p:      layout.NewJobPaths(r.cfg.Namespace, name),
-		jname:  name,
-		id:     r.cfg.ServerID,
-		log:    r.cfg.Logger.With("server", r.cfg.ServerID, "job", name),
-		claims: make(map[int]int64),
+		reg:   r,
+		st:    r.st,
+		p:     layout.NewJobPaths(r.cfg.Namespace, name),
+		jname: name,
+		id:    r.cfg.ServerID,
+		log:   r.cfg.Logger.With("server", r.cfg.ServerID, "job", name),
 	}
 	j.wire()
 	j.tx = txn.NewCommitter(j.st, j.p, j.cache)
 	j.nodes = jobnodes.New(j.st, j.p, j.jname, j.cache)
+	j.fo = failover.New(failover.Config{
+		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache, Tx: j.tx, Nodes: j.nodes,
+		Mu: &j.mu, Signals: r.cfg.TestSignals,
+		Hooks: failover.Hooks{
+			Config: j.Config, Ready: j.ready, RegSessionLocked: func() int64 { return j.regSession }, Kick: j.kick, Warn: j.warn,
+		},
+	})
 	j.ld = leader.New(leader.Config{
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache, Tx: j.tx, Nodes: j.nodes,
 		Mu: &j.mu, Signals: r.cfg.TestSignals, Now: r.cfg.Now, OfflineGrace: r.cfg.OfflineServerGrace,
 		Hooks: leader.Hooks{
 			Config: j.Config, IsLeader: j.isLeader, Ready: j.ready, MarkerLeftByEndedRun: j.markerLeftByEndedRun,
-			EnqueueOrphans: j.enqueueOrphans, Warn: j.warn,
+			EnqueueOrphans: j.fo.EnqueueOrphans, Warn: j.warn,
 		},
 	})
 	j.totals = &countTotals{st: j.st, p: j.p, id: j.id, job: j.jname, log: j.log}
@@ -224,7 +218,7 @@ func (j *Job) wire() {
 	// looks at the session again.
 	j.debts.Kept = func() { j.q.Post(eventloop.Event{Kind: eventloop.Session}) }
 	j.debts.Log = j.log
-	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobnodes.WatchPolicy(layout.RelServer(j.id, layout.NSharding), j.claimed), j.postWatch, j.kick)
+	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobnodes.WatchPolicy(layout.RelServer(j.id, layout.NSharding), func(it int) bool { return j.fo.Claimed(it) }), j.postWatch, j.kick)
 }
 
 // joinResult is what a join's transaction did (joiner.transact).
@@ -666,9 +660,7 @@ func (j *Job) loseRegistration(why string) {
 	}
 	j.leader = false
 	j.elec.Forget()
-	j.claims = make(map[int]int64)
-	j.claimsTaken = nil
-	j.claimsUnsure = nil
+	j.fo.ForgetLocked()
 }
 
 // Leave unregisters this server from the job (its server node goes offline,
@@ -715,7 +707,7 @@ func (j *Job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	_ = j.debts.Pay(ctx, sess) // a failure is logged: nothing pays it after the leave
 	// Claims no run has taken go back to the queue at once: held, they
 	// would keep their items from every server until this session ends.
-	j.releaseClaims(ctx)
+	j.fo.ReleaseClaims(ctx)
 	return true, nil
 }
 
@@ -840,3 +832,10 @@ func (j *Job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]sto
 	}
 	return nil, nil
 }
+
+// ClaimFailover claims one waiting failover item if failover is on and the
+// queue is not empty (under the failover latch; when another server holds
+// it, it waits up to a second for its release). True means an item is now
+// assigned to this server and the Node should run at once. Called from
+// one goroutine at a time, as Begin (failover.Failover.Claim).
+func (j *Job) ClaimFailover(ctx context.Context) (bool, error) { return j.fo.Claim(ctx) }

@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/failover"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
@@ -116,7 +115,7 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 		items := plan.items
 		err := b.markRunning(ctx, now, plan)
 		if err != nil {
-			j.takeClaims(items, false)
+			j.fo.TakeClaims(failoverItems(items), false)
 		}
 		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, errBeginAgain) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover) && attempt < 3 {
 			continue // resharded, failover writers, or leftovers removed between our reads and the Multi
@@ -150,10 +149,10 @@ func (j *Job) refusePaused(ctx context.Context, sid int64) error {
 	// for another server: held here they would run nowhere (their
 	// owner skips an item failed over to another) until a resume.
 	// A claim whose reply was lost is one of them.
-	if _, err := j.settleUnsureClaims(ctx, sid); err != nil {
+	if _, err := j.fo.SettleUnsureClaims(ctx, sid); err != nil {
 		j.log.Debug("paused: cannot read a claim whose reply was lost; the next Begin does", "err", err)
 	}
-	j.releaseClaims(ctx)
+	j.fo.ReleaseClaims(ctx)
 	return fmt.Errorf("coord: job %q, server %q: %w", j.jname, j.id, ErrPaused)
 }
 
@@ -188,7 +187,7 @@ func (b *beginning) plan(ctx context.Context, attempt int) (beginPlan, error) {
 	j := b.j
 	p := beginPlan{flagVersion: -1}
 	// A claim of this server whose reply was lost is run as claimed.
-	if _, err := j.settleUnsureClaims(ctx, b.sid); err != nil {
+	if _, err := j.fo.SettleUnsureClaims(ctx, b.sid); err != nil {
 		return p, err
 	}
 	var err error
@@ -227,14 +226,14 @@ func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) erro
 	if p.fo, err = j.nodes.ReadFailoverDir(ctx); err != nil {
 		return err
 	}
-	var view map[int]foItem
+	var view map[int]failover.ItemView
 	if attempt == 0 {
-		view = j.failoverViewAt(p.fo.Version, st.Mzxid)
+		view = j.fo.ViewAt(p.fo.Version, st.Mzxid)
 	}
 	if p.items, p.shardVersion, view, err = j.assignments(ctx, b.cfg.ShardingTotalCount, data, st, found, view, p.fo.Claims); err != nil {
 		return err
 	}
-	j.noteFailoverView(p.fo.Version, st.Mzxid, view)
+	j.fo.NoteView(p.fo.Version, st.Mzxid, view)
 	p.shardMzxid = st.Mzxid
 	return nil
 }
@@ -242,33 +241,6 @@ func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) erro
 // errBeginAgain says the items were found not running after all: the
 // Begin plans again.
 var errBeginAgain = errors.New("coord: items not running after all; begin again")
-
-// bumpFailoverDir is the intent every failover writer adds to its
-// transaction: it bumps the failover directory's data version, which a
-// normal Begin checks (markRunning).
-func bumpFailoverDir() txn.Intent { return txn.Intent{Kind: txn.Set, Rel: layout.RelFailoverQ} }
-
-// failoverViewAt returns this server's last direct read of its items'
-// claims and failover marks if it was made at failover directory version
-// v, on the sharding node of Mzxid shardMzxid, on this registration (nil
-// otherwise): every failover writer bumps v, so they are still current.
-func (j *Job) failoverViewAt(v int32, shardMzxid int64) map[int]foItem {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if v < 0 || j.foView != (failoverView{version: v, shardMzxid: shardMzxid, session: j.regSession}) {
-		return nil
-	}
-	return j.foItems
-}
-
-// noteFailoverView keeps view as the claims and marks of this server's
-// items at failover directory version v.
-func (j *Job) noteFailoverView(v int32, shardMzxid int64, view map[int]foItem) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	j.foView = failoverView{version: v, shardMzxid: shardMzxid, session: j.regSession}
-	j.foItems = view
-}
 
 // markRunning begins a run in ONE Multi (in parts only beyond the request
 // limit, internal/txn/split.go).
@@ -361,7 +333,7 @@ func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]txn.Intent {
 			// This run re-runs a crashed run's item: it consumes the entry.
 			g = append(g, txn.Intent{Kind: txn.Delete, Rel: layout.RelFailoverQ + "/" + strconv.Itoa(a.Item)})
 		}
-		if p.fo.Claims[a.Item] && !j.claimed(a.Item) {
+		if p.fo.Claims[a.Item] && !j.fo.Claimed(a.Item) {
 			// A claim record whose claim is gone (assignments skips an
 			// item whose claim lives): the token of a cut failover run,
 			// consumed the same way. A claim since fails the version
@@ -408,7 +380,7 @@ func (b *beginning) markFailed(ctx context.Context, items []Assignment, sid int6
 	j.holdItems(items, -1)
 	if live {
 		j.holdMarker(sid, -1)
-		if ambiguous(j.st, err) {
+		if txn.Ambiguous(j.st, err) {
 			// Applied, perhaps: the marker would stay on a session
 			// that resumes, with no run holding it, and hold every
 			// reshard until this server's next Begin.
@@ -468,13 +440,6 @@ func (j *Job) markerInTheWay(ctx context.Context, cfg jobconfig.Config, items []
 		all[i] = a.Item
 	}
 	return j.flagMisfire(ctx, cfg, all)
-}
-
-// ambiguous reports whether err, from a write, leaves it unknown whether the
-// write was applied: the connection or the session failed, or ctx ended,
-// while it was in flight.
-func ambiguous(st store.Store, err error) bool {
-	return recipe.LostConnection(st, err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // oweMarkerLeftover owes session sid the settling of what a Begin's or a
@@ -575,7 +540,7 @@ func (j *Job) undoBegin(ctx context.Context, items []Assignment, applied [][]txn
 	}
 	var head []txn.Intent
 	if len(groups) > 0 {
-		head = []txn.Intent{bumpFailoverDir()}
+		head = []txn.Intent{failover.BumpDir()}
 	}
 	if _, err := j.tx.CommitSplit(context.WithoutCancel(ctx), head, groups, nil); err != nil {
 		j.log.Warn("cannot undo a partial Begin", "items", len(items), "err", err)
@@ -767,32 +732,9 @@ func (j *Job) awaitSharding(ctx context.Context, cfg jobconfig.Config) (flagVers
 // taken and returns none.
 func (j *Job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]Assignment, int32, error) {
 	var out []Assignment
-	j.mu.Lock()
-	claims := make(map[int]int64, len(j.claims))
-	dropped := make(map[int]int64)
-	for k, v := range j.claims {
-		switch {
-		case j.claimsTaken[k]:
-		case k >= cfg.ShardingTotalCount:
-			// The total was lowered below it since the claim: the item
-			// is gone, and running it would run it again (simulation
-			// seed 2000169). The claim is dropped.
-			delete(j.claims, k)
-			dropped[k] = v
-		case !jobnodes.FailoverOn(cfg):
-			// Failover or monitorExecution went off since the claim: its
-			// owner runs the item at its next trigger without looking
-			// for a claim (with monitorExecution off nothing would stop
-			// the two runs side by side: simulation seed 3002508).
-			delete(j.claims, k)
-			dropped[k] = v
-		default:
-			claims[k] = v
-		}
-	}
-	j.mu.Unlock()
+	claims, dropped := j.fo.Untaken(cfg)
 	for it, czxid := range dropped {
-		j.dropClaimNode(ctx, it, czxid)
+		j.fo.DropClaimNode(ctx, it, czxid)
 	}
 	if len(claims) > 0 {
 		for it, epoch := range claims {
@@ -813,37 +755,8 @@ func (j *Job) failoverAssignments(ctx context.Context, cfg jobconfig.Config) ([]
 		}
 		slices.SortFunc(out, func(a, b Assignment) int { return a.Item - b.Item })
 	}
-	j.takeClaims(out, true)
+	j.fo.TakeClaims(failoverItems(out), true)
 	return out, -1, nil
-}
-
-// dropClaimNode deletes item's failover node if it is this server's claim
-// made at czxid (an edit may have cleared it and another server claimed the
-// item since). Failures are logged: the node is ephemeral, and a failover
-// Begin checks its claim's node.
-func (j *Job) dropClaimNode(ctx context.Context, item int, czxid int64) {
-	p := j.p.Item(item, layout.NFailover)
-	ok, st, err := j.st.Exists(ctx, p)
-	if err == nil && ok && st.Czxid == czxid {
-		// With its record (claimrecord.go), read again if it changed.
-		for attempt := 0; attempt < 3; attempt++ {
-			var rec []store.Op
-			if rec, err = j.claimRecordOps(ctx, item); err != nil {
-				break
-			}
-			_, err = j.st.Multi(ctx, append(rec, &store.DeleteOp{Path: p, Version: st.Version},
-				&store.SetOp{Path: j.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion})...)
-			if len(rec) == 0 || !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
-				break
-			}
-		}
-	}
-	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
-		j.log.Warn("cannot drop a failover claim", "item", item, "err", err)
-		return
-	}
-	j.cache.NoteDeleted(layout.RelItem(item, layout.NFailover))
-	j.log.Info("failover claim dropped: failover is off, or the item is beyond the total", "item", item)
 }
 
 // dropLostClaims forgets the claims among items whose failover node is gone
@@ -863,48 +776,10 @@ func (j *Job) dropLostClaims(ctx context.Context, items []Assignment) (bool, err
 			continue
 		}
 		lost = true
-		j.mu.Lock()
-		delete(j.claims, a.Item)
-		j.mu.Unlock()
+		j.fo.Forget(a.Item)
 		j.log.Info("failover claim gone before its run began (cleared by a config edit)", "item", a.Item)
 	}
 	return lost, nil
-}
-
-// takeClaims marks failover assignments taken by a run (or, with false,
-// released).
-func (j *Job) takeClaims(items []Assignment, taken bool) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, a := range items {
-		if !a.Failover {
-			continue
-		}
-		if !taken {
-			delete(j.claimsTaken, a.Item)
-			continue
-		}
-		if j.claimsTaken == nil {
-			j.claimsTaken = make(map[int]bool)
-		}
-		j.claimsTaken[a.Item] = true
-	}
-}
-
-// claimTaken reports whether a run of this server has taken its failover
-// claim on item.
-func (j *Job) claimTaken(item int) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.claimsTaken[item]
-}
-
-// claimed reports whether this server holds a failover claim on item.
-func (j *Job) claimed(item int) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	_, ok := j.claims[item]
-	return ok
 }
 
 // assignments computes this server's sharding items minus items with a
@@ -919,7 +794,7 @@ func (j *Job) claimed(item int) bool {
 // claim lives the item is skipped; a record whose claim is gone (the
 // claimant's session ended) is a cut failover run, which this run re-runs
 // and consumes (markRunning deletes the record, as it does a queue entry).
-func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool, view map[int]foItem, records map[int]bool) ([]Assignment, int32, map[int]foItem, error) {
+func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.Stat, ok bool, view map[int]failover.ItemView, records map[int]bool) ([]Assignment, int32, map[int]failover.ItemView, error) {
 	var out []Assignment
 	if !ok {
 		return nil, -1, view, nil
@@ -944,7 +819,7 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 		if disabled {
 			continue
 		}
-		if j.claimTaken(it) {
+		if j.fo.ClaimTaken(it) {
 			continue // a failover run of this server runs it now
 		}
 		cand = append(cand, it)
@@ -956,89 +831,27 @@ func (j *Job) assignments(ctx context.Context, total int, data []byte, st store.
 		// version bump, so the view would keep the item skipped for good
 		// (memstore simulation seed 9317484). Claims are rare; marks are
 		// persistent and only set with a bump, so they stay.
-		if f, ok := view[it]; !ok || f.claimed || records[it] {
+		if f, ok := view[it]; !ok || f.Claimed || records[it] {
 			missing = append(missing, it)
 		}
 	}
 	if len(missing) > 0 {
-		if view, err = j.readFailoverView(ctx, view, missing); err != nil {
+		if view, err = j.fo.ReadView(ctx, view, missing); err != nil {
 			return nil, -1, nil, err
 		}
 	}
 	for _, it := range cand {
 		f := view[it]
-		if f.claimed {
+		if f.Claimed {
 			// Failed over to another server, or claimed by this one and
 			// run by its failover run only: a normal run of it would
 			// consume nothing, and the failover run after it would carry
 			// the lower epoch (ZooKeeper simulation seed 1005053).
 			continue
 		}
-		out = append(out, Assignment{Item: it, Epoch: max(st.Mzxid, f.mark)})
+		out = append(out, Assignment{Item: it, Epoch: max(st.Mzxid, f.Mark)})
 	}
 	return out, st.Version, view, nil
-}
-
-// readFailoverView returns view with the claims and failover marks of
-// items read directly (pipelined).
-func (j *Job) readFailoverView(ctx context.Context, view map[int]foItem, items []int) (map[int]foItem, error) {
-	got := make([]foItem, len(items))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(layout.ItemReaders)
-	for i, it := range items {
-		g.Go(func() error {
-			ok, cst, err := j.st.Exists(gctx, j.p.Item(it))
-			if err != nil {
-				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it), err)
-			}
-			if !ok {
-				return nil
-			}
-			j.cache.NoteItemStat(layout.RelItem(it), cst)
-			got[i].mark = failoverDone(cst)
-			if cst.NumChildren == 0 {
-				return nil
-			}
-			claimed, _, err := j.st.Exists(gctx, j.p.Item(it, layout.NFailover))
-			if err != nil {
-				return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it, layout.NFailover), err)
-			}
-			got[i].claimed = claimed
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	next := make(map[int]foItem, len(view)+len(items))
-	for k, v := range view {
-		next[k] = v
-	}
-	for i, it := range items {
-		next[it] = got[i]
-	}
-	return next, nil
-}
-
-// foItem is what a direct read found of one item: a failover claim on it,
-// and its failover mark (failoverDone).
-type foItem struct {
-	claimed bool
-	mark    int64
-}
-
-// failoverDone reads the mark of a completed failover run off the Stat of
-// an item container: a failover run's Complete sets the container's data
-// (nothing else does), so once its Version is above 0 its Mzxid is the
-// zxid of the last such Complete. A normal run's epoch is the larger of its
-// sharding node's Mzxid and this mark: a failover claim made after the
-// reshard has a Czxid above the sharding node's Mzxid, and the item's
-// return to its owner must still raise the epoch.
-func failoverDone(st store.Stat) int64 {
-	if st.Version > 0 {
-		return st.Mzxid
-	}
-	return 0
 }
 
 // Shards returns the run's items, failover items first.
@@ -1134,7 +947,7 @@ func (r *Run) CheckOwnership(ctx context.Context, item int) error {
 	ok, ist := c.ok, c.st
 	epoch := st.Mzxid
 	if ok {
-		epoch = max(epoch, failoverDone(ist))
+		epoch = max(epoch, failover.Done(ist))
 	}
 	items, perr := layout.ParseItems(data)
 	if perr != nil || epoch != a.Epoch || !slices.Contains(items, item) {
@@ -1231,7 +1044,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 			if err == nil || errors.Is(err, ErrNotOwner) {
 				r.done = true
 			}
-			cut = err != nil && ambiguous(j.st, err)
+			cut = err != nil && txn.Ambiguous(j.st, err)
 			if err == nil || !recipe.LostConnection(j.st, err) {
 				return err
 			}
@@ -1274,9 +1087,9 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
 	now := layout.FormatTime(j.reg.cfg.Now())
 	var head []txn.Intent
-	groups, failover := r.failoverCompletions(now)
-	if failover {
-		head = append(head, bumpFailoverDir())
+	groups, anyFailover := r.failoverCompletions(now)
+	if anyFailover {
+		head = append(head, failover.BumpDir())
 	}
 	tail := r.recordCompletion(now, next)
 	if c := r.counts; c != nil && !c.Written && !j.isRemoved() {
@@ -1295,7 +1108,7 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 			}
 		}()
 	}
-	err := r.commitCompletion(ctx, head, groups, tail, failover)
+	err := r.commitCompletion(ctx, head, groups, tail, anyFailover)
 	r.dropClaims(ctx, err == nil)
 	if err != nil {
 		if errors.Is(err, store.ErrNoNode) {
@@ -1408,14 +1221,18 @@ func (r *Run) dropClaims(ctx context.Context, committed bool) {
 			}
 		}
 	}
-	j.mu.Lock()
-	for _, a := range r.items {
+	j.fo.Ended(failoverItems(r.items))
+}
+
+// failoverItems returns the items of the failover assignments of as.
+func failoverItems(as []Assignment) []int {
+	var items []int
+	for _, a := range as {
 		if a.Failover {
-			delete(j.claims, a.Item)
-			delete(j.claimsTaken, a.Item)
+			items = append(items, a.Item)
 		}
 	}
-	j.mu.Unlock()
+	return items
 }
 
 // isRemoved reports whether the job was removed from the namespace.

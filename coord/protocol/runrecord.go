@@ -11,15 +11,6 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// failoverView identifies a direct read of a server's claims and failover
-// marks: the failover directory's version, the sharding node's Mzxid and
-// the registration's session it was made at.
-type failoverView struct {
-	version    int32
-	shardMzxid int64
-	session    int64
-}
-
 // layoutGuard refuses a Begin while an online server of the job runs an
 // older layout (its record is absent or has no "layout":2; every server of
 // this layout writes one when it registers): servers of the two layouts

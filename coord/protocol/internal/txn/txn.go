@@ -7,8 +7,10 @@ package txn
 
 import (
 	"context"
+	"errors"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/treecache"
 )
@@ -159,4 +161,11 @@ func (c *Committer) resolve(intents []Intent, exists func(rel string, direct boo
 		}
 	}
 	return ops, created, deleted
+}
+
+// Ambiguous reports whether err, from a write, leaves it unknown whether the
+// write was applied: the connection or the session failed, or ctx ended,
+// while it was in flight.
+func Ambiguous(st store.Store, err error) bool {
+	return recipe.LostConnection(st, err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }

@@ -1,4 +1,4 @@
-package protocol
+package failover
 
 import (
 	"context"
@@ -25,53 +25,53 @@ import (
 
 // noteUnsureClaim records that the claim of item on session sid may have
 // been applied.
-func (j *Job) noteUnsureClaim(item int, sid int64) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.claimsUnsure == nil {
-		j.claimsUnsure = make(map[int]int64)
+func (f *Failover) noteUnsureClaim(item int, sid int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.claimsUnsure == nil {
+		f.claimsUnsure = make(map[int]int64)
 	}
-	j.claimsUnsure[item] = sid
+	f.claimsUnsure[item] = sid
 }
 
-// settleUnsureClaims resolves the unsure claims of registration session sid
+// SettleUnsureClaims resolves the unsure claims of registration session sid
 // by a direct read each (none when there are none: the usual case), and
 // reports whether it adopted one. A claim made on an earlier session went
 // with it. A read that fails keeps the item unsure and returns the error.
-func (j *Job) settleUnsureClaims(ctx context.Context, sid int64) (bool, error) {
-	j.mu.Lock()
+func (f *Failover) SettleUnsureClaims(ctx context.Context, sid int64) (bool, error) {
+	f.mu.Lock()
 	var items []int
-	for it, s := range j.claimsUnsure {
+	for it, s := range f.claimsUnsure {
 		if s != sid {
-			delete(j.claimsUnsure, it)
+			delete(f.claimsUnsure, it)
 			continue
 		}
 		items = append(items, it)
 	}
-	j.mu.Unlock()
+	f.mu.Unlock()
 	slices.Sort(items)
 	adopted := false
 	for _, it := range items {
-		data, st, err := j.st.Get(ctx, j.p.Item(it, layout.NFailover))
+		data, st, err := f.st.Get(ctx, f.p.Item(it, layout.NFailover))
 		if err != nil && !errors.Is(err, store.ErrNoNode) {
-			return adopted, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it, layout.NFailover), err)
+			return adopted, fmt.Errorf("coord: job %q: read %s: %w", f.jname, f.p.Item(it, layout.NFailover), err)
 		}
-		mine := err == nil && st.EphemeralOwner == sid && string(data) == j.id
-		j.mu.Lock()
-		delete(j.claimsUnsure, it)
-		mine = mine && j.regSession == sid
+		mine := err == nil && st.EphemeralOwner == sid && string(data) == f.id
+		f.mu.Lock()
+		delete(f.claimsUnsure, it)
+		mine = mine && f.RegSessionLocked() == sid
 		if mine {
-			j.claims[it] = st.Czxid
+			f.claims[it] = st.Czxid
 		}
-		j.mu.Unlock()
+		f.mu.Unlock()
 		if !mine {
 			continue
 		}
 		adopted = true
-		j.cache.NoteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
-		j.cache.NoteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
-		j.kick() // the watcher starts watching the claimed item
-		j.log.Info("claimed failover item (the claim's reply was lost; found on this session)", "item", it)
+		f.cache.NoteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
+		f.cache.NoteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
+		f.Kick() // the watcher starts watching the claimed item
+		f.log.Info("claimed failover item (the claim's reply was lost; found on this session)", "item", it)
 	}
 	return adopted, nil
 }

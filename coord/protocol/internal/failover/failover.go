@@ -1,24 +1,169 @@
-package protocol
+// Package failover holds a job's failover on this server: the leader's
+// scan that queues a dead server's unfinished items (EnqueueOrphans), the
+// claim of a queued item under the failover latch (Claim), the claims this
+// server holds, taken by its runs or given back (ReleaseClaims), a claim
+// whose transaction's reply was lost (claimsettle.go), and this server's
+// view of its items' claims and failover marks (view.go).
+package failover
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/treecache"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
-// enqueueOrphans is the leader's failover detection: a server that went
+// Hooks are what failover asks of the job it serves.
+type Hooks struct {
+	// Config returns the job's current config.
+	Config func() jobconfig.Config
+	// Ready checks the preconditions of a Begin and returns the
+	// registration's session: a claim is for a server that may run.
+	Ready func() (int64, context.Context, error)
+	// RegSessionLocked returns the registration's session; the caller
+	// holds the job's mu.
+	RegSessionLocked func() int64
+	// Kick wakes the job's watcher (to watch a claimed item).
+	Kick func()
+	// Warn logs a failure of the watcher's work (at Debug once ctx ended).
+	Warn func(ctx context.Context, msg string, args ...any)
+}
+
+// Config is what a Failover is built on: the job's handles and hooks.
+type Config struct {
+	Store  store.Store
+	Paths  layout.JobPaths
+	Job    string // the job's name
+	Server string // this server's id
+	Log    *slog.Logger
+	Cache  *treecache.Cache
+	Tx     txn.Committer
+	Nodes  *jobnodes.Nodes
+	// Mu is the job's mutex: it guards the claims and the view.
+	Mu *sync.Mutex
+	// Signals, when not nil, receives the tests' failover events.
+	Signals *testsignal.Coord
+	Hooks
+}
+
+// Failover is a job's failover on this server. Its claims and view are
+// guarded by the job's mu; Claim, like Begin, is called by one goroutine
+// at a time, EnqueueOrphans by the watcher.
+type Failover struct {
+	st      store.Store
+	p       layout.JobPaths
+	jname   string
+	id      string
+	log     *slog.Logger
+	cache   *treecache.Cache
+	tx      txn.Committer
+	nodes   *jobnodes.Nodes
+	signals *testsignal.Coord
+	Hooks
+
+	mu     *sync.Mutex
+	claims map[int]int64 // failover items claimed, to their epoch
+	// claimsTaken are the claims a Begin took for its run (until Complete):
+	// a Begin beside that run (the Node runs failover beside a busy run)
+	// must not take them again.
+	claimsTaken map[int]bool
+	// claimsUnsure are the items whose claim transaction failed on the
+	// connection (a reply lost: it may have been applied), to the session
+	// it was made on: resolved by a direct read before the next claim or
+	// Begin (claimsettle.go).
+	claimsUnsure map[int]int64
+	// foView is the failover directory version (with the sharding node's
+	// Mzxid and the registration) at which this server last read its
+	// items' claims and failover marks directly: while Begin reads the
+	// same, the cache's are current (ViewAt).
+	foView  failoverView
+	foItems map[int]ItemView
+}
+
+// New returns the failover of the job c describes.
+func New(c Config) *Failover {
+	return &Failover{
+		st: c.Store, p: c.Paths, jname: c.Job, id: c.Server, log: c.Log, cache: c.Cache, tx: c.Tx, nodes: c.Nodes,
+		signals: c.Signals, Hooks: c.Hooks, mu: c.Mu, claims: make(map[int]int64),
+	}
+}
+
+// event names this job and server in a test signal.
+func (f *Failover) event() testsignal.Event { return testsignal.Event{Job: f.jname, Server: f.id} }
+
+// ForgetLocked forgets every claim, for a lost registration (its claims
+// went with its session); the caller holds the job's mu.
+func (f *Failover) ForgetLocked() {
+	f.claims = make(map[int]int64)
+	f.claimsTaken = nil
+	f.claimsUnsure = nil
+}
+
+// Forget forgets the claim on item (its failover node is gone).
+func (f *Failover) Forget(item int) {
+	f.mu.Lock()
+	delete(f.claims, item)
+	f.mu.Unlock()
+}
+
+// Ended forgets the claims of a run's failover items, taken and all.
+func (f *Failover) Ended(items []int) {
+	f.mu.Lock()
+	for _, it := range items {
+		delete(f.claims, it)
+		delete(f.claimsTaken, it)
+	}
+	f.mu.Unlock()
+}
+
+// Untaken returns the claims (item to epoch) no run has taken, and drops
+// from them those cfg no longer allows (dropped: the caller deletes their
+// failover nodes, DropClaimNode): items beyond the total, and every claim
+// when failover or monitorExecution is off.
+func (f *Failover) Untaken(cfg jobconfig.Config) (claims, dropped map[int]int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	claims = make(map[int]int64, len(f.claims))
+	dropped = make(map[int]int64)
+	for k, v := range f.claims {
+		switch {
+		case f.claimsTaken[k]:
+		case k >= cfg.ShardingTotalCount:
+			// The total was lowered below it since the claim: the item
+			// is gone, and running it would run it again (simulation
+			// seed 2000169). The claim is dropped.
+			delete(f.claims, k)
+			dropped[k] = v
+		case !jobnodes.FailoverOn(cfg):
+			// Failover or monitorExecution went off since the claim: its
+			// owner runs the item at its next trigger without looking
+			// for a claim (with monitorExecution off nothing would stop
+			// the two runs side by side: simulation seed 3002508).
+			delete(f.claims, k)
+			dropped[k] = v
+		default:
+			claims[k] = v
+		}
+	}
+	return claims, dropped
+}
+
+// EnqueueOrphans is the leader's failover detection: a server that went
 // offline leaving a run record without completion and without its live
 // marker (the marker is ephemeral: its session is gone, the run with it),
 // whose sharding node is still the one the run was planned on (after a
@@ -34,22 +179,22 @@ import (
 // reads the tree directly (the cache may lag right after a crash); it runs
 // only on departures, on election and on reconcile ticks: a few reads per
 // server and per claim record, none per item.
-func (j *Job) enqueueOrphans(ctx context.Context) {
-	cfg := j.Config()
+func (f *Failover) EnqueueOrphans(ctx context.Context) {
+	cfg := f.Config()
 	if !jobnodes.FailoverOn(cfg) {
 		return
 	}
-	orphans, listing, err := j.findOrphans(ctx, cfg.ShardingTotalCount)
+	orphans, listing, err := f.findOrphans(ctx, cfg.ShardingTotalCount)
 	if err != nil {
-		j.warn(ctx, "failover scan failed", "err", err)
+		f.Warn(ctx, "failover scan failed", "err", err)
 		return
 	}
-	j.requeueLostClaims(ctx, listing, cfg.ShardingTotalCount)
+	f.requeueLostClaims(ctx, listing, cfg.ShardingTotalCount)
 	for _, o := range orphans {
 		head := []txn.Intent{
 			{Kind: txn.Check, Rel: layout.RelServer(o.server, layout.NSharding), Version: o.shardVersion},
 			{Kind: txn.Check, Rel: layout.RelServer(o.server, layout.NRun), Version: o.recVersion},
-			bumpFailoverDir(),
+			BumpDir(),
 		}
 		groups := make([][]txn.Intent, 0, len(o.items))
 		for _, it := range o.items {
@@ -60,13 +205,13 @@ func (j *Job) enqueueOrphans(ctx context.Context) {
 		tail := []txn.Intent{{Kind: txn.Set, Rel: layout.RelServer(o.server, layout.NRun), Data: layout.EncodeRunRecord(rec)}}
 		// Beyond the store's request limit in parts (internal/txn/split.go): each part
 		// fenced by the same checks, the record marked in the last.
-		if _, err := j.tx.CommitSplit(ctx, head, groups, tail); err != nil {
-			j.warn(ctx, "cannot queue items for failover", "offline-server", o.server, "items", o.items, "err", err)
+		if _, err := f.tx.CommitSplit(ctx, head, groups, tail); err != nil {
+			f.Warn(ctx, "cannot queue items for failover", "offline-server", o.server, "items", o.items, "err", err)
 			continue
 		}
-		j.log.Info("queued crashed items for failover", "offline-server", o.server, "items", o.items)
-		if s := j.reg.cfg.TestSignals; s != nil {
-			s.FailoverQueued.Send(testsignal.Queued{Event: j.event(), Items: o.items})
+		f.log.Info("queued crashed items for failover", "offline-server", o.server, "items", o.items)
+		if s := f.signals; s != nil {
+			s.FailoverQueued.Send(testsignal.Queued{Event: f.event(), Items: o.items})
 		}
 	}
 }
@@ -88,17 +233,17 @@ type lostClaim struct {
 // the claim's absence asserted (created and deleted: a new claim can only
 // come from a queue entry, and this one is not there yet, so this is the
 // record's own claim, gone) and the item's failover mark set (the
-// container's data, failoverDone): the owner's next epoch rises above the
+// container's data, Done): the owner's next epoch rises above the
 // lost claim's, so epochs only grow even when the owner, not a new claim,
 // re-runs the item. A record of an item beyond the total is only deleted.
 // Split beyond the request limit: every item's operations are independent.
-func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, total int) {
+func (f *Failover) requeueLostClaims(ctx context.Context, listing layout.FoListing, total int) {
 	if len(listing.Claims) == 0 {
 		return
 	}
-	lost, err := j.findLostClaims(ctx, listing)
+	lost, err := f.findLostClaims(ctx, listing)
 	if err != nil {
-		j.warn(ctx, "cannot read failover claims", "err", err)
+		f.Warn(ctx, "cannot read failover claims", "err", err)
 		return
 	}
 	if len(lost) == 0 {
@@ -109,16 +254,16 @@ func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, t
 	// off, a lowered total) deletes claims itself, and what it deleted is
 	// not a claim lost (simulation seed 9424199: a claim pruned with its
 	// item beyond a lowered total was queued again once the total rose).
-	cfgVersion, cfg, err := j.nodes.StoredConfig(ctx)
+	cfgVersion, cfg, err := f.nodes.StoredConfig(ctx)
 	if err != nil {
-		j.warn(ctx, "cannot read the config to queue lost failover claims", "err", err)
+		f.Warn(ctx, "cannot read the config to queue lost failover claims", "err", err)
 		return
 	}
 	if !jobnodes.FailoverOn(cfg) {
 		return
 	}
 	total = cfg.ShardingTotalCount
-	head := []txn.Intent{bumpFailoverDir(), {Kind: txn.Check, Rel: layout.NConfig, Version: cfgVersion}}
+	head := []txn.Intent{BumpDir(), {Kind: txn.Check, Rel: layout.NConfig, Version: cfgVersion}}
 	groups := make([][]txn.Intent, 0, len(lost))
 	for _, c := range lost {
 		g := []txn.Intent{
@@ -138,12 +283,12 @@ func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, t
 	// All at once, else item by item: a record consumed by the owner's
 	// Begin or completed meanwhile fails only its own transaction.
 	done := lost
-	if _, err := j.tx.CommitSplit(ctx, head, groups, nil); err != nil {
+	if _, err := f.tx.CommitSplit(ctx, head, groups, nil); err != nil {
 		done = nil
 		for i, g := range groups {
-			if _, err := j.tx.CommitSplit(ctx, head, [][]txn.Intent{g}, nil); err != nil {
+			if _, err := f.tx.CommitSplit(ctx, head, [][]txn.Intent{g}, nil); err != nil {
 				if !layout.Raced(err) {
-					j.warn(ctx, "cannot queue a lost failover claim again", "item", lost[i].item, "err", err)
+					f.Warn(ctx, "cannot queue a lost failover claim again", "item", lost[i].item, "err", err)
 				}
 				continue
 			}
@@ -152,19 +297,19 @@ func (j *Job) requeueLostClaims(ctx context.Context, listing layout.FoListing, t
 	}
 	var items []int
 	for _, c := range done {
-		j.log.Info("failover claim lost with its claimant's session: item queued again", "item", c.item, "claimant", c.server)
+		f.log.Info("failover claim lost with its claimant's session: item queued again", "item", c.item, "claimant", c.server)
 		if c.item < total {
 			items = append(items, c.item)
 		}
 	}
-	if s := j.reg.cfg.TestSignals; s != nil && len(items) > 0 {
-		s.FailoverQueued.Send(testsignal.Queued{Event: j.event(), Items: items})
+	if s := f.signals; s != nil && len(items) > 0 {
+		s.FailoverQueued.Send(testsignal.Queued{Event: f.event(), Items: items})
 	}
 }
 
 // findLostClaims reads the claim records of listing and their claims
 // (pipelined): those whose claim is gone.
-func (j *Job) findLostClaims(ctx context.Context, listing layout.FoListing) ([]lostClaim, error) {
+func (f *Failover) findLostClaims(ctx context.Context, listing layout.FoListing) ([]lostClaim, error) {
 	items := make([]int, 0, len(listing.Claims))
 	for it := range listing.Claims {
 		items = append(items, it)
@@ -175,11 +320,11 @@ func (j *Job) findLostClaims(ctx context.Context, listing layout.FoListing) ([]l
 	g.SetLimit(layout.ItemReaders)
 	for i, it := range items {
 		g.Go(func() error {
-			held, _, err := j.st.Exists(gctx, j.p.Item(it, layout.NFailover))
+			held, _, err := f.st.Exists(gctx, f.p.Item(it, layout.NFailover))
 			if err != nil || held {
 				return err
 			}
-			data, st, err := j.st.Get(gctx, j.p.Claim(it))
+			data, st, err := f.st.Get(gctx, f.p.Claim(it))
 			if errors.Is(err, store.ErrNoNode) {
 				return nil // completed or consumed meanwhile
 			}
@@ -214,12 +359,12 @@ type orphanRun struct {
 // findOrphans reads, for every offline server given items, its sharding
 // node, its run record and its live marker (a few reads per server), and
 // the failover directory's listing, returned with them.
-func (j *Job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.FoListing, error) {
-	servers, _, err := j.st.Children(ctx, j.p.Abs(layout.NServers))
+func (f *Failover) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.FoListing, error) {
+	servers, _, err := f.st.Children(ctx, f.p.Abs(layout.NServers))
 	if err != nil {
 		return nil, layout.FoListing{}, err
 	}
-	queued, _, err := j.st.Children(ctx, j.p.Abs(layout.RelFailoverQ))
+	queued, _, err := f.st.Children(ctx, f.p.Abs(layout.RelFailoverQ))
 	if err != nil {
 		return nil, layout.FoListing{}, err
 	}
@@ -235,7 +380,7 @@ func (j *Job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.F
 	}
 	var out []orphanRun
 	for _, s := range servers {
-		kids, _, err := j.st.Children(ctx, j.p.Server(s))
+		kids, _, err := f.st.Children(ctx, f.p.Server(s))
 		if errors.Is(err, store.ErrNoNode) {
 			continue
 		}
@@ -245,7 +390,7 @@ func (j *Job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.F
 		if state := layout.ListedServerState(kids); state.Online || !state.Sharding || !slices.Contains(kids, layout.NRun) {
 			continue // online, never given items, or never ran
 		}
-		data, recSt, err := j.st.Get(ctx, j.p.Server(s, layout.NRun))
+		data, recSt, err := f.st.Get(ctx, f.p.Server(s, layout.NRun))
 		if errors.Is(err, store.ErrNoNode) {
 			continue
 		}
@@ -258,12 +403,12 @@ func (j *Job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.F
 		}
 		// The marker lives while the run's session does (a server shut
 		// down by an operator, or left, with its run still going).
-		if live, _, err := j.st.Exists(ctx, j.p.Server(s, layout.NRun, layout.NLive)); err != nil {
+		if live, _, err := f.st.Exists(ctx, f.p.Server(s, layout.NRun, layout.NLive)); err != nil {
 			return nil, layout.FoListing{}, err
 		} else if live {
 			continue
 		}
-		owned, shardSt, err := j.st.Get(ctx, j.p.Server(s, layout.NSharding))
+		owned, shardSt, err := f.st.Get(ctx, f.p.Server(s, layout.NSharding))
 		if errors.Is(err, store.ErrNoNode) {
 			continue
 		}
@@ -278,7 +423,7 @@ func (j *Job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.F
 			continue
 		}
 		if _, perr := layout.ParseItems(owned); perr != nil {
-			j.log.Warn("malformed sharding node skipped by the failover scan", "node", j.p.Server(s, layout.NSharding), "err", perr)
+			f.log.Warn("malformed sharding node skipped by the failover scan", "node", f.p.Server(s, layout.NSharding), "err", perr)
 			continue
 		}
 		o := orphanRun{server: s, shardVersion: shardSt.Version, rec: rec, recVersion: recSt.Version}
@@ -299,43 +444,43 @@ func (j *Job) findOrphans(ctx context.Context, total int) ([]orphanRun, layout.F
 // its holder is stuck or gone, and the ephemeral goes with its session.
 const latchWait = time.Second
 
-// ClaimFailover claims one waiting failover item if failover is on and the
+// Claim claims one waiting failover item if failover is on and the
 // queue is not empty (under the failover latch; when another server holds
 // it, it waits up to a second for its release). True means an item is now
 // assigned to this server and the Node should run at once.
 //
-// claimFailover takes leader/failover/latch (a recipe.TryLatch, waiting once for
+// It takes leader/failover/latch (a recipe.TryLatch, waiting once for
 // another claimant's release: the claimant takes ONE item, and the rest of
 // the queue would otherwise wait for its next claim or for this server's
 // next trigger, since the queue signal already came),
 // claims the first queued item (execution/{item}/failover = me, queue entry
 // deleted, ONE Multi) and releases the latch.
-func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
-	sid, _, err := j.ready()
+func (f *Failover) Claim(ctx context.Context) (bool, error) {
+	sid, _, err := f.Ready()
 	if err != nil {
 		return false, err
 	}
 	// A claim of this server whose reply was lost is this claim's item.
-	if adopted, err := j.settleUnsureClaims(ctx, sid); err != nil || adopted {
+	if adopted, err := f.SettleUnsureClaims(ctx, sid); err != nil || adopted {
 		return adopted, err
 	}
-	if !jobnodes.FailoverOn(j.Config()) || layout.QueuedCount(j.cache.Children(layout.RelFailoverQ)) == 0 {
+	if !jobnodes.FailoverOn(f.Config()) || layout.QueuedCount(f.cache.Children(layout.RelFailoverQ)) == 0 {
 		return false, nil
 	}
-	if jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NPaused)) {
+	if jobnodes.CachedFlag(f.cache, layout.RelServer(f.id, layout.NPaused)) {
 		// A paused server runs nothing: its claim would hold the item
 		// from every server until a resume (simulation seeds 229, 276).
 		return false, nil
 	}
-	latch := recipe.NewTryLatch(j.st, j.p.Abs(layout.RelFailoverLock), []byte(j.id))
+	latch := recipe.NewTryLatch(f.st, f.p.Abs(layout.RelFailoverLock), []byte(f.id))
 	if held, err := latch.AcquireWithin(ctx, latchWait); err != nil {
-		return false, fmt.Errorf("coord: job %q: take %s: %w", j.jname, latch.Path(), err)
+		return false, fmt.Errorf("coord: job %q: take %s: %w", f.jname, latch.Path(), err)
 	} else if !held {
 		return false, nil // another claim again: its end signals the queue anew
 	}
 	defer func() {
 		if err := latch.Release(ctx); err != nil {
-			j.log.Warn("cannot release the failover latch", "err", err)
+			f.log.Warn("cannot release the failover latch", "err", err)
 		}
 	}()
 	// The stored config, read directly, decides (the snapshot above may
@@ -344,13 +489,13 @@ func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 	// monitorExecution off meanwhile fails the claim (simulation seed
 	// 3002508: an entry queued before monitorExecution went off was
 	// claimed after, and the item ran twice side by side).
-	cfgVersion, on, err := j.nodes.StoredFailoverOn(ctx)
+	cfgVersion, on, err := f.nodes.StoredFailoverOn(ctx)
 	if err != nil || !on {
 		return false, err
 	}
-	names, _, err := j.st.Children(ctx, j.p.Abs(layout.RelFailoverQ))
+	names, _, err := f.st.Children(ctx, f.p.Abs(layout.RelFailoverQ))
 	if err != nil {
-		return false, fmt.Errorf("coord: job %q: read the failover queue: %w", j.jname, err)
+		return false, fmt.Errorf("coord: job %q: read the failover queue: %w", f.jname, err)
 	}
 	var queued []int
 	for _, n := range names {
@@ -359,14 +504,14 @@ func (j *Job) ClaimFailover(ctx context.Context) (bool, error) {
 		}
 	}
 	slices.Sort(queued)
-	c := &failoverClaim{j: j, sid: sid, cfgVersion: cfgVersion}
+	c := &failoverClaim{f: f, sid: sid, cfgVersion: cfgVersion}
 	return c.firstOf(ctx, queued)
 }
 
 // failoverClaim is one ClaimFailover's claim, under the failover latch:
 // it tries the queued items in order until one is claimed.
 type failoverClaim struct {
-	j   *Job
+	f   *Failover
 	sid int64
 	// cfgVersion is the config node's version the claim's transaction
 	// checks; edits counts the config edits met by claim transactions.
@@ -409,19 +554,19 @@ func (c *failoverClaim) firstOf(ctx context.Context, queued []int) (bool, error)
 // since it was queued consumed the entry (the entry is the crashed run's
 // token): the claim's delete of it fails then.
 func (c *failoverClaim) try(ctx context.Context, it int) (claimStep, error) {
-	j := c.j
-	kids, _, err := j.st.Children(ctx, j.p.Item(it))
+	f := c.f
+	kids, _, err := f.st.Children(ctx, f.p.Item(it))
 	noContainer := errors.Is(err, store.ErrNoNode)
 	if err != nil && !noContainer {
-		return claimStop, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Item(it), err)
+		return claimStop, fmt.Errorf("coord: job %q: read %s: %w", f.jname, f.p.Item(it), err)
 	}
 	if slices.Contains(kids, layout.NDisabled) {
-		if err := j.st.Delete(ctx, j.p.Queued(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-			return claimStop, fmt.Errorf("coord: job %q: drop stale failover entry %s: %w", j.jname, j.p.Queued(it), err)
+		if err := f.st.Delete(ctx, f.p.Queued(it), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return claimStop, fmt.Errorf("coord: job %q: drop stale failover entry %s: %w", f.jname, f.p.Queued(it), err)
 		}
 		return claimNext, nil
 	}
-	if _, err := j.st.Multi(ctx, c.claimOps(it, noContainer)...); err != nil {
+	if _, err := f.st.Multi(ctx, c.claimOps(it, noContainer)...); err != nil {
 		return c.failed(ctx, it, err)
 	}
 	if err := c.adopt(ctx, it); err != nil {
@@ -438,25 +583,25 @@ func (c *failoverClaim) try(ctx context.Context, it int) (claimStep, error) {
 // disabled (an operator may disable it after the read: a node created
 // and deleted in one Multi asserts its absence) and the config unedited.
 func (c *failoverClaim) claimOps(it int, noContainer bool) []store.Op {
-	j := c.j
+	f := c.f
 	var ops []store.Op
 	if noContainer {
-		ops = append(ops, &store.CreateOp{Path: j.p.Item(it)})
+		ops = append(ops, &store.CreateOp{Path: f.p.Item(it)})
 	}
 	return append(ops,
-		&store.DeleteOp{Path: j.p.Queued(it), Version: store.AnyVersion},
-		&store.SetOp{Path: j.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion},
-		&store.CreateOp{Path: j.p.Item(it, layout.NFailover), Data: []byte(j.id), Mode: store.Ephemeral},
-		&store.CreateOp{Path: j.p.Claim(it), Data: layout.EncodeClaimRecord(j.id, c.sid)},
-		&store.CreateOp{Path: j.p.Item(it, layout.NDisabled)},
-		&store.DeleteOp{Path: j.p.Item(it, layout.NDisabled), Version: store.AnyVersion},
-		&store.CheckOp{Path: j.p.Abs(layout.NConfig), Version: c.cfgVersion},
+		&store.DeleteOp{Path: f.p.Queued(it), Version: store.AnyVersion},
+		&store.SetOp{Path: f.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion},
+		&store.CreateOp{Path: f.p.Item(it, layout.NFailover), Data: []byte(f.id), Mode: store.Ephemeral},
+		&store.CreateOp{Path: f.p.Claim(it), Data: layout.EncodeClaimRecord(f.id, c.sid)},
+		&store.CreateOp{Path: f.p.Item(it, layout.NDisabled)},
+		&store.DeleteOp{Path: f.p.Item(it, layout.NDisabled), Version: store.AnyVersion},
+		&store.CheckOp{Path: f.p.Abs(layout.NConfig), Version: c.cfgVersion},
 	)
 }
 
 // failed decides what a failed claim transaction of item it leads to.
 func (c *failoverClaim) failed(ctx context.Context, it int, err error) (claimStep, error) {
-	j := c.j
+	f := c.f
 	switch {
 	case errors.Is(err, store.ErrBadVersion):
 		// The config was edited since it was read: read it again and,
@@ -467,7 +612,7 @@ func (c *failoverClaim) failed(ctx context.Context, it int, err error) (claimSte
 		}
 		var on bool
 		var rerr error
-		if c.cfgVersion, on, rerr = j.nodes.StoredFailoverOn(ctx); rerr != nil || !on {
+		if c.cfgVersion, on, rerr = f.nodes.StoredFailoverOn(ctx); rerr != nil || !on {
 			return claimStop, rerr
 		}
 		return claimAgain, nil
@@ -478,50 +623,50 @@ func (c *failoverClaim) failed(ctx context.Context, it int, err error) (claimSte
 	case errors.Is(err, store.ErrNoNode):
 		return claimNext, nil // consumed by a run of its owner, or claimed already
 	}
-	if ambiguous(j.st, err) {
+	if txn.Ambiguous(f.st, err) {
 		// Applied, perhaps, with its reply lost: the claim would live on
 		// this session unknown to this server, and the item would run
 		// nowhere (claimsettle.go).
-		j.noteUnsureClaim(it, c.sid)
+		f.noteUnsureClaim(it, c.sid)
 	}
-	return claimStop, fmt.Errorf("coord: job %q: claim failover item %d: %w", j.jname, it, err)
+	return claimStop, fmt.Errorf("coord: job %q: claim failover item %d: %w", f.jname, it, err)
 }
 
 // adopt takes claimed item it as this server's: its epoch (the failover
 // mark's Czxid) kept, the cache told of the claim, the watcher kicked to
 // watch the item.
 func (c *failoverClaim) adopt(ctx context.Context, it int) error {
-	j := c.j
-	_, st, err := j.st.Exists(ctx, j.p.Item(it, layout.NFailover))
+	f := c.f
+	_, st, err := f.st.Exists(ctx, f.p.Item(it, layout.NFailover))
 	if err != nil {
-		j.noteUnsureClaim(it, c.sid) // claimed: its epoch is read again
-		return fmt.Errorf("coord: job %q: read claimed item %d: %w", j.jname, it, err)
+		f.noteUnsureClaim(it, c.sid) // claimed: its epoch is read again
+		return fmt.Errorf("coord: job %q: read claimed item %d: %w", f.jname, it, err)
 	}
-	j.mu.Lock()
-	j.claims[it] = st.Czxid
-	j.mu.Unlock()
-	j.cache.NoteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
-	j.cache.NoteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
-	j.kick() // the watcher starts watching the claimed item
-	j.log.Info("claimed failover item", "item", it)
+	f.mu.Lock()
+	f.claims[it] = st.Czxid
+	f.mu.Unlock()
+	f.cache.NoteDeleted(layout.RelFailoverQ + "/" + strconv.Itoa(it))
+	f.cache.NoteCreated(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
+	f.Kick() // the watcher starts watching the claimed item
+	f.log.Info("claimed failover item", "item", it)
 	return nil
 }
 
-// releaseClaims puts the failover items this server claimed and no run of
+// ReleaseClaims puts the failover items this server claimed and no run of
 // it has taken back in the queue (failover node and its record deleted,
 // queue entry created, one Multi per item), for a server that cannot run
 // them (paused, or leaving).
 // Failures are logged: an item whose claim stays is released by the next
 // Begin, or freed with this server's session.
-func (j *Job) releaseClaims(ctx context.Context) {
-	j.mu.Lock()
+func (f *Failover) ReleaseClaims(ctx context.Context) {
+	f.mu.Lock()
 	var items []int
-	for it := range j.claims {
-		if !j.claimsTaken[it] {
+	for it := range f.claims {
+		if !f.claimsTaken[it] {
 			items = append(items, it)
 		}
 	}
-	j.mu.Unlock()
+	f.mu.Unlock()
 	slices.Sort(items)
 	for _, it := range items {
 		// The claim's record goes with it (read directly: an operator's
@@ -530,33 +675,33 @@ func (j *Job) releaseClaims(ctx context.Context) {
 		var err error
 		for attempt := 0; attempt < 3; attempt++ {
 			var rec []store.Op
-			if rec, err = j.claimRecordOps(ctx, it); err != nil {
+			if rec, err = f.claimRecordOps(ctx, it); err != nil {
 				break
 			}
-			_, err = j.st.Multi(ctx, append(rec,
-				&store.DeleteOp{Path: j.p.Item(it, layout.NFailover), Version: store.AnyVersion},
-				&store.CreateOp{Path: j.p.Queued(it)},
-				&store.SetOp{Path: j.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion})...)
+			_, err = f.st.Multi(ctx, append(rec,
+				&store.DeleteOp{Path: f.p.Item(it, layout.NFailover), Version: store.AnyVersion},
+				&store.CreateOp{Path: f.p.Queued(it)},
+				&store.SetOp{Path: f.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion})...)
 			if errors.Is(err, store.ErrNodeExists) {
 				// Queued again already: drop the claim alone.
-				_, err = j.st.Multi(ctx, append(rec,
-					&store.DeleteOp{Path: j.p.Item(it, layout.NFailover), Version: store.AnyVersion},
-					&store.SetOp{Path: j.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion})...)
+				_, err = f.st.Multi(ctx, append(rec,
+					&store.DeleteOp{Path: f.p.Item(it, layout.NFailover), Version: store.AnyVersion},
+					&store.SetOp{Path: f.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion})...)
 			}
 			if len(rec) == 0 || !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
 				break
 			}
 		}
 		if err != nil && !errors.Is(err, store.ErrNoNode) {
-			j.log.Warn("cannot give a failover claim back to the queue", "item", it, "err", err)
+			f.log.Warn("cannot give a failover claim back to the queue", "item", it, "err", err)
 			continue
 		}
-		j.mu.Lock()
-		delete(j.claims, it)
-		j.mu.Unlock()
+		f.mu.Lock()
+		delete(f.claims, it)
+		f.mu.Unlock()
 		if err == nil {
-			j.cache.NoteDeleted(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
-			j.log.Info("failover claim given back to the queue (paused or leaving)", "item", it)
+			f.cache.NoteDeleted(layout.RelItem(it, layout.NFailover), layout.RelClaim(it))
+			f.log.Info("failover claim given back to the queue (paused or leaving)", "item", it)
 		}
 	}
 }
@@ -566,10 +711,72 @@ func (j *Job) releaseClaims(ctx context.Context) {
 // a claim of this server (a pause, failover off, an item beyond the total),
 // whose transaction must take the record with the claim, or the leader
 // would queue the item again for a claim that was not lost.
-func (j *Job) claimRecordOps(ctx context.Context, item int) ([]store.Op, error) {
-	ok, st, err := j.st.Exists(ctx, j.p.Claim(item))
+func (f *Failover) claimRecordOps(ctx context.Context, item int) ([]store.Op, error) {
+	ok, st, err := f.st.Exists(ctx, f.p.Claim(item))
 	if err != nil || !ok {
 		return nil, err
 	}
-	return []store.Op{&store.DeleteOp{Path: j.p.Claim(item), Version: st.Version}}, nil
+	return []store.Op{&store.DeleteOp{Path: f.p.Claim(item), Version: st.Version}}, nil
+}
+
+// DropClaimNode deletes item's failover node if it is this server's claim
+// made at czxid (an edit may have cleared it and another server claimed the
+// item since). Failures are logged: the node is ephemeral, and a failover
+// Begin checks its claim's node.
+func (f *Failover) DropClaimNode(ctx context.Context, item int, czxid int64) {
+	p := f.p.Item(item, layout.NFailover)
+	ok, st, err := f.st.Exists(ctx, p)
+	if err == nil && ok && st.Czxid == czxid {
+		// With its record (claimrecord.go), read again if it changed.
+		for attempt := 0; attempt < 3; attempt++ {
+			var rec []store.Op
+			if rec, err = f.claimRecordOps(ctx, item); err != nil {
+				break
+			}
+			_, err = f.st.Multi(ctx, append(rec, &store.DeleteOp{Path: p, Version: st.Version},
+				&store.SetOp{Path: f.p.Abs(layout.RelFailoverQ), Version: store.AnyVersion})...)
+			if len(rec) == 0 || !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+				break
+			}
+		}
+	}
+	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrBadVersion) {
+		f.log.Warn("cannot drop a failover claim", "item", item, "err", err)
+		return
+	}
+	f.cache.NoteDeleted(layout.RelItem(item, layout.NFailover))
+	f.log.Info("failover claim dropped: failover is off, or the item is beyond the total", "item", item)
+}
+
+// TakeClaims marks the claims of failover items taken by a run (or, with
+// false, released).
+func (f *Failover) TakeClaims(items []int, taken bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, it := range items {
+		if !taken {
+			delete(f.claimsTaken, it)
+			continue
+		}
+		if f.claimsTaken == nil {
+			f.claimsTaken = make(map[int]bool)
+		}
+		f.claimsTaken[it] = true
+	}
+}
+
+// ClaimTaken reports whether a run of this server has taken its failover
+// claim on item.
+func (f *Failover) ClaimTaken(item int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.claimsTaken[item]
+}
+
+// Claimed reports whether this server holds a failover claim on item.
+func (f *Failover) Claimed(item int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.claims[item]
+	return ok
 }
