@@ -97,7 +97,7 @@ type Job struct {
 
 	// Watcher state.
 	elec *recipe.Election // leader election (its candidate is the watcher's)
-	w    watcherState
+	wt   *watcher
 	// joinResharded: the join's transaction resharded (lonejoin.go), just
 	// before its election: the new leader's duties check the membership
 	// against that reshard instead of raising the flag unconditionally.
@@ -168,7 +168,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 		return nil, err
 	}
 	joined = true
-	j.startWatcher(sessCh, pred)
+	j.wt.startWatcher(sessCh, pred)
 	j.log.Debug("joined job")
 	return j, nil
 }
@@ -183,6 +183,7 @@ func newJob(r *Registry, name string) *Job {
 		id:    r.cfg.ServerID,
 		log:   r.cfg.Logger.With("server", r.cfg.ServerID, "job", name),
 	}
+	j.wt = &watcher{j: j}
 	j.wire()
 	j.tx = txn.NewCommitter(j.st, j.p, j.cache)
 	j.nodes = jobnodes.New(j.st, j.p, j.jname, j.cache)
@@ -190,7 +191,7 @@ func newJob(r *Registry, name string) *Job {
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache, Tx: j.tx, Nodes: j.nodes,
 		Mu: &j.mu, Signals: r.cfg.TestSignals,
 		Hooks: failover.Hooks{
-			Config: j.Config, Ready: j.ready, RegSessionLocked: func() int64 { return j.regSession }, Kick: j.kick, Warn: j.warn,
+			Config: j.Config, Ready: j.ready, RegSessionLocked: func() int64 { return j.regSession }, Kick: j.kick, Warn: j.wt.warn,
 		},
 	})
 	j.ld = leader.New(leader.Config{
@@ -198,7 +199,7 @@ func newJob(r *Registry, name string) *Job {
 		Mu: &j.mu, Signals: r.cfg.TestSignals, Now: r.cfg.Now, OfflineGrace: r.cfg.OfflineServerGrace,
 		Hooks: leader.Hooks{
 			Config: j.Config, IsLeader: j.isLeader, Ready: j.ready, MarkerLeftByEndedRun: j.markerLeftByEndedRun,
-			EnqueueOrphans: j.fo.EnqueueOrphans, Warn: j.warn,
+			EnqueueOrphans: j.fo.EnqueueOrphans, Warn: j.wt.warn,
 		},
 	})
 	j.totals = &countTotals{st: j.st, p: j.p, id: j.id, job: j.jname, log: j.log}
@@ -209,7 +210,7 @@ func newJob(r *Registry, name string) *Job {
 // signals, the arming of its watches, its election, its debts and its tree
 // cache.
 func (j *Job) wire() {
-	j.q.Init(j.reg.loop, eventloop.Hooks{Step: j.step, StopTimers: j.stopTimers, SessionChanged: j.cancelStaleRegistration})
+	j.q.Init(j.reg.loop, eventloop.Hooks{Step: j.wt.step, StopTimers: j.wt.stopTimers, SessionChanged: j.wt.cancelStaleRegistration})
 	j.sig.init()
 	j.fw = eventloop.NewWatchFuncs(j.st, &j.q)
 	j.elec = recipe.NewElection(j.st, j.p.Abs(layout.RelElection), j.id)

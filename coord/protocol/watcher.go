@@ -46,31 +46,43 @@ type watcherState struct {
 	reactFailed bool
 }
 
+// watcher is a joined job's watcher: a state machine run by the
+// Registry's event loop (internal/eventloop), one step at a time, that
+// owns the tree cache's watches, the election, session handling, the
+// operator-flag reactions, reconcile and the signals. It owns its state
+// (watcherState); the job's state it shares it reads and writes under the
+// job's mu, as the Job's methods do.
+type watcher struct {
+	j *Job
+	watcherState
+}
+
 // startWatcher hands the joined job to the Registry's event loop: the
 // reconcile tick starts, and the loop runs its first reaction and every
 // event from now on (sessCh: Join's session snapshot; pred: the watch of
 // Join's election).
-func (j *Job) startWatcher(sessCh <-chan struct{}, pred uint64) {
-	j.w.pred = pred
-	j.w.interval = j.reconcileInterval()
-	j.w.tick = time.AfterFunc(j.w.interval, func() { j.q.Post(eventloop.Event{Kind: eventloop.Tick}) })
+func (w *watcher) startWatcher(sessCh <-chan struct{}, pred uint64) {
+	j := w.j
+	w.pred = pred
+	w.interval = w.reconcileInterval()
+	w.tick = time.AfterFunc(w.interval, func() { j.q.Post(eventloop.Event{Kind: eventloop.Tick}) })
 	j.q.Start(sessCh)
 }
 
 // stopTimers stops the tick and the retry; the loop calls it once no step
 // runs and none will.
-func (j *Job) stopTimers() {
-	if j.w.tick != nil {
-		j.w.tick.Stop()
+func (w *watcher) stopTimers() {
+	if w.tick != nil {
+		w.tick.Stop()
 	}
-	if j.w.retry != nil {
-		j.w.retry.Stop()
+	if w.retry != nil {
+		w.retry.Stop()
 	}
 }
 
 // setRetry (re)arms the retry timer; a pending one is replaced.
-func (j *Job) setRetry() {
-	w := &j.w
+func (w *watcher) setRetry() {
+	j := w.j
 	if w.retry != nil {
 		w.retry.Stop()
 	}
@@ -88,41 +100,42 @@ func (j *Job) setRetry() {
 // The watcher re-arms the tree cache's watches, follows the session, runs
 // the election and the leader's duties, reacts to operator flags and config
 // edits, and delivers Signals.
-func (j *Job) step(ctx context.Context, evs []eventloop.Event) {
+func (w *watcher) step(ctx context.Context, evs []eventloop.Event) {
+	j := w.j
 	react := false
 	for _, e := range evs {
 		if ctx.Err() != nil {
 			return
 		}
-		if j.handleEvent(ctx, e) {
+		if w.handleEvent(ctx, e) {
 			react = true
 		}
 	}
 	if react && ctx.Err() == nil {
-		j.react(ctx)
-		if j.w.reactFailed && !j.w.retryPending {
+		w.react(ctx)
+		if w.reactFailed && !w.retryPending {
 			// A leader duty failed on a connected session: go again soon
 			// (evRetry reacts), not at the next event, which may never
 			// come on a trigger-only job.
-			j.setRetry()
+			w.setRetry()
 		}
-		j.w.reactFailed = false
+		w.reactFailed = false
 	}
 	j.deliverSignals()
 }
 
 // handleEvent handles one event; true asks for a reaction (react).
-func (j *Job) handleEvent(ctx context.Context, e eventloop.Event) bool {
-	w := &j.w
+func (w *watcher) handleEvent(ctx context.Context, e eventloop.Event) bool {
+	j := w.j
 	switch e.Kind {
 	case eventloop.Start:
 		return true
 	case eventloop.Deliver:
 		return false
 	case eventloop.Session:
-		return j.handleSession(ctx)
+		return w.handleSession(ctx)
 	case eventloop.Tick:
-		if iv := j.reconcileInterval(); iv != w.interval {
+		if iv := w.reconcileInterval(); iv != w.interval {
 			w.interval = iv
 		}
 		w.tick.Reset(w.interval)
@@ -135,10 +148,10 @@ func (j *Job) handleEvent(ctx context.Context, e eventloop.Event) bool {
 			return false // a watch replaced since
 		}
 		w.pred = 0
-		id, err := j.electIfRegistered(ctx)
+		id, err := w.electIfRegistered(ctx)
 		if err != nil {
-			j.warn(ctx, "leader election failed; retrying", "err", err)
-			j.setRetry()
+			w.warn(ctx, "leader election failed; retrying", "err", err)
+			w.setRetry()
 			w.electAgain = true
 		}
 		w.pred = id
@@ -147,7 +160,7 @@ func (j *Job) handleEvent(ctx context.Context, e eventloop.Event) bool {
 		if !w.retryPending || e.ID != w.retryID {
 			return false // replaced since
 		}
-		return j.handleRetry(ctx)
+		return w.handleRetry(ctx)
 	case eventloop.Idle:
 		if e.ID != w.idle {
 			return false
@@ -157,23 +170,23 @@ func (j *Job) handleEvent(ctx context.Context, e eventloop.Event) bool {
 	case eventloop.Wake:
 		if err := j.cache.LoadStubs(ctx); err != nil {
 			w.needResync, w.resynced = true, false // see handleCacheEvent
-			j.setRetry()
+			w.setRetry()
 			return false
 		}
 		return true
 	case eventloop.Cache:
-		return j.handleCacheEvent(ctx, e)
+		return w.handleCacheEvent(ctx, e)
 	}
 	return false
 }
 
 // handleSession handles a session change (evSession).
-func (j *Job) handleSession(ctx context.Context) bool {
-	w := &j.w
+func (w *watcher) handleSession(ctx context.Context) bool {
+	j := w.j
 	sess, _ := j.st.Session()
 	j.log.Debug("session changed", "id", sess.ID, "state", sess.State)
-	if j.onSession(ctx, sess) != nil {
-		j.setRetry()
+	if w.onSession(ctx, sess) != nil {
+		w.setRetry()
 		return false
 	}
 	resyncedNow := false
@@ -187,14 +200,14 @@ func (j *Job) handleSession(ctx context.Context) bool {
 		// of that delay on the stale cache (ZooKeeper simulation seeds
 		// 993076: a config edit; 991089: a resharding flag).
 		if err := j.cache.Resync(ctx); err != nil {
-			j.warn(ctx, "tree cache resync after a resumed session failed; retrying", "err", err)
-			j.setRetry()
+			w.warn(ctx, "tree cache resync after a resumed session failed; retrying", "err", err)
+			w.setRetry()
 			return false
 		}
 		j.log.Debug("tree cache resynced: a watch failed to re-arm while the connection was down")
 		w.needResync, resyncedNow = false, true
 	}
-	j.takeElection()
+	w.takeElection()
 	// Connected again (the same session resumed, or a new one
 	// registered): react on the cache as it stands. What the leader's
 	// duties tried on the connection that dropped (its prompt
@@ -206,13 +219,12 @@ func (j *Job) handleSession(ctx context.Context) bool {
 
 // handleRetry handles the retry timer (evRetry): recovery, and the
 // election again if it failed.
-func (j *Job) handleRetry(ctx context.Context) bool {
-	w := &j.w
+func (w *watcher) handleRetry(ctx context.Context) bool {
 	w.retryPending = false
-	resynced, err := j.retryRecovery(ctx, w.needResync)
+	resynced, err := w.retryRecovery(ctx, w.needResync)
 	if err != nil {
-		j.warn(ctx, "recovery failed; retrying", "err", err)
-		j.setRetry()
+		w.warn(ctx, "recovery failed; retrying", "err", err)
+		w.setRetry()
 		return false
 	}
 	// Only a resync clears the need for one: a session that came back
@@ -225,10 +237,10 @@ func (j *Job) handleRetry(ctx context.Context) bool {
 		// The election failed (say, on a dropped connection) and no
 		// re-registration ran it since: run it again, or this server
 		// never leads nor watches its predecessor.
-		id, err := j.electIfRegistered(ctx)
+		id, err := w.electIfRegistered(ctx)
 		if err != nil {
-			j.warn(ctx, "leader election failed; retrying", "err", err)
-			j.setRetry()
+			w.warn(ctx, "leader election failed; retrying", "err", err)
+			w.setRetry()
 			return false
 		}
 		w.pred = id
@@ -238,8 +250,8 @@ func (j *Job) handleRetry(ctx context.Context) bool {
 }
 
 // handleCacheEvent hands a watch's event to the tree cache (evCache).
-func (j *Job) handleCacheEvent(ctx context.Context, e eventloop.Event) bool {
-	w := &j.w
+func (w *watcher) handleCacheEvent(ctx context.Context, e eventloop.Event) bool {
+	j := w.j
 	if err := j.cache.Handle(ctx, e.Ref, e.Ev); err != nil {
 		if ctx.Err() != nil {
 			return false
@@ -254,7 +266,7 @@ func (j *Job) handleCacheEvent(ctx context.Context, e eventloop.Event) bool {
 			// Its watch is not armed again: nothing tells the cache of
 			// the node's next changes until a resync.
 			j.log.Debug("tree cache: re-reading a watched node failed; resyncing when connected", "node", e.Ref.Rel, "err", err)
-			j.setRetry()
+			w.setRetry()
 		}
 	}
 	return !w.needResync
@@ -263,7 +275,8 @@ func (j *Job) handleCacheEvent(ctx context.Context, e eventloop.Event) bool {
 // warn logs a failure of the watcher's work at Warn, or at Debug when ctx
 // has ended: the watcher is being stopped (Leave, Registry.Close) and the
 // cancelled call is not a failure to report.
-func (j *Job) warn(ctx context.Context, msg string, args ...any) {
+func (w *watcher) warn(ctx context.Context, msg string, args ...any) {
+	j := w.j
 	if ctx.Err() != nil {
 		j.log.Debug(msg+" (job stopping)", args...)
 		return
@@ -274,7 +287,8 @@ func (j *Job) warn(ctx context.Context, msg string, args ...any) {
 // electIfRegistered runs the election if this server is registered on the
 // current session and not shut down; it returns the id of the watch to
 // elect again on (0: none).
-func (j *Job) electIfRegistered(ctx context.Context) (uint64, error) {
+func (w *watcher) electIfRegistered(ctx context.Context) (uint64, error) {
+	j := w.j
 	sess, _ := j.st.Session()
 	j.mu.Lock()
 	ok := !j.offline && !j.removed && j.regCtx.Err() == nil && sess.ID == j.regSession
@@ -289,8 +303,7 @@ func (j *Job) electIfRegistered(ctx context.Context) (uint64, error) {
 // election a re-registration ran, if one did. A suspension or a resumed
 // session keeps the current watch: dropping it would leave this server
 // waiting on nothing, never becoming leader when its predecessor goes.
-func (j *Job) takeElection() {
-	w := &j.w
+func (w *watcher) takeElection() {
 	if w.reelected {
 		w.pred, w.predAfterSession, w.reelected = w.predAfterSession, 0, false
 	}
@@ -299,12 +312,13 @@ func (j *Job) takeElection() {
 // retryRecovery re-runs what failed: a resync and, if the session changed,
 // the re-registration. It reports whether it resynced the cache itself
 // (onSession's resync on a new session sets w.resynced).
-func (j *Job) retryRecovery(ctx context.Context, resync bool) (bool, error) {
+func (w *watcher) retryRecovery(ctx context.Context, resync bool) (bool, error) {
+	j := w.j
 	sess, _ := j.st.Session()
-	if err := j.onSession(ctx, sess); err != nil {
+	if err := w.onSession(ctx, sess); err != nil {
 		return false, err
 	}
-	j.takeElection()
+	w.takeElection()
 	if resync && sess.State == store.StateConnected {
 		if err := j.cache.Resync(ctx); err != nil {
 			return false, err
@@ -320,7 +334,8 @@ func (j *Job) retryRecovery(ctx context.Context, resync bool) (bool, error) {
 // session follower calls it at every change, so that owned work stops
 // without waiting for the job's step. The step does the rest. It makes no
 // store call besides reading the session.
-func (j *Job) cancelStaleRegistration() {
+func (w *watcher) cancelStaleRegistration() {
+	j := w.j
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.regCtx == nil || j.regCtx.Err() != nil {
@@ -340,13 +355,14 @@ func (j *Job) cancelStaleRegistration() {
 // the registration; a new connected session registers again (status,
 // election, resharding flag) and resyncs the cache. It never gives up the
 // job for good.
-func (j *Job) onSession(ctx context.Context, sess store.Session) error {
+func (w *watcher) onSession(ctx context.Context, sess store.Session) error {
+	j := w.j
 	j.mu.Lock()
 	reg := j.regSession
 	j.suspended = sess.State == store.StateSuspended
 	stopped := j.offline || j.removed
 	j.mu.Unlock()
-	j.w.predAfterSession = 0
+	w.predAfterSession = 0
 	if sess.State == store.StateLost || sess.State == store.StateClosed || sess.ID != reg {
 		j.loseRegistration(layout.SessionProblem(sess, reg))
 	}
@@ -359,7 +375,7 @@ func (j *Job) onSession(ctx context.Context, sess store.Session) error {
 	if err := j.cache.Resync(ctx); err != nil {
 		return err
 	}
-	j.w.resynced = true
+	w.resynced = true
 	if stopped {
 		j.mu.Lock()
 		j.regSession = sess.ID
@@ -376,17 +392,17 @@ func (j *Job) onSession(ctx context.Context, sess store.Session) error {
 	j.mu.Unlock()
 	j.cache.NoteCreated(layout.RelServer(j.id, layout.NStatus))
 	if err := j.setNecessary(ctx); err != nil {
-		j.electOnRetry()
+		w.electOnRetry()
 		return err
 	}
 	j.ld.FlagRaised = true
 	pred, err := j.elect(ctx)
 	j.ld.FlagRaised = false
 	if err != nil {
-		j.electOnRetry()
+		w.electOnRetry()
 		return err
 	}
-	j.w.predAfterSession, j.w.reelected = pred, true
+	w.predAfterSession, w.reelected = pred, true
 	j.log.Info("re-registered on a new session", "session", sess.ID)
 	return nil
 }
@@ -396,11 +412,12 @@ func (j *Job) onSession(ctx context.Context, sess store.Session) error {
 // as the session already counts as registered and its resume re-runs
 // nothing. The watch kept from the old session will never fire (ZooKeeper
 // simulation seed 1600278: no leader, the resharding flag up for good).
-func (j *Job) electOnRetry() {
-	j.w.electAgain, j.w.pred = true, 0
+func (w *watcher) electOnRetry() {
+	w.electAgain, w.pred = true, 0
 }
 
-func (j *Job) reconcileInterval() time.Duration {
+func (w *watcher) reconcileInterval() time.Duration {
+	j := w.j
 	if d := j.Config().ReconcileInterval; d > 0 {
 		return d
 	}
@@ -410,7 +427,8 @@ func (j *Job) reconcileInterval() time.Duration {
 // react derives actions from the cache after a change: job removal,
 // trigger, shutdown, config edits, the failover signal, and the leader's
 // resharding flag on membership changes.
-func (j *Job) react(ctx context.Context) {
+func (w *watcher) react(ctx context.Context) {
+	j := w.j
 	if j.cache.Incomplete() {
 		// A resync failed midway: the missing nodes are not gone (the
 		// job root least of all: the job would think itself removed for
@@ -448,15 +466,15 @@ func (j *Job) react(ctx context.Context) {
 		if !was {
 			j.log.Info("shut down by an operator")
 			if err := j.goOffline(ctx); err != nil {
-				j.warn(ctx, "going offline failed", "err", err)
+				w.warn(ctx, "going offline failed", "err", err)
 			}
 			j.emit(SignalShutdown)
 		}
 	}
-	j.reactConfig(ctx)
+	w.reactConfig(ctx)
 	// Watch the execution nodes of the items this server now owns.
 	if err := j.cache.RefreshItems(ctx); err != nil {
-		j.warn(ctx, "cannot load owned items into the tree cache", "err", err)
+		w.warn(ctx, "cannot load owned items into the tree cache", "err", err)
 	}
 	cfg := j.Config()
 	if cfg.Failover && layout.QueuedCount(j.cache.Children(layout.RelFailoverQ)) > 0 {
@@ -464,27 +482,28 @@ func (j *Job) react(ctx context.Context) {
 	}
 	if j.isLeader() {
 		j.ld.Duties(ctx, false)
-		if j.w.idle == 0 {
+		if w.idle == 0 {
 			var id uint64
 			waiting, err := j.ld.ReshardWhenIdle(ctx, j.fw.Exists(eventloop.Idle, &id))
 			if err != nil {
-				j.warn(ctx, "prompt resharding failed; retrying", "err", err)
+				w.warn(ctx, "prompt resharding failed; retrying", "err", err)
 				// Retried by the watcher while connected; after a drop,
 				// when the session is back (either way before any Begin
 				// needs to wait for it).
 				if sess, _ := j.st.Session(); sess.State == store.StateConnected {
-					j.w.reactFailed = true
+					w.reactFailed = true
 				}
 			}
 			if waiting {
-				j.w.idle = id
+				w.idle = id
 			}
 		}
 	}
 }
 
 // reactConfig re-decodes the config when the cached fields changed.
-func (j *Job) reactConfig(ctx context.Context) {
+func (w *watcher) reactConfig(ctx context.Context) {
+	j := w.j
 	fields := make(map[string]string)
 	for _, n := range j.cache.Children(layout.NConfig) {
 		if d, _, ok := j.cache.Get(layout.NConfig + "/" + n); ok {
