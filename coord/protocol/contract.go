@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/runs"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
 
@@ -33,7 +34,7 @@ var (
 	ErrNotOwner = errors.New("coord: shard item no longer owned by this run; discard its uncommitted work")
 	// ErrItemsRunning: Begin found an item of this server still running; the
 	// items were flagged misfire (when enabled) and no run starts.
-	ErrItemsRunning = errors.New("coord: shard items still running; trigger recorded as misfire")
+	ErrItemsRunning = runs.ErrItemsRunning
 	// ErrPaused: the job is paused on this server (operator action).
 	ErrPaused = errors.New("coord: job paused on this server; resume it to run")
 	// ErrShutdown: an operator shut the job down on this server.

@@ -19,6 +19,7 @@ import (
 	"github.com/shardflow/shardflow/coord/protocol/internal/failover"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/leader"
+	"github.com/shardflow/shardflow/coord/protocol/internal/runs"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
@@ -68,18 +69,9 @@ type Job struct {
 	// fo: failover on this server (internal/failover): the claims and
 	// the view of this server's items' claims, guarded by mu.
 	fo *failover.Failover
-	// inRun counts, per item, the runs of this process that Begin is
-	// marking or marked running and whose Complete has not returned yet. A running node of
-	// this server's session on an item outside inRun is a leftover of a run
-	// whose Complete was refused while the session was suspended (the
-	// session came back, so the ephemeral node did not go): Begin removes
-	// it instead of calling the trigger a misfire for ever.
-	inRun map[int]int
-	// markerRuns counts, per session, the runs of this process holding the
-	// live marker servers/{id}/run/live (from before Begin's Multi until
-	// Complete returns): a marker of this session while none does is a
-	// leftover.
-	markerRuns map[int64]int
+	// rn: what this process's runs hold (items, the live marker) and the
+	// settling of what ended runs left (internal/runs), guarded by mu.
+	rn *runs.Runs
 	// layoutOK is the live server set the layout guard last passed
 	// (layoutGuard).
 	layoutOK string
@@ -187,6 +179,10 @@ func newJob(r *Registry, name string) *Job {
 	j.wire()
 	j.tx = txn.NewCommitter(j.st, j.p, j.cache)
 	j.nodes = jobnodes.New(j.st, j.p, j.jname, j.cache)
+	j.rn = runs.New(runs.Config{
+		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Tx: j.tx, Debts: &j.debts,
+		Mu: &j.mu, RegSessionLocked: func() int64 { return j.regSession }, Now: r.cfg.Now,
+	})
 	j.fo = failover.New(failover.Config{
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache, Tx: j.tx, Nodes: j.nodes,
 		Mu: &j.mu, Signals: r.cfg.TestSignals,
@@ -198,7 +194,7 @@ func newJob(r *Registry, name string) *Job {
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache, Tx: j.tx, Nodes: j.nodes,
 		Mu: &j.mu, Signals: r.cfg.TestSignals, Now: r.cfg.Now, OfflineGrace: r.cfg.OfflineServerGrace,
 		Hooks: leader.Hooks{
-			Config: j.Config, IsLeader: j.isLeader, Ready: j.ready, MarkerLeftByEndedRun: j.markerLeftByEndedRun,
+			Config: j.Config, IsLeader: j.isLeader, Ready: j.ready, MarkerLeftByEndedRun: j.rn.MarkerLeftByEndedRun,
 			EnqueueOrphans: j.fo.EnqueueOrphans, Warn: j.wt.warn,
 		},
 	})

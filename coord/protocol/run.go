@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol/internal/failover"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
+	"github.com/shardflow/shardflow/coord/protocol/internal/runs"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
@@ -117,7 +117,7 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 		if err != nil {
 			j.fo.TakeClaims(failoverItems(items), false)
 		}
-		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, errBeginAgain) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover) && attempt < 3 {
+		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, runs.ErrBeginAgain) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover) && attempt < 3 {
 			continue // resharded, failover writers, or leftovers removed between our reads and the Multi
 		}
 		if err != nil {
@@ -238,10 +238,6 @@ func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) erro
 	return nil
 }
 
-// errBeginAgain says the items were found not running after all: the
-// Begin plans again.
-var errBeginAgain = errors.New("coord: items not running after all; begin again")
-
 // markRunning begins a run in ONE Multi (in parts only beyond the request
 // limit, internal/txn/split.go).
 //
@@ -276,13 +272,13 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 	// Held from before the transaction, not after it: a Begin beside this
 	// one that finds the marker or the items held must see them held, or
 	// it would take them for leftovers.
-	j.holdItems(p.items, 1)
+	j.rn.HoldItems(itemNumbers(p.items), 1)
 	if live {
-		j.holdMarker(sid, 1)
+		j.rn.HoldMarker(sid, 1)
 	}
 	applied, err := j.tx.CommitSplit(ctx, head, groups, tail)
 	if err != nil && applied > 0 {
-		j.undoBegin(ctx, p.items, groups[:applied])
+		j.rn.UndoBegin(ctx, itemNumbers(p.items), groups[:applied])
 	}
 	if err != nil {
 		return b.markFailed(ctx, p.items, sid, string(begin), p.shardMzxid, live, err)
@@ -377,19 +373,19 @@ func (b *beginning) recordIntents(items []Assignment, begin []byte, epoch int64)
 func (b *beginning) markFailed(ctx context.Context, items []Assignment, sid int64, begin string, epoch int64, live bool, err error) error {
 	j, cfg := b.j, b.cfg
 	failover := len(items) > 0 && items[0].Failover
-	j.holdItems(items, -1)
+	j.rn.HoldItems(itemNumbers(items), -1)
 	if live {
-		j.holdMarker(sid, -1)
+		j.rn.HoldMarker(sid, -1)
 		if txn.Ambiguous(j.st, err) {
 			// Applied, perhaps: the marker would stay on a session
 			// that resumes, with no run holding it, and hold every
 			// reshard until this server's next Begin.
-			j.oweMarkerLeftover(sid, begin, epoch)
+			j.rn.OweMarkerLeftover(sid, begin, epoch)
 		}
 	}
 	switch {
 	case errors.Is(err, store.ErrNodeExists) && live:
-		return j.markerInTheWay(ctx, cfg, items)
+		return j.rn.MarkerInTheWay(ctx, cfg, itemNumbers(items))
 	case errors.Is(err, store.ErrNodeExists) && failover:
 		// A running node of a failover item: a leftover of this
 		// server's run of it, or another failover run's.
@@ -397,261 +393,20 @@ func (b *beginning) markFailed(ctx context.Context, items []Assignment, sid int6
 		for i, a := range items {
 			all[i] = a.Item
 		}
-		if merr := j.misfireIfRunning(ctx, cfg, all); merr != nil {
+		if merr := j.rn.MisfireIfRunning(ctx, cfg, all); merr != nil {
 			return merr
 		}
-		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, runs.ErrBeginAgain)
 	case errors.Is(err, store.ErrBadVersion):
 		return fmt.Errorf("coord: job %q: resharded or failover state changed while starting: %w", j.jname, err)
 	case errors.Is(err, store.ErrNoNode) && failover:
 		if lost, lerr := j.dropLostClaims(ctx, items); lerr != nil {
 			return lerr
 		} else if lost {
-			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
+			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, runs.ErrBeginAgain)
 		}
 	}
 	return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, err)
-}
-
-// markerInTheWay handles a Begin whose live marker exists already: left by
-// a run of this server on this session that no run of this process holds
-// any more (a Begin whose reply was lost, a Complete refused while the
-// session was suspended), it is deleted (versioned) and the Begin plans
-// again; otherwise a run holds it and the items misfire.
-func (j *Job) markerInTheWay(ctx context.Context, cfg jobconfig.Config, items []Assignment) error {
-	p := j.p.Server(j.id, layout.NRun, layout.NLive)
-	ok, st, err := j.st.Exists(ctx, p)
-	if err != nil {
-		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-	}
-	if !ok {
-		return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
-	}
-	if j.markerLeftByEndedRun(st) {
-		if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
-			j.log.Info("removed the live marker left by an earlier run of this server whose Complete was refused while the session was suspended", "job", j.jname)
-			return fmt.Errorf("coord: job %q: mark items running: %w", j.jname, errBeginAgain)
-		} else if !errors.Is(err, store.ErrBadVersion) {
-			return fmt.Errorf("coord: job %q: delete leftover %s: %w", j.jname, p, err)
-		}
-	}
-	all := make([]int, len(items))
-	for i, a := range items {
-		all[i] = a.Item
-	}
-	return j.flagMisfire(ctx, cfg, all)
-}
-
-// oweMarkerLeftover owes session sid the settling of what a Begin's or a
-// Complete's transaction that failed on the connection, or whose ctx ended
-// in flight, may have left, once no run of this process holds the marker:
-// the transaction may have been applied (a Begin's reply lost, or its ctx
-// cancelled by a stop) or not (a Complete's write not made). Two things
-// are settled, in one transaction:
-//
-//   - the live marker, an ephemeral of a session that may resume, which
-//     would hold the leader's reshard (firstRunning) until this server's
-//     next Begin removed it (markerInTheWay), up to a cron period later;
-//   - the run record that transaction wrote (begin and epoch name it),
-//     still without a completion: no run of this process runs it (the
-//     Begin failed, or the run ended), and a record left incomplete when
-//     the marker goes (deleted here, or with the session at the process's
-//     exit) is what the leader's failover scan takes for a crashed run
-//     (findOrphans): a graceful stop whose Begin was cancelled in flight
-//     had its items failed over (examples/pgbatch's TestRollingRestart
-//     under load). It gets its completion time.
-//
-// Paid as soon as the session is connected again, and at a leave before
-// the server goes offline (recipe.Debts).
-func (j *Job) oweMarkerLeftover(sid int64, begin string, epoch int64) {
-	p := j.p.Server(j.id, layout.NRun, layout.NLive)
-	j.debts.Owe(sid, "settle the run record and live marker "+p+" no run holds", func(ctx context.Context) error {
-		for attempt := 0; ; attempt++ {
-			err := j.settleLeftover(ctx, sid, begin, epoch)
-			if attempt < 2 && (errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrBadVersion)) {
-				continue // changed between the reads and the write: look again
-			}
-			return err
-		}
-	}, nil)
-}
-
-// settleLeftover is oweMarkerLeftover's payment: the marker deleted if it
-// is session sid's and no run of this process holds it, and the run record
-// of the Begin at begin on the sharding node of Mzxid epoch completed if it
-// is still without a completion, both versioned, in one transaction.
-func (j *Job) settleLeftover(ctx context.Context, sid int64, begin string, epoch int64) error {
-	marker, recPath := j.p.Server(j.id, layout.NRun, layout.NLive), j.p.Server(j.id, layout.NRun)
-	ok, st, err := j.st.Exists(ctx, marker)
-	if err != nil {
-		return err
-	}
-	// A marker of another session, or one a run of this process holds (a
-	// later Begin's), belongs to that run, and so does the record then.
-	if ok && (st.EphemeralOwner != sid || !j.markerLeftByEndedRun(st)) {
-		return nil
-	}
-	var ops []store.Op
-	if ok {
-		ops = append(ops, &store.DeleteOp{Path: marker, Version: st.Version})
-	}
-	data, recSt, err := j.st.Get(ctx, recPath)
-	if err != nil && !errors.Is(err, store.ErrNoNode) {
-		return err
-	}
-	if err == nil {
-		rec, derr := layout.DecodeRunRecord(data)
-		if derr == nil && rec.Complete == "" && !rec.Queued && rec.Begin == begin && rec.Epoch == epoch {
-			rec.Complete = string(layout.FormatTime(j.reg.cfg.Now()))
-			ops = append(ops, &store.SetOp{Path: recPath, Data: layout.EncodeRunRecord(rec), Version: recSt.Version})
-		}
-	}
-	if len(ops) == 0 {
-		return nil
-	}
-	if _, err := j.st.Multi(ctx, ops...); err != nil {
-		return err
-	}
-	j.log.Info("settled the run record and live marker left on this session by a Begin or Complete whose transaction failed in flight", "job", j.jname)
-	return nil
-}
-
-// undoBegin reverts the parts of a split Begin that were applied before a
-// later part failed: the queue entries those parts consumed come back, a
-// failover item's running node goes. The run does not start. If the undo
-// fails too, running nodes are ephemeral: they go with the session.
-func (j *Job) undoBegin(ctx context.Context, items []Assignment, applied [][]txn.Intent) {
-	var groups [][]txn.Intent
-	for _, g := range applied {
-		for _, in := range g {
-			switch {
-			case in.Kind == txn.Delete && strings.HasPrefix(in.Rel, layout.RelFailoverQ+"/"):
-				// A consumed claim record comes back as a queue entry: the
-				// token of a cut run, which any server may claim.
-				rel := in.Rel
-				if it, ok := layout.ParseClaimName(strings.TrimPrefix(rel, layout.RelFailoverQ+"/")); ok {
-					rel = layout.RelFailoverQ + "/" + strconv.Itoa(it)
-				}
-				groups = append(groups, []txn.Intent{{Kind: txn.CreateIfAbsent, Rel: rel}})
-			case in.Kind == txn.Create && strings.HasSuffix(in.Rel, "/"+layout.NRunning):
-				groups = append(groups, []txn.Intent{{Kind: txn.DeleteIfPresent, Rel: in.Rel}})
-			}
-		}
-	}
-	var head []txn.Intent
-	if len(groups) > 0 {
-		head = []txn.Intent{failover.BumpDir()}
-	}
-	if _, err := j.tx.CommitSplit(context.WithoutCancel(ctx), head, groups, nil); err != nil {
-		j.log.Warn("cannot undo a partial Begin", "items", len(items), "err", err)
-	}
-}
-
-// flagMisfire flags items misfire (when enabled) and returns
-// ErrItemsRunning: they run in a run of this server now.
-func (j *Job) flagMisfire(ctx context.Context, cfg jobconfig.Config, running []int) error {
-	if cfg.MisfireEnabled() {
-		var groups [][]txn.Intent
-		for _, it := range running {
-			groups = append(groups, []txn.Intent{{Kind: txn.CreateIfAbsent, Rel: layout.RelItem(it)}, {Kind: txn.CreateIfAbsent, Rel: layout.RelItem(it, layout.NMisfire)}})
-		}
-		if _, err := j.tx.CommitSplit(ctx, nil, groups, nil); err != nil && !errors.Is(err, store.ErrNoNode) {
-			return fmt.Errorf("coord: job %q: flag misfire on items %v: %w", j.jname, running, err)
-		}
-	}
-	return fmt.Errorf("coord: job %q: items %v: %w", j.jname, running, ErrItemsRunning)
-}
-
-// misfireIfRunning checks suspects (failover items found with a running
-// node) directly; a node left by an ended run of this server is removed,
-// and if any really runs, it flags them misfire (when enabled) and returns
-// ErrItemsRunning.
-func (j *Job) misfireIfRunning(ctx context.Context, cfg jobconfig.Config, suspects []int) error {
-	var running, stale []int
-	for _, it := range suspects {
-		p := j.p.Item(it, layout.NRunning)
-		ok, st, err := j.st.Exists(ctx, p)
-		if err != nil {
-			return fmt.Errorf("coord: job %q: read %s: %w", j.jname, p, err)
-		}
-		if !ok {
-			continue
-		}
-		if j.leftByEndedRun(it, st) {
-			if err := j.st.Delete(ctx, p, st.Version); err == nil || errors.Is(err, store.ErrNoNode) {
-				stale = append(stale, it)
-				continue
-			} else if !errors.Is(err, store.ErrBadVersion) {
-				return fmt.Errorf("coord: job %q: delete leftover %s: %w", j.jname, p, err)
-			}
-		}
-		running = append(running, it)
-	}
-	if len(stale) > 0 {
-		j.log.Info("removed running nodes left by an earlier failover run of this server", "job", j.jname, "items", stale)
-	}
-	if len(running) == 0 {
-		return nil
-	}
-	return j.flagMisfire(ctx, cfg, running)
-}
-
-// holdMarker adds delta to the count of this process's runs on session
-// sid holding the live marker (job.markerRuns).
-func (j *Job) holdMarker(sid int64, delta int) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.markerRuns == nil {
-		j.markerRuns = make(map[int64]int)
-	}
-	if j.markerRuns[sid] += delta; j.markerRuns[sid] <= 0 {
-		delete(j.markerRuns, sid)
-	}
-}
-
-// markerLeftByEndedRun reports whether the live marker (its Stat st) was
-// created on this server's current registration while no run of this
-// process holds it.
-func (j *Job) markerLeftByEndedRun(st store.Stat) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.markerRuns[j.regSession] == 0
-}
-
-// holdItems adds delta to the count of this process's runs holding each
-// item (job.inRun).
-func (j *Job) holdItems(items []Assignment, delta int) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.inRun == nil {
-		j.inRun = make(map[int]int)
-	}
-	for _, a := range items {
-		if j.inRun[a.Item] += delta; j.inRun[a.Item] <= 0 {
-			delete(j.inRun, a.Item)
-		}
-	}
-}
-
-// heldByAnotherRun reports whether a run of this process holds any of items.
-func (j *Job) heldByAnotherRun(items []Assignment) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for _, a := range items {
-		if j.inRun[a.Item] > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// leftByEndedRun reports whether the running node of item (its stat st) was
-// written on this server's current registration while no run of this
-// process holds the item.
-func (j *Job) leftByEndedRun(item int, st store.Stat) bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return st.EphemeralOwner != 0 && st.EphemeralOwner == j.regSession && j.inRun[item] == 0
 }
 
 // checkClock writes systemTime/current and compares its Mtime with now.
@@ -1000,7 +755,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 	}
 	r.counts = out.Counts
 	defer func() { r.counts = nil }()
-	if r.released && j.heldByAnotherRun(r.items) {
+	if r.released && j.rn.HeldByAnotherRun(itemNumbers(r.items)) {
 		// A retry after a refused Complete, too late: a later Begin removed
 		// this run's leftover running nodes and runs the items now.
 		r.done = true
@@ -1026,7 +781,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 			j.releaseRun(r)
 			if cut && r.live {
 				// Owed once the run no longer holds the marker.
-				j.oweMarkerLeftover(r.session, r.begin, r.shardMzxid)
+				j.rn.OweMarkerLeftover(r.session, r.begin, r.shardMzxid)
 			}
 		}
 	}()
@@ -1224,6 +979,15 @@ func (r *Run) dropClaims(ctx context.Context, committed bool) {
 	j.fo.Ended(failoverItems(r.items))
 }
 
+// itemNumbers returns the items of as.
+func itemNumbers(as []Assignment) []int {
+	items := make([]int, len(as))
+	for i, a := range as {
+		items[i] = a.Item
+	}
+	return items
+}
+
 // failoverItems returns the items of the failover assignments of as.
 func failoverItems(as []Assignment) []int {
 	var items []int
@@ -1259,9 +1023,9 @@ func (j *Job) oweCompletion(r *Run, next time.Time) {
 
 // releaseRun drops a run's hold on its items and the live marker.
 func (j *Job) releaseRun(r *Run) {
-	j.holdItems(r.items, -1)
+	j.rn.HoldItems(itemNumbers(r.items), -1)
 	if r.live {
-		j.holdMarker(r.session, -1)
+		j.rn.HoldMarker(r.session, -1)
 	}
 }
 
