@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/registration"
 	"github.com/shardflow/shardflow/coord/protocol/internal/runs"
 	"github.com/shardflow/shardflow/internal/testsignal"
 )
@@ -26,7 +27,7 @@ import (
 var (
 	// ErrServerIDInUse: another live process registered the same server id
 	// for this job. Give each process its own ServerID (e.g. the pod name).
-	ErrServerIDInUse = errors.New("coord: server id already registered by a live process for this job; give each process its own server id")
+	ErrServerIDInUse = registration.ErrServerIDInUse
 	// ErrSessionLost: the store session is lost; no run may start or commit.
 	ErrSessionLost = errors.New("coord: coordination session lost; runs are cancelled until a new session is registered")
 	// ErrNotOwner: a fencing check found that this run no longer owns the item

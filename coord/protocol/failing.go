@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/protocol/internal/registration"
 )
 
 // failingItems are this server's items whose last run ended in an error
@@ -51,11 +52,11 @@ func (f *failingItems) of(items []int) map[int]layout.ItemFailure {
 // seed takes the failing items of this server's own record, read
 // at its join, unless this process already knows better (a join on a new
 // session of the same process).
-func (f *failingItems) seed(rd runRead) {
-	if !rd.found {
+func (f *failingItems) seed(rd registration.RunRead) {
+	if !rd.Found {
 		return
 	}
-	rec, err := layout.DecodeRunRecord(rd.data)
+	rec, err := layout.DecodeRunRecord(rd.Data)
 	if err != nil || len(rec.Failing) == 0 {
 		return
 	}

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/shardflow/shardflow/coord/protocol/internal/failover"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/leader"
+	"github.com/shardflow/shardflow/coord/protocol/internal/registration"
 	"github.com/shardflow/shardflow/coord/protocol/internal/runs"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 	"github.com/shardflow/shardflow/coord/recipe"
@@ -69,19 +69,15 @@ type Job struct {
 	// fo: failover on this server (internal/failover): the claims and
 	// the view of this server's items' claims, guarded by mu.
 	fo *failover.Failover
+	// rg: this server's registration (internal/registration).
+	rg *registration.Registration
 	// rn: what this process's runs hold (items, the live marker) and the
 	// settling of what ended runs left (internal/runs), guarded by mu.
 	rn *runs.Runs
-	// layoutOK is the live server set the layout guard last passed
-	// (layoutGuard).
-	layoutOK string
 	// debts: writes a cut connection kept from the store, owed to their
 	// session (the barrier's, run records, completions).
 	debts      recipe.Debts
 	lastErrSet bool
-	// localDisabled is the joining config's Disabled, applied only to a
-	// server node that has never been written.
-	localDisabled bool
 
 	failing failingItems // items whose last run failed (failing.go)
 
@@ -136,7 +132,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 		return nil, j.abandonJoin(ctx, jt.registered, err)
 	}
 	if !jt.registered {
-		if err := j.registerServer(ctx, sess.ID, true); err != nil {
+		if err := j.rg.RegisterServer(ctx, sess.ID, true); err != nil {
 			return nil, err
 		}
 	}
@@ -179,6 +175,11 @@ func newJob(r *Registry, name string) *Job {
 	j.wire()
 	j.tx = txn.NewCommitter(j.st, j.p, j.cache)
 	j.nodes = jobnodes.New(j.st, j.p, j.jname, j.cache)
+	j.rg = registration.New(registration.Config{
+		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache,
+		HostName: r.cfg.HostName, IDWait: r.cfg.ServerIDWait, IDSetting: r.serverIDSetting(),
+		Mu: &j.mu, RecordLastError: j.recordLastError,
+	})
 	j.rn = runs.New(runs.Config{
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Tx: j.tx, Debts: &j.debts,
 		Mu: &j.mu, RegSessionLocked: func() int64 { return j.regSession }, Now: r.cfg.Now,
@@ -250,26 +251,17 @@ type joinResult struct {
 
 // joinReads is what a join of a stored job reads besides the config.
 type joinReads struct {
-	statusOwner  int64    // servers/{id}/status's session, 0: absent
-	serverKids   []string // servers/{id}'s children; nil: no such node
-	ownCandidate string   // this session's election candidate, "" if none
-	noCandidate  bool     // no candidate stood at all
-	run          runRead  // servers/{id}/run, for layoutOps
-	flagUp       bool     // the resharding flag exists
+	statusOwner  int64                // servers/{id}/status's session, 0: absent
+	serverKids   []string             // servers/{id}'s children; nil: no such node
+	ownCandidate string               // this session's election candidate, "" if none
+	noCandidate  bool                 // no candidate stood at all
+	run          registration.RunRead // servers/{id}/run, for LayoutOps
+	flagUp       bool                 // the resharding flag exists
 	// The servers listed and the membership version of the listing, for a
 	// join that stands alone (lonejoin.go).
 	servers        []string
 	membersVersion int32
 	serversListed  bool // the servers node exists (servers may be empty)
-}
-
-// runRead is a read of servers/{id}/run made beside a join's other reads,
-// so that the registration's layout write (layoutOps) costs no round trip
-// of its own.
-type runRead struct {
-	found   bool
-	data    []byte
-	version int32
 }
 
 // readForJoin loads the config into the tree cache (when the job has a
@@ -312,7 +304,7 @@ func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, e
 		if errors.Is(err, store.ErrNoNode) {
 			return nil
 		}
-		rd.run = runRead{found: err == nil, data: data, version: st.Version}
+		rd.run = registration.RunRead{Found: err == nil, Data: data, Version: st.Version}
 		return wrapRead(j, j.p.Server(j.id, layout.NRun), err)
 	})
 	g.Go(func() error {
@@ -420,141 +412,6 @@ func (jn *joiner) warnStoredWins(local map[string]string, stored jobconfig.Confi
 	if len(differ) > 0 {
 		j.log.Warn("the stored job config wins over this process's config (Overwrite is false); set Overwrite, or `shardflow config set`, to change it",
 			"differing", strings.Join(differ, "; "))
-	}
-}
-
-// registerServer writes servers/{id} for session sid: hostName, status
-// READY (ephemeral), disabled only when it was never written (an operator's
-// disable or enable survives restarts); a first join clears shutdown. The
-// transaction bumps the membership version (touchMembership); an operator
-// writing this server's flags at the same time makes it re-plan.
-func (j *Job) registerServer(ctx context.Context, sid int64, first bool) error {
-	statusPath := j.p.Server(j.id, layout.NStatus)
-	err := layout.MultiRetry(ctx, j.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
-		// The two reads side by side (one round trip).
-		var (
-			kids      []string
-			kerr      error
-			noDir     bool
-			readsDone = make(chan struct{})
-		)
-		go func() {
-			defer close(readsDone)
-			kids, _, kerr = j.st.Children(ctx, j.p.Server(j.id))
-		}()
-		ok, stat, err := j.st.Exists(ctx, statusPath)
-		<-readsDone
-		if err != nil {
-			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
-		}
-		if errors.Is(kerr, store.ErrNoNode) {
-			noDir, kerr = true, nil
-		}
-		if kerr != nil {
-			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id), kerr)
-		}
-		if ok && stat.EphemeralOwner != sid && first && attempt == 0 {
-			ok, stat, err = j.awaitStatusGone(ctx, statusPath, sid)
-			if err != nil {
-				return nil, err
-			}
-		}
-		if ok && stat.EphemeralOwner != sid {
-			return nil, fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, statusPath, stat.EphemeralOwner, j.reg.serverIDSetting())
-		}
-		ops := j.registrationOps(serverNode{exists: !noDir, kids: kids, statusHeld: ok}, j.localDisabled, first)
-		lops, err := j.layoutOps(ctx, kids, nil)
-		if err != nil {
-			return nil, err
-		}
-		return append(append(ops, lops...), layout.TouchMembership(j.p)), nil
-	})
-	if err != nil && !errors.Is(err, ErrServerIDInUse) {
-		return fmt.Errorf("coord: job %q: register %s: %w", j.jname, j.p.Server(j.id), err)
-	}
-	return err
-}
-
-// serverNode is what a registration read of servers/{id}: whether the
-// node exists, its children, and whether its status node is held by this
-// session already.
-type serverNode struct {
-	exists     bool
-	kids       []string
-	statusHeld bool
-}
-
-// registrationOps register this server in one transaction: servers/{id}
-// (created if absent), its hostName, its disabled flag only when it was
-// never written (an operator's disable or enable survives restarts;
-// disabled is the joining config's), the removal of an operator's shutdown
-// when clearShutdown (a first join), and the status node READY
-// (ephemeral, this session's) unless this session holds it. The join's
-// transactions and registerServer all register through it; the caller
-// adds the run record's layout write (layoutOps) and the membership bump
-// (layout.TouchMembership).
-func (j *Job) registrationOps(node serverNode, disabled, clearShutdown bool) []store.Op {
-	var ops []store.Op
-	if !node.exists {
-		ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id)})
-	}
-	has := func(name string) bool { return slices.Contains(node.kids, name) }
-	ops = append(ops, layout.PutOp(j.p.Server(j.id, layout.NHostName), []byte(j.reg.cfg.HostName), has(layout.NHostName)))
-	if !has(layout.NDisabled) {
-		ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, layout.NDisabled), Data: layout.FlagData(disabled)})
-	}
-	if clearShutdown && has(layout.NShutdown) {
-		ops = append(ops, &store.DeleteOp{Path: j.p.Server(j.id, layout.NShutdown), Version: store.AnyVersion})
-	}
-	if !node.statusHeld {
-		ops = append(ops, &store.CreateOp{Path: j.p.Server(j.id, layout.NStatus), Data: []byte(layout.StatusReady), Mode: store.Ephemeral})
-	}
-	return ops
-}
-
-// freshRunRecordOp creates this server's run record of this layout
-// (layoutOps), empty.
-func freshRunRecordOp(j *Job) store.Op {
-	return &store.CreateOp{Path: j.p.Server(j.id, layout.NRun), Data: layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout})}
-}
-
-// awaitStatusGone waits, up to the store's session timeout, for a status
-// node held by another session to go: after a crash and a quick restart
-// under the same server id, the previous incarnation's session is dying but
-// not yet expired. A live duplicate keeps it past the timeout; the caller
-// then refuses with ErrServerIDInUse. It returns the node's last state.
-func (j *Job) awaitStatusGone(ctx context.Context, statusPath string, sid int64) (bool, store.Stat, error) {
-	wait := j.reg.cfg.ServerIDWait
-	if wait == 0 {
-		sess, _ := j.st.Session()
-		wait = sess.Timeout
-	}
-	if wait <= 0 {
-		ok, stat, err := j.st.Exists(ctx, statusPath)
-		if err != nil {
-			return false, store.Stat{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
-		}
-		return ok, stat, nil
-	}
-	j.log.Info("this server id's status node is held by another session, probably this server's previous incarnation; waiting for it to expire",
-		"node", statusPath, "up-to", wait)
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		ok, stat, ch, err := j.st.ExistsW(ctx, statusPath)
-		if err != nil {
-			return false, store.Stat{}, fmt.Errorf("coord: job %q: read %s: %w", j.jname, statusPath, err)
-		}
-		if !ok || stat.EphemeralOwner == sid {
-			return ok, stat, nil
-		}
-		select {
-		case <-ch:
-		case <-timer.C:
-			return ok, stat, nil
-		case <-ctx.Done():
-			return false, store.Stat{}, fmt.Errorf("coord: job %q: waiting for %s (session 0x%x) to expire: %w: %w", j.jname, statusPath, stat.EphemeralOwner, ErrServerIDInUse, ctx.Err())
-		}
 	}
 }
 
@@ -798,36 +655,6 @@ func (j *Job) writeLastErrorLocked(ctx context.Context, msg string) {
 	} else if err != nil {
 		j.log.Warn("cannot record lastError", "err", err)
 	}
-}
-
-// layoutOps are the registration's writes of the run record that says this
-// server's layout (layoutGuard): created when absent (kids: the server
-// node's children), rewritten over a record of an older release (read only
-// then). pre, when not nil, is the record as read beside the join's other
-// reads (readForJoin), used instead of a read of its own; a record changed
-// since fails the transaction's create or version check, and the join
-// plans again on fresh reads.
-func (j *Job) layoutOps(ctx context.Context, kids []string, pre *runRead) ([]store.Op, error) {
-	if pre == nil && !slices.Contains(kids, layout.NRun) || pre != nil && !pre.found {
-		return []store.Op{freshRunRecordOp(j)}, nil
-	}
-	var rd runRead
-	if pre != nil {
-		rd = *pre
-	} else {
-		d, rst, err := j.st.Get(ctx, j.p.Server(j.id, layout.NRun))
-		if errors.Is(err, store.ErrNoNode) {
-			return []store.Op{freshRunRecordOp(j)}, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NRun), err)
-		}
-		rd = runRead{found: true, data: d, version: rst.Version}
-	}
-	if rec, derr := layout.DecodeRunRecord(rd.data); derr != nil || rec.Layout < layout.RecordLayout {
-		return []store.Op{&store.SetOp{Path: j.p.Server(j.id, layout.NRun), Data: layout.EncodeRunRecord(layout.RunRecord{Layout: layout.RecordLayout}), Version: rd.version}}, nil
-	}
-	return nil, nil
 }
 
 // ClaimFailover claims one waiting failover item if failover is on and the

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
+	"github.com/shardflow/shardflow/coord/protocol/internal/registration"
 	"github.com/shardflow/shardflow/coord/store"
 )
 
@@ -152,8 +153,8 @@ func (jn *joiner) planNewJob(ctx context.Context) ([]store.Op, error) {
 		ops = append(ops, &store.CreateOp{Path: j.p.Config(k), Data: []byte(fields[k])})
 	}
 	ops = append(ops, layout.WriteConfigNode(j.p, fields, store.AnyVersion))
-	ops = append(ops, j.registrationOps(serverNode{}, local.Disabled, false)...)
-	ops = append(ops, freshRunRecordOp(j), layout.TouchMembership(j.p))
+	ops = append(ops, j.rg.Ops(registration.ServerNode{}, local.Disabled, false)...)
+	ops = append(ops, j.rg.FreshRunRecordOp(), layout.TouchMembership(j.p))
 	// The first and only candidate of a new job, and its leader
 	// (recipe.Election.HostHeld).
 	jn.candAt = len(ops)
@@ -268,7 +269,7 @@ func (jn *joiner) planRegistration(ctx context.Context, attempt int, rd *joinRea
 	pre := &rd.run
 	if rd.statusOwner != 0 && rd.statusOwner != jn.sid && attempt == 0 {
 		pre = nil
-		ok, stat, err := j.awaitStatusGone(ctx, j.p.Server(j.id, layout.NStatus), jn.sid)
+		ok, stat, err := j.rg.AwaitStatusGone(ctx, j.p.Server(j.id, layout.NStatus), jn.sid)
 		if err != nil {
 			return err
 		}
@@ -280,9 +281,9 @@ func (jn *joiner) planRegistration(ctx context.Context, attempt int, rd *joinRea
 	if rd.statusOwner != 0 && rd.statusOwner != jn.sid {
 		return fmt.Errorf("%w: %s belongs to live session 0x%x; set a distinct %s", ErrServerIDInUse, j.p.Server(j.id, layout.NStatus), rd.statusOwner, j.reg.serverIDSetting())
 	}
-	node := serverNode{exists: rd.serverKids != nil, kids: rd.serverKids, statusHeld: rd.statusOwner != 0}
-	jn.ops = append(jn.ops, j.registrationOps(node, jn.lc.cfg.Disabled, true)...)
-	lops, err := j.layoutOps(ctx, rd.serverKids, pre)
+	node := registration.ServerNode{Exists: rd.serverKids != nil, Kids: rd.serverKids, StatusHeld: rd.statusOwner != 0}
+	jn.ops = append(jn.ops, j.rg.Ops(node, jn.lc.cfg.Disabled, true)...)
+	lops, err := j.rg.LayoutOps(ctx, rd.serverKids, pre)
 	if err != nil {
 		return err
 	}
@@ -367,7 +368,7 @@ func (jn *joiner) adoptConfig(ctx context.Context, jt joinResult) error {
 	}
 	j.cfg, j.itemParams, j.cfgFields = cfg, itemParameters(cfg), fields
 	j.ld.SetLastTotalLocked(cfg.ShardingTotalCount)
-	j.localDisabled = local.Disabled
+	j.rg.LocalDisabled = local.Disabled
 	return nil
 }
 

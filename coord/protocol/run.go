@@ -201,7 +201,7 @@ func (b *beginning) plan(ctx context.Context, attempt int) (beginPlan, error) {
 	if b.sid, b.regCtx, err = j.ready(); err != nil {
 		return p, err
 	}
-	if err = j.layoutGuard(ctx); err != nil {
+	if err = j.rg.LayoutGuard(ctx); err != nil {
 		return p, err
 	}
 	return p, b.readOwn(ctx, attempt, &p)

@@ -382,7 +382,7 @@ func (w *watcher) onSession(ctx context.Context, sess store.Session) error {
 		j.mu.Unlock()
 		return nil
 	}
-	if err := j.registerServer(ctx, sess.ID, false); err != nil {
+	if err := j.rg.RegisterServer(ctx, sess.ID, false); err != nil {
 		return err
 	}
 	j.mu.Lock()
