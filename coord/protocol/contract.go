@@ -128,7 +128,7 @@ const (
 // phase is "started" or "completed". The set is counted on the job's
 // current config; Run.Once counts it on the run's snapshot.
 func (j *Job) Once(ctx context.Context, phase string, items []int, timeout time.Duration, fn func(context.Context) error) error {
-	return j.once(ctx, phase, items, timeout, fn)
+	return j.barrier.run(ctx, j.Config().ShardingTotalCount, phase, items, timeout, fn)
 }
 
 // Assignment is one shard item of a run.
@@ -154,7 +154,7 @@ func (r *Run) Config() jobconfig.Config { return r.cfg }
 // run's config snapshot, so a config edit during the run cannot change the
 // set the servers' runs complete.
 func (r *Run) Once(ctx context.Context, phase string, timeout time.Duration, fn func(context.Context) error) error {
-	return r.once(ctx, phase, timeout, fn)
+	return r.j.barrier.run(ctx, r.cfg.ShardingTotalCount, phase, itemNumbers(r.items), timeout, fn)
 }
 
 // ItemParameter returns item's parameter from the run's config snapshot

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/protocol/internal/counts"
 	"github.com/shardflow/shardflow/coord/protocol/internal/eventloop"
 	"github.com/shardflow/shardflow/coord/protocol/internal/failover"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
@@ -81,7 +82,8 @@ type Job struct {
 
 	failing failingItems // items whose last run failed (failing.go)
 
-	totals *countTotals // cumulative counts (counts.go)
+	totals  *counts.Totals // cumulative counts (internal/counts)
+	barrier phaseBarrier   // Once's barriers (once.go)
 
 	// Watcher state.
 	elec *recipe.Election // leader election (its candidate is the watcher's)
@@ -137,7 +139,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 		}
 	}
 	if err := jn.loadTree(ctx, jt); err != nil {
-		_ = j.goOffline(context.WithoutCancel(ctx))
+		_ = j.rg.Offline(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	j.regSession = sess.ID
@@ -146,13 +148,13 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 	if err := jn.finish(ctx, jt); err != nil {
 		j.regCancel()
 		// Do not leave a live-looking registration behind.
-		_ = j.goOffline(context.WithoutCancel(ctx))
+		_ = j.rg.Offline(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	pred, err := jn.elect(ctx, jt)
 	if err != nil {
 		j.regCancel()
-		_ = j.goOffline(context.WithoutCancel(ctx))
+		_ = j.rg.Offline(context.WithoutCancel(ctx))
 		return nil, err
 	}
 	joined = true
@@ -179,6 +181,7 @@ func newJob(r *Registry, name string) *Job {
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache,
 		HostName: r.cfg.HostName, IDWait: r.cfg.ServerIDWait, IDSetting: r.serverIDSetting(),
 		Mu: &j.mu, RecordLastError: j.recordLastError,
+		Elec: j.elec, NotLeader: func() { j.mu.Lock(); j.leader = false; j.mu.Unlock() },
 	})
 	j.rn = runs.New(runs.Config{
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Tx: j.tx, Debts: &j.debts,
@@ -199,7 +202,8 @@ func newJob(r *Registry, name string) *Job {
 			EnqueueOrphans: j.fo.EnqueueOrphans, Warn: j.wt.warn,
 		},
 	})
-	j.totals = &countTotals{st: j.st, p: j.p, id: j.id, job: j.jname, log: j.log}
+	j.barrier = phaseBarrier{st: j.st, p: j.p, id: j.id, jname: j.jname, log: j.log, debts: &j.debts}
+	j.totals = counts.New(j.st, j.p, j.id, j.jname, j.log)
 	return j
 }
 
@@ -389,7 +393,7 @@ func wrapRead(j *Job, path string, err error) error {
 // whose config, read back, is refused) and returns err.
 func (j *Job) abandonJoin(ctx context.Context, registered bool, err error) error {
 	if registered {
-		_ = j.goOffline(context.WithoutCancel(ctx))
+		_ = j.rg.Offline(context.WithoutCancel(ctx))
 	}
 	return err
 }
@@ -524,7 +528,7 @@ func (j *Job) Leave(ctx context.Context) error {
 	if err != nil || !online {
 		return err
 	}
-	return j.goOffline(ctx)
+	return j.rg.Offline(ctx)
 }
 
 // leaveLocal is a leave up to its store writes: the watcher stopped and
@@ -563,64 +567,6 @@ func (j *Job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	// would keep their items from every server until this session ends.
 	j.fo.ReleaseClaims(ctx)
 	return true, nil
-}
-
-// goOffline deletes this server's ephemerals (status, candidate, host when
-// leading) and raises the resharding flag so the others take over its items.
-// It tries one transaction first (goOfflineAtOnce), then node by node.
-func (j *Job) goOffline(ctx context.Context) error {
-	if j.goOfflineAtOnce(ctx) {
-		return nil
-	}
-	var errs []error
-	if err := j.elec.Resign(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	j.mu.Lock()
-	j.leader = false
-	j.mu.Unlock()
-	status := j.p.Server(j.id, layout.NStatus)
-	err := layout.MultiRetry(ctx, j.st, func(ctx context.Context, _ int) ([]store.Op, error) {
-		if ok, _, err := j.st.Exists(ctx, status); err != nil || !ok {
-			return nil, err
-		}
-		return []store.Op{&store.DeleteOp{Path: status, Version: store.AnyVersion}, layout.TouchMembership(j.p)}, nil
-	})
-	if err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
-		errs = append(errs, err)
-	}
-	if err := layout.RaiseFlag(ctx, j.st, j.p); err != nil && !errors.Is(err, store.ErrNoNode) && !errors.Is(err, store.ErrClosed) {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("coord: leave job %q: %w", j.jname, err)
-	}
-	return nil
-}
-
-// goOfflineAtOnce is goOffline in one transaction (the host node when this
-// session holds it, the candidate, the status node, the membership version
-// bumped) with the resharding flag's create sent beside it: a Stop of
-// thousands of jobs waits a round trip or two per job instead of six. A
-// reshard that read the servers before the transaction fails on the
-// membership version, so the flag may go up first. It reports false, having
-// changed nothing or only raised the flag, when any of those nodes is not
-// as expected; goOffline then goes node by node.
-func (j *Job) goOfflineAtOnce(ctx context.Context) bool {
-	sess, _ := j.st.Session()
-	ops := j.offlineOps(ctx, sess)
-	if ops == nil {
-		return false
-	}
-	flagDone := make(chan error, 1)
-	go func() { flagDone <- layout.RaiseFlag(ctx, j.st, j.p) }()
-	_, err := j.st.Multi(ctx, ops...)
-	ferr := <-flagDone
-	if err != nil {
-		return false
-	}
-	j.wentOffline()
-	return ferr == nil || errors.Is(ferr, store.ErrNoNode) || errors.Is(ferr, store.ErrClosed)
 }
 
 // recordLastError writes servers/{id}/lastError (empty text clears it).

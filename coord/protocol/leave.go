@@ -105,7 +105,7 @@ func goOfflineAll(ctx context.Context, jobs []*Job) error {
 	g.SetLimit(leaveParallel)
 	for i, j := range jobs {
 		g.Go(func() error {
-			plans[i] = j.planOffline(ctx, sess)
+			plans[i] = l.plan(ctx, j, sess)
 			return nil
 		})
 	}
@@ -123,7 +123,7 @@ func goOfflineAll(ctx context.Context, jobs []*Job) error {
 	ag.SetLimit(leaveParallel)
 	for _, j := range l.alone {
 		ag.Go(func() error {
-			if err := j.goOffline(ctx); err != nil {
+			if err := j.rg.Offline(ctx); err != nil {
 				l.fail(err)
 			}
 			return nil
@@ -215,39 +215,19 @@ func (l *sharedLeave) commit(ctx context.Context, b []*offlinePlan) {
 			if ferr := layout.RaiseFlag(ctx, l.st, p.j.p); ferr != nil && !errors.Is(ferr, store.ErrNoNode) && !errors.Is(ferr, store.ErrClosed) {
 				l.fail(ferr)
 			}
-			p.j.wentOffline()
+			p.j.rg.WentOffline()
 		default:
-			p.j.wentOffline()
+			p.j.rg.WentOffline()
 		}
 	}
 }
 
-// offlineOps plans this server's going offline in one transaction: its
-// resignation from the election (recipe.Election.ResignOps: the host node
-// if this session holds it, and the candidate) and its status node's delete, with the membership
-// bump. nil when it cannot go at once (no candidate, or the session not
-// connected, or the host node's read failed): the caller leaves by
-// goOffline instead. goOfflineAtOnce and the shared leave (planOffline)
-// both go offline through it.
-func (j *Job) offlineOps(ctx context.Context, sess store.Session) []store.Op {
-	if j.elec.Candidate() == "" || sess.State != store.StateConnected {
-		return nil
-	}
-	ops, err := j.elec.ResignOps(ctx, sess)
-	if err != nil {
-		return nil
-	}
-	return append(ops,
-		&store.DeleteOp{Path: j.p.Server(j.id, layout.NStatus), Version: store.AnyVersion},
-		layout.TouchMembership(j.p))
-}
-
-// planOffline returns j's operations for a shared leave Multi: those of
-// goOfflineAtOnce, with the flag's create and version bump when j's cache
-// shows no flag. nil: j leaves alone (goOffline), as goOfflineAtOnce
+// plan returns j's operations for a shared leave Multi: those of
+// registration.OfflineAtOnce, with the flag's create and version bump when
+// j's cache shows no flag. nil: j leaves alone (Offline), as OfflineAtOnce
 // would not do it at once.
-func (j *Job) planOffline(ctx context.Context, sess store.Session) *offlinePlan {
-	ops := j.offlineOps(ctx, sess)
+func (l *sharedLeave) plan(ctx context.Context, j *Job, sess store.Session) *offlinePlan {
+	ops := j.rg.OfflineOps(ctx, sess)
 	if ops == nil {
 		return nil
 	}
@@ -259,13 +239,4 @@ func (j *Job) planOffline(ctx context.Context, sess store.Session) *offlinePlan 
 		p.ops = append(p.ops, layout.RaiseFlagOps(j.p)...)
 	}
 	return p
-}
-
-// wentOffline records that j's election nodes are gone (goOfflineAtOnce's
-// bookkeeping).
-func (j *Job) wentOffline() {
-	j.elec.Forget()
-	j.mu.Lock()
-	j.leader = false
-	j.mu.Unlock()
 }

@@ -850,16 +850,16 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 	if c := r.counts; c != nil && !c.Written && !j.isRemoved() {
 		// The interval counts go with the completion (no write of their
 		// own); the totals are held until the outcome is known.
-		j.totals.mu.Lock()
-		defer j.totals.mu.Unlock()
-		ins, ts, tf, err := j.totals.intents(ctx, c.Success, c.Failure)
+		j.totals.Lock()
+		defer j.totals.Unlock()
+		ins, ts, tf, err := j.totals.Intents(ctx, c.Success, c.Failure)
 		if err != nil {
 			return err
 		}
 		tail = append(tail, ins...)
 		defer func() {
 			if c.Written {
-				j.totals.s, j.totals.f = ts, tf
+				j.totals.SetLocked(ts, tf)
 			}
 		}()
 	}
@@ -1109,16 +1109,16 @@ func (j *Job) RecordNextFireTime(ctx context.Context, next time.Time) error {
 // writes its own nodes. They advance only when the write succeeds, since
 // the stats reporter re-reports counts whose write failed.
 func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
-	j.totals.mu.Lock()
-	defer j.totals.mu.Unlock()
-	ins, ts, tf, err := j.totals.intents(ctx, success, failure)
+	j.totals.Lock()
+	defer j.totals.Unlock()
+	ins, ts, tf, err := j.totals.Intents(ctx, success, failure)
 	if err != nil {
 		return err
 	}
 	if err := j.tx.Commit(ctx, ins); err != nil {
 		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.Server(j.id), err)
 	}
-	j.totals.s, j.totals.f = ts, tf
+	j.totals.SetLocked(ts, tf)
 	return nil
 }
 

@@ -29,8 +29,7 @@ func (b *signalBox) init() {
 }
 
 // emit marks s pending (coalesced); watcher only.
-func (j *Job) emit(s Signal) {
-	b := &j.sig
+func (b *signalBox) emit(s Signal) {
 	b.mu.Lock()
 	b.pending[s] = true
 	b.mu.Unlock()
@@ -65,10 +64,9 @@ func (j *Job) OnSignal(f func(Signal)) {
 	j.q.Post(eventloop.Event{Kind: eventloop.Deliver}) // the watcher delivers what is pending
 }
 
-// deliverSignals calls OnSignal's f with the pending signals, if it is set.
+// deliver calls OnSignal's f with the pending signals, if it is set.
 // Watcher only (the end of a step).
-func (j *Job) deliverSignals() {
-	b := &j.sig
+func (b *signalBox) deliver() {
 	b.mu.Lock()
 	f := b.f
 	var due []Signal

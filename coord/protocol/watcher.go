@@ -121,7 +121,7 @@ func (w *watcher) step(ctx context.Context, evs []eventloop.Event) {
 		}
 		w.reactFailed = false
 	}
-	j.deliverSignals()
+	j.sig.deliver()
 }
 
 // handleEvent handles one event; true asks for a reaction (react).
@@ -445,14 +445,14 @@ func (w *watcher) react(ctx context.Context) {
 		j.mu.Unlock()
 		if !was {
 			j.log.Info("job removed from the namespace")
-			j.emit(SignalRemoved)
+			j.sig.emit(SignalRemoved)
 		}
 		return
 	}
 	if j.cache.Has(layout.RelServer(j.id, layout.NTrigger)) {
 		if err := j.st.Delete(ctx, j.p.Server(j.id, layout.NTrigger), store.AnyVersion); err == nil || errors.Is(err, store.ErrNoNode) {
 			j.cache.NoteDeleted(layout.RelServer(j.id, layout.NTrigger))
-			j.emit(SignalTrigger)
+			j.sig.emit(SignalTrigger)
 		}
 	}
 	if jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown)) {
@@ -465,10 +465,10 @@ func (w *watcher) react(ctx context.Context) {
 		j.mu.Unlock()
 		if !was {
 			j.log.Info("shut down by an operator")
-			if err := j.goOffline(ctx); err != nil {
+			if err := j.rg.Offline(ctx); err != nil {
 				w.warn(ctx, "going offline failed", "err", err)
 			}
-			j.emit(SignalShutdown)
+			j.sig.emit(SignalShutdown)
 		}
 	}
 	w.reactConfig(ctx)
@@ -478,7 +478,7 @@ func (w *watcher) react(ctx context.Context) {
 	}
 	cfg := j.Config()
 	if cfg.Failover && layout.QueuedCount(j.cache.Children(layout.RelFailoverQ)) > 0 {
-		j.emit(SignalFailover)
+		j.sig.emit(SignalFailover)
 	}
 	if j.isLeader() {
 		j.ld.Duties(ctx, false)
@@ -533,7 +533,7 @@ func (w *watcher) reactConfig(ctx context.Context) {
 		j.mu.Unlock()
 		j.recordLastError(ctx, "")
 	}
-	j.emit(SignalConfigChanged)
+	j.sig.emit(SignalConfigChanged)
 	if s := j.reg.cfg.TestSignals; s != nil {
 		s.ConfigApplied.Send(testsignal.ConfigApplied{Event: j.event(), Err: err})
 	}

@@ -1,8 +1,9 @@
 // Package registration writes this server's registration in a job:
 // servers/{id} with its host name, flags and ephemeral status node (the
 // one spelling of it, for the join's transactions and a re-registration
-// alike), the run record that states this server's layout, and the guard
-// that refuses a Begin beside a server of an older layout.
+// alike), the run record that states this server's layout, the guard
+// that refuses a Begin beside a server of an older layout, and the
+// registration's end, going offline (offline.go).
 package registration
 
 import (
@@ -17,6 +18,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
+	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/treecache"
 )
@@ -45,6 +47,11 @@ type Config struct {
 	Mu *sync.Mutex
 	// RecordLastError writes this server's lastError (the guard's refusal).
 	RecordLastError func(ctx context.Context, msg string)
+	// Elec is the job's election, which going offline resigns from;
+	// NotLeader records that this server leads no more (under the job's
+	// mu).
+	Elec      *recipe.Election
+	NotLeader func()
 }
 
 // Registration is this server's registration in one job. Safe for
@@ -60,6 +67,8 @@ type Registration struct {
 	idWait          time.Duration
 	idSetting       string
 	RecordLastError func(ctx context.Context, msg string)
+	elec            *recipe.Election
+	NotLeader       func()
 
 	// LocalDisabled is the joining config's Disabled, applied only to a
 	// server node that has never been written.
@@ -76,6 +85,7 @@ func New(c Config) *Registration {
 	return &Registration{
 		st: c.Store, p: c.Paths, jname: c.Job, id: c.Server, log: c.Log, cache: c.Cache,
 		hostName: c.HostName, idWait: c.IDWait, idSetting: c.IDSetting, RecordLastError: c.RecordLastError, mu: c.Mu,
+		elec: c.Elec, NotLeader: c.NotLeader,
 	}
 }
 

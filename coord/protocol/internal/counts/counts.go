@@ -1,4 +1,7 @@
-package protocol
+// Package counts keeps this server's cumulative counts of a job
+// (processSuccessTotal, processFailureTotal) and plans the writes of a
+// report of its interval counts.
+package counts
 
 import (
 	"context"
@@ -13,13 +16,13 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
-// countTotals are this server's cumulative counts (processSuccessTotal,
+// Totals are this server's cumulative counts (processSuccessTotal,
 // processFailureTotal), read from the store once (they survive restarts),
 // then kept here: only this server writes its own nodes. A report
-// (ReportCounts, or a completion's) holds mu from its planning (intents)
+// (ReportCounts, or a completion's) holds mu (Lock) from its planning (intents)
 // until its outcome is known, and sets s and f once its writes are made:
 // the stats reporter re-reports counts whose write failed.
-type countTotals struct {
+type Totals struct {
 	st  store.Store
 	p   layout.JobPaths
 	id  string
@@ -31,10 +34,26 @@ type countTotals struct {
 	loaded bool
 }
 
-// intents are the writes of a report of the interval's counts and the
+// New returns the totals of server id in job (its paths p), over st.
+func New(st store.Store, p layout.JobPaths, id, job string, log *slog.Logger) *Totals {
+	return &Totals{st: st, p: p, id: id, job: job, log: log}
+}
+
+// Lock takes the report's lock: a report holds it from its planning
+// (Intents) until its outcome is known (SetLocked when written).
+func (c *Totals) Lock() { c.mu.Lock() }
+
+// Unlock releases the report's lock.
+func (c *Totals) Unlock() { c.mu.Unlock() }
+
+// SetLocked records the totals of a report whose writes are made; the
+// caller holds the lock.
+func (c *Totals) SetLocked(success, failure int64) { c.s, c.f = success, failure }
+
+// Intents are the writes of a report of the interval's counts and the
 // totals they make (loaded from the store the first time). The caller
-// holds mu.
-func (c *countTotals) intents(ctx context.Context, success, failure int64) ([]txn.Intent, int64, int64, error) {
+// holds the lock.
+func (c *Totals) Intents(ctx context.Context, success, failure int64) ([]txn.Intent, int64, int64, error) {
 	if !c.loaded {
 		s, err := c.read(ctx, layout.NSuccessTotal)
 		if err != nil {
@@ -57,7 +76,7 @@ func (c *countTotals) intents(ctx context.Context, success, failure int64) ([]tx
 }
 
 // read reads one of this server's count nodes directly; absent is 0.
-func (c *countTotals) read(ctx context.Context, node string) (int64, error) {
+func (c *Totals) read(ctx context.Context, node string) (int64, error) {
 	d, _, err := c.st.Get(ctx, c.p.Server(c.id, node))
 	if errors.Is(err, store.ErrNoNode) {
 		return 0, nil
