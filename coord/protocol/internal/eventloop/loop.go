@@ -26,7 +26,7 @@ import (
 const loopWorkers = 16
 
 // Loop runs the watchers of a Registry's jobs. A job's watcher is a
-// state machine (watcher.go): its events (a watch fired, the session
+// state machine (coord/protocol/watcher.go): its events (a watch fired, the session
 // changed, a wake-up, the reconcile tick, a retry, an item that stopped
 // running) are queued on the job, and a bounded pool of workers runs the
 // jobs that have events, one step per job at a time, in the order they

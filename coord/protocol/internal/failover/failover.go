@@ -203,7 +203,7 @@ func (f *Failover) EnqueueOrphans(ctx context.Context) {
 		rec := o.rec
 		rec.Queued = true
 		tail := []txn.Intent{{Kind: txn.Set, Rel: layout.RelServer(o.server, layout.NRun), Data: layout.EncodeRunRecord(rec)}}
-		// Beyond the store's request limit in parts (internal/txn/split.go): each part
+		// Beyond the store's request limit in parts (txn.Committer.CommitSplit): each part
 		// fenced by the same checks, the record marked in the last.
 		if _, err := f.tx.CommitSplit(ctx, head, groups, tail); err != nil {
 			f.Warn(ctx, "cannot queue items for failover", "offline-server", o.server, "items", o.items, "err", err)
