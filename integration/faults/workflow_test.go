@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,8 +16,8 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/connect"
 	"github.com/shardflow/shardflow/coord/workflow"
-	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/integration"
 	"github.com/shardflow/shardflow/internal/testwait"
 )
@@ -66,8 +67,12 @@ type wfEffect struct {
 //  4. item 3 of a fails: b, c and d are stopped;
 //  5. `shardflow workflow cancel` while a's items run.
 //
-// It checks what docs/workflows.md promises: every step of runs 1-3
-// succeeds with each of its items completed once in the record; no item
+// SHARDFLOW_WORKFLOW_KILLS=N adds N workflow runs before 4, each with a
+// SIGKILL of a random server while a random step's items run or as soon
+// as a random step is decided (SHARDFLOW_WORKFLOW_KILL_SEED replays).
+//
+// It checks what docs/workflows.md promises: every step of the runs with
+// a kill succeeds with each of its items completed once in the record; no item
 // of a step begins before every item of every step it depends on ended
 // in its workflow run (each script checks); no item runs in no workflow
 // run; nothing runs for run 4's stopped steps nor for the steps run 5's
@@ -77,11 +82,24 @@ type wfEffect struct {
 // logs them.
 func TestWorkflowScriptDiamondSurvivesKills(t *testing.T) {
 	t.Parallel()
-	zk := integration.SharedZooKeeper(t)
+	testWorkflowScriptDiamond(t, strings.Join(integration.SharedZooKeeper(t).Servers(), ","))
+}
+
+// TestWorkflowScriptDiamondSurvivesKillsPostgres is
+// TestWorkflowScriptDiamondSurvivesKills with Postgres as the only
+// coordination store (`--coord postgres://...`).
+func TestWorkflowScriptDiamondSurvivesKillsPostgres(t *testing.T) {
+	t.Parallel()
+	testWorkflowScriptDiamond(t, integration.SharedPostgres(t).NewDatabase(t))
+}
+
+// testWorkflowScriptDiamond is TestWorkflowScriptDiamondSurvivesKills on
+// the store coord names (connect.Config.Coord).
+func testWorkflowScriptDiamond(t *testing.T, coordAddr string) {
 	bin := integration.BuildBinary(t, "github.com/shardflow/shardflow/cmd/shardflow")
 	ns := fmt.Sprintf("wfkill%d", time.Now().UnixNano())
 	dir := t.TempDir()
-	conn := []string{"--zk", strings.Join(zk.Servers(), ","), "--namespace", ns}
+	conn := []string{"--coord", coordAddr, "--namespace", ns}
 	cli := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -115,7 +133,7 @@ func TestWorkflowScriptDiamondSurvivesKills(t *testing.T) {
 		serve(id)
 	}
 	ctx := context.Background()
-	st, err := zkstore.Open(ctx, zkstore.Config{Servers: zk.Servers()})
+	st, err := connect.Open(ctx, connect.Config{Coord: coordAddr, ConnectTimeout: 60 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,9 +284,50 @@ func TestWorkflowScriptDiamondSurvivesKills(t *testing.T) {
 	slow("d", false)
 	decided(run)
 
+	// With SHARDFLOW_WORKFLOW_KILLS=N, N more workflow runs, each with a
+	// SIGKILL of a random server at a random point: while a random
+	// step's items run on it, or as soon as a random step is decided.
+	checked := []string{workflow.RunID("a", 1), workflow.RunID("a", 2), workflow.RunID("a", 3)}
+	if n, _ := strconv.Atoi(os.Getenv("SHARDFLOW_WORKFLOW_KILLS")); n > 0 {
+		seed, err := strconv.ParseInt(os.Getenv("SHARDFLOW_WORKFLOW_KILL_SEED"), 10, 64)
+		if err != nil {
+			seed = time.Now().UnixNano()
+		}
+		t.Logf("%d more workflow runs with a kill at a random point: SHARDFLOW_WORKFLOW_KILL_SEED=%d", n, seed)
+		rng := rand.New(rand.NewPCG(uint64(seed), 0))
+		for k := range n {
+			settled()
+			run := fmt.Sprintf("a-%010d", 4+k)
+			job := []string{"a", "b", "c", "d"}[rng.IntN(4)]
+			id := []string{"s1", "s2", "s3"}[rng.IntN(3)]
+			during := rng.IntN(2) == 0
+			if during {
+				slow(job, true)
+			}
+			cli("trigger", "--job", "a")
+			if during {
+				waitTrue(60*time.Second, fmt.Sprintf("an item of %s begun on %s in %s", job, id, run), func() bool { return count(run, job, "begin", id) > 0 })
+				killAndRestart(run, id, fmt.Sprintf("while %s's items run in %s", job, run))
+				slow(job, false)
+			} else {
+				wait(60*time.Second, job+"'s step of "+run+" decided", func() error {
+					s, _, err := workflow.ReadStep(ctx, st, ns, job, run)
+					if err == nil && !s.Decided() {
+						err = fmt.Errorf("%s is %s (%s)", job, s.State, s.Progress())
+					}
+					return err
+				})
+				killAndRestart(run, id, fmt.Sprintf("once %s's step of %s was decided", job, run))
+			}
+			decided(run)
+			checked = append(checked, run)
+		}
+	}
+	next := int64(len(checked) + 1)
+
 	// 4. a fails: nothing after it runs.
 	settled()
-	run = workflow.RunID("a", 4)
+	run = workflow.RunID("a", next)
 	if err := os.WriteFile(filepath.Join(dir, "fail.a.3"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -280,22 +339,21 @@ func TestWorkflowScriptDiamondSurvivesKills(t *testing.T) {
 
 	// 5. cancelled while a's items run.
 	settled()
-	run = workflow.RunID("a", 5)
+	run = workflow.RunID("a", next+1)
 	slow("a", true)
 	cli("trigger", "--job", "a")
 	waitTrue(30*time.Second, "an item of a begun in "+run, func() bool { return count(run, "a", "begin", "") > 0 })
 	out := cli("workflow", "cancel", "--run", run)
 	t.Logf("%s", strings.TrimSpace(out))
 	cancelled := decided(run)
-	t.Logf("5 workflow runs with 3 kills in %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("%d workflow runs with %d kills in %v", len(checked)+2, len(checked), time.Since(start).Round(time.Millisecond))
 
 	// The checks, after every run is decided.
 	if b, err := os.ReadFile(filepath.Join(dir, "violations")); err == nil {
 		t.Errorf("the scripts saw violations:\n%s", b)
 	}
 	repeats, cut := 0, 0
-	for n := int64(1); n <= 3; n++ {
-		run := workflow.RunID("a", n)
+	for _, run := range checked {
 		rs := decided(run)
 		for _, s := range rs.Steps {
 			if s.State != workflow.StateSucceeded || s.Completed != 8 || s.Total != 8 || s.Failed != 0 {
@@ -337,7 +395,7 @@ func TestWorkflowScriptDiamondSurvivesKills(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("runs 1-3: %d item runs cut by the kills (run again in their workflow run); %d effects repeated after a kill (the stated non-guarantee for unfenced effects) of %d items", cut, repeats, 3*4*8)
+	t.Logf("%d runs with a kill: %d item runs cut by the kills (run again in their workflow run); %d effects repeated after a kill (the stated non-guarantee for unfenced effects) of %d items", len(checked), cut, repeats, len(checked)*4*8)
 
 	// Run 4: a failed, the others stopped and never run.
 	want := []string{"a failed", "b stopped", "c stopped", "d stopped"}
