@@ -339,6 +339,7 @@ func (w *WatchFuncs) GetWFunc(ctx context.Context, path string, fn store.WatchFu
 	return data, st, err
 }
 
+// ExistsWFunc is store.FuncWatcher's ExistsWFunc (see GetWFunc).
 func (w *WatchFuncs) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
 	if w.fw != nil {
 		return w.fw.ExistsWFunc(ctx, path, fn)
@@ -350,6 +351,7 @@ func (w *WatchFuncs) ExistsWFunc(ctx context.Context, path string, fn store.Watc
 	return ok, st, err
 }
 
+// ChildrenWFunc is store.FuncWatcher's ChildrenWFunc (see GetWFunc).
 func (w *WatchFuncs) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
 	if w.fw != nil {
 		return w.fw.ChildrenWFunc(ctx, path, fn)
