@@ -625,7 +625,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 			ItemParameter: run.ItemParameter(item), JobParameter: cfg.JobParameter,
 			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
 			ServerID: info.ServerID, WorkflowRun: wfRun,
-		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }).
+		}.WithFence(n.fence(h, run, wfRun, item)).
 			WithReporter(func(ctx context.Context, err error) { n.reportRunError(ctx, h.name, run, err) })
 		shards[i].handle = n.cfg.ErrorHandler
 	}

@@ -24,6 +24,10 @@ import (
 //	               it is a versioned write
 //	runs/{W}/items/{i}  item i completed in W; its data is the item's
 //	               error text ("" when it succeeded)
+//	runs/{W}/fenced/{i} item i's effect committed in W: written by the
+//	               item's first fence (Shard.CheckOwnership) in one
+//	               transaction with its ownership check (Fence); a run of
+//	               the item after it in W counts it completed, not run
 //
 // Every decision is one transaction fenced by versions: an item's
 // completion and the step's count together; a step decided, the open node
@@ -33,10 +37,11 @@ import (
 // the last items of two upstream steps at once, or a server dying at any
 // point, start a dependent step exactly once.
 const (
-	nSeq   = "seq"
-	nOpen  = "open"
-	nRuns  = "runs"
-	nItems = "items"
+	nSeq    = "seq"
+	nOpen   = "open"
+	nRuns   = "runs"
+	nItems  = "items"
+	nFenced = "fenced"
 )
 
 // Step states.
@@ -216,6 +221,62 @@ func completedItems(ctx context.Context, st store.Store, ns, job, run string) (m
 	return out, nil
 }
 
+// fencedItems lists the items whose effect committed in job's step of run
+// (Fence); none when the step has no fenced node yet.
+func fencedItems(ctx context.Context, st store.Store, ns, job, run string) (map[int]bool, error) {
+	p := store.Join(stepPath(ns, job, run), nFenced)
+	names, _, err := st.Children(ctx, p)
+	if errors.Is(err, store.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workflow: list %s: %w", p, err)
+	}
+	out := make(map[int]bool, len(names))
+	for _, n := range names {
+		if i, err := strconv.Atoi(n); err == nil {
+			out[i] = true
+		}
+	}
+	return out, nil
+}
+
+// ErrCommitted: the item's effect committed in the workflow run already
+// (a run of it before this one passed its fence there): this run must not
+// commit it again.
+var ErrCommitted = errors.New("workflow: the item's effect committed in this workflow run already")
+
+// Fence records that item's effect commits in the job's step of workflow
+// run run, through commit: the run's ownership check writing the given
+// ops in the same transaction (protocol.Run.CheckOwnershipWith). So an
+// item whose effect is committed right after its fence is recorded as
+// committed exactly when the fence passed, and a later run of the item in
+// the same workflow run (its run was cut before the run recorded its
+// items) does not run it again: Pick counts it completed. ErrCommitted
+// when a run of it passed its fence in run already.
+func (s *Steps) Fence(ctx context.Context, run string, item int, commit func(ctx context.Context, ops ...store.Op) error) error {
+	dir := store.Join(stepPath(s.ns, s.job, run), nFenced)
+	for attempt := 0; ; attempt++ {
+		err := commit(ctx, &store.CreateOp{Path: store.Join(dir, strconv.Itoa(item))})
+		var me *store.MultiError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &me) && errors.Is(err, store.ErrNodeExists):
+			return fmt.Errorf("workflow: item %d of %s in %s: %w", item, s.job, run, ErrCommitted)
+		case errors.As(err, &me) && (errors.Is(err, store.ErrNoParent) || errors.Is(err, store.ErrNoNode)) && attempt == 0:
+			// A step stored without the directory (start creates it):
+			// under the step, which must exist (a pruned step is not
+			// created again).
+			if _, err := s.st.Create(ctx, dir, nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
+				return fmt.Errorf("workflow: create %s: %w", dir, err)
+			}
+		default:
+			return err
+		}
+	}
+}
+
 // Assignment is what a run of the job does for its workflow runs.
 type Assignment struct {
 	// Run is the workflow run the run serves; "" when the job is in no
@@ -259,25 +320,9 @@ func (s *Steps) Pick(ctx context.Context, items []int, dependsOn []string, first
 			return Assignment{}, err
 		}
 		for _, run := range open {
-			step, _, err := ReadStep(ctx, s.st, s.ns, s.job, run)
-			if errors.Is(err, store.ErrNoNode) {
-				continue // pruned meanwhile
-			}
+			todo, err := s.owed(ctx, run, items)
 			if err != nil {
 				return Assignment{}, err
-			}
-			if step.State != StateRunning {
-				continue
-			}
-			done, err := completedItems(ctx, s.st, s.ns, s.job, run)
-			if err != nil {
-				return Assignment{}, err
-			}
-			var todo []int
-			for _, i := range items {
-				if i < step.Total && !done[i] {
-					todo = append(todo, i)
-				}
 			}
 			if len(todo) > 0 {
 				return Assignment{Run: run, Items: todo}, nil
@@ -302,6 +347,45 @@ func (s *Steps) Pick(ctx context.Context, items []int, dependsOn []string, first
 		return Assignment{Run: run, Items: todo}, nil
 	}
 	return Assignment{}, fmt.Errorf("workflow: job %s: no decision on its workflow run after %d attempts (concurrent writers)", s.job, maxAttempts)
+}
+
+// owed returns those of items that the job's step of workflow run run
+// owes (none when the step is not running or gone). An item whose effect
+// committed there (Fence) in a run cut before it recorded its items is
+// recorded completed here, not run again.
+func (s *Steps) owed(ctx context.Context, run string, items []int) ([]int, error) {
+	step, _, err := ReadStep(ctx, s.st, s.ns, s.job, run)
+	if errors.Is(err, store.ErrNoNode) {
+		return nil, nil // pruned meanwhile
+	}
+	if err != nil || step.State != StateRunning {
+		return nil, err
+	}
+	done, err := completedItems(ctx, s.st, s.ns, s.job, run)
+	if err != nil {
+		return nil, err
+	}
+	fenced, err := fencedItems(ctx, s.st, s.ns, s.job, run)
+	if err != nil {
+		return nil, err
+	}
+	var todo []int
+	cut := map[int]string{}
+	for _, i := range items {
+		switch {
+		case i >= step.Total || done[i]:
+		case fenced[i]:
+			cut[i] = ""
+		default:
+			todo = append(todo, i)
+		}
+	}
+	if len(cut) > 0 {
+		if _, err := s.Record(ctx, run, cut); err != nil {
+			return nil, err
+		}
+	}
+	return todo, nil
 }
 
 // First reports whether the job starts workflow runs: it depends on
@@ -389,12 +473,14 @@ func (s *Steps) start(ctx context.Context, seq counter, total int) (string, erro
 		&store.SetOp{Path: seqPath, Data: []byte(strconv.FormatInt(last+1, 10)), Version: seq.version},
 		&store.CreateOp{Path: stepPath(s.ns, s.job, run), Data: encode(Step{Run: run, Job: s.job, State: StateRunning, Total: total, Jobs: jobs, Created: now, Started: now})},
 		&store.CreateOp{Path: store.Join(stepPath(s.ns, s.job, run), nItems)},
+		&store.CreateOp{Path: store.Join(stepPath(s.ns, s.job, run), nFenced)},
 		&store.CreateOp{Path: s.path(nOpen, run)},
 	}
 	for _, j := range jobs[1:] {
 		ops = append(ops,
 			&store.CreateOp{Path: stepPath(s.ns, j, run), Data: encode(Step{Run: run, Job: j, State: StatePending, Upstreams: ups[j], RunOnFailure: runOnFailure[j], Created: now})},
-			&store.CreateOp{Path: store.Join(stepPath(s.ns, j, run), nItems)})
+			&store.CreateOp{Path: store.Join(stepPath(s.ns, j, run), nItems)},
+			&store.CreateOp{Path: store.Join(stepPath(s.ns, j, run), nFenced)})
 	}
 	if _, err := s.st.Multi(ctx, ops...); err != nil {
 		if lostRace(err) {
