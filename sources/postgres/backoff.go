@@ -31,6 +31,7 @@ type backoffKey struct {
 type streak struct {
 	step  int
 	until time.Time
+	err   error // the last statement error of the streak
 }
 
 // fail records a statement error of k's batch at now and returns the
@@ -38,7 +39,7 @@ type streak struct {
 // true when this call opened the step, false when the item is already
 // waiting out one (another slice of the same batch failed the same way):
 // only the caller that opened the step reports it.
-func (b *backoffs) fail(k backoffKey, now time.Time, maxWait, fixed time.Duration) (step int, wait time.Duration, opened bool) {
+func (b *backoffs) fail(k backoffKey, now time.Time, maxWait, fixed time.Duration, err error) (step int, wait time.Duration, opened bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
@@ -49,6 +50,7 @@ func (b *backoffs) fail(k backoffKey, now time.Time, maxWait, fixed time.Duratio
 		s = &streak{}
 		b.m[k] = s
 	}
+	s.err = err
 	if now.Before(s.until) {
 		return s.step, s.until.Sub(now), false
 	}
@@ -77,6 +79,16 @@ func (b *backoffs) ok(k backoffKey) bool {
 	}
 	delete(b.m, k)
 	return true
+}
+
+// cause returns the last statement error of k's streak, nil if none.
+func (b *backoffs) cause(k backoffKey) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.m[k]; s != nil {
+		return s.err
+	}
+	return nil
 }
 
 // wait blocks until k's current step is over, or ctx ends.
@@ -110,7 +122,7 @@ func keyOf(shard dataflow.Shard) backoffKey { return backoffKey{shard.JobName, s
 // is counted by the caller.
 func (s *Source[T]) statementFailed(ctx context.Context, shard dataflow.Shard, op string, err error) {
 	fixed, _ := usererr.RetryDelay(err)
-	step, wait, opened := s.backoff.fail(keyOf(shard), time.Now(), s.cfg.MaxBackoff, fixed)
+	step, wait, opened := s.backoff.fail(keyOf(shard), time.Now(), s.cfg.MaxBackoff, fixed, err)
 	if !opened {
 		return
 	}
@@ -139,6 +151,11 @@ func (s *Source[T]) untilOK(ctx context.Context, shard dataflow.Shard, op string
 	var last error // the statement error being backed off from
 	for {
 		if err := s.backoff.wait(ctx, k); err != nil {
+			if last == nil {
+				// ctx ended in a step an earlier call opened (the
+				// item's previous run, another slice).
+				last = s.backoff.cause(k)
+			}
 			if last != nil {
 				// Why the item was waiting: the run's error names it.
 				return fmt.Errorf("%w (while backing off from: %w)", err, last)

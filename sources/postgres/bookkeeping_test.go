@@ -201,7 +201,7 @@ func TestRenameLegacyColumnsKeepsEveryRowsState(t *testing.T) {
 	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'failed' AND shardflow_attempts = 3 AND shardflow_last_error = 'boom'`); n != 10 {
 		t.Fatalf("failed rows kept = %d; want 10", n)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE indexname = 'orders_shardflow_queue'`); n != 1 {
+	if n := queryInt(t, pool, `SELECT count(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = 'orders_shardflow_queue'`); n != 1 {
 		t.Fatal("index not renamed to orders_shardflow_queue")
 	}
 }

@@ -232,13 +232,44 @@ func (g *guard) check(ctx context.Context, tx pgx.Tx, shard dataflow.Shard) (own
 // with the coordination store it checks ownership in tx (see above), else
 // it is FenceTx.
 func (s *Source[T]) fence(ctx context.Context, tx pgx.Tx, shard dataflow.Shard) error {
+	owed, err := s.checkFence(ctx, tx, shard)
+	if err != nil || !owed {
+		return err
+	}
+	return writeFence(ctx, tx, shard)
+}
+
+// Fencing the source has seen (Source.fenceMode): fenceInCommit says
+// whether a batch may write its fence row in its commit's round trip.
+const (
+	fenceUnknown int32 = iota
+	fencePlain         // checkFence has left the fence row to its caller
+	fenceGuarded       // a check in a shared database has been made
+)
+
+// fenceInCommit reports whether shard's next batch should send its fence
+// row with its COMMIT (fenceCommitSQL): the source has fenced without a
+// coordination guard and has none for shard. Either way a batch is fenced
+// exactly once before its commit; a wrong guess costs a round trip (the
+// fence row written on its own) or a second write of the same epoch.
+func (s *Source[T]) fenceInCommit(shard dataflow.Shard) bool {
+	return s.fenceMode.Load() == fencePlain && s.guards.get(shard) == nil
+}
+
+// checkFence is the fencing step before committing tx, but for writing the
+// fence row when no guard does: in a database shared with the coordination
+// store it checks ownership and writes the fence row in tx (owed false);
+// else it asks the protocol (shard.CheckOwnership) and owed is true: the
+// caller writes shard's epoch in shardflow_fence in tx before committing
+// (writeFence, or fenceCommitSQL).
+func (s *Source[T]) checkFence(ctx context.Context, tx pgx.Tx, shard dataflow.Shard) (owed bool, err error) {
 	if g := s.guards.get(shard); g != nil {
 		owned, fenced, err := g.check(ctx, tx, shard)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if owned {
-			return fencedErr(shard, fenced)
+			return false, fencedErr(shard, fenced)
 		}
 		// A node read by the check changed (or the session ended): ask the
 		// protocol again.
@@ -246,24 +277,26 @@ func (s *Source[T]) fence(ctx context.Context, tx pgx.Tx, shard dataflow.Shard) 
 	}
 	log := &store.ReadLog{}
 	if err := shard.CheckOwnership(store.WithReadLog(ctx, log)); err != nil {
-		return fmt.Errorf("%w: job %s item %d epoch %d: %w", ErrFenced, shard.JobName, shard.Item, shard.Epoch, err)
+		return false, fmt.Errorf("%w: job %s item %d epoch %d: %w", ErrFenced, shard.JobName, shard.Item, shard.Epoch, err)
 	}
 	g, err := s.guardFrom(ctx, tx, shard, log)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if g == nil {
-		return writeFence(ctx, tx, shard)
+		s.fenceMode.CompareAndSwap(fenceUnknown, fencePlain)
+		return true, nil
 	}
 	owned, fenced, err := g.check(ctx, tx, shard)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if !owned {
-		return fmt.Errorf("%w: job %s item %d epoch %d: the coordination nodes of its ownership changed right after the check", ErrFenced, shard.JobName, shard.Item, shard.Epoch)
+		return false, fmt.Errorf("%w: job %s item %d epoch %d: the coordination nodes of its ownership changed right after the check", ErrFenced, shard.JobName, shard.Item, shard.Epoch)
 	}
+	s.fenceMode.Store(fenceGuarded)
 	s.guards.put(shard, g)
-	return fencedErr(shard, fenced)
+	return false, fencedErr(shard, fenced)
 }
 
 // fencedErr is nil when the fence row took shard's epoch, else the
@@ -272,6 +305,5 @@ func fencedErr(shard dataflow.Shard, fenced bool) error {
 	if fenced {
 		return nil
 	}
-	return fmt.Errorf("%w: job %s item %d: epoch %d is older than the last committed one in %s",
-		ErrFenced, shard.JobName, shard.Item, shard.Epoch, fenceTable)
+	return refusedErr(shard)
 }

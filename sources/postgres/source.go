@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,8 +86,9 @@ type Source[T any] struct {
 
 	// guards and origin: the fencing check in a database shared with
 	// coord/pgstore (sharedfence.go).
-	guards guards
-	origin dbOrigin
+	guards    guards
+	origin    dbOrigin
+	fenceMode atomic.Int32 // fenceUnknown, fencePlain or fenceGuarded
 }
 
 // NewSource fills in cfg's defaults, validates it, and runs Validate: the

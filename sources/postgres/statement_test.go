@@ -201,3 +201,31 @@ func TestClaimStatementErrorReleasesTheBatchAndDataErrorsCount(t *testing.T) {
 		t.Fatalf("reports = %v; want the report cleared (nil) once statements succeed", reports)
 	}
 }
+
+// TestBackoffWaitEndedNamesItsCause: a Fetch whose context ends while the
+// item waits out a backoff step that an earlier call opened (the item's
+// previous run, which timed out) returns the statement error behind the
+// step, not a bare context error: the run's error says why the item was
+// waiting. Fails with the context error alone (a run that timed out in
+// its first wait named no table in its history record).
+func TestBackoffWaitEndedNamesItsCause(t *testing.T) {
+	pool := newDB(t)
+	ctx := testCtx(t)
+	newOrders(t, pool, 10)
+	job := newSource(t, pool, postgres.Config{Logger: slog.New(slog.DiscardHandler)}).Transactional(settle("settlements"))
+	sh := shard(0, 1, 10, 1)
+	got, err := job.Fetch(ctx, sh)
+	if err != nil || len(got) != 10 {
+		t.Fatalf("Fetch = %d, %v", len(got), err)
+	}
+	// The sink table is missing: a statement error opens a backoff step.
+	if n, err := job.ProcessBatch(ctx, sh, got); n != 0 || err != nil {
+		t.Fatalf("ProcessBatch = %d, %v; want 0, nil (backing off)", n, err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = job.Fetch(ended, sh)
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `relation "settlements" does not exist`) {
+		t.Fatalf("Fetch in an ended run = %v; want the context's end and the statement error behind the step", err)
+	}
+}

@@ -28,6 +28,7 @@ type TxJob[T any] struct {
 	src     *Source[T]
 	process TxProcessFunc[T]
 	cursors cursors
+	next    prefetches[T]
 }
 
 // Transactional returns the transactional-mode job.
@@ -55,6 +56,19 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 		return nil, nil
 	}
 	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
+	// The rows the previous batch's transaction read from this cursor
+	// (prefetches), if any, once a backoff step is over.
+	if s.backoff.wait(ctx, keyOf(shard)) == nil {
+		pos := j.cursors.get(ck)
+		if out, ok := j.next.take(ctx, shard, pos); ok {
+			j.cursors.advance(ck, keys(out))
+			if len(out) >= shard.FetchCount || pos.atStart() {
+				return out, nil
+			}
+			// Short after a cursor: rescan from the start, as below.
+			j.cursors.reset(ck)
+		}
+	}
 	var out []Row[T]
 	err := s.untilOK(ctx, shard, "fetch", func(ctx context.Context) error {
 		pos := j.cursors.get(ck)
@@ -104,6 +118,10 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 // counted as failures.
 func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
 	s := j.src
+	// A full slice (one worker's whole fetch) reads the item's next batch
+	// in its transaction; a short one is the item's last, or a worker's
+	// share.
+	prefetch := len(items) >= shard.FetchCount
 	items, err := j.setAside(ctx, shard, items)
 	if err != nil {
 		if s.backedOff(ctx, shard, err) {
@@ -114,7 +132,7 @@ func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items
 	if len(items) == 0 {
 		return 0, nil
 	}
-	err = j.commit(ctx, shard, items)
+	err = j.commit(ctx, shard, items, prefetch)
 	if err == nil {
 		s.statementOK(ctx, shard)
 		return len(items), nil
@@ -130,7 +148,7 @@ func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items
 	for _, it := range items {
 		err := error(ue)
 		if len(items) > 1 { // a lone row's failure is already known
-			err = j.commit(ctx, shard, []Row[T]{it})
+			err = j.commit(ctx, shard, []Row[T]{it}, false)
 		}
 		if err == nil {
 			succeeded++
@@ -175,22 +193,33 @@ var afterFence func()
 
 var errRowFailed = errors.New("sources/postgres: row processing failed")
 
-func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row[T]) error {
+func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row[T], prefetch bool) error {
 	s := j.src
 	lo, hi, ok := BucketRange(shard.Item, shard.Total)
 	if !ok {
 		return nil
 	}
-	tx, err := s.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("sources/postgres: beginning a transaction on table %s: %w", s.spec.Table, err)
+	// One round trip begins the transaction, locks the rows and marks them
+	// done, and (prefetch) reads the item's next batch for the Fetch after
+	// this one. The commit writes the fence row when the source knows it
+	// fences without a coordination guard (fenceInCommit): one more.
+	inCommit := s.fenceInCommit(shard)
+	opts := pgx.TxOptions{}
+	if inCommit {
+		opts.CommitQuery = fenceCommitSQL(shard)
 	}
+	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
+	pos := j.cursors.get(ck)
+	b := &pgx.Batch{}
+	b.BeginTx(opts)
+	b.Queue(s.sql.lockDone, keys(items), lo, hi, owner(shard), shard.Epoch)
+	if prefetch {
+		b.Queue(s.sql.pending, lo, hi, shard.FetchCount, pos.bucket, pos.key)
+	}
+	br := s.cfg.Pool.SendBatch(ctx, b)
+	tx := br.Tx()
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	var locked []int64
-	rows, err := tx.Query(ctx, s.sql.lockDone, keys(items), lo, hi, owner(shard), shard.Epoch)
-	if err == nil {
-		locked, err = pgx.CollectRows(rows, pgx.RowTo[int64])
-	}
+	locked, next, err := j.readBegin(br, prefetch)
 	if err != nil {
 		return fmt.Errorf("sources/postgres: locking and marking rows of table %s done: %w", s.spec.Table, err)
 	}
@@ -219,16 +248,53 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 		}
 		return &userError{err: err}
 	}
-	if err := s.fence(ctx, tx, shard); err != nil {
+	owed, err := s.checkFence(ctx, tx, shard)
+	if err != nil {
 		return err
+	}
+	if owed && !inCommit {
+		if err := writeFence(ctx, tx, shard); err != nil {
+			return err
+		}
 	}
 	if afterFence != nil {
 		afterFence()
 	}
 	if err := tx.Commit(ctx); err != nil {
+		if fenceRefused(err) {
+			return refusedErr(shard)
+		}
 		return fmt.Errorf("sources/postgres: committing rows of table %s (job %s item %d): %w", s.spec.Table, shard.JobName, shard.Item, err)
 	}
+	if prefetch {
+		j.next.put(ctx, shard, pos, next)
+	}
 	return nil
+}
+
+// readBegin reads the results of a batch's first round trip (see commit):
+// the keys locked and, with prefetch, the rows read for the next Fetch.
+func (j *TxJob[T]) readBegin(br pgx.BatchResults, prefetch bool) (locked []int64, next []Row[T], err error) {
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	if locked, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil || !prefetch {
+		return locked, nil, err
+	}
+	if rows, err = br.Query(); err != nil {
+		return nil, nil, err
+	}
+	next, err = j.src.collect(rows)
+	return locked, next, err
 }
 
 // recordFailure counts an attempt of row key in its own fenced transaction
