@@ -29,6 +29,9 @@ type PostgresConfig struct {
 	// SessionTimeout is every session's timeout.
 	// Default DefaultPostgresSessionTimeout.
 	SessionTimeout time.Duration
+	// MaxConns is every session's pool size (pgstore.Config.MaxConns).
+	// Default 2: the simulation runs many stores at once on one server.
+	MaxConns int
 	// EndSessions makes Kill and Expire end the session on the server at
 	// once (pgstore.Store.EndSession), instead of waiting for the database
 	// to expire it a session timeout later: then a long SessionTimeout
@@ -57,6 +60,9 @@ func Postgres(t testing.TB, cfg PostgresConfig) Backend {
 	}
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = DefaultPostgresSessionTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 2
 	}
 	u, err := url.Parse(cfg.DSN)
 	if err != nil || u.Host == "" {
@@ -121,7 +127,7 @@ func (b *pgBackend) open(ctx context.Context, host string) (*pgstore.Store, erro
 		DSN:            u.String(),
 		Schema:         b.schema,
 		SessionTimeout: b.cfg.SessionTimeout,
-		MaxConns:       2,
+		MaxConns:       b.cfg.MaxConns,
 		Logger:         quietLogger(),
 	})
 }

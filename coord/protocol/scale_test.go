@@ -15,6 +15,7 @@ import (
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
 	"github.com/shardflow/shardflow/coord/jobconfig"
+	"github.com/shardflow/shardflow/coord/pgstore"
 	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/integration"
@@ -43,13 +44,14 @@ func TestScaleZooKeeper(t *testing.T) {
 }
 
 // TestScalePostgres is TestScaleZooKeeper on coord/pgstore (one Postgres
-// container, the sessions' timeout ZooKeeper's): `make bench-scale
-// STORE=pg`, or STORE=zk,pg for both side by side in one run. Skipped
-// unless SHARDFLOW_SCALE_ITEMS is set.
+// container, the sessions' timeout ZooKeeper's, pgstore's default pool):
+// `make bench-scale STORE=pg`, or STORE=zk,pg for both side by side in one
+// run. Skipped unless SHARDFLOW_SCALE_ITEMS is set.
 func TestScalePostgres(t *testing.T) {
 	n := scaleItems(t)
 	pg := integration.SharedPostgres(t)
-	b := coordtest.Postgres(t, coordtest.PostgresConfig{DSN: pg.DSN(), SessionTimeout: coordtest.DefaultZooKeeperSessionTimeout})
+	b := coordtest.Postgres(t, coordtest.PostgresConfig{DSN: pg.DSN(), SessionTimeout: coordtest.DefaultZooKeeperSessionTimeout,
+		MaxConns: pgstore.DefaultMaxConns})
 	schema := b.(interface{ Schema() string }).Schema()
 	runScale(t, b, n, "pg", []string{"--coord", pg.DSN(), "--schema", schema,
 		"--session-timeout", coordtest.DefaultZooKeeperSessionTimeout.String()})
