@@ -40,7 +40,12 @@ import (
 // one run, side by side: first with every Multi a request of its own
 // (fireworker --group-commit=false: zkstore.Config.NoGroupCommit), then
 // with group commit (the default); each FIRES line names its variant.
-// SHARDFLOW_FIRES_PROFILE=dir has each worker write a CPU profile there.
+// SHARDFLOW_FIRES_VARIANTS="flags;flags" measures each fireworker flag set
+// too, before the default (e.g. "--gc-ops=64 --gc-inflight=4").
+// SHARDFLOW_FIRES_BASELINE=rev measures the fireworker built at git
+// revision rev first (integration.BuildBinaryAt), the old binary beside
+// the new. SHARDFLOW_FIRES_PROFILE=dir has each worker write a CPU profile
+// there (not the baseline's, when it predates --cpuprofile).
 // Each worker's "stopped" line gives the store requests of its running
 // phase: reads, multis (and their ops), and the combined multis sent for
 // them on ZooKeeper (batches). It asserts
@@ -73,25 +78,39 @@ func TestFires(t *testing.T) {
 	}
 
 	storeArgs, where := fireStore(t, storeKind, heap)
+	type variant struct{ name, bin string }
 	bin := integration.BuildBinary(t, "./internal/fireworker")
-	variants := []string{"group-commit"}
-	if os.Getenv("SHARDFLOW_FIRES_COMPARE") == "1" {
-		// Side by side in one run: each request on its own first.
-		variants = []string{"no-group-commit", "group-commit"}
+	var variants []variant
+	if rev := os.Getenv("SHARDFLOW_FIRES_BASELINE"); rev != "" {
+		// The old binary first, side by side in one run.
+		old, commit := integration.BuildBinaryAt(t, rev, "./dataflow/internal/fireworker")
+		variants = append(variants, variant{"baseline@" + commit, old})
 	}
+	if os.Getenv("SHARDFLOW_FIRES_COMPARE") == "1" {
+		variants = append(variants, variant{"--group-commit=false", bin})
+	}
+	// SHARDFLOW_FIRES_VARIANTS: more fireworker flag sets, ';' between
+	// sets, ' ' between a set's flags (the group committer's tuning).
+	for v := range strings.SplitSeq(os.Getenv("SHARDFLOW_FIRES_VARIANTS"), ";") {
+		if v = strings.TrimSpace(v); v != "" {
+			variants = append(variants, variant{v, bin})
+		}
+	}
+	variants = append(variants, variant{"group-commit", bin})
 	for _, v := range variants {
 		args := slices.Clone(storeArgs)
-		if v == "no-group-commit" {
-			args = append(args, "--group-commit=false")
+		if strings.HasPrefix(v.name, "--") {
+			args = append(args, strings.Fields(v.name)...)
 		}
-		vlogf := func(format string, a ...any) { logf("variant=%s "+format, append([]any{v}, a...)...) }
-		measureFires(t, bin, args, where, vlogf, sched, jobs, servers, seconds, warmup, grace, spec)
+		vlogf := func(format string, a ...any) { logf("variant=%q "+format, append([]any{v.name}, a...)...) }
+		profile := !strings.HasPrefix(v.name, "baseline")
+		measureFires(t, v.bin, args, where, vlogf, profile, sched, jobs, servers, seconds, warmup, grace, spec)
 	}
 }
 
 // measureFires is one measurement of TestFires: the workers started on
 // the store of args, the window, the stop and the FIRES line.
-func measureFires(t *testing.T, bin string, storeArgs []string, where string, logf func(string, ...any),
+func measureFires(t *testing.T, bin string, storeArgs []string, where string, logf func(string, ...any), profile bool,
 	sched cron.Schedule, jobs, servers, seconds int, warmup, grace time.Duration, spec string) {
 	dir := t.TempDir()
 	ns := fmt.Sprintf("fires%d", time.Now().UnixNano())
@@ -107,7 +126,7 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 		args := append(slices.Clone(storeArgs),
 			"--namespace", ns, "--server-id", id,
 			"--jobs", strconv.Itoa(jobs), "--total", strconv.Itoa(servers), "--cron", spec, "--out", outs[i])
-		if pd := os.Getenv("SHARDFLOW_FIRES_PROFILE"); pd != "" {
+		if pd := os.Getenv("SHARDFLOW_FIRES_PROFILE"); pd != "" && profile {
 			args = append(args, "--cpuprofile", filepath.Join(pd, fmt.Sprintf("%s-%s.pprof", ns, id)))
 		}
 		procs[i] = integration.StartProcess(t, bin, args, nil)

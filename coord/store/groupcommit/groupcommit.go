@@ -4,11 +4,12 @@
 // their Begins and Completes cost the coordination store a few
 // transactions, not one per job (issue 31).
 //
-// A caller that finds no combined Multi in flight starts a flusher; the
-// others queue, and the flusher commits the queue batch after batch until
-// it is empty (coord/pgstore's committer is the model; pgstore has its own
-// and is not wrapped). A batch is bounded by the wrapped store's request
-// limit (store.RequestLimiter) and by maxBatchOps.
+// A caller that finds fewer than DefaultMaxInFlight flushers running
+// starts one; the others queue, and each flusher commits the queue batch
+// after batch until nothing in it can be taken (coord/pgstore's committer
+// is the model; pgstore has its own and is not wrapped). A batch is
+// bounded by the wrapped store's request limit (store.RequestLimiter) and
+// by DefaultMaxBatchOps.
 //
 // What a caller sees is what one Multi of its own would give:
 //   - Isolation by key. A store gives all of one Multi's operations one
@@ -17,7 +18,8 @@
 //     must grow in commit order, and the second would see the first's
 //     writes inside one transaction. Each path maps to a key (its first
 //     Depth segments: /{namespace}/{job} in coord's layout); requests that
-//     share a key never share a batch and keep their arrival order. A
+//     share a key never share a batch, nor go while a batch holding that
+//     key is in flight, and keep their arrival order. A
 //     request touching a node above the keys (a path shorter than Depth,
 //     or a create or delete of a key's root, which changes its parent's
 //     children) is committed alone.
@@ -54,9 +56,20 @@ import (
 // /{namespace}/{job} (docs/zookeeper-layout.md).
 const DefaultDepth = 2
 
-// maxBatchOps bounds a batch's operations (one request of any size always
-// goes): a server processes a multi's operations one by one.
-const maxBatchOps = 4096
+// DefaultMaxInFlight is how many combined Multis of one session may be in
+// flight at once: the next batches are on their way while the server
+// commits one (a session's requests are applied in order; the keys of a
+// batch in flight are held: a request of one of them waits for it).
+const DefaultMaxInFlight = 4
+
+// DefaultMaxBatchOps bounds a batch's operations (one request of any size
+// always goes): a server applies a multi's operations one by one and every
+// caller of a batch waits for all of them. Batches of up to 4,096
+// operations, one in flight, made 1,000 jobs firing together wait longer
+// than requests of their own; 64 operations (about ten Begins or
+// Completes) with 4 in flight did best of the sizes measured side by side
+// (docs/benchmarks.md, "Many jobs firing together").
+const DefaultMaxBatchOps = 64
 
 // Option configures NewCommitter and New.
 type Option func(*Committer)
@@ -69,6 +82,26 @@ func WithDepth(n int) Option {
 	return func(c *Committer) {
 		if n > 0 {
 			c.depth = n
+		}
+	}
+}
+
+// WithMaxInFlight sets how many combined Multis may be in flight at once
+// (default DefaultMaxInFlight; values < 1 keep it).
+func WithMaxInFlight(n int) Option {
+	return func(c *Committer) {
+		if n > 0 {
+			c.maxInFlight = n
+		}
+	}
+}
+
+// WithMaxBatchOps sets the bound of a batch's operations (default
+// DefaultMaxBatchOps; values < 1 keep it).
+func WithMaxBatchOps(n int) Option {
+	return func(c *Committer) {
+		if n > 0 {
+			c.maxOps = n
 		}
 	}
 }
@@ -90,14 +123,21 @@ type SendFunc func(ctx context.Context, ops ...store.Op) ([]store.OpResult, erro
 // combined calls of its SendFunc. A store adapter embeds one (zkstore);
 // New wraps any store with one.
 type Committer struct {
-	send  SendFunc
-	limit int
-	depth int
+	send        SendFunc
+	limit       int
+	depth       int
+	maxInFlight int
+	maxOps      int
 
-	mu       sync.Mutex
-	queue    []*request
-	flushing bool
-	flushers sync.WaitGroup
+	mu    sync.Mutex
+	queue []*request
+	// flushing counts the flushers running; held, the keys of the batches
+	// in flight (a count per key); heldAlone, a request committed alone is
+	// in flight.
+	flushing  int
+	held      map[string]int
+	heldAlone bool
+	flushers  sync.WaitGroup
 
 	requests, batches, retries, alone atomic.Int64
 }
@@ -106,7 +146,7 @@ type Committer struct {
 // of at most limit bytes (store.MultiSize; one request of any size goes
 // alone).
 func NewCommitter(send SendFunc, limit int, opts ...Option) *Committer {
-	c := &Committer{send: send, limit: limit, depth: DefaultDepth}
+	c := &Committer{send: send, limit: limit, depth: DefaultDepth, maxInFlight: DefaultMaxInFlight, maxOps: DefaultMaxBatchOps, held: map[string]int{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -184,9 +224,9 @@ func (s *Committer) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResul
 	r.keys, r.alone = keys(ops, s.depth)
 	s.mu.Lock()
 	s.queue = append(s.queue, r)
-	start := !s.flushing
+	start := s.flushing < s.maxInFlight
 	if start {
-		s.flushing = true
+		s.flushing++
 		s.flushers.Add(1)
 	}
 	s.mu.Unlock()
@@ -271,29 +311,51 @@ func (s *Committer) withdraw(r *request) {
 	r.queued = false
 }
 
-// flushQueue commits the queue batch after batch and ends when it is empty.
+// flushQueue commits the queue batch after batch and ends when nothing in
+// it can be taken: it is empty, or what is left waits for keys held by
+// another flusher's batch, which takes it once that batch is done.
 func (s *Committer) flushQueue() {
 	defer s.flushers.Done()
-	limit := s.limit
+	var batch []*request
 	for {
 		s.mu.Lock()
-		if len(s.queue) == 0 {
-			s.flushing = false
+		s.holdLocked(batch, -1)
+		batch = s.takeLocked(s.limit)
+		if len(batch) == 0 {
+			s.flushing--
 			s.mu.Unlock()
 			return
 		}
-		batch := s.takeLocked(limit)
+		s.holdLocked(batch, 1)
 		s.mu.Unlock()
 		s.commit(batch, 0)
 	}
 }
 
+// holdLocked adds d to the hold of batch's keys. s.mu is held.
+func (s *Committer) holdLocked(batch []*request, d int) {
+	for _, r := range batch {
+		if r.alone {
+			s.heldAlone = d > 0
+		}
+		for _, k := range r.keys {
+			if s.held[k] += d; s.held[k] <= 0 {
+				delete(s.held, k)
+			}
+		}
+	}
+}
+
 // takeLocked removes the next batch from the queue: in arrival order, the
-// requests whose keys no request of the batch, nor an earlier request left
-// in the queue, has (so that same-key requests keep their order), up to
-// limit bytes and maxBatchOps operations. A request to be committed alone
-// goes alone. s.mu is held.
+// requests whose keys no request of the batch, nor of a batch in flight,
+// nor an earlier request left in the queue, has (so that same-key requests
+// keep their order), up to limit bytes and maxOps operations. A
+// request to be committed alone goes alone, when no batch is in flight.
+// s.mu is held.
 func (s *Committer) takeLocked(limit int) []*request {
+	if s.heldAlone {
+		return nil
+	}
 	var batch []*request
 	taken := map[string]bool{}   // keys of the batch
 	blocked := map[string]bool{} // keys of the requests left behind
@@ -306,7 +368,7 @@ func (s *Committer) takeLocked(limit int) []*request {
 			break
 		}
 		if r.alone {
-			if len(batch) == 0 {
+			if len(batch) == 0 && len(s.held) == 0 {
 				batch = append(batch, r)
 				full = true
 				continue
@@ -314,10 +376,10 @@ func (s *Committer) takeLocked(limit int) []*request {
 			rest = append(rest, s.queue[i:]...)
 			break // nothing after it may pass it: it touches every key
 		}
-		fits := len(batch) == 0 || ops+len(r.ops) <= maxBatchOps && size+r.size <= limit
+		fits := len(batch) == 0 || ops+len(r.ops) <= s.maxOps && size+r.size <= limit
 		free := true
 		for _, k := range r.keys {
-			if taken[k] || blocked[k] {
+			if taken[k] || blocked[k] || s.held[k] > 0 {
 				free = false
 				break
 			}

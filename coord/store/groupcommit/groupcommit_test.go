@@ -66,7 +66,8 @@ type outcome struct {
 }
 
 // fixture is a memstore session with jobs a..z's roots created, wrapped by
-// a gate and the group committer.
+// a gate and the group committer, one batch in flight at a time (so that
+// requests queue behind the gate's).
 // stated, when > 0, is the request limit the gate states.
 func fixture(t *testing.T, stated int, opts ...memstore.Option) (*memstore.Session, *gate, *groupcommit.Store) {
 	srv := memstore.NewServer(opts...)
@@ -81,7 +82,7 @@ func fixture(t *testing.T, stated int, opts ...memstore.Option) (*memstore.Sessi
 		}
 	}
 	g := &gate{Store: sess, release: make(chan struct{}), limit: stated}
-	gc := groupcommit.New(g)
+	gc := groupcommit.New(g, groupcommit.WithMaxInFlight(1))
 	t.Cleanup(func() { _ = gc.Close() })
 	return sess, g, gc
 }
@@ -296,6 +297,56 @@ func TestAboveTheKeysGoesAlone(t *testing.T) {
 			}
 		}
 		if got, want := fmt.Sprint(g.sent()), "[1 1 1 1 1 1]"; got != want {
+			t.Fatalf("Multis sent (ops each): %s, want %s", got, want)
+		}
+	})
+}
+
+// TestSecondBatchInFlight: with two batches in flight (the default), a
+// request of another job goes while the first batch is held, and one of
+// the held batch's job waits for it.
+func TestSecondBatchInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sess := memstore.NewServer().Connect()
+		ctx := context.Background()
+		for _, p := range []string{"/ns", "/ns/a", "/ns/z"} {
+			if _, err := sess.Create(ctx, p, nil, store.Persistent); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g := &gate{Store: sess, release: make(chan struct{})}
+		gc := groupcommit.New(g)
+		defer gc.Close()
+		done := make(chan string, 3)
+		multi := func(p string) {
+			if _, err := gc.Multi(ctx, &store.CreateOp{Path: p}); err != nil {
+				t.Errorf("%s: %v", p, err)
+			}
+			done <- p
+		}
+		go multi("/ns/z/blocker")
+		synctest.Wait()
+		go multi("/ns/z/x") // z is held by the batch in flight
+		synctest.Wait()
+		go multi("/ns/a/x")
+		synctest.Wait()
+		if got := <-done; got != "/ns/a/x" {
+			t.Fatalf("%s done first, want /ns/a/x", got)
+		}
+		select {
+		case p := <-done:
+			t.Fatalf("%s done while the gate holds the first batch", p)
+		default:
+		}
+		close(g.release)
+		<-done
+		<-done
+		_, first, _ := sess.Exists(ctx, "/ns/z/blocker")
+		_, second, _ := sess.Exists(ctx, "/ns/z/x")
+		if first.Czxid >= second.Czxid {
+			t.Fatalf("the blocker created at zxid %d, /ns/z/x at %d: want the blocker first", first.Czxid, second.Czxid)
+		}
+		if got, want := fmt.Sprint(g.sent()), "[1 1 1]"; got != want {
 			t.Fatalf("Multis sent (ops each): %s, want %s", got, want)
 		}
 	})

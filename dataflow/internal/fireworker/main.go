@@ -12,7 +12,9 @@
 // "ready", counted by internal/storecount; on ZooKeeper "batches=..." too:
 // the combined multis sent for them) and exits 0. --group-commit=false
 // opens ZooKeeper with zkstore.Config.NoGroupCommit (a request per Multi);
-// --cpuprofile writes a CPU profile from "ready" to the stop. A failure to
+// --gc-ops and --gc-inflight tune the group committer (a groupcommit.Store
+// around a store opened without its own); --cpuprofile writes a CPU profile
+// from "ready" to the stop. A failure to
 // start prints "error: ..." and exits 1.
 //
 // Usage:
@@ -40,6 +42,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord/pgstore"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/store/groupcommit"
 	"github.com/shardflow/shardflow/coord/zkstore"
 	"github.com/shardflow/shardflow/dataflow"
 	"github.com/shardflow/shardflow/internal/storecount"
@@ -61,6 +64,7 @@ type options struct {
 	jobs, total, adders                int
 	sessionTimeout, stopTimeout        time.Duration
 	groupCommit                        bool
+	gcOps, gcInFlight                  int
 }
 
 func parseFlags() (options, error) {
@@ -79,6 +83,8 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.stopTimeout, "stop-timeout", time.Minute, "bound of the graceful stop on SIGTERM")
 	flag.BoolVar(&o.groupCommit, "group-commit", true, "ZooKeeper: commit concurrent Multis together (false: zkstore.Config.NoGroupCommit)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile from ready to the stop to this file")
+	flag.IntVar(&o.gcOps, "gc-ops", 0, "ZooKeeper: a group commit batch's operations (0: zkstore's default; with --gc-inflight, the store is wrapped by a groupcommit.Store so tuned)")
+	flag.IntVar(&o.gcInFlight, "gc-inflight", 0, "ZooKeeper: group commit batches in flight (0: zkstore's default)")
 	flag.Parse()
 	switch {
 	case o.store != "zk" && o.store != "pg":
@@ -208,10 +214,14 @@ func run(ctx context.Context) error {
 }
 
 // groupBatches is the number of combined multis a ZooKeeper store sent
-// (zkstore.GroupCommitStats), -1 on other stores.
+// (zkstore.GroupCommitStats, or the tuned groupcommit.Store's), -1 on
+// other stores.
 func groupBatches(st store.Store) int64 {
-	if z, ok := st.(*zkstore.Store); ok {
+	switch z := st.(type) {
+	case *zkstore.Store:
 		return zkstore.GroupCommitStats(z).Batches
+	case *groupcommit.Store:
+		return z.Stats().Batches
 	}
 	return -1
 }
@@ -225,10 +235,14 @@ func openStore(ctx context.Context, o options, logger *slog.Logger) (store.Store
 		}
 		return st, nil
 	}
+	tuned := o.groupCommit && (o.gcOps > 0 || o.gcInFlight > 0)
 	st, err := zkstore.Open(ctx, zkstore.Config{Servers: strings.Split(o.zk, ","), SessionTimeout: o.sessionTimeout, Logger: logger,
-		NoGroupCommit: !o.groupCommit})
+		NoGroupCommit: !o.groupCommit || tuned})
 	if err != nil {
 		return nil, fmt.Errorf("connect to ZooKeeper %s: %w", o.zk, err)
+	}
+	if tuned {
+		return groupcommit.New(st, groupcommit.WithMaxBatchOps(o.gcOps), groupcommit.WithMaxInFlight(o.gcInFlight)), nil
 	}
 	return st, nil
 }
