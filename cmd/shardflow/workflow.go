@@ -153,7 +153,7 @@ func runWorkflowMarkSuccess(ctx context.Context, args []string, stdout, stderr i
 			if err := admin.WorkflowMarkSucceeded(ctx, run, job); err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "workflow mark-success: %s's step of %s counts as succeeded; the steps after it that it decides start\n", job, run)
+			fmt.Fprintf(stdout, "workflow mark-success: %s's step of %s counts as succeeded; the steps after it are decided again (`shardflow workflow status --run %s` shows which started)\n", job, run, run)
 			return nil
 		})
 }
