@@ -142,6 +142,21 @@ func (s *Source[T]) statementOK(ctx context.Context, shard dataflow.Shard) {
 	}
 }
 
+// withCause is err, the end of a run's ctx while its item backs off, with
+// the statement error being backed off from: last, this call's, else
+// streak, the one behind a step an earlier call opened (the item's
+// previous run, another slice). The run's error then says why the item
+// was waiting.
+func withCause(err, last, streak error) error {
+	if last == nil {
+		last = streak
+	}
+	if last == nil {
+		return err
+	}
+	return fmt.Errorf("%w (while backing off from: %w)", err, last)
+}
+
 // untilOK runs fn, the item's fetch statement, until it succeeds, fails
 // with an error that is not a statement error (returned), or ctx ends;
 // each statement error opens a backoff step (reported once) and fn runs
@@ -151,22 +166,17 @@ func (s *Source[T]) untilOK(ctx context.Context, shard dataflow.Shard, op string
 	var last error // the statement error being backed off from
 	for {
 		if err := s.backoff.wait(ctx, k); err != nil {
-			if last == nil {
-				// ctx ended in a step an earlier call opened (the
-				// item's previous run, another slice).
-				last = s.backoff.cause(k)
-			}
-			if last != nil {
-				// Why the item was waiting: the run's error names it.
-				return fmt.Errorf("%w (while backing off from: %w)", err, last)
-			}
-			return err
+			return withCause(err, last, s.backoff.cause(k))
 		}
 		err := fn(ctx)
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || Classify(err) != ClassStatement {
+		if ctx.Err() != nil {
+			// ctx ended in the statement, as it could in a wait.
+			return withCause(err, last, s.backoff.cause(k))
+		}
+		if Classify(err) != ClassStatement {
 			return err
 		}
 		s.statementFailed(ctx, shard, op, err)

@@ -205,9 +205,10 @@ func TestClaimStatementErrorReleasesTheBatchAndDataErrorsCount(t *testing.T) {
 // TestBackoffWaitEndedNamesItsCause: a Fetch whose context ends while the
 // item waits out a backoff step that an earlier call opened (the item's
 // previous run, which timed out) returns the statement error behind the
-// step, not a bare context error: the run's error says why the item was
-// waiting. Fails with the context error alone (a run that timed out in
-// its first wait named no table in its history record).
+// step, not a bare context error, and so does one whose context ends in
+// its statement: the run's error says why the item was waiting. Fails
+// with the context error alone (a run that timed out so named no table in
+// its history record: TestDroppedTableSeenFailingForConsecutiveRuns).
 func TestBackoffWaitEndedNamesItsCause(t *testing.T) {
 	pool := newDB(t)
 	ctx := testCtx(t)
@@ -227,5 +228,24 @@ func TestBackoffWaitEndedNamesItsCause(t *testing.T) {
 	_, err = job.Fetch(ended, sh)
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), `relation "settlements" does not exist`) {
 		t.Fatalf("Fetch in an ended run = %v; want the context's end and the statement error behind the step", err)
+	}
+	// The run ends while the fetch's statement waits (here for a lock).
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Rollback(ctx) //nolint:errcheck
+	if _, err := lock.Exec(ctx, `LOCK TABLE orders IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	run, end := context.WithCancel(ctx)
+	fetched := make(chan error, 1)
+	go func() { _, err := job.Fetch(run, sh); fetched <- err }()
+	testwait.For(t, 30*time.Second, "the fetch waiting for the table's lock", func() bool {
+		return queryInt(t, pool, `SELECT count(*) FROM pg_locks WHERE relation = 'orders'::regclass AND NOT granted`) > 0
+	})
+	end()
+	if err := <-fetched; !strings.Contains(err.Error(), `relation "settlements" does not exist`) {
+		t.Fatalf("Fetch whose run ended in its statement = %v; want the statement error behind the step too", err)
 	}
 }
