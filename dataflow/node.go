@@ -420,6 +420,12 @@ func (n *Node) detach(ctx context.Context, h *hostedJob, leave bool) error {
 // run a job on every server use TriggerAll (coord.Admin.Trigger,
 // `shardflow trigger`).
 func (n *Node) TriggerLocal(name string) error {
+	n.mu.Lock()
+	h := n.jobs[name]
+	n.mu.Unlock()
+	if h != nil {
+		h.wf.noteTrigger(-1)
+	}
 	return n.sched.trigger(name, ReasonTrigger)
 }
 
@@ -480,9 +486,13 @@ func (n *Node) onSignal(h *hostedJob, sig protocol.Signal) {
 		h.reporter.SetInterval(cfg.ProcessCountInterval)
 		n.armKick(h, cfg, 0)
 	case protocol.SignalTrigger:
+		h.wf.noteTrigger(h.cj.LastTrigger())
 		if err := n.sched.trigger(h.name, ReasonTrigger); err != nil && !errors.Is(err, ErrNodeStopped) && !errors.Is(err, ErrNoJob) {
 			n.reportError(h.name, err)
 		}
+	case protocol.SignalResharded:
+		// Items that moved here may be owed by an open workflow step.
+		n.armKick(h, h.cj.Config(), 0)
 	case protocol.SignalFailover:
 		// Claimed at once when idle, else right after the run.
 		n.sched.failover(h.name)
@@ -566,6 +576,11 @@ func (r hostedRuns) takeMisfire(ctx context.Context) bool {
 		return false
 	}
 	again, err := r.h.cj.TakeMisfire(ctx)
+	if err == nil && again {
+		r.h.wf.mu.Lock()
+		r.h.wf.catchUp = true
+		r.h.wf.mu.Unlock()
+	}
 	return err == nil && again
 }
 
@@ -588,6 +603,9 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 	// returned, only ctx (hard stop, ownership) cancels the run.
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A job in a workflow runs the items its workflow run still owes.
+	// Only a fire starts a workflow run: not a failover run, nor a kick.
+	fire, trigger := h.wf.fireOf(reason, kick)
 	stopN := context.AfterFunc(n.halt, cancel)
 	stopH := context.AfterFunc(h.halt, cancel)
 	run, err := h.cj.Begin(bctx, started)
@@ -595,6 +613,10 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 	stopH()
 	switch {
 	case err == nil:
+	case errors.Is(err, protocol.ErrItemsRunning) && fire:
+		h.wf.oweFire(trigger) // its catch-up run is this fire
+		n.logger.Debug("dataflow: run skipped", "job", h.name, "reason", reason.String(), "err", err)
+		return
 	case errors.Is(err, protocol.ErrItemsRunning), errors.Is(err, protocol.ErrPaused), errors.Is(err, protocol.ErrShutdown):
 		n.logger.Debug("dataflow: run skipped", "job", h.name, "reason", reason.String(), "err", err)
 		return
@@ -608,10 +630,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 	// edit during the run applies to the next one, whole.
 	cfg := run.Config()
 	assigned := run.Shards()
-	// A job in a workflow runs the items its workflow run still owes.
-	// Only a fire starts a workflow run: not a failover run, nor a kick.
-	fire := !kick && reason != ReasonFailover
-	wfRun, assigned, err := n.pickWorkflow(bctx, h, cfg, assigned, fire)
+	wfRun, assigned, err := n.pickWorkflow(bctx, h, cfg, assigned, fire, trigger)
 	if err != nil {
 		n.reportError(h.name, fmt.Errorf("dataflow: workflow run: %w", err))
 	}

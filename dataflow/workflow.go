@@ -23,6 +23,52 @@ type workflowJob struct {
 	kick       *time.Timer
 	kickStop   bool
 	kickActive sync.WaitGroup
+
+	// trigger: the Czxid of the trigger node the job's next trigger run
+	// answers (-1: a local trigger, which has none).
+	trigger int64
+	// catchUp: the next misfire run is the coordination's catch-up (a
+	// Begin found the items running): a fire only if owedFire, set by a
+	// fire whose Begin that was (with its trigger), not by a kick's or a
+	// failover run's; a cron fire missed during a run is a fire.
+	catchUp     bool
+	owedFire    bool
+	owedTrigger int64
+}
+
+// noteTrigger records the trigger node (Czxid czxid; -1: a local
+// trigger) that h's next trigger run answers.
+func (w *workflowJob) noteTrigger(czxid int64) {
+	w.mu.Lock()
+	w.trigger = czxid
+	w.mu.Unlock()
+}
+
+// fireOf decides whether a run of the job for reason is a fire (which may
+// start a workflow run) and the trigger node it answers (0: none).
+func (w *workflowJob) fireOf(reason Reason, kick bool) (fire bool, trigger int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case kick || reason == ReasonFailover:
+		return false, 0
+	case reason == ReasonTrigger:
+		trigger, w.trigger = max(w.trigger, 0), 0
+		return true, trigger
+	case reason == ReasonMisfire && w.catchUp:
+		fire, trigger = w.owedFire, w.owedTrigger
+		w.catchUp, w.owedFire, w.owedTrigger = false, false, 0
+		return fire, trigger
+	}
+	return true, 0
+}
+
+// oweFire records a fire whose Begin found the items running: the
+// catch-up run after it is that fire.
+func (w *workflowJob) oweFire(trigger int64) {
+	w.mu.Lock()
+	w.owedFire, w.owedTrigger = true, trigger
+	w.mu.Unlock()
 }
 
 // checkDependsOn checks a job's DependsOn against the namespace before it
@@ -80,7 +126,8 @@ func (n *Node) isFirst(ctx context.Context, h *hostedJob, cfg JobConfig) (bool, 
 //
 // fire: the run is a fire of the job (cron, trigger, catch-up), which may
 // start a workflow run; a failover run or a kick serves open ones only.
-func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, assigned []protocol.Assignment, fire bool) (string, []protocol.Assignment, error) {
+// trigger: the Czxid of the trigger node the fire answers (0: none).
+func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, assigned []protocol.Assignment, fire bool, trigger int64) (string, []protocol.Assignment, error) {
 	first, err := n.isFirst(ctx, h, cfg)
 	if err != nil {
 		return "", nil, err
@@ -97,7 +144,12 @@ func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, as
 	for i, a := range assigned {
 		items[i] = a.Item
 	}
-	pick, err := h.wf.steps.Pick(ctx, items, cfg.DependsOn, first && fire, cfg.ShardingTotalCount)
+	var pick workflow.Assignment
+	if first && fire && trigger > 0 {
+		pick, err = h.wf.steps.PickTriggered(ctx, items, cfg.ShardingTotalCount, trigger)
+	} else {
+		pick, err = h.wf.steps.Pick(ctx, items, cfg.DependsOn, first && fire, cfg.ShardingTotalCount)
+	}
 	if err != nil {
 		return "", nil, err
 	}
@@ -212,7 +264,13 @@ func (n *Node) armKick(h *hostedJob, cfg JobConfig, after time.Duration) {
 	w := &h.wf
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.kickStop || len(cfg.DependsOn) == 0 && !w.first || w.kick != nil {
+	if w.kickStop || len(cfg.DependsOn) == 0 && !w.first {
+		return
+	}
+	if w.kick != nil {
+		if after <= 0 {
+			w.kick.Reset(0) // now, not at the reconcile tick it waits for
+		}
 		return
 	}
 	w.kick = time.AfterFunc(max(after, 0), func() { n.kickOnce(h) })

@@ -110,6 +110,10 @@ const (
 	SignalShutdown
 	// SignalRemoved: the job was removed from the namespace; stop it.
 	SignalRemoved
+	// SignalResharded: this server's sharding node changed (a reshard gave
+	// it items, or took some): a job in a workflow runs what the open
+	// steps owe it now, without waiting for a trigger.
+	SignalResharded
 )
 
 // Once runs fn exactly once across all servers of the job for the current

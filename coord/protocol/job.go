@@ -67,6 +67,11 @@ type Job struct {
 	offline    bool // shut down by an operator
 	removed    bool
 	left       bool
+	// lastTrigger: the Czxid of the last trigger node consumed.
+	lastTrigger int64
+	// shardSeen: the Mzxid of this server's sharding node the watcher
+	// last signalled (SignalResharded); the watcher's only.
+	shardSeen int64
 	// fo: failover on this server (internal/failover): the claims and
 	// the view of this server's items' claims, guarded by mu.
 	fo *failover.Failover
@@ -476,6 +481,16 @@ func (j *Job) postWatch(ref treecache.WatchRef, ev store.Event) {
 
 // Name returns the job name.
 func (j *Job) Name() string { return j.jname }
+
+// LastTrigger is the Czxid of the last operator trigger node this server
+// consumed (SignalTrigger), 0 before the first: the trigger's place in the
+// store's order, which a workflow's first job compares with its last
+// workflow run's start (a trigger written before it is that run's, late).
+func (j *Job) LastTrigger() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.lastTrigger
+}
 
 // Config returns the effective config as currently stored.
 func (j *Job) Config() jobconfig.Config {

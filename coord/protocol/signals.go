@@ -15,7 +15,7 @@ import (
 // pays for none).
 type signalBox struct {
 	mu       sync.Mutex
-	pending  [SignalRemoved + 1]bool
+	pending  [SignalResharded + 1]bool
 	f        func(Signal) // OnSignal's; nil: the channel
 	out      chan Signal
 	wake     chan struct{} // capacity 1: the forwarder looks again
@@ -41,7 +41,7 @@ func (b *signalBox) emit(s Signal) {
 
 // nextLocked returns the first pending signal; mu held.
 func (b *signalBox) nextLocked() (Signal, bool) {
-	for s := SignalConfigChanged; s <= SignalRemoved; s++ {
+	for s := SignalConfigChanged; s <= SignalResharded; s++ {
 		if b.pending[s] {
 			return s, true
 		}

@@ -449,12 +449,7 @@ func (w *watcher) react(ctx context.Context) {
 		}
 		return
 	}
-	if j.cache.Has(layout.RelServer(j.id, layout.NTrigger)) {
-		if err := j.st.Delete(ctx, j.p.Server(j.id, layout.NTrigger), store.AnyVersion); err == nil || errors.Is(err, store.ErrNoNode) {
-			j.cache.NoteDeleted(layout.RelServer(j.id, layout.NTrigger))
-			j.sig.emit(SignalTrigger)
-		}
-	}
+	w.reactRuns(ctx)
 	if jobnodes.CachedFlag(j.cache, layout.RelServer(j.id, layout.NShutdown)) {
 		j.mu.Lock()
 		was := j.offline
@@ -498,6 +493,27 @@ func (w *watcher) react(ctx context.Context) {
 				w.idle = id
 			}
 		}
+	}
+}
+
+// reactRuns signals the runs the cache asks for: an operator's trigger
+// (consumed) and a change of this server's items.
+func (w *watcher) reactRuns(ctx context.Context) {
+	j := w.j
+	if j.cache.Has(layout.RelServer(j.id, layout.NTrigger)) {
+		// Its Czxid (LastTrigger) places it among the workflow runs.
+		_, tst, _ := j.st.Exists(ctx, j.p.Server(j.id, layout.NTrigger))
+		if err := j.st.Delete(ctx, j.p.Server(j.id, layout.NTrigger), store.AnyVersion); err == nil || errors.Is(err, store.ErrNoNode) {
+			j.cache.NoteDeleted(layout.RelServer(j.id, layout.NTrigger))
+			j.mu.Lock()
+			j.lastTrigger = max(j.lastTrigger, tst.Czxid)
+			j.mu.Unlock()
+			j.sig.emit(SignalTrigger)
+		}
+	}
+	if _, st, ok := j.cache.Get(layout.RelServer(j.id, layout.NSharding)); ok && st.Mzxid != j.shardSeen {
+		j.shardSeen = st.Mzxid
+		j.sig.emit(SignalResharded)
 	}
 }
 

@@ -299,7 +299,21 @@ type Assignment struct {
 // an item cut by a crash (its failover run, or its owner's next run)
 // serves the workflow run the cut run served, since the item is not
 // completed there and that run is the oldest its items owe.
-func (s *Steps) Pick(ctx context.Context, items []int, dependsOn []string, first bool, total int) (a Assignment, err error) {
+func (s *Steps) Pick(ctx context.Context, items []int, dependsOn []string, first bool, total int) (Assignment, error) {
+	return s.pick(ctx, items, dependsOn, first, total, 0)
+}
+
+// PickTriggered is Pick for a first job's fire by an operator trigger
+// whose node the store created at zxid trigger (protocol.Job.LastTrigger):
+// when its last workflow run started after that (another server's fire of
+// the same trigger started it, and this server's items are completed
+// there: moved to others, or this server took the trigger late, after a
+// restart), the fire was answered and starts none.
+func (s *Steps) PickTriggered(ctx context.Context, items []int, total int, trigger int64) (Assignment, error) {
+	return s.pick(ctx, items, nil, true, total, trigger)
+}
+
+func (s *Steps) pick(ctx context.Context, items []int, dependsOn []string, first bool, total int, trigger int64) (a Assignment, err error) {
 	if len(items) == 0 {
 		return Assignment{}, nil
 	}
@@ -330,6 +344,9 @@ func (s *Steps) Pick(ctx context.Context, items []int, dependsOn []string, first
 		}
 		if len(dependsOn) > 0 || !first {
 			return Assignment{}, nil
+		}
+		if answered, err := s.answered(ctx, seq, trigger); answered || err != nil {
+			return Assignment{}, err
 		}
 		run, err := s.start(ctx, seq, total)
 		if errors.Is(err, errReplan) {
@@ -417,6 +434,21 @@ func (s *Steps) readSeq(ctx context.Context) (counter, error) {
 	}
 	last, _ := strconv.ParseInt(string(data), 10, 64)
 	return counter{last: last, version: stat.Version, exists: true}, nil
+}
+
+// answered reports whether the job's last workflow run (seq's) started
+// after the trigger node of Czxid trigger was written (trigger 0: no such
+// trigger: false).
+func (s *Steps) answered(ctx context.Context, seq counter, trigger int64) (bool, error) {
+	if trigger <= 0 || seq.last <= 0 {
+		return false, nil
+	}
+	p := stepPath(s.ns, s.job, RunID(s.job, seq.last))
+	ok, st, err := s.st.Exists(ctx, p)
+	if err != nil {
+		return false, fmt.Errorf("workflow: read %s: %w", p, err)
+	}
+	return ok && st.Czxid > trigger, nil
 }
 
 // start starts the job's next workflow run after seq (the counter as its
