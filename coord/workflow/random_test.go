@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -35,6 +36,25 @@ func TestRandomSchedules(t *testing.T) {
 	}
 }
 
+// TestWorkflowSimulation is make sim's workflow part: SIM_SCHEDULES
+// random schedules (randomSchedule) from seed SIM_SEED on, each a
+// violation when any invariant fails; the last line is
+// "workflow: schedules=K violations=V seed=N".
+func TestWorkflowSimulation(t *testing.T) {
+	k, _ := strconv.Atoi(os.Getenv("SIM_SCHEDULES"))
+	if k <= 0 {
+		t.Skip("make sim runs it (SIM_SCHEDULES)")
+	}
+	seed, _ := strconv.ParseUint(os.Getenv("SIM_SEED"), 10, 64)
+	violations := 0
+	for i := range uint64(k) {
+		if !t.Run(fmt.Sprint(seed+i), func(t *testing.T) { randomSchedule(t, seed+i) }) {
+			violations++
+		}
+	}
+	fmt.Printf("workflow: schedules=%d violations=%d seed=%d\n", k, violations, seed)
+}
+
 func randomSchedule(t *testing.T, seed uint64) {
 	const total, servers, actions = 4, 3, 100
 	srv := memstore.NewServer()
@@ -50,6 +70,7 @@ func randomSchedule(t *testing.T, seed uint64) {
 	var mu sync.Mutex
 	owned := map[string]bool{}  // job|item held by a server now
 	started := map[string]int{} // run|job started by a Record
+	effects := map[string]int{} // run|job|item: commits through a fence
 	var errs []string
 	fail := func(format string, args ...any) {
 		mu.Lock()
@@ -75,6 +96,23 @@ func randomSchedule(t *testing.T, seed uint64) {
 			delete(owned, job+"|"+strconv.Itoa(i))
 		}
 	}
+	// note counts the steps a record started in run.
+	note := func(run string, got []string, st store.Store) {
+		for _, j := range got {
+			mu.Lock()
+			started[run+"|"+j]++
+			n := started[run+"|"+j]
+			mu.Unlock()
+			if n > 1 {
+				fail("%s: %s started %d times", run, j, n)
+			}
+			for _, up := range jobs[j] {
+				if s, _, err := workflow.ReadStep(ctx, st, ns, up, run); err != nil || !s.Decided() {
+					fail("%s: %s started before %s was decided (%+v, %v)", run, j, up, s, err)
+				}
+			}
+		}
+	}
 	step := func(r *rand.Rand, st store.Store, crash, fires bool) {
 		job := names[r.IntN(len(names))]
 		items := take(r, job)
@@ -89,6 +127,9 @@ func randomSchedule(t *testing.T, seed uint64) {
 			fail("Pick %s %v: %v", job, items, err)
 			return
 		}
+		for run, got := range pick.Started {
+			note(run, got, st)
+		}
 		if pick.Run == "" {
 			return
 		}
@@ -102,6 +143,30 @@ func randomSchedule(t *testing.T, seed uint64) {
 				fail("%s: Pick handed out item %d of %s, completed in it already", pick.Run, i, job)
 			}
 		}
+		// The items' effects, each committed through its fence; a crash
+		// before (commit 0) or after (all) the commits records nothing.
+		commit := len(pick.Items)
+		if crash {
+			commit = r.IntN(len(pick.Items) + 1)
+		}
+		for _, i := range pick.Items[:commit] {
+			err := steps.Fence(ctx, pick.Run, i, func(ctx context.Context, ops ...store.Op) error {
+				_, err := st.Multi(ctx, ops...)
+				return err
+			})
+			if err != nil {
+				fail("%s: fence of item %d of %s: %v", pick.Run, i, job, err)
+				continue
+			}
+			for _, up := range jobs[job] {
+				if s, _, err := workflow.ReadStep(ctx, st, ns, up, pick.Run); err != nil || !s.Decided() {
+					fail("%s: item %d of %s committed before %s was decided (%+v, %v)", pick.Run, i, job, up, s, err)
+				}
+			}
+			mu.Lock()
+			effects[pick.Run+"|"+job+"|"+strconv.Itoa(i)]++
+			mu.Unlock()
+		}
 		if crash {
 			return
 		}
@@ -114,20 +179,7 @@ func randomSchedule(t *testing.T, seed uint64) {
 			fail("Record %s %s: %v", job, pick.Run, err)
 			return
 		}
-		for _, j := range got {
-			mu.Lock()
-			started[pick.Run+"|"+j]++
-			n := started[pick.Run+"|"+j]
-			mu.Unlock()
-			if n > 1 {
-				fail("%s: %s started %d times", pick.Run, j, n)
-			}
-			for _, up := range jobs[j] {
-				if s, _, err := workflow.ReadStep(ctx, st, ns, up, pick.Run); err != nil || !s.Decided() {
-					fail("%s: %s started before %s was decided (%+v, %v)", pick.Run, j, up, s, err)
-				}
-			}
-		}
+		note(pick.Run, got, st)
 	}
 	var wg sync.WaitGroup
 	for s := range servers {
@@ -159,6 +211,11 @@ func randomSchedule(t *testing.T, seed uint64) {
 			items, _, err := sessions[0].Children(ctx, store.Join(ns, s.Job, "workflow", "runs", rs.Run, "items"))
 			if s.State != workflow.StateSucceeded || err != nil || len(items) != total || s.Completed != total {
 				t.Errorf("seed %d: %s: step %+v with items %v (%v), want succeeded with %d items", seed, rs.Run, s, items, err, total)
+			}
+			for i := range total {
+				if n := effects[rs.Run+"|"+s.Job+"|"+strconv.Itoa(i)]; n != 1 {
+					t.Errorf("seed %d: %s: item %d of %s committed %d times, want once", seed, rs.Run, i, s.Job, n)
+				}
 			}
 			if s.Job != "a" && started[rs.Run+"|"+s.Job] != 1 {
 				t.Errorf("seed %d: %s: %s started %d times", seed, rs.Run, s.Job, started[rs.Run+"|"+s.Job])

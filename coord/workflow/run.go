@@ -285,6 +285,9 @@ type Assignment struct {
 	// Items are the run's items to run in Run: those not completed in it
 	// yet. For a job in a workflow, no other item of the run may run.
 	Items []int
+	// Started are the steps, by workflow run, that Pick's record of items
+	// committed by a cut run (Fence) started.
+	Started map[string][]string
 }
 
 // Pick decides what a run of the job owning items does: the oldest
@@ -334,19 +337,26 @@ func (s *Steps) pick(ctx context.Context, items []int, dependsOn []string, first
 			return Assignment{}, err
 		}
 		for _, run := range open {
-			todo, err := s.owed(ctx, run, items)
+			todo, started, err := s.owed(ctx, run, items)
 			if err != nil {
-				return Assignment{}, err
+				return a, err
+			}
+			if len(started) > 0 {
+				if a.Started == nil {
+					a.Started = map[string][]string{}
+				}
+				a.Started[run] = started
 			}
 			if len(todo) > 0 {
-				return Assignment{Run: run, Items: todo}, nil
+				a.Run, a.Items = run, todo
+				return a, nil
 			}
 		}
 		if len(dependsOn) > 0 || !first {
-			return Assignment{}, nil
+			return a, nil
 		}
 		if answered, err := s.answered(ctx, seq, trigger); answered || err != nil {
-			return Assignment{}, err
+			return a, err
 		}
 		run, err := s.start(ctx, seq, total)
 		if errors.Is(err, errReplan) {
@@ -355,13 +365,13 @@ func (s *Steps) pick(ctx context.Context, items []int, dependsOn []string, first
 		if err != nil {
 			return Assignment{}, err
 		}
-		var todo []int
+		a.Run = run
 		for _, i := range items {
 			if i < total {
-				todo = append(todo, i)
+				a.Items = append(a.Items, i)
 			}
 		}
-		return Assignment{Run: run, Items: todo}, nil
+		return a, nil
 	}
 	return Assignment{}, fmt.Errorf("workflow: job %s: no decision on its workflow run after %d attempts (concurrent writers)", s.job, maxAttempts)
 }
@@ -370,23 +380,22 @@ func (s *Steps) pick(ctx context.Context, items []int, dependsOn []string, first
 // owes (none when the step is not running or gone). An item whose effect
 // committed there (Fence) in a run cut before it recorded its items is
 // recorded completed here, not run again.
-func (s *Steps) owed(ctx context.Context, run string, items []int) ([]int, error) {
+func (s *Steps) owed(ctx context.Context, run string, items []int) (todo []int, started []string, err error) {
 	step, _, err := ReadStep(ctx, s.st, s.ns, s.job, run)
 	if errors.Is(err, store.ErrNoNode) {
-		return nil, nil // pruned meanwhile
+		return nil, nil, nil // pruned meanwhile
 	}
 	if err != nil || step.State != StateRunning {
-		return nil, err
+		return nil, nil, err
 	}
 	done, err := completedItems(ctx, s.st, s.ns, s.job, run)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fenced, err := fencedItems(ctx, s.st, s.ns, s.job, run)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var todo []int
 	cut := map[int]string{}
 	for _, i := range items {
 		switch {
@@ -398,11 +407,11 @@ func (s *Steps) owed(ctx context.Context, run string, items []int) ([]int, error
 		}
 	}
 	if len(cut) > 0 {
-		if _, err := s.Record(ctx, run, cut); err != nil {
-			return nil, err
+		if started, err = s.Record(ctx, run, cut); err != nil {
+			return nil, nil, err
 		}
 	}
-	return todo, nil
+	return todo, started, nil
 }
 
 // First reports whether the job starts workflow runs: it depends on
