@@ -28,8 +28,12 @@ func (r Reason) historySource() history.Source {
 // Complete recorded them: history, metrics and status agree.
 func (n *Node) report(h *hostedJob, info RunInfo, res RunResult, errs map[int]string) {
 	src := info.Reason.historySource()
-	n.logger.Info("dataflow: run", "job", h.name, "items", info.Items, "source", string(src),
-		"success", res.Success, "failure", res.Failure, "duration", res.Duration, "err", res.Err)
+	attrs := []any{"job", h.name, "items", info.Items, "source", string(src),
+		"success", res.Success, "failure", res.Failure, "duration", res.Duration, "err", res.Err}
+	if info.WorkflowRun != "" {
+		attrs = append(attrs, "workflowRun", info.WorkflowRun)
+	}
+	n.logger.Info("dataflow: run", attrs...)
 
 	if n.cfg.History != nil && len(res.Items) > 0 {
 		recs := make([]history.Record, len(res.Items))

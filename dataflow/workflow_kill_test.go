@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -46,6 +45,9 @@ type ledger struct {
 	total   int
 	// dump logs the store's view of a workflow run when a wait fails.
 	dump func(run string)
+	// trace: every commit (who, epoch, failover), logged for an item
+	// committed more than once.
+	trace map[string][]string
 }
 
 type entry struct {
@@ -55,7 +57,7 @@ type entry struct {
 
 func newLedger(total int) *ledger {
 	return &ledger{commits: map[string]int{}, entered: map[string]int64{}, ended: map[string]int64{}, done: map[string]int{},
-		holds: map[string]chan struct{}{}, entries: make(chan entry, 4096), waiters: map[string]chan struct{}{}, total: total}
+		holds: map[string]chan struct{}{}, trace: map[string][]string{}, entries: make(chan entry, 4096), waiters: map[string]chan struct{}{}, total: total}
 }
 
 func (l *ledger) fn(ctx context.Context, s Shard) error {
@@ -84,7 +86,9 @@ func (l *ledger) fn(ctx context.Context, s Shard) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.seq++
-	l.commits[fmt.Sprintf("%s|%d", step, s.Item)]++
+	key := fmt.Sprintf("%s|%d", step, s.Item)
+	l.commits[key]++
+	l.trace[key] = append(l.trace[key], fmt.Sprintf("seq %d server %s epoch %d failover %v", l.seq, s.ServerID, s.Epoch, s.Failover))
 	l.ended[step] = l.seq
 	if l.done[step]++; l.done[step] == l.total {
 		close(l.waiterLocked(step))
@@ -164,7 +168,7 @@ func (l *ledger) check(t *testing.T, runs []string) {
 		for _, j := range diamondJobs {
 			for i := range l.total {
 				if n := l.commits[fmt.Sprintf("%s|%s|%d", run, j.JobName, i)]; n != 1 {
-					t.Errorf("%s: item %d of %s committed %d times, want exactly 1", run, i, j.JobName, n)
+					t.Errorf("%s: item %d of %s committed %d times, want exactly 1: %v", run, i, j.JobName, n, l.trace[fmt.Sprintf("%s|%s|%d", run, j.JobName, i)])
 				}
 			}
 			for _, up := range j.DependsOn {
@@ -193,14 +197,6 @@ type diamondServer struct {
 // every step commits exactly once (fenced by CheckOwnership), and no step
 // starts before the steps it depends on ended.
 func TestWorkflowDiamondSurvivesKills(t *testing.T) {
-	// Open bug (issue 26), so this runs on request only: a step's items
-	// sometimes commit twice in one workflow run after a kill and restart
-	// under the same id (on coord/pgstore about 1 run of 3, a-0000000005:
-	// items 0, 1, 6 of d; once on the embedded store in make test,
-	// a-0000000010: item 5 of b). docs/workflows.md lists it.
-	if os.Getenv("SHARDFLOW_WORKFLOW_KNOWN_BUGS") == "" {
-		t.Skip("known duplicate after a kill (issue 26); SHARDFLOW_WORKFLOW_KNOWN_BUGS=1 runs it")
-	}
 	t.Run("memstore", func(t *testing.T) {
 		srv := memstore.NewServer()
 		diamondKills(t, func() store.Store { return srv.Connect(memstore.WithSessionTimeout(2 * time.Second)) })
