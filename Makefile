@@ -92,11 +92,17 @@ SCHEDULES ?= 300
 STORE ?= mem
 REPEAT ?= 1
 .PHONY: sim
-sim: zk-overlay ## seeded protocol simulation: make sim SEED=N SCHEDULES=K [STORE=zk|pg] [REPEAT=R]; last line: schedules=K violations=V seed=N
-	@out=$$(mktemp); \
+sim: zk-overlay ## seeded protocol simulation (and, on the embedded store, the workflow one): make sim SEED=N SCHEDULES=K [STORE=zk|pg] [REPEAT=R]; last line: schedules=K violations=V seed=N
+	@out=$$(mktemp); wf=$$(mktemp); \
 	SIM_SEED=$(SEED) SIM_SCHEDULES=$(SCHEDULES) SIM_STORE=$(STORE) SIM_REPEAT=$(REPEAT) $(TEST_ENV) $(ZK_WORK) \
 		$(GO) test -race -count=1 -timeout 0 -run '^TestSimulation(ZooKeeper|Postgres)?$$' -v ./coord/protocol/ > $$out 2>&1; rc=$$?; \
-	awk '/sim_test.go/ {p = 1; print; next} /^[ \t]/ {if (p) print; next} {p = 0} /^(FAIL|panic)/' $$out; grep '^repeat:' $$out; grep '^schedules=' $$out | tail -1; rm -f $$out; exit $$rc
+	if [ "$(STORE)" = mem ] && [ "$(REPEAT)" = 1 ]; then \
+		seed=$$(grep '^schedules=' $$out | tail -1 | sed 's/.*seed=//'); \
+		SIM_SEED=$${seed:-$(SEED)} SIM_SCHEDULES=$(SCHEDULES) $(GO) test -race -count=1 -timeout 0 -run '^TestWorkflowSimulation$$' -v ./coord/workflow/ > $$wf 2>&1 || rc=1; fi; \
+	awk '/sim_test.go/ {p = 1; print; next} /^[ \t]/ {if (p) print; next} {p = 0} /^(FAIL|panic)/' $$out; grep '^repeat:' $$out; \
+	awk '/random_test.go/ {print} /^(FAIL|panic)/' $$wf; grep '^workflow: schedules=' $$wf; \
+	{ grep '^schedules=' $$out | tail -1; grep '^workflow: schedules=' $$wf; } | awk '{for (i = 1; i <= NF; i++) {split($$i, kv, "="); if (kv[1] == "violations") v += kv[2]} if ($$1 != "workflow:") {k = $$1; s = $$3}} END {if (k != "") print k " violations=" v+0 " " s}'; \
+	rm -f $$out $$wf; exit $$rc
 
 .PHONY: join-zk
 join-zk: zk-overlay ## K processes (2..10) joining one job at once on real ZooKeeper, 100 rounds (JOIN_ROUNDS to change)
