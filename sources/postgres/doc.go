@@ -43,10 +43,13 @@
 //     MaxAttempts times, then marked 'failed' with its error.
 //   - Transactional: exactly-once effects for effects written in the same
 //     database. Each processed slice is one transaction: the rows are
-//     locked (FOR UPDATE SKIP LOCKED, re-checked pending), the user's
-//     function writes its effects with the transaction, the done mark and
-//     the fencing row are written, Shard.CheckOwnership is consulted, and
-//     the transaction commits once. When the coordination store is
+//     locked (FOR UPDATE SKIP LOCKED, re-checked pending) and marked done,
+//     the user's function writes its effects with the transaction,
+//     Shard.CheckOwnership is consulted, the fencing row is written and
+//     the transaction commits once. Two round trips to Postgres per
+//     slice: BEGIN, the lock and mark and the read of the item's next
+//     batch (handed to the next Fetch of the same item run) in one; the
+//     fencing row and COMMIT in the other. When the coordination store is
 //     coord/pgstore in the same database, the ownership is checked inside
 //     that transaction instead, by the statement writing the fencing row
 //     (the coordination rows it read locked until the commit), and the
@@ -78,7 +81,9 @@
 // shardflow_fence(job, item, epoch) holds the highest epoch that committed
 // for an item. A commit upserts its own epoch only where the stored one is
 // not newer; zero rows affected means a newer owner has committed, and the
-// transaction rolls back with ErrFenced. Together with the row locks this
+// transaction rolls back with ErrFenced (sent with the COMMIT, as the
+// transactional mode does, the fencing statement then fails, so the COMMIT
+// is not run). Together with the row locks this
 // gives zero duplicate effects even for a process paused past its session
 // timeout.
 //

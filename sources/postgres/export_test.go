@@ -3,7 +3,8 @@ package postgres
 import "time"
 
 // SetAfterFence makes every transactional batch call f between its fence
-// and its commit, until restore is called.
+// and its commit (after its ownership check; its fence row may be written
+// with the COMMIT), until restore is called.
 func SetAfterFence(f func()) (restore func()) {
 	afterFence = f
 	return func() { afterFence = nil }

@@ -47,6 +47,9 @@ func (e *userError) Unwrap() error { return e.err }
 // Fetch waits out the item's backoff step if a statement error opened one,
 // then reads up to shard.FetchCount pending rows of the item's buckets,
 // lowest (bucket, key) first, without locking them (ProcessBatch locks).
+// After a full batch of the same item run the rows are already read: that
+// batch's transaction read them (see prefetches), and Fetch makes no round
+// trip.
 // A statement error (see Classify) opens a backoff step, reported once, and
 // the read runs again after it, until it succeeds or ctx ends.
 func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
@@ -188,7 +191,9 @@ func (s *Source[T]) backedOff(ctx context.Context, shard dataflow.Shard, err err
 	return true
 }
 
-// afterFence, when set (tests), runs between a batch's fence and its commit.
+// afterFence, when set (tests), runs between a batch's fence and its
+// commit: after its ownership check, and after its fence row when that is
+// not written with the COMMIT (see commit).
 var afterFence func()
 
 var errRowFailed = errors.New("sources/postgres: row processing failed")
