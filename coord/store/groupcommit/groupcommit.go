@@ -138,6 +138,7 @@ type Committer struct {
 	held      map[string]int
 	heldAlone bool
 	flushers  sync.WaitGroup
+	closed    bool // Wait was called
 
 	requests, batches, retries, alone atomic.Int64
 }
@@ -159,8 +160,15 @@ func (c *Committer) Stats() Stats {
 }
 
 // Wait returns once no flusher runs: a store's Close calls it after
-// closing, when every batch in flight ends with ErrClosed.
-func (c *Committer) Wait() { c.flushers.Wait() }
+// closing, when every batch in flight ends with ErrClosed. Later Multis go
+// straight to the store (which refuses them), so that no flusher starts
+// while Wait waits.
+func (c *Committer) Wait() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.flushers.Wait()
+}
 
 // Store wraps a store.Store and coalesces its concurrent Multi calls.
 type Store struct {
@@ -223,6 +231,10 @@ func (s *Committer) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResul
 	r := &request{ctx: ctx, ops: ops, size: store.MultiSize(ops), done: make(chan reply, 1), queued: true}
 	r.keys, r.alone = keys(ops, s.depth)
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return s.send(ctx, ops...)
+	}
 	s.queue = append(s.queue, r)
 	start := s.flushing < s.maxInFlight
 	if start {

@@ -477,3 +477,38 @@ func TestConcurrentFencedWrites(t *testing.T) {
 	}
 	t.Logf("stats %+v", gc.Stats())
 }
+
+// TestCloseBesideMultis: Multis made while and after the store closes
+// return (committed, or the store's ErrClosed) and start no flusher after
+// Close has waited for them.
+func TestCloseBesideMultis(t *testing.T) {
+	sess := memstore.NewServer().Connect(memstore.WithGroupCommit())
+	ctx := context.Background()
+	if _, err := sess.Create(ctx, "/ns", nil, store.Persistent); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				_, err := sess.Multi(ctx, &store.CreateOp{Path: fmt.Sprintf("/ns/j%d-%d", i, k)})
+				if errors.Is(err, store.ErrClosed) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	if err := sess.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if _, err := sess.Multi(ctx, &store.CreateOp{Path: "/ns/after"}); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Multi after Close: %v, want ErrClosed", err)
+	}
+}
