@@ -68,10 +68,3 @@ func (p *prefetches[T]) take(ctx context.Context, shard dataflow.Shard, pos posi
 	}
 	return got.rows, true
 }
-
-// drop forgets the rows kept for shard's item.
-func (p *prefetches[T]) drop(shard dataflow.Shard) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.m, prefetchKey{shard.JobName, shard.Item, shard.Total})
-}
