@@ -644,7 +644,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 			ItemParameter: run.ItemParameter(item), JobParameter: cfg.JobParameter,
 			FetchCount: cfg.FetchDataCount, Epoch: a.Epoch, Failover: a.Failover,
 			ServerID: info.ServerID, WorkflowRun: wfRun,
-		}.WithFence(n.fence(h, run, wfRun, item)).
+		}.WithFence(func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }).
 			WithReporter(func(ctx context.Context, err error) { n.reportRunError(ctx, h.name, run, err) })
 		shards[i].handle = n.cfg.ErrorHandler
 	}

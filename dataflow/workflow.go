@@ -2,14 +2,12 @@ package dataflow
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/protocol"
-	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/workflow"
 )
 
@@ -190,36 +188,6 @@ func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, run string, ass
 	}
 	if len(started) > 0 {
 		n.logger.Info("dataflow: workflow steps started", "job", h.name, "workflowRun", run, "started", started)
-	}
-}
-
-// fence is item's fence (Shard.CheckOwnership) in a run of h: the run's
-// ownership check; in a workflow run, its first pass also records that
-// the item's effect commits in the workflow run, in the same transaction
-// (workflow.Steps.Fence), so that a run cut after the commit and before
-// recordWorkflow does not leave the item to run again there. A run of an
-// item whose effect committed in its workflow run already fails its fence
-// (protocol.ErrNotOwner).
-func (n *Node) fence(h *hostedJob, run *protocol.Run, wfRun string, item int) func(context.Context) error {
-	if wfRun == "" {
-		return func(ctx context.Context) error { return run.CheckOwnership(ctx, item) }
-	}
-	var mu sync.Mutex
-	fenced := false
-	return func(ctx context.Context) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if fenced {
-			return run.CheckOwnership(ctx, item)
-		}
-		err := h.wf.steps.Fence(ctx, wfRun, item, func(ctx context.Context, ops ...store.Op) error {
-			return run.CheckOwnershipWith(ctx, item, ops...)
-		})
-		if errors.Is(err, workflow.ErrCommitted) {
-			return fmt.Errorf("%w: %w", err, protocol.ErrNotOwner)
-		}
-		fenced = err == nil
-		return err
 	}
 }
 

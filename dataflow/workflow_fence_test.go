@@ -11,31 +11,48 @@ import (
 	"github.com/shardflow/shardflow/internal/testwait"
 )
 
-// TestWorkflowItemCommittedThenCutRunsOnce: b's only item commits its
-// effect through Shard.CheckOwnership, and its server's session is then
-// closed before the run records the item in its workflow run (a crash
-// right after the commit). The item's next owner must count it completed
-// in that workflow run, not run it again: its commit passed the fence,
-// which recorded it (workflow.Steps.Fence). Before the fence recorded
-// commits, the item ran again on the next server and committed twice.
-func TestWorkflowItemCommittedThenCutRunsOnce(t *testing.T) {
+// TestWorkflowItemCutAfterACommitRunsAgainBeforeTheNextStep: b's only
+// item does its work in two commits, each fenced by Shard.CheckOwnership
+// (a streaming item commits batch after batch), and its server's session
+// closes after the first (a crash mid-item). The item is not complete in
+// its workflow run: its next owner runs it again, finishing the second
+// commit, and c, which depends on b, starts only after that. When the
+// first fence recorded the item as committed in its workflow run, the next
+// owner counted it completed: c started with b's second commit never made
+// in that workflow run.
+func TestWorkflowItemCutAfterACommitRunsAgainBeforeTheNextStep(t *testing.T) {
 	srv := memstore.NewServer()
 	ctx := t.Context()
 	var mu sync.Mutex
-	commits := map[string]int{} // server|run -> commits of b's item
+	batches := map[string]int{}  // workflow run -> b's commits made (2 complete the item)
+	cEntered := map[string]int{} // workflow run -> b's commits made when c's item entered
 	cut := make(chan struct{})
 	var cutOnce sync.Once
 	b := func(ctx context.Context, s Shard) error {
-		if err := s.CheckOwnership(ctx); err != nil {
-			return err
+		for {
+			mu.Lock()
+			done := batches[s.WorkflowRun]
+			mu.Unlock()
+			if done == 2 {
+				return nil
+			}
+			if err := s.CheckOwnership(ctx); err != nil {
+				return err
+			}
+			mu.Lock()
+			batches[s.WorkflowRun]++
+			mu.Unlock()
+			if s.ServerID == "s0" {
+				cutOnce.Do(func() { close(cut) })
+				<-ctx.Done() // the session closes: the run is cancelled
+				return ctx.Err()
+			}
 		}
+	}
+	c := func(ctx context.Context, s Shard) error {
 		mu.Lock()
-		commits[s.WorkflowRun]++
-		mu.Unlock()
-		if s.ServerID == "s0" {
-			cutOnce.Do(func() { close(cut) })
-			<-ctx.Done() // the session closes: the run is cancelled
-		}
+		defer mu.Unlock()
+		cEntered[s.WorkflowRun] = batches[s.WorkflowRun]
 		return nil
 	}
 	start := func(id string) (*Node, func() error) {
@@ -44,13 +61,17 @@ func TestWorkflowItemCommittedThenCutRunsOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, cfg := range []JobConfig{{JobName: "a"}, {JobName: "b", DependsOn: []string{"a"}}} {
-			cfg.ShardingTotalCount, cfg.Failover = 1, true
-			fn := func(context.Context, Shard) error { return nil }
-			if cfg.JobName == "b" {
-				fn = b
-			}
-			if err := AddSimpleJob(ctx, n, cfg, fn); err != nil {
+		jobs := []struct {
+			cfg JobConfig
+			fn  func(context.Context, Shard) error
+		}{
+			{JobConfig{JobName: "a"}, func(context.Context, Shard) error { return nil }},
+			{JobConfig{JobName: "b", DependsOn: []string{"a"}}, b},
+			{JobConfig{JobName: "c", DependsOn: []string{"b"}}, c},
+		}
+		for _, j := range jobs {
+			j.cfg.ShardingTotalCount, j.cfg.Failover = 1, true
+			if err := AddSimpleJob(ctx, n, j.cfg, j.fn); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -78,13 +99,16 @@ func TestWorkflowItemCommittedThenCutRunsOnce(t *testing.T) {
 	n1, _ := start("s1")
 	defer stopNode(t, n1)
 	run := workflow.RunID("a", 1)
-	testwait.For(t, 30*time.Second, "b's step of "+run+" decided", func() bool {
-		s, _, err := workflow.ReadStep(ctx, n1.Store(), "fence", "b", run)
+	testwait.For(t, 30*time.Second, "c's step of "+run+" decided", func() bool {
+		s, _, err := workflow.ReadStep(ctx, n1.Store(), "fence", "c", run)
 		return err == nil && s.Decided()
 	})
 	mu.Lock()
 	defer mu.Unlock()
-	if commits[run] != 1 {
-		t.Fatalf("%s: b's item committed %d times, want once", run, commits[run])
+	if batches[run] != 2 {
+		t.Errorf("%s: b's item made %d of its 2 commits, want both", run, batches[run])
+	}
+	if got, ok := cEntered[run]; !ok || got != 2 {
+		t.Errorf("%s: c's item entered (%v) with %d of b's 2 commits made, want after both", run, ok, got)
 	}
 }

@@ -254,6 +254,13 @@ var ErrCommitted = errors.New("workflow: the item's effect committed in this wor
 // the same workflow run (its run was cut before the run recorded its
 // items) does not run it again: Pick counts it completed. ErrCommitted
 // when a run of it passed its fence in run already.
+//
+// It is for an item whose whole effect is the one commit after its fence:
+// the item counts as done from the fence on, so a process that dies
+// between the fence and its commit, or an item that commits more than once
+// (a streaming item, batch after batch), would be skipped for the rest of
+// its work. dataflow does not use it for that reason: its items' completion
+// is recorded after their run (Record), and a cut item runs again.
 func (s *Steps) Fence(ctx context.Context, run string, item int, commit func(ctx context.Context, ops ...store.Op) error) error {
 	dir := store.Join(stepPath(s.ns, s.job, run), nFenced)
 	for attempt := 0; ; attempt++ {
