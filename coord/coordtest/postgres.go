@@ -94,6 +94,19 @@ func Postgres(t testing.TB, cfg PostgresConfig) Backend {
 			t.Logf("coordtest: drop schema %s: %v", b.schema, err)
 		}
 	})
+	// The admin session (endSession) lives as long as the backend, t: it
+	// is shared by t's parallel subtests, so closing it with the subtest
+	// that opened it ended another's EndSession with "store: closed"
+	// (TestProtocolPostgres/EpochAfterOthersFailover in make test).
+	t.Cleanup(func() {
+		b.mu.Lock()
+		a := b.admin
+		b.admin = nil
+		b.mu.Unlock()
+		if a != nil {
+			_ = a.Close()
+		}
+	})
 	return b
 }
 
@@ -164,7 +177,7 @@ func (b *pgBackend) proxy(t testing.TB, st store.Store) *faultproxy.Proxy {
 }
 
 // endSession ends id on the server through the Backend's admin session
-// (opened on first use, straight to the server, closed with t's top test).
+// (opened on first use, straight to the server, closed with the backend's t).
 func (b *pgBackend) endSession(t testing.TB, id int64) {
 	t.Helper()
 	b.mu.Lock()
@@ -179,15 +192,6 @@ func (b *pgBackend) endSession(t testing.TB, id int64) {
 		if b.admin == nil {
 			b.admin, admin = st, st
 			b.mu.Unlock()
-			t.Cleanup(func() {
-				b.mu.Lock()
-				a := b.admin
-				b.admin = nil
-				b.mu.Unlock()
-				if a != nil {
-					_ = a.Close()
-				}
-			})
 		} else {
 			admin = b.admin
 			b.mu.Unlock()
