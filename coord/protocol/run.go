@@ -651,31 +651,6 @@ func (r *Run) CheckOwnership(ctx context.Context, item int) error {
 	return err
 }
 
-// CheckOwnershipWith is CheckOwnership writing ops in one transaction with
-// checks of the nodes the ownership was read from: ops are written only if
-// the run still owns item then (else ErrNotOwner, or ErrSessionLost, and
-// nothing is written). An error of ops themselves is returned as the
-// store's *store.MultiError, its Index counted within ops. Workflow runs
-// record an item's commit in its workflow run with it (coord/workflow).
-func (r *Run) CheckOwnershipWith(ctx context.Context, item int, ops ...store.Op) error {
-	checks, err := r.ownership(ctx, item)
-	if err != nil {
-		return err
-	}
-	_, err = r.j.st.Multi(ctx, append(checks, ops...)...)
-	var me *store.MultiError
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &me) && me.Index < len(checks):
-		return fmt.Errorf("coord: job %q: item %d: ownership changed at the commit: %w", r.j.jname, item, ErrNotOwner)
-	case errors.As(err, &me):
-		me.Index -= len(checks)
-		return me
-	}
-	return r.fenceErr("fenced commit", err)
-}
-
 // ownership is CheckOwnership, returning the checks of the nodes it read
 // (their versions) for a transaction that must hold only under it.
 func (r *Run) ownership(ctx context.Context, item int) ([]store.Op, error) {

@@ -248,7 +248,7 @@ var ErrCommitted = errors.New("workflow: the item's effect committed in this wor
 
 // Fence records that item's effect commits in the job's step of workflow
 // run run, through commit: the run's ownership check writing the given
-// ops in the same transaction (protocol.Run.CheckOwnershipWith). So an
+// ops in the same transaction. So an
 // item whose effect is committed right after its fence is recorded as
 // committed exactly when the fence passed, and a later run of the item in
 // the same workflow run (its run was cut before the run recorded its
