@@ -8,13 +8,12 @@ import (
 
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/zkstore"
-	"github.com/shardflow/shardflow/integration"
 )
 
 func openBench(b *testing.B) (*zkstore.Store, string) {
 	b.Helper()
 	s, err := zkstore.Open(context.Background(), zkstore.Config{
-		Servers: integration.SharedZooKeeper(b).Servers(),
+		Servers: zkServers(b),
 		Logger:  testLogger(),
 	})
 	if err != nil {

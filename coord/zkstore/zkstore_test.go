@@ -32,8 +32,13 @@ const testSessionTimeout = 2 * time.Second
 // zkServers returns the shared ZooKeeper: the one named by SHARDFLOW_ZK
 // (host:port[,host:port], tickTime <= 1s), else a container started by the
 // integration harness (the test is skipped without Docker, unless
-// SHARDFLOW_REQUIRE_DOCKER is set).
-func zkServers(t *testing.T) []string {
+// SHARDFLOW_REQUIRE_DOCKER is set). Every test and benchmark here gets its
+// server from this one function; integration is imported only where a
+// container is the subject: this one, TestMain, and zk_test.go's tests that
+// stop and restart a server or an ensemble. coordtest's ZooKeeper backend
+// wraps a server it is given and starts none (it has no testcontainers), so
+// it cannot stand in for them.
+func zkServers(t testing.TB) []string {
 	t.Helper()
 	return integration.SharedZooKeeper(t).Servers()
 }
