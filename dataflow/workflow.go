@@ -151,9 +151,6 @@ func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, as
 	if err != nil {
 		return "", nil, err
 	}
-	for run, started := range pick.Started {
-		n.logger.Info("dataflow: workflow steps started", "job", h.name, "workflowRun", run, "started", started)
-	}
 	if pick.Run == "" {
 		if len(cfg.DependsOn) > 0 || first {
 			return "", nil, nil // nothing owed, and no workflow run to start

@@ -22,12 +22,9 @@ import (
 //	runs/{W}       the step: its Step record (JSON), created for every job
 //	               of W when W starts (pending), so that every decision on
 //	               it is a versioned write
-//	runs/{W}/items/{i}  item i completed in W; its data is the item's
-//	               error text ("" when it succeeded)
-//	runs/{W}/fenced/{i} item i's effect committed in W: written by the
-//	               item's first fence (Shard.CheckOwnership) in one
-//	               transaction with its ownership check (Fence); a run of
-//	               the item after it in W counts it completed, not run
+//	runs/{W}/items/{i}  item i completed in W, recorded after a run of it
+//	               finished it; its data is the item's error text (""
+//	               when it succeeded)
 //
 // Every decision is one transaction fenced by versions: an item's
 // completion and the step's count together; a step decided, the open node
@@ -37,11 +34,10 @@ import (
 // the last items of two upstream steps at once, or a server dying at any
 // point, start a dependent step exactly once.
 const (
-	nSeq    = "seq"
-	nOpen   = "open"
-	nRuns   = "runs"
-	nItems  = "items"
-	nFenced = "fenced"
+	nSeq   = "seq"
+	nOpen  = "open"
+	nRuns  = "runs"
+	nItems = "items"
 )
 
 // Step states.
@@ -221,69 +217,6 @@ func completedItems(ctx context.Context, st store.Store, ns, job, run string) (m
 	return out, nil
 }
 
-// fencedItems lists the items whose effect committed in job's step of run
-// (Fence); none when the step has no fenced node yet.
-func fencedItems(ctx context.Context, st store.Store, ns, job, run string) (map[int]bool, error) {
-	p := store.Join(stepPath(ns, job, run), nFenced)
-	names, _, err := st.Children(ctx, p)
-	if errors.Is(err, store.ErrNoNode) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("workflow: list %s: %w", p, err)
-	}
-	out := make(map[int]bool, len(names))
-	for _, n := range names {
-		if i, err := strconv.Atoi(n); err == nil {
-			out[i] = true
-		}
-	}
-	return out, nil
-}
-
-// ErrCommitted: the item's effect committed in the workflow run already
-// (a run of it before this one passed its fence there): this run must not
-// commit it again.
-var ErrCommitted = errors.New("workflow: the item's effect committed in this workflow run already")
-
-// Fence records that item's effect commits in the job's step of workflow
-// run run, through commit: the run's ownership check writing the given
-// ops in the same transaction. So an
-// item whose effect is committed right after its fence is recorded as
-// committed exactly when the fence passed, and a later run of the item in
-// the same workflow run (its run was cut before the run recorded its
-// items) does not run it again: Pick counts it completed. ErrCommitted
-// when a run of it passed its fence in run already.
-//
-// It is for an item whose whole effect is the one commit after its fence:
-// the item counts as done from the fence on, so a process that dies
-// between the fence and its commit, or an item that commits more than once
-// (a streaming item, batch after batch), would be skipped for the rest of
-// its work. dataflow does not use it for that reason: its items' completion
-// is recorded after their run (Record), and a cut item runs again.
-func (s *Steps) Fence(ctx context.Context, run string, item int, commit func(ctx context.Context, ops ...store.Op) error) error {
-	dir := store.Join(stepPath(s.ns, s.job, run), nFenced)
-	for attempt := 0; ; attempt++ {
-		err := commit(ctx, &store.CreateOp{Path: store.Join(dir, strconv.Itoa(item))})
-		var me *store.MultiError
-		switch {
-		case err == nil:
-			return nil
-		case errors.As(err, &me) && errors.Is(err, store.ErrNodeExists):
-			return fmt.Errorf("workflow: item %d of %s in %s: %w", item, s.job, run, ErrCommitted)
-		case errors.As(err, &me) && (errors.Is(err, store.ErrNoParent) || errors.Is(err, store.ErrNoNode)) && attempt == 0:
-			// A step stored without the directory (start creates it):
-			// under the step, which must exist (a pruned step is not
-			// created again).
-			if _, err := s.st.Create(ctx, dir, nil, store.Persistent); err != nil && !errors.Is(err, store.ErrNodeExists) {
-				return fmt.Errorf("workflow: create %s: %w", dir, err)
-			}
-		default:
-			return err
-		}
-	}
-}
-
 // Assignment is what a run of the job does for its workflow runs.
 type Assignment struct {
 	// Run is the workflow run the run serves; "" when the job is in no
@@ -292,9 +225,6 @@ type Assignment struct {
 	// Items are the run's items to run in Run: those not completed in it
 	// yet. For a job in a workflow, no other item of the run may run.
 	Items []int
-	// Started are the steps, by workflow run, that Pick's record of items
-	// committed by a cut run (Fence) started.
-	Started map[string][]string
 }
 
 // Pick decides what a run of the job owning items does: the oldest
@@ -344,15 +274,9 @@ func (s *Steps) pick(ctx context.Context, items []int, dependsOn []string, first
 			return Assignment{}, err
 		}
 		for _, run := range open {
-			todo, started, err := s.owed(ctx, run, items)
+			todo, err := s.owed(ctx, run, items)
 			if err != nil {
 				return a, err
-			}
-			if len(started) > 0 {
-				if a.Started == nil {
-					a.Started = map[string][]string{}
-				}
-				a.Started[run] = started
 			}
 			if len(todo) > 0 {
 				a.Run, a.Items = run, todo
@@ -384,41 +308,27 @@ func (s *Steps) pick(ctx context.Context, items []int, dependsOn []string, first
 }
 
 // owed returns those of items that the job's step of workflow run run
-// owes (none when the step is not running or gone). An item whose effect
-// committed there (Fence) in a run cut before it recorded its items is
-// recorded completed here, not run again.
-func (s *Steps) owed(ctx context.Context, run string, items []int) (todo []int, started []string, err error) {
+// owes (none when the step is not running or gone): those not recorded
+// completed there. An item whose run was cut before it recorded the item
+// (a crash, a lost session) is owed still: it runs again in run.
+func (s *Steps) owed(ctx context.Context, run string, items []int) (todo []int, err error) {
 	step, _, err := ReadStep(ctx, s.st, s.ns, s.job, run)
 	if errors.Is(err, store.ErrNoNode) {
-		return nil, nil, nil // pruned meanwhile
+		return nil, nil // pruned meanwhile
 	}
 	if err != nil || step.State != StateRunning {
-		return nil, nil, err
+		return nil, err
 	}
 	done, err := completedItems(ctx, s.st, s.ns, s.job, run)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	fenced, err := fencedItems(ctx, s.st, s.ns, s.job, run)
-	if err != nil {
-		return nil, nil, err
-	}
-	cut := map[int]string{}
 	for _, i := range items {
-		switch {
-		case i >= step.Total || done[i]:
-		case fenced[i]:
-			cut[i] = ""
-		default:
+		if i < step.Total && !done[i] {
 			todo = append(todo, i)
 		}
 	}
-	if len(cut) > 0 {
-		if started, err = s.Record(ctx, run, cut); err != nil {
-			return nil, nil, err
-		}
-	}
-	return todo, started, nil
+	return todo, nil
 }
 
 // First reports whether the job starts workflow runs: it depends on
@@ -521,14 +431,12 @@ func (s *Steps) start(ctx context.Context, seq counter, total int) (string, erro
 		&store.SetOp{Path: seqPath, Data: []byte(strconv.FormatInt(last+1, 10)), Version: seq.version},
 		&store.CreateOp{Path: stepPath(s.ns, s.job, run), Data: encode(Step{Run: run, Job: s.job, State: StateRunning, Total: total, Jobs: jobs, Created: now, Started: now})},
 		&store.CreateOp{Path: store.Join(stepPath(s.ns, s.job, run), nItems)},
-		&store.CreateOp{Path: store.Join(stepPath(s.ns, s.job, run), nFenced)},
 		&store.CreateOp{Path: s.path(nOpen, run)},
 	}
 	for _, j := range jobs[1:] {
 		ops = append(ops,
 			&store.CreateOp{Path: stepPath(s.ns, j, run), Data: encode(Step{Run: run, Job: j, State: StatePending, Upstreams: ups[j], RunOnFailure: runOnFailure[j], Created: now})},
-			&store.CreateOp{Path: store.Join(stepPath(s.ns, j, run), nItems)},
-			&store.CreateOp{Path: store.Join(stepPath(s.ns, j, run), nFenced)})
+			&store.CreateOp{Path: store.Join(stepPath(s.ns, j, run), nItems)})
 	}
 	if _, err := s.st.Multi(ctx, ops...); err != nil {
 		if lostRace(err) {

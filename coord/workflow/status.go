@@ -260,22 +260,17 @@ func after(rs RunStatus, job string, stopped bool) map[string]bool {
 	return out
 }
 
-// clearItems deletes the completions of job's items in workflow run id,
-// and their commits' fences (Fence): the step runs them again.
+// clearItems deletes the completions of job's items in workflow run id:
+// the step runs them again.
 func clearItems(ctx context.Context, st store.Store, ns, job, id string) error {
-	for _, dir := range []string{nFenced, nItems} {
-		items := store.Join(stepPath(ns, job, id), dir)
-		names, _, err := st.Children(ctx, items)
-		if errors.Is(err, store.ErrNoNode) && dir == nFenced {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("workflow: list %s: %w", items, err)
-		}
-		for _, n := range names {
-			if err := st.Delete(ctx, store.Join(items, n), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
-				return fmt.Errorf("workflow: delete %s: %w", store.Join(items, n), err)
-			}
+	items := store.Join(stepPath(ns, job, id), nItems)
+	names, _, err := st.Children(ctx, items)
+	if err != nil {
+		return fmt.Errorf("workflow: list %s: %w", items, err)
+	}
+	for _, n := range names {
+		if err := st.Delete(ctx, store.Join(items, n), store.AnyVersion); err != nil && !errors.Is(err, store.ErrNoNode) {
+			return fmt.Errorf("workflow: delete %s: %w", store.Join(items, n), err)
 		}
 	}
 	return nil
