@@ -37,21 +37,15 @@ type Backend interface {
 	SkewServerClock(t testing.TB, d time.Duration)
 }
 
-// Mem is a Backend on one memstore.Server. Its sessions send each Multi on
-// its own (no group committer): with memstore.WithGroupCommit here the
-// simulation's regression seed 9901133 failed 4 runs in 6 (a run of an item
-// disabled after its failover claim registered in a distribute-once set
-// that had already run without it: an open protocol race whose window the
-// batched path's timing widens, docs/development.md). The batched path is
-// covered by the ZooKeeper protocol suite and simulation (zkstore commits
-// through a group committer by default) and by coord/store/groupcommit's
-// tests.
+// Mem is a Backend on one memstore.Server. Its sessions commit their Multis
+// through a group committer (memstore.WithGroupCommit), as zkstore does by
+// default, so that the protocol tests and the simulation cover that path.
 func Mem() Backend { return &memBackend{srv: memstore.NewServer()} }
 
 type memBackend struct{ srv *memstore.Server }
 
 func (b *memBackend) Connect(t testing.TB) store.Store {
-	s := b.srv.Connect()
+	s := b.srv.Connect(memstore.WithGroupCommit())
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }

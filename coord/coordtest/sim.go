@@ -63,7 +63,9 @@ import (
 //   - distribute-once: each callback reads the registrations it serves
 //     (guarantee/{phase}, the items below its run's total: one beyond it
 //     is a run's of another total, begun during a reshard, and waits for
-//     its own set); a registration (its node, by creation zxid)
+//     its own set; one made after the set was taken, its creation zxid not
+//     below the phase node's Mzxid, the take's mark, belongs to the next
+//     set); a registration (its node, by creation zxid)
 //     served by two callbacks is a violation (two callbacks for one set),
 //     and so is a Once call that returned nil without running the callback
 //     while no callback of its phase started during the call (released
@@ -640,7 +642,7 @@ func (s *sim) onceCallback(st store.Store, c *onceCall) func(context.Context) er
 		s.ol.mu.Unlock()
 		s.blog.note(fmt.Sprintf("#%d callback of %s %s starts", seq, c.server, c.phase))
 		base := store.Join("/"+s.h.NS, simJob, "guarantee", c.phase)
-		kids, _, err := st.Children(ctx, base)
+		kids, dst, err := st.Children(ctx, base)
 		if err != nil {
 			return nil // the runner's session went: nothing to read
 		}
@@ -649,8 +651,8 @@ func (s *sim) onceCallback(st store.Store, c *onceCall) func(context.Context) er
 				continue // the runner latch, or another total's run (not this set's)
 			}
 			ok, stat, err := st.Exists(ctx, store.Join(base, k))
-			if err != nil || !ok {
-				continue
+			if err != nil || !ok || stat.Czxid >= dst.Mzxid {
+				continue // made after the set was taken (the mark: recipe.Barrier): the next set's
 			}
 			key := fmt.Sprintf("%s/%s@%d", c.phase, k, stat.Czxid)
 			s.ol.mu.Lock()

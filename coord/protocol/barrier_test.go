@@ -14,6 +14,20 @@ import (
 	"github.com/shardflow/shardflow/coord/store"
 )
 
+// createsRunner reports whether c takes the runner latch of the barrier at
+// base (the take: a Multi that creates it with the set's mark).
+func createsRunner(c coordtest.Call, base string) bool {
+	if c.Method == "Create" {
+		return strings.HasSuffix(c.Path, base+"/runner")
+	}
+	for _, op := range c.Ops {
+		if cr, ok := op.(*store.CreateOp); ok && strings.HasSuffix(cr.Path, base+"/runner") {
+			return true
+		}
+	}
+	return false
+}
+
 // TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete forces: a and b both register; both read the
 // complete set; a takes the runner, runs the callback, clears the set and
 // releases the runner; only then does b create the runner. b must see that
@@ -43,7 +57,7 @@ func TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete(t *testing.T) {
 			switch {
 			case c.Method == "Children" && strings.HasSuffix(c.Path, base):
 				<-bRegistered
-			case c.Method == "Create" && strings.HasSuffix(c.Path, base+"/runner"):
+			case createsRunner(c, base):
 				<-bAtRunner
 			}
 			return nil
@@ -57,7 +71,7 @@ func TestOnceBarrierRunsOnceWhenTwoServersSeeTheSetComplete(t *testing.T) {
 			switch {
 			case c.Method == "Children" && strings.HasSuffix(c.Path, base):
 				<-aRegistered
-			case c.Method == "Create" && strings.HasSuffix(c.Path, base+"/runner"):
+			case createsRunner(c, base):
 				onceAt.Do(func() { close(bAtRunner) })
 				<-aDone
 			}

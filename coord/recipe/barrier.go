@@ -14,7 +14,8 @@ import (
 )
 
 // onceRunner is the child of the barrier's directory whose creator runs
-// the callback (a TryLatch); ephemeral, so a runner that dies frees it.
+// the callback (taken with the set's mark: Barrier); ephemeral, so a
+// runner that dies frees it.
 const onceRunner = "runner"
 
 // withdrawWait bounds the withdrawal of a participant's registrations
@@ -35,16 +36,26 @@ var (
 // Barrier is a distribute-once barrier over a set of items 0..Total-1
 // (coord's guarantee/{phase} of a run): every participant registers its
 // items under Dir; the participant whose registration completes the set
-// (every item that counts registered) takes the runner latch (a TryLatch),
-// checks that the set was not run meanwhile, runs the callback and clears
-// the set; the others wait until it is cleared. The callback runs once per
-// set, on one participant.
+// (every item that counts registered) takes it, runs the callback and
+// clears the set; the others wait until it is cleared. The callback runs
+// once per set, on one participant.
 //
-// A run of the set is told by Dir's data version, the set's generation: the
-// runner bumps it before it deletes the registrations. A participant whose
-// registration is gone is released only if the generation moved since it
-// registered; else the registration went with another participant of the
-// same item (its session, or its withdrawal), and it registers again.
+// Taking the set is one transaction: the runner latch (Dir/runner,
+// ephemeral) created and Dir's data set to the runner's mark, at the data
+// version (the set's generation) read before registering, so that of two
+// participants that completed the same set one takes it. The mark's zxid
+// (Dir's Mzxid) tells the set's registrations (created before it) from
+// later ones: the clear deletes only those, then removes the mark with the
+// latch in one transaction. The mark is persistent: when the runner's
+// session ends before its clear finished, the registrations of its set,
+// served by its callback, are still told from later ones, and are cleared
+// by the runner on its next session or by the participant that next finds
+// the set complete with the latch free; they never count in a later set.
+//
+// A participant whose registration is gone is released only if the
+// generation moved since it registered (its set was taken); else the
+// registration went with another participant of the same item (its
+// session, or its withdrawal), and it registers again.
 // Registrations are ephemeral, so a participant that dies leaves none
 // behind to complete a later set before every participant of that run
 // registered; one that stops waiting (timeout, ctx) withdraws them.
@@ -135,7 +146,7 @@ func (b Barrier) Run(ctx context.Context, items []int, timeout time.Duration, fn
 // attempt is one registration of Run: the generation read first, then
 // the registrations, the completion check, the callback or the wait.
 func (b Barrier) attempt(ctx, wctx context.Context, items []int, timeout time.Duration, fn func(context.Context) error) error {
-	_, st, err := b.Store.Get(ctx, b.Dir)
+	data, st, err := b.Store.Get(ctx, b.Dir)
 	if err != nil {
 		return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
 	}
@@ -155,21 +166,148 @@ func (b Barrier) attempt(ctx, wctx context.Context, items []int, timeout time.Du
 		b.withdraw(ctx, sess, items)
 		return err
 	}
-	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "missing", missing)
+	b.debug(ctx, "registered", "items", items, "gen", gen, "session", sess.ID, "missing", missing, "taken", string(data))
 	if missing >= 0 {
 		return b.wait(ctx, wctx, sess, gen, items, timeout, false)
 	}
-	runner := NewTryLatch(b.Store, store.Join(b.Dir, onceRunner), []byte(b.ID))
-	held, err := runner.TryAcquire(ctx)
-	if err != nil {
-		b.withdraw(ctx, sess, items)
-		return fmt.Errorf("%s: create %s: %w", b.Name, runner.Path(), err)
+	if len(data) > 0 {
+		return b.finishTaken(ctx, wctx, sess, st, items, timeout)
 	}
-	if !held {
+	return b.take(ctx, wctx, sess, gen, items, timeout, fn)
+}
+
+// take takes the complete set registered at generation gen: the runner
+// latch and the mark in one transaction (Barrier), then runs fn and clears
+// the set. The latch held elsewhere: a runner in its callback or clear,
+// waited for. The generation moved: the set was taken meanwhile by another
+// participant that completed it too, and running fn would be a second
+// callback for one set.
+func (b Barrier) take(ctx, wctx context.Context, sess store.Session, gen int32, items []int, timeout time.Duration, fn func(context.Context) error) error {
+	runner := store.Join(b.Dir, onceRunner)
+	tag := []byte(fmt.Sprintf("%s@0x%x", b.ID, sess.ID))
+	res, err := b.Store.Multi(ctx,
+		&store.CreateOp{Path: runner, Data: []byte(b.ID), Mode: store.Ephemeral},
+		&store.SetOp{Path: b.Dir, Data: tag, Version: gen})
+	var mark store.Stat
+	switch {
+	case err == nil:
+		mark = res[1].Stat
+	case errors.Is(err, store.ErrNodeExists):
 		b.debug(ctx, "set complete, runner latch held elsewhere", "items", items, "gen", gen)
 		return b.wait(ctx, wctx, sess, gen, items, timeout, true)
+	case errors.Is(err, store.ErrBadVersion):
+		return b.takenMeanwhile(ctx, sess, gen, items)
+	case b.lost(err):
+		// The reply lost: the transaction may have been applied. Learn
+		// which from the store when the connection is back.
+		applied, st, rerr := b.markApplied(wctx, gen, tag)
+		if rerr != nil {
+			b.withdraw(ctx, sess, items)
+			b.Debts.Owe(sess.ID, "untake "+b.Dir, func(ctx context.Context) error { return b.untake(ctx, gen, tag) }, nil)
+			return fmt.Errorf("%s: take the set under %s: %w (then: %w)", b.Name, b.Dir, err, rerr)
+		}
+		if !applied {
+			return errRegisterAgain
+		}
+		mark = st
+	default:
+		b.withdraw(ctx, sess, items)
+		return fmt.Errorf("%s: take the set under %s: %w", b.Name, b.Dir, err)
 	}
-	return b.runSet(ctx, sess, gen, items, runner, fn)
+	b.debug(ctx, "running the callback", "items", items, "gen", gen, "mark", mark.Mzxid)
+	ferr := fn(ctx)
+	b.clear(ctx, &setClear{b: b, session: sess.ID, mark: mark.Mzxid, version: mark.Version, latch: true})
+	return ferr
+}
+
+// takenMeanwhile: this participant found the set complete at generation
+// gen, which moved before it could take it. Its registration gone: the
+// set was taken with it (a clear deletes only its set's registrations) and
+// a callback started after it registered; still there: it was made after
+// that set was taken, and belongs to the next set.
+func (b Barrier) takenMeanwhile(ctx context.Context, sess store.Session, gen int32, items []int) error {
+	last := store.Join(b.Dir, strconv.Itoa(items[len(items)-1]))
+	ok, mst, err := b.Store.Exists(ctx, last)
+	if err != nil {
+		b.withdraw(ctx, sess, items)
+		return fmt.Errorf("%s: read %s: %w", b.Name, last, err)
+	}
+	if ok && mst.EphemeralOwner == sess.ID {
+		b.debug(ctx, "set taken meanwhile by another server, without this registration; registering again", "items", items, "gen", gen)
+		return errRegisterAgain
+	}
+	if err := b.sessionGone(sess); err != nil {
+		return err
+	}
+	b.debug(ctx, "set taken meanwhile by another server", "items", items, "gen", gen)
+	b.withdrawLeft(ctx, sess, items)
+	return nil
+}
+
+// finishTaken: the set is complete, but the directory still carries the
+// mark of a set taken before (st: its stat) whose clear did not finish.
+// With the runner latch free, that runner's session ended (the latch is
+// freed with the mark in one transaction): its set's registrations, made
+// before the mark, are cleared here (they must not count in this set: each
+// was served by that set's callback), and this participant registers
+// again. With the latch held, its runner is in its callback or clear:
+// waited for.
+func (b Barrier) finishTaken(ctx, wctx context.Context, sess store.Session, st store.Stat, items []int, timeout time.Duration) error {
+	held, _, err := b.Store.Exists(ctx, store.Join(b.Dir, onceRunner))
+	if err != nil {
+		b.withdraw(ctx, sess, items)
+		return fmt.Errorf("%s: read %s: %w", b.Name, store.Join(b.Dir, onceRunner), err)
+	}
+	if held {
+		b.debug(ctx, "set complete, taken set's runner latch held", "items", items, "gen", st.Version)
+		return b.wait(ctx, wctx, sess, st.Version, items, timeout, true)
+	}
+	b.debug(ctx, "clearing a set whose runner's session ended", "items", items, "gen", st.Version, "mark", st.Mzxid)
+	c := &setClear{b: b, session: sess.ID, mark: st.Mzxid, version: st.Version}
+	if err := c.run(context.WithoutCancel(ctx)); err != nil {
+		b.withdraw(ctx, sess, items)
+		return fmt.Errorf("%s: clear the set taken under %s: %w", b.Name, b.Dir, err)
+	}
+	return errRegisterAgain
+}
+
+// markApplied waits, within ctx, for the connection, then reports whether
+// the set was taken with tag at generation gen (the stat of the mark).
+func (b Barrier) markApplied(ctx context.Context, gen int32, tag []byte) (bool, store.Stat, error) {
+	for {
+		cur, changed := b.Store.Session()
+		if cur.State == store.StateConnected {
+			data, st, err := b.Store.Get(ctx, b.Dir)
+			if err == nil {
+				return st.Version == gen+1 && string(data) == string(tag), st, nil
+			}
+			if !b.lost(err) || ctx.Err() != nil {
+				return false, store.Stat{}, err
+			}
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false, store.Stat{}, ctx.Err()
+		}
+	}
+}
+
+// untake undoes a take whose outcome was unknown and whose callback did not
+// run: the mark removed and the latch freed (its registrations left to
+// complete the set again), if it was applied.
+func (b Barrier) untake(ctx context.Context, gen int32, tag []byte) error {
+	data, st, err := b.Store.Get(ctx, b.Dir)
+	if err != nil || st.Version != gen+1 || string(data) != string(tag) {
+		return err
+	}
+	_, err = b.Store.Multi(ctx,
+		&store.SetOp{Path: b.Dir, Version: st.Version},
+		&store.DeleteOp{Path: store.Join(b.Dir, onceRunner), Version: store.AnyVersion})
+	if errors.Is(err, store.ErrNoNode) || errors.Is(err, store.ErrBadVersion) {
+		return nil
+	}
+	return err
 }
 
 // register makes this participant's registrations of items on sess.
@@ -209,42 +347,6 @@ func (b Barrier) register(ctx, wctx context.Context, sess store.Session, items [
 		}
 	}
 	return true, nil
-}
-
-// runSet runs fn for the complete set registered at generation gen, this
-// participant holding the runner latch, and clears the set. The set read
-// may have been run and cleared meanwhile by another participant that
-// completed it too (and released the latch): then the generation moved,
-// and running fn again would be a second callback for one set. While the
-// latch is held nobody clears, so the check is final.
-func (b Barrier) runSet(ctx context.Context, sess store.Session, gen int32, items []int, runner TryLatch, fn func(context.Context) error) error {
-	_, now, err := b.Store.Get(ctx, b.Dir)
-	if err == nil && now.Version == gen {
-		b.debug(ctx, "running the callback", "items", items, "gen", gen)
-		ferr := fn(ctx)
-		b.clear(ctx, sess, runner)
-		return ferr
-	}
-	b.release(ctx, sess, runner)
-	if err != nil {
-		b.withdraw(ctx, sess, items)
-		return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
-	}
-	// Run and cleared by the other participant, this registration with
-	// it; one still there was made after that set was read, and belongs to
-	// the next set (a node of another session there is another run's: see
-	// wait).
-	ok, mst, err := b.Store.Exists(ctx, store.Join(b.Dir, strconv.Itoa(items[0])))
-	if err != nil {
-		b.withdraw(ctx, sess, items)
-		return fmt.Errorf("%s: read %s: %w", b.Name, b.Dir, err)
-	}
-	if ok && mst.EphemeralOwner == sess.ID {
-		b.debug(ctx, "set run meanwhile by another server, without this registration; registering again", "items", items, "gen", gen, "now", now.Version)
-		return errRegisterAgain
-	}
-	b.debug(ctx, "set run meanwhile by another server", "items", items, "gen", gen, "now", now.Version)
-	return nil
 }
 
 // missing returns an item the set still waits for (in 0..total-1, not
@@ -290,48 +392,46 @@ func (b Barrier) sessionGone(sess store.Session) error {
 	return nil
 }
 
-// clear ends the set after the callback: the generation bumped first (a
-// waiter whose registration goes must see it moved), then the set's
-// registrations, the runner latch last, none of it cancelled by ctx. The
-// set is its items, 0..total-1: a registration of an item beyond the total
-// is another run's, begun on another total (runs begun during a reshard
-// see different totals), and stays for its own set. (Deleted with this
-// one, it read as released to its participant, whose Once returned without
-// a callback for its set: ZooKeeper simulation seed 1000297, memstore seed
-// 9805454.) What a cut connection stops is owed to sess, the session the
-// latch was taken on (Barrier), from where it stopped.
-func (b Barrier) clear(ctx context.Context, sess store.Session, runner TryLatch) {
-	c := &setClear{b: b, runner: runner, session: sess.ID}
+// clear ends the set after the callback: its registrations deleted, then
+// the mark removed with the runner latch in one transaction (the
+// generation moves again), none of it cancelled by ctx. The set is the
+// registrations of items 0..total-1 made before the mark (their creation
+// zxid below its Mzxid): one made after it (a run of an item read as
+// disabled when the set completed, memstore seed 9901133) belongs to the
+// next set, and one of an item beyond the total is another run's, begun
+// on another total (ZooKeeper seed 1000297, memstore seed 9805454). Deleted
+// with this set, either read as released to its participant, whose Once
+// returned without a callback for its set. What a cut connection stops is
+// owed to sess, from where it stopped.
+//
+// A runner whose session ended during the callback (its latch went with
+// it) clears its set all the same: the mark tells its registrations from
+// later ones. Left there, they counted in the next set before that run's
+// participants of their items registered (ZooKeeper seed 1900373: a
+// registration served by s3's callback, then by s0's after s3's expiry).
+func (b Barrier) clear(ctx context.Context, c *setClear) {
 	if err := c.run(context.WithoutCancel(ctx)); err != nil {
 		b.Log.Warn("cannot clear the guarantee set, connection lost; clearing it when the session resumes", "node", b.Dir, "err", err)
-		b.Debts.Owe(sess.ID, "clear "+b.Dir, c.run, nil)
+		b.Debts.Owe(c.session, "clear "+b.Dir, c.run, nil)
 	}
 }
 
 // setClear is the progress of one clear: a clear owed goes on where the
-// connection stopped it, so that it deletes the registrations the set had
-// when its generation moved, not ones made since the session resumed.
+// connection stopped it.
 type setClear struct {
 	b       Barrier
-	runner  TryLatch
-	session int64 // the session the set ran on (the latch's)
-	bumped  bool
-	kids    []string // nil: not read yet
+	session int64 // the session the set was taken on
+	// mark and version: the directory's Mzxid and data version the take
+	// wrote (Barrier).
+	mark    int64
+	version int32
+	latch   bool     // this clear's runner took the latch (else: another's clear, finished)
+	kids    []string // the set's registrations left to delete; nil: not read yet
 }
 
 // run makes the clear's remaining writes. A lost connection stops it (the
 // error: the rest is owed); any other failure is logged and the clear goes
 // on, as nothing will retry it.
-//
-// Only on the session the set ran on: when that session ended during the
-// callback (the store has opened another), its registrations and the latch
-// went with it, and what is under the phase node now belongs to later sets,
-// registered at the same generation since nothing bumped it. Bumping it and
-// deleting them released those participants without a callback (ZooKeeper
-// simulation seed 1107147, after the expiry of the runner's session during
-// its callback). The set's other participants then time out, as when a
-// runner dies. The bump also checks the latch, an ephemeral of that
-// session: a session the service ended before the store noticed fails it.
 func (c *setClear) run(ctx context.Context) error {
 	b := c.b
 	failed := func(what string, err error) error {
@@ -344,49 +444,18 @@ func (c *setClear) run(ctx context.Context) error {
 		b.Log.Warn("cannot clear guarantee node", "what", what, "err", err)
 		return nil
 	}
-	sessionEnded := func() bool {
-		cur, _ := b.Store.Session()
-		if cur.ID == c.session {
-			return false
-		}
-		b.debug(ctx, "the set's session ended during the callback: nothing of it to clear", "session", c.session)
-		return true
-	}
-	if !c.bumped {
-		if sessionEnded() {
-			return nil
-		}
-		_, err := b.Store.Multi(ctx,
-			&store.CheckOp{Path: c.runner.Path(), Version: store.AnyVersion},
-			&store.SetOp{Path: b.Dir, Version: store.AnyVersion})
-		if errors.Is(err, store.ErrNoNode) {
-			b.debug(ctx, "the set's runner latch is gone with its session: nothing of it to clear", "session", c.session)
-			return nil
-		}
-		if err := failed("mark the set run", err); err != nil {
-			return err
-		}
-		c.bumped = true
-	}
 	if c.kids == nil {
-		if sessionEnded() {
-			return nil
-		}
-		kids, _, err := b.Store.Children(ctx, b.Dir)
+		kids, err := c.members(ctx)
 		if err := failed("read the set", err); err != nil {
 			return err
 		}
-		set := slices.DeleteFunc(kids, func(k string) bool {
-			it, ok := itemOf(k)
-			return !ok || it >= b.Total // the runner latch, or another total's item
-		})
-		c.kids = append(set, onceRunner)
+		c.kids = append(kids, "") // "": the mark's removal
 	}
 	for len(c.kids) > 0 {
 		k := c.kids[0]
 		var err error
-		if k == onceRunner {
-			err = c.runner.Release(ctx)
+		if k == "" {
+			err = c.unmark(ctx)
 		} else {
 			err = b.Store.Delete(ctx, store.Join(b.Dir, k), store.AnyVersion)
 		}
@@ -398,15 +467,59 @@ func (c *setClear) run(ctx context.Context) error {
 	return nil
 }
 
-// release frees the runner latch this participant took on sess; owed when
-// the connection is cut.
-func (b Barrier) release(ctx context.Context, sess store.Session, runner TryLatch) {
-	if err := runner.Release(ctx); err != nil {
-		b.Log.Warn("cannot clear guarantee runner", "err", err)
-		if b.lost(err) {
-			b.Debts.Owe(sess.ID, "free "+runner.Path(), runner.Release, nil)
+// members lists the set's registrations still there: those of items below
+// the total made before the mark. When no child changed since the mark
+// (the directory's Pzxid not past it) every registration there is; else
+// each one's creation zxid is read.
+func (c *setClear) members(ctx context.Context) ([]string, error) {
+	b := c.b
+	kids, dst, err := b.Store.Children(ctx, b.Dir)
+	if err != nil {
+		return nil, err
+	}
+	set := slices.DeleteFunc(kids, func(k string) bool {
+		it, ok := itemOf(k)
+		return !ok || it >= b.Total // the runner latch, or another total's item
+	})
+	if dst.Pzxid <= c.mark {
+		return set, nil
+	}
+	var members []string
+	for _, k := range set {
+		ok, st, err := b.Store.Exists(ctx, store.Join(b.Dir, k))
+		if err != nil {
+			return nil, err
+		}
+		if ok && st.Czxid < c.mark {
+			members = append(members, k)
 		}
 	}
+	return members, nil
+}
+
+// unmark removes the set's mark (the generation moves), with the runner
+// latch when this clear took it and its session still holds it. The mark
+// gone already (its version moved): another participant finished this
+// clear (the runner's session had ended).
+func (c *setClear) unmark(ctx context.Context) error {
+	b := c.b
+	if cur, _ := b.Store.Session(); c.latch && cur.ID == c.session {
+		_, err := b.Store.Multi(ctx,
+			&store.SetOp{Path: b.Dir, Version: c.version},
+			&store.DeleteOp{Path: store.Join(b.Dir, onceRunner), Version: store.AnyVersion})
+		if err == nil || errors.Is(err, store.ErrBadVersion) {
+			return nil
+		}
+		if !errors.Is(err, store.ErrNoNode) {
+			return err
+		}
+		// The latch went with the session meanwhile.
+	}
+	_, err := b.Store.Set(ctx, b.Dir, nil, c.version)
+	if errors.Is(err, store.ErrBadVersion) {
+		return nil
+	}
+	return err
 }
 
 // withdraw deletes this participant's registrations of items made on sess
@@ -434,6 +547,24 @@ func (b Barrier) withdraw(ctx context.Context, sess store.Session, items []int) 
 			return
 		}
 	}
+}
+
+// withdrawLeft withdraws, after a release, what is left of a participant's
+// registrations of several items: registrations made one by one may fall
+// on both sides of a set's mark (one of an item the set counted as
+// disabled, made after it was taken), and a clear deletes only the set's.
+// Left there, one would count in the next set. One read when none is left.
+func (b Barrier) withdrawLeft(ctx context.Context, sess store.Session, items []int) {
+	if len(items) < 2 {
+		return
+	}
+	kids, _, err := b.Store.Children(ctx, b.Dir)
+	if err != nil {
+		b.withdraw(ctx, sess, items)
+		return
+	}
+	left := slices.DeleteFunc(slices.Clone(items), func(it int) bool { return !slices.Contains(kids, strconv.Itoa(it)) })
+	b.withdraw(ctx, sess, left)
 }
 
 // made reports whether a registration (its data and stat) is this
@@ -544,6 +675,7 @@ func (b Barrier) wait(ctx, wctx context.Context, sess store.Session, gen int32, 
 			_, st, gerr := b.Store.Get(wctx, b.Dir)
 			if gerr == nil && st.Version != gen {
 				b.debug(ctx, "released", "items", items, "gen", gen, "now", st.Version)
+				b.withdrawLeft(ctx, sess, items)
 				return nil // released
 			}
 			if gerr == nil {

@@ -71,16 +71,17 @@ func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
 }
 
 // A runner whose session ends during its callback (expired; the store opens
-// a new one at once) has nothing of its set left to clear: its registrations
-// and the runner latch went with the session. A participant that registers
-// after that, at the same generation (nothing bumped it), belongs to a later
-// set, which must not read as released. Before the fix the runner's clear
-// ran on the new session, bumped the generation and deleted that
-// registration, and the participant's Once returned nil without a callback
-// (ZooKeeper simulation seed 1107147: "distribute-once started: s0's Once
-// returned without a callback having run during it", s1's session expired
-// during its callback). In a synctest bubble.
-func TestOnceRunnerWhoseSessionEndedInTheCallbackClearsNothing(t *testing.T) {
+// a new one at once) loses its registrations and the runner latch with it.
+// A participant that registers after that belongs to a later set, which
+// must not read as released: the runner's clear on its new session deletes
+// only its set's registrations (made before its mark), not this one.
+// Before 1107147's fix the clear ran on the new session, bumped the
+// generation and deleted that registration, and the participant's Once
+// returned nil without a callback (ZooKeeper simulation seed 1107147:
+// "distribute-once started: s0's Once returned without a callback having
+// run during it", s1's session expired during its callback). In a synctest
+// bubble.
+func TestOnceRunnerWhoseSessionEndedInTheCallbackKeepsLaterRegistrations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := memstore.NewServer()
 		quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
