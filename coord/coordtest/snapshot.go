@@ -2,6 +2,9 @@ package coordtest
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,16 +20,32 @@ import (
 // edit whole.
 func testConfigSnapshot(t *testing.T, h *Harness) {
 	oldParams, newParams := "0=a,1=b,2=c,3=d", "0=A,1=B,2=C,3=D,4=E,5=F"
-	hs := &HookStore{Store: h.B.Connect(t)}
 	sharding := store.Join(h.NS, "job", "servers", "a", "sharding")
+	// edit runs once, at the first transaction fenced by a's sharding
+	// node: Begin's (it reads the node from its tree cache, or directly
+	// after a reshard; the transaction is where it always goes).
+	var (
+		edit  func()
+		armed atomic.Bool // edit is set
+		once  sync.Once
+	)
+	hs := &HookStore{Store: h.B.Connect(t), Before: func(_ context.Context, c Call) error {
+		if c.Method == "Multi" && armed.Load() && slices.ContainsFunc(c.Ops, func(op store.Op) bool {
+			ck, ok := op.(*store.CheckOp)
+			return ok && ck.Path == sharding
+		}) {
+			once.Do(edit)
+		}
+		return nil
+	}}
 	a, err := h.TryStart("a", Config("job", 4, func(c *jobconfig.Config) { c.ShardingItemParameters = oldParams }), hs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The first Begin reshards (the join raised the flag); the edit goes
-	// in at its read of the assignment, and the job must have applied it
-	// before Begin goes on.
-	hs.OnNext("Get", sharding, func() {
+	// The first Begin reshards if the join left the flag up; the edit goes
+	// in before its transaction, and the job must have applied it before
+	// Begin goes on.
+	edit = func() {
 		if err := h.Admin.SetConfig(testCtx(t), "job", "shardingTotalCount", "6"); err != nil {
 			t.Errorf("set total: %v", err)
 		}
@@ -38,13 +57,15 @@ func testConfigSnapshot(t *testing.T, h *Harness) {
 			return c.ShardingTotalCount == 6 && c.ShardingItemParameters == newParams
 		})
 		// The leader's watcher reshards on the new total at once (no item
-		// runs yet), so the assignment Begin reads next lists items 4
-		// and 5: Begin must drop them by its snapshot's total.
+		// runs yet): the transaction fails on the sharding node's version,
+		// and the assignment Begin reads next lists items 4 and 5: Begin
+		// must drop them by its snapshot's total.
 		Eventually(t, "the prompt reshard on the new total", func() bool {
 			d, _, err := hs.Store.Get(testCtx(t), sharding)
 			return err == nil && string(d) == "0,1,2,3,4,5"
 		})
-	})
+	}
+	armed.Store(true)
 	run, err := a.Job.Begin(testCtx(t), time.Now())
 	if err != nil {
 		t.Fatal(err)

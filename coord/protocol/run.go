@@ -117,8 +117,9 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 		if err != nil {
 			j.fo.TakeClaims(failoverItems(items), false)
 		}
-		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, runs.ErrBeginAgain) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover) && attempt < 3 {
-			continue // resharded, failover writers, or leftovers removed between our reads and the Multi
+		// A first plan from the cache has the direct plans after it too.
+		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, runs.ErrBeginAgain) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover) && (attempt < 3 || attempt == 3 && b.cached) {
+			continue // resharded, failover writers, or leftovers removed between our reads (or the cache's) and the Multi
 		}
 		if err != nil {
 			return nil, err
@@ -165,6 +166,8 @@ type beginning struct {
 	// current when its items were read.
 	sid    int64
 	regCtx context.Context
+	// cached: the first plan read from the tree cache (plan).
+	cached bool
 }
 
 // beginPlan is what an attempt of a Begin read: its items and the
@@ -177,12 +180,22 @@ type beginPlan struct {
 	flagVersion int32
 	shardMzxid  int64
 	fo          jobnodes.FailoverDir
+	// cached: read from the tree cache (see fences).
+	cached bool
 }
 
 // plan reads an attempt's items: this server's failover items if it has
 // any (they run first and need no resharding); otherwise, once resharding
 // is done (this server reshards if it leads, else waits for the leader),
 // its own items.
+//
+// The first attempt reads the flag directory, the sharding node and the
+// failover directory from the tree cache where it has them (a Begin is
+// then its Multi alone), the later ones directly. Each cached node is the
+// Stat and data or listing of one earlier read, and the transaction checks
+// each one's version: a cache behind the store fails it, and Begin plans
+// again on direct reads (docs/zookeeper-layout.md, "Begin from the tree
+// cache").
 func (b *beginning) plan(ctx context.Context, attempt int) (beginPlan, error) {
 	j := b.j
 	p := beginPlan{flagVersion: -1}
@@ -194,8 +207,14 @@ func (b *beginning) plan(ctx context.Context, attempt int) (beginPlan, error) {
 	if p.items, p.shardVersion, err = j.failoverAssignments(ctx, b.cfg); err != nil || len(p.items) > 0 {
 		return p, err
 	}
-	if p.flagVersion, err = j.awaitSharding(ctx, b.cfg); err != nil {
-		return p, err
+	cached := attempt == 0 && !j.cache.Incomplete()
+	if cached {
+		p.flagVersion, cached = jobnodes.CachedFlagVersion(j.cache)
+	}
+	if !cached {
+		if p.flagVersion, err = j.awaitSharding(ctx, b.cfg); err != nil {
+			return p, err
+		}
 	}
 	// The registration the run belongs to is the one current now.
 	if b.sid, b.regCtx, err = j.ready(); err != nil {
@@ -204,12 +223,16 @@ func (b *beginning) plan(ctx context.Context, attempt int) (beginPlan, error) {
 	if err = j.rg.LayoutGuard(ctx); err != nil {
 		return p, err
 	}
+	if attempt == 0 {
+		b.cached, p.cached = cached, cached
+	}
 	return p, b.readOwn(ctx, attempt, &p)
 }
 
-// readOwn reads this server's own items into p: one direct read of its
-// sharding node (the fresh assignment and the version that fences the
-// transaction) and one of the failover directory (its queue entries, the
+// readOwn reads this server's own items into p: its sharding node (the
+// assignment and the version that fences the transaction; from the tree
+// cache on the first attempt when the cache has it, see plan) and the
+// failover directory (likewise: its queue entries, the
 // tokens of crashed runs, which this run consumes for its items, and its
 // version, which the transaction checks: a claim, a failover run's
 // completion, a queueing since fails it). The claims and failover marks of
@@ -218,12 +241,12 @@ func (b *beginning) plan(ctx context.Context, attempt int) (beginPlan, error) {
 // since: rare) from a direct read, pipelined.
 func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) error {
 	j := b.j
-	data, st, err := j.st.Get(ctx, j.p.Server(j.id, layout.NSharding))
-	if err != nil && !errors.Is(err, store.ErrNoNode) {
-		return fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Server(j.id, layout.NSharding), err)
+	cached := b.cached && attempt == 0
+	data, st, found, err := j.nodes.Sharding(ctx, j.id, cached)
+	if err != nil {
+		return err
 	}
-	found := err == nil
-	if p.fo, err = j.nodes.ReadFailoverDir(ctx); err != nil {
+	if p.fo, err = j.nodes.FailoverDir(ctx, cached); err != nil {
 		return err
 	}
 	var view map[int]failover.ItemView
@@ -296,7 +319,10 @@ func (b *beginning) fences(p beginPlan) []txn.Intent {
 	if p.shardVersion >= 0 {
 		head = append(head, txn.Intent{Kind: txn.Check, Rel: layout.RelServer(j.id, layout.NSharding), Version: p.shardVersion})
 	}
-	if p.flagVersion >= 0 && len(p.items) > 0 {
+	// A plan of no items too when the cache said there was no flag: it
+	// may lag one the leader has yet to reshard on, and the run would be
+	// empty where the reshard gives it items (ZooKeeper, ConcurrentJoin).
+	if p.flagVersion >= 0 && (len(p.items) > 0 || p.cached) {
 		head = append(head, txn.Intent{Kind: txn.Check, Rel: layout.RelShardingDir, Version: p.flagVersion})
 	}
 	if !failover && len(p.items) > 0 && p.fo.Version >= 0 {

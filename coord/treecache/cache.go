@@ -76,8 +76,13 @@ type cnode struct {
 	// kidData is, for pol.Versioned only, the data of each of children
 	// (same order): its children have no nodes of their own.
 	kidData []string
-	dataW   watchID
-	childW  watchID
+	// listStat is the Stat read with children by the node's last
+	// watched listing (listed: there was one), kept with it for Listing:
+	// the pair is one read, as a direct listing's is.
+	listStat store.Stat
+	listed   bool
+	dataW    watchID
+	childW   watchID
 }
 
 type watchKind int
@@ -202,7 +207,8 @@ func (c *Cache) LoadRootsAhead(ctx context.Context, rels, ahead []string) error 
 // once pol.OwnRel is loaded, which may have come after the items
 // directory's list; then the watcher is notified.
 func (c *Cache) EndLoad(ctx context.Context) error {
-	if err := c.refreshItemsQuiet(ctx); err != nil {
+	// Quiet: the load notifies once, below.
+	if err := c.loadAllQuiet(ctx, c.itemsToRefresh()); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -299,7 +305,7 @@ func (c *Cache) readItem(ctx context.Context, rel string) error {
 	slices.Sort(names)
 	n.children, n.childW, n.stub = names, 0, false
 	// The container's Stat goes with its children: the item's epoch
-	// derives from it (itemStat), and never from an older read than its
+	// derives from it, and never from an older read than its
 	// flags.
 	if cst.Mzxid >= n.stat.Mzxid {
 		n.stat = cst
@@ -389,7 +395,7 @@ func (c *Cache) reloadData(ctx context.Context, rel string) error {
 }
 
 func (c *Cache) reloadChildren(ctx context.Context, rel string) error {
-	names, _, ch, err := c.st.ChildrenW(ctx, c.st.abs(rel))
+	names, st, ch, err := c.st.ChildrenW(ctx, c.st.abs(rel))
 	if errors.Is(err, store.ErrNoNode) {
 		c.drop(rel)
 		return nil
@@ -402,6 +408,7 @@ func (c *Cache) reloadChildren(ctx context.Context, rel string) error {
 	n := c.node(rel)
 	old := n.children
 	n.children, n.childW, n.stub = names, ch, false
+	n.listStat, n.listed = st, true
 	for _, name := range old {
 		if _, ok := slices.BinarySearch(names, name); !ok {
 			dropTree(c.nodes, joinRel(rel, name))
@@ -446,6 +453,7 @@ func (c *Cache) LoadShallow(ctx context.Context, rel string) ([]string, store.St
 	c.mu.Lock()
 	n := c.node(rel)
 	n.children, n.childW, n.stub = names, ch, false
+	n.listStat, n.listed = st, true
 	c.mu.Unlock()
 	return names, st, nil
 }
@@ -622,12 +630,6 @@ func (c *Cache) RefreshItems(ctx context.Context) error {
 	return c.loadAll(ctx, rels)
 }
 
-// refreshItemsQuiet is RefreshItems without the notification (resync
-// notifies once at its end).
-func (c *Cache) refreshItemsQuiet(ctx context.Context) error {
-	return c.loadAllQuiet(ctx, c.itemsToRefresh())
-}
-
 // itemsToRefresh drops the item containers no longer wanted and returns
 // those wanted but not loaded.
 func (c *Cache) itemsToRefresh() []string {
@@ -757,7 +759,7 @@ func (c *Cache) Handle(ctx context.Context, ref WatchRef, ev store.Event) error 
 		// run's Complete): the container is read first, so a reader that
 		// sees the flag's new state sees the container's Stat of that
 		// transaction or later (the epoch after a failover run derives
-		// from it; see itemStat), and its children too: the failover
+		// from it), and its children too: the failover
 		// run's Complete deleted running and wrote its time, which no
 		// watch reports.
 		if err := c.reloadItem(ctx, parentRel(ref.Rel)); err != nil {
@@ -851,18 +853,6 @@ func (c *Cache) NoteItemStat(rel string, st store.Stat) {
 	}
 }
 
-// itemStat returns the cached Stat of the item container rel; false when
-// the container is not loaded (read it directly then).
-func (c *Cache) itemStat(rel string) (store.Stat, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	n := c.nodes[rel]
-	if n == nil || n.stub {
-		return store.Stat{}, false
-	}
-	return n.stat, true
-}
-
 // Get returns rel's cached data and stat.
 func (c *Cache) Get(rel string) ([]byte, store.Stat, bool) {
 	c.mu.RLock()
@@ -915,6 +905,53 @@ func (c *Cache) Children(rel string) []string {
 		return slices.Clone(n.children)
 	}
 	return nil
+}
+
+// Listing returns rel's cached children with the Stat of the same read
+// (its data version, say), as one direct listing would have returned them
+// at some earlier time: for a reader that fences what it decides on them
+// by a version check of rel in its transaction, which fails if rel
+// changed since (a children-watched node whose every writer bumps its data
+// version: Begin's flag and failover directories). A write-through
+// (NoteCreated, NoteDeleted) changes the children and not the Stat: the
+// owner's own committed change, after which the pair is the store's if
+// the owner did not bump the version, and fails the check if it did.
+// false: not loaded with a watched listing, or a resync is unfinished
+// (read directly then).
+func (c *Cache) Listing(rel string) ([]string, store.Stat, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	n := c.nodes[rel]
+	if c.partial || n == nil || n.stub || !n.listed {
+		return nil, store.Stat{}, false
+	}
+	return slices.Clone(n.children), n.listStat, true
+}
+
+// NoteListing records a direct listing of rel (names, read with st) when
+// the cache has rel listed and st is newer (its data or children version
+// ahead, neither behind): a version bump with no child created or deleted
+// fires no children watch, and Listing would return the older pair until
+// the next one. Only for a node whose children the policy keeps nothing
+// of (else ignored): their loads are the watched listing's.
+func (c *Cache) NoteListing(rel string, names []string, st store.Stat) {
+	for _, name := range names {
+		if d, k := c.pol.Node(joinRel(rel, name)); d || k {
+			return
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nodes[rel]
+	if c.partial || n == nil || n.stub || !n.listed {
+		return
+	}
+	old := n.listStat
+	if st.Version < old.Version || st.Cversion < old.Cversion || st.Version == old.Version && st.Cversion == old.Cversion {
+		return
+	}
+	n.children = slices.Sorted(slices.Values(names))
+	n.listStat = st
 }
 
 // NoteCreated and NoteDeleted write our own committed changes through to

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -231,8 +232,52 @@ func (nd *Nodes) ReadFailoverDir(ctx context.Context) (FailoverDir, error) {
 	if err != nil {
 		return FailoverDir{}, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.RelFailoverQ), err)
 	}
+	nd.cache.NoteListing(layout.RelFailoverQ, names, st)
 	l := layout.ParseFailoverDir(names)
 	return FailoverDir{Queued: l.Queued, Claims: l.Claims, Version: st.Version}, nil
+}
+
+// FailoverDir is ReadFailoverDir, from the tree cache when cached and the
+// cache has the directory listed (no read): its listing and the Stat of
+// that same read (treecache.Cache.Listing), so a lagging cache gives an
+// older version, which Begin's transaction checks and refuses.
+func (nd *Nodes) FailoverDir(ctx context.Context, cached bool) (FailoverDir, error) {
+	names, st, ok := nd.cache.Listing(layout.RelFailoverQ)
+	if !cached || !ok {
+		return nd.ReadFailoverDir(ctx)
+	}
+	l := layout.ParseFailoverDir(names)
+	return FailoverDir{Queued: l.Queued, Claims: l.Claims, Version: st.Version}, nil
+}
+
+// Sharding reads server's sharding node (false: absent), from the tree
+// cache when cached and the cache has it (its data and Stat are of one
+// read), else directly: absent from the cache proves nothing (not loaded
+// yet).
+func (nd *Nodes) Sharding(ctx context.Context, server string, cached bool) ([]byte, store.Stat, bool, error) {
+	data, st, ok := nd.cache.Get(layout.RelServer(server, layout.NSharding))
+	if cached && ok {
+		return data, st, true, nil
+	}
+	data, st, err := nd.st.Get(ctx, nd.p.Server(server, layout.NSharding))
+	if err != nil && !errors.Is(err, store.ErrNoNode) {
+		return nil, st, false, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Server(server, layout.NSharding), err)
+	}
+	return data, st, err == nil, nil
+}
+
+// CachedFlagVersion is the resharding flag's absence from the tree cache:
+// the flag directory's data version read with a listing that shows neither
+// the flag nor processing (false otherwise: read it directly, and wait or
+// reshard). Every raise of the flag bumps that version
+// (layout.RaiseFlagOps): Begin's transaction, which checks it, refuses a
+// run planned on a cache that has not seen a flag raised since.
+func CachedFlagVersion(c *treecache.Cache) (int32, bool) {
+	names, st, ok := c.Listing(layout.RelShardingDir)
+	if !ok || slices.Contains(names, layout.NNecessary) || slices.Contains(names, path.Base(layout.RelProcessing)) {
+		return -1, false
+	}
+	return st.Version, true
 }
 
 // ItemHas reports whether an execution node exists: from the cache when
