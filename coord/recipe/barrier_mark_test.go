@@ -3,6 +3,7 @@ package recipe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/store"
 )
 
 // markBarrier returns a participant's Barrier on its own session of srv,
@@ -161,4 +163,78 @@ func TestOnceRunnerWhoseSessionEndedInTheCallbackReleasesItsSet(t *testing.T) {
 			t.Fatalf("w released %v after r's callback, want at once", waited)
 		}
 	})
+}
+
+// lostTake fails the first take (the Multi creating the runner latch) of
+// its store with a lost connection, after applying it or not.
+type lostTake struct {
+	store.Store
+	apply bool
+	done  atomic.Bool
+}
+
+func (s *lostTake) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+	take := false
+	for _, op := range ops {
+		if c, ok := op.(*store.CreateOp); ok && store.Base(c.Path) == onceRunner {
+			take = true
+		}
+	}
+	if !take || s.done.Swap(true) {
+		return s.Store.Multi(ctx, ops...)
+	}
+	if s.apply {
+		if _, err := s.Store.Multi(ctx, ops...); err != nil {
+			return nil, err
+		}
+	}
+	return nil, store.ErrConnectionLoss
+}
+
+// A take whose reply is lost may have been applied: the runner reads which
+// from the store. Applied, it runs the callback (the set is its: nobody
+// else can take it, and its participants wait for its clear); not applied,
+// it registers again and takes the set then. Either way the callback runs
+// once and releases the other participant.
+func TestOnceTakeWithItsReplyLost(t *testing.T) {
+	for _, apply := range []bool{true, false} {
+		t.Run(fmt.Sprintf("applied=%v", apply), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := memstore.NewServer()
+				var never atomic.Bool
+				w, _ := markBarrier(t, srv, "w", &never)
+				r, _ := markBarrier(t, srv, "r", &never)
+				r.Store = &lostTake{Store: r.Store, apply: apply}
+				wDone := make(chan error, 1)
+				go func() {
+					wDone <- w.Run(t.Context(), []int{0}, 5*time.Second, func(context.Context) error {
+						return errors.New("w's callback ran: w did not complete the set")
+					})
+				}()
+				synctest.Wait()
+				var calls atomic.Int32
+				if err := r.Run(t.Context(), []int{1}, 5*time.Second, func(context.Context) error {
+					calls.Add(1)
+					return nil
+				}); err != nil {
+					t.Fatalf("r's Run: %v", err)
+				}
+				if err := <-wDone; err != nil {
+					t.Fatalf("w's Run = %v, want nil", err)
+				}
+				if n := calls.Load(); n != 1 {
+					t.Fatalf("r's callback ran %d times, want 1", n)
+				}
+				chk := srv.Connect()
+				defer chk.Close()
+				kids, _, err := chk.Children(t.Context(), "/ns/job/guarantee/completed")
+				if err != nil || len(kids) != 0 {
+					t.Fatalf("after the set: children %v (%v), want none", kids, err)
+				}
+				if data, _, err := chk.Get(t.Context(), "/ns/job/guarantee/completed"); err != nil || len(data) != 0 {
+					t.Fatalf("after the set: mark %q left (%v)", data, err)
+				}
+			})
+		})
+	}
 }
