@@ -164,7 +164,7 @@ func grantsHint(schema string) string {
 }
 
 // multiSQL creates %[1]s.multi_batch, which commits a batch of Multi
-// requests (group commit, see committer) in one statement and one
+// requests (group commit, see batch.go) in one statement and one
 // transaction: the client makes one round trip, and the txn row's lock (see
 // migrationSQL) is taken once per batch and held only while the server runs
 // it, never across a client's round trips, so a slow or descheduled client
