@@ -92,7 +92,7 @@ func (s *Store) flush(batch []*writeReq) {
 	}
 }
 
-// multiBatch runs multi_batch on reqs: each request's results or its own
+// multiBatch runs multiFunc on reqs: each request's results or its own
 // refusal (errs[i]), or err when the statement as a whole failed.
 func (s *Store) multiBatch(ctx context.Context, reqs []*writeReq) (results [][]store.OpResult, errs []error, err error) {
 	nOps := 0
@@ -127,7 +127,7 @@ func (s *Store) multiBatch(ctx context.Context, reqs []*writeReq) (results [][]s
 	if len(reqs) > 1 {
 		what = fmt.Sprintf("a batch of %d writes (%s, ...)", len(reqs), what)
 	}
-	rows, err := s.pool.Query(ctx, "SELECT * FROM "+s.q+".multi_batch($1, $2, $3, $4, $5, $6, $7, $8)",
+	rows, err := s.pool.Query(ctx, "SELECT * FROM "+s.q+"."+multiFunc+"($1, $2, $3, $4, $5, $6, $7, $8)",
 		sesss, counts, kinds, paths, parents, datas, versions, s.channel)
 	if err != nil {
 		return nil, nil, s.mapErr(ctx, what, err)
