@@ -32,12 +32,25 @@ func (a *Admin) WorkflowRerun(ctx context.Context, run, job string) error {
 }
 
 // WorkflowMarkSucceeded counts job's failed or stopped step of workflow
-// run run as succeeded (workflow.MarkSucceeded).
-func (a *Admin) WorkflowMarkSucceeded(ctx context.Context, run, job string) error {
+// run run as succeeded (workflow.MarkSucceeded) and returns the steps
+// that started.
+func (a *Admin) WorkflowMarkSucceeded(ctx context.Context, run, job string) ([]string, error) {
+	var started []string
 	act := Action{Job: job, Action: "workflow mark-success", Detail: "workflow run " + run}
-	return a.workflowAct(ctx, run, act, func() (string, error) {
-		return "", workflow.MarkSucceeded(ctx, a.st, a.ns, run, job)
+	err := a.workflowAct(ctx, run, act, func() (string, error) {
+		var err error
+		started, err = workflow.MarkSucceeded(ctx, a.st, a.ns, run, job)
+		return startedDetail(started), err
 	})
+	return started, err
+}
+
+// startedDetail says which steps an action started, for the audit log.
+func startedDetail(started []string) string {
+	if len(started) == 0 {
+		return "started no step"
+	}
+	return "started " + strings.Join(started, ", ")
 }
 
 // WorkflowSkip skips job's pending, failed or stopped step of workflow
@@ -48,10 +61,7 @@ func (a *Admin) WorkflowSkip(ctx context.Context, run, job string) ([]string, er
 	err := a.workflowAct(ctx, run, act, func() (string, error) {
 		var err error
 		started, err = workflow.Skip(ctx, a.st, a.ns, run, job)
-		if len(started) == 0 {
-			return "started no step", err
-		}
-		return "started " + strings.Join(started, ", "), err
+		return startedDetail(started), err
 	})
 	return started, err
 }

@@ -82,7 +82,7 @@ func TestAdminWorkflowActions(t *testing.T) {
 	if err := admin.WorkflowRerun(ctx, run, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := admin.WorkflowMarkSucceeded(ctx, run, "c"); !errors.Is(err, workflow.ErrMark) {
+	if _, err := admin.WorkflowMarkSucceeded(ctx, run, "c"); !errors.Is(err, workflow.ErrMark) {
 		t.Fatalf("mark-success of the pending c: %v, want ErrMark", err)
 	}
 	var got []string

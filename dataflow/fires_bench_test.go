@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,8 +29,11 @@ import (
 // worker processes (internal/fireworker, default 3), each a Node on its own
 // session of one real ZooKeeper, host SHARDFLOW_FIRES_JOBS no-op jobs (each
 // with one item per server) on the cron SHARDFLOW_FIRES_CRON (default every
-// second). Once every worker has added its jobs, it waits
-// SHARDFLOW_FIRES_WARMUP (default 5 s; the joins' resharding settles), then
+// second). The workers join their jobs before their Nodes start
+// (fireworker --hold), so no job fires while the others are being added;
+// once every worker has added its jobs (readyBound), the test starts them
+// all (SIGUSR1), waits SHARDFLOW_FIRES_WARMUP (default 5 s; the last
+// joins' resharding settles), then
 // counts the runs of the cron ticks in the next SHARDFLOW_FIRES_SECONDS
 // (default 30), waiting SHARDFLOW_FIRES_GRACE (default 5 s) after the last
 // tick for late runs, and logs one FIRES line (fireAccounting): fires/s
@@ -103,14 +108,15 @@ func TestFires(t *testing.T) {
 			args = append(args, strings.Fields(v.name)...)
 		}
 		vlogf := func(format string, a ...any) { logf("variant=%q "+format, append([]any{v.name}, a...)...) }
-		profile := !strings.HasPrefix(v.name, "baseline")
-		measureFires(t, v.bin, args, where, vlogf, profile, sched, jobs, servers, seconds, warmup, grace, spec)
+		// A baseline may predate --cpuprofile and --hold.
+		current := !strings.HasPrefix(v.name, "baseline")
+		measureFires(t, v.bin, args, where, vlogf, current, current, sched, jobs, servers, seconds, warmup, grace, spec)
 	}
 }
 
 // measureFires is one measurement of TestFires: the workers started on
 // the store of args, the window, the stop and the FIRES line.
-func measureFires(t *testing.T, bin string, storeArgs []string, where string, logf func(string, ...any), profile bool,
+func measureFires(t *testing.T, bin string, storeArgs []string, where string, logf func(string, ...any), profile, hold bool,
 	sched cron.Schedule, jobs, servers, seconds int, warmup, grace time.Duration, spec string) {
 	dir := t.TempDir()
 	ns := fmt.Sprintf("fires%d", time.Now().UnixNano())
@@ -126,17 +132,32 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 		args := append(slices.Clone(storeArgs),
 			"--namespace", ns, "--server-id", id,
 			"--jobs", strconv.Itoa(jobs), "--total", strconv.Itoa(servers), "--cron", spec, "--out", outs[i])
+		if hold {
+			args = append(args, "--hold")
+		}
 		if pd := os.Getenv("SHARDFLOW_FIRES_PROFILE"); pd != "" && profile {
 			args = append(args, "--cpuprofile", filepath.Join(pd, fmt.Sprintf("%s-%s.pprof", ns, id)))
 		}
 		procs[i] = integration.StartProcess(t, bin, args, nil)
 	}
-	for i, p := range procs {
-		line := p.RequireLine(t, `^(ready|error)`, 15*time.Minute)
-		if strings.HasPrefix(line, "error") {
-			t.Fatalf("worker s%d: %s", i+1, line)
+	bound := readyBound(jobs, servers)
+	if hold {
+		// Every worker joins its jobs before any of them fires: a job
+		// firing from its join on loads the store while the other jobs
+		// are still being added (10,000 jobs were not added in 40
+		// minutes so).
+		if !awaitLines(t, procs, "added", start, bound, logf) {
+			return
 		}
-		logf("worker s%d %s", i+1, line)
+		logf("all %d workers added their jobs after %.1f s; starting them", servers, time.Since(start).Seconds())
+		for i, p := range procs {
+			if err := syscall.Kill(p.Pid(), syscall.SIGUSR1); err != nil {
+				t.Fatalf("worker s%d: start it: %v", i+1, err)
+			}
+		}
+	}
+	if !awaitLines(t, procs, "ready", start, bound, logf) {
+		return
 	}
 	logf("all %d workers ready after %.1f s", servers, time.Since(start).Seconds())
 
@@ -150,19 +171,7 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 	logf("window %s .. %s", from.Format(time.TimeOnly), to.Format(time.TimeOnly))
 	time.Sleep(time.Until(to.Add(grace))) // a measurement's window, not a wait for a state
 
-	var wg sync.WaitGroup
-	for i, p := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if err := p.Stop(ctx); err != nil {
-				t.Errorf("worker s%d: %v", i+1, err)
-			}
-		}()
-	}
-	wg.Wait()
+	stopWorkers(t, procs)
 	loadEnd := loadAverage()
 	var runs []fireRun
 	for i, p := range procs {
@@ -178,6 +187,60 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 	if s.duplicates != 0 {
 		t.Errorf("%d cron runs ran a (server, job, tick) a second time", s.duplicates)
 	}
+}
+
+// readyBound bounds the wait for the workers' "added" and "ready" lines:
+// a join costs each server about 100 requests of a shared ZooKeeper when
+// three join every job at once (10,000 jobs in 148 s at load 24), so the
+// bound grows with the joins, 10 ms each beside 5 minutes (10,000 jobs on
+// 3 servers: 10 minutes).
+func readyBound(jobs, servers int) time.Duration {
+	return 5*time.Minute + time.Duration(jobs*servers)*10*time.Millisecond
+}
+
+// awaitLines waits, until bound after start, for every worker's line
+// starting with what (or error) and logs it. A worker not there in time is
+// a result, not a failure (an old binary that cannot add 10,000 jobs in
+// time, beside the new one): it logs that, kills the workers (they are
+// not measured) and returns false.
+func awaitLines(t *testing.T, procs []*integration.Process, what string, start time.Time, bound time.Duration, logf func(string, ...any)) bool {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(bound))
+	defer cancel()
+	for i, p := range procs {
+		line, err := p.WaitForLine(ctx, regexp.MustCompile(`^(`+what+`|error)`))
+		if ctx.Err() != nil {
+			logf("not measured: worker s%d had not printed %q %.0f s after the start (readyBound); load average %s", i+1, what, bound.Seconds(), loadAverage())
+			for _, p := range procs {
+				_ = p.Kill()
+			}
+			return false
+		}
+		if err != nil {
+			t.Fatalf("worker s%d: %v", i+1, err)
+		}
+		if strings.HasPrefix(line, "error") {
+			t.Fatalf("worker s%d: %s", i+1, line)
+		}
+		logf("worker s%d %s", i+1, line)
+	}
+	return true
+}
+
+// stopWorkers stops the workers gracefully, at most 2 minutes each, side by
+// side.
+func stopWorkers(t *testing.T, procs []*integration.Process) {
+	var wg sync.WaitGroup
+	for i, p := range procs {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := p.Stop(ctx); err != nil {
+				t.Errorf("worker s%d: %v", i+1, err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // fireStore starts the coordination store's server, one of the

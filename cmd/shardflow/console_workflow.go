@@ -88,7 +88,7 @@ type apiWorkflowActionResult struct {
 	Run    string `json:"run"`
 	Action string `json:"action"`
 	Job    string `json:"job,omitempty"`
-	// Started are the steps a skip started.
+	// Started are the steps a skip or a mark-success started.
 	Started []string `json:"started,omitempty"`
 	// Cancelled are the steps a cancel cancelled.
 	Cancelled []workflowCancelled `json:"cancelled,omitempty"`
@@ -106,7 +106,7 @@ func doWorkflowAction(r *http.Request, admin *coord.Admin, run string, req apiWo
 	case "rerun":
 		err = admin.WorkflowRerun(ctx, run, req.Job)
 	case "mark-success":
-		err = admin.WorkflowMarkSucceeded(ctx, run, req.Job)
+		res.Started, err = admin.WorkflowMarkSucceeded(ctx, run, req.Job)
 	case "skip":
 		res.Started, err = admin.WorkflowSkip(ctx, run, req.Job)
 	case "cancel":

@@ -249,6 +249,33 @@ func TestAPIWorkflowActions(t *testing.T) {
 	}
 }
 
+// TestAPIWorkflowMarkSuccess: a mark-success over HTTP says what it did:
+// the steps it started (d, stopped by b's failure), and refuses a
+// succeeded step with 409, changing nothing.
+func TestAPIWorkflowMarkSuccess(t *testing.T) {
+	ts, st, run := wfFixture(t, testCreds(t))
+	path := "/api/v1/workflows/" + run + "/actions"
+	if _, err := workflow.ForJob(st, "wfc", "c").Record(t.Context(), run, map[int]string{0: ""}); err != nil {
+		t.Fatal(err)
+	}
+	var rs workflow.RunStatus
+	if code := apiCall(t, ts, "GET", "/api/v1/workflows/"+run, "", nil, &rs); code != 200 || rs.Steps[3].State != workflow.StateStopped {
+		t.Fatalf("GET the run: %d %+v; want d stopped by b's failure", code, rs)
+	}
+	e := wantAPIError(t, ts, "POST", path, `{"action":"mark-success","job":"c"}`, bearer(), 409, "run")
+	if !strings.Contains(e.Error, "the step of c is succeeded; only a failed or stopped step can be marked succeeded") {
+		t.Fatalf("mark-success of the succeeded c: %q", e.Error)
+	}
+	var res apiWorkflowActionResult
+	if code := apiCall(t, ts, "POST", path, `{"action":"mark-success","job":"b"}`, bearer(), &res); code != 200 ||
+		!slices.Equal(res.Started, []string{"d"}) || res.Action != "mark-success" || res.Job != "b" || res.Actor != "console:token from 127.0.0.1" {
+		t.Fatalf("mark-success b: %d %+v; want d started, by the token", code, res)
+	}
+	if code := apiCall(t, ts, "GET", "/api/v1/workflows/"+run, "", nil, &rs); code != 200 || rs.Steps[1].State != workflow.StateSucceeded || rs.Steps[3].State != workflow.StateRunning {
+		t.Fatalf("GET the run: %d %+v; want b succeeded and d running", code, rs)
+	}
+}
+
 // TestConsoleWorkflowButtons: the run page's forms act (a cancel needs
 // its "sure" box ticked) and refuse with the page and the reason.
 func TestConsoleWorkflowButtons(t *testing.T) {

@@ -150,12 +150,21 @@ func runWorkflowRerun(ctx context.Context, args []string, stdout, stderr io.Writ
 func runWorkflowMarkSuccess(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return workflowAction(ctx, "mark-success", "job", "the job whose failed or stopped step counts as succeeded", args, stderr,
 		func(ctx context.Context, admin *coord.Admin, run, job string) error {
-			if err := admin.WorkflowMarkSucceeded(ctx, run, job); err != nil {
+			started, err := admin.WorkflowMarkSucceeded(ctx, run, job)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "workflow mark-success: %s's step of %s counts as succeeded; the steps after it are decided again (`shardflow workflow status --run %s` shows which started)\n", job, run, run)
+			fmt.Fprintf(stdout, "workflow mark-success: %s's step of %s counts as succeeded; %s\n", job, run, startedSentence(started))
 			return nil
 		})
+}
+
+// startedSentence says which steps an action started.
+func startedSentence(started []string) string {
+	if len(started) == 0 {
+		return "no step started (the steps after it wait for other steps)"
+	}
+	return "started " + strings.Join(started, ", ")
 }
 
 func runWorkflowSkip(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -165,11 +174,7 @@ func runWorkflowSkip(ctx context.Context, args []string, stdout, stderr io.Write
 			if err != nil {
 				return err
 			}
-			did := "no step started (the steps after it wait for other steps)"
-			if len(started) > 0 {
-				did = "started " + strings.Join(started, ", ")
-			}
-			fmt.Fprintf(stdout, "workflow skip: %s's step of %s is skipped (it counts as succeeded for the steps after it); %s\n", job, run, did)
+			fmt.Fprintf(stdout, "workflow skip: %s's step of %s is skipped (it counts as succeeded for the steps after it); %s\n", job, run, startedSentence(started))
 			return nil
 		})
 }

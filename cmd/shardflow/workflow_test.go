@@ -214,3 +214,53 @@ func TestWorkflowSkipAndCancelCLI(t *testing.T) {
 		t.Fatalf("a's audit %+v, want the cancel", a)
 	}
 }
+
+// TestWorkflowMarkSuccessCLI: `workflow mark-success` says which steps it
+// started, or that none did (the steps after it wait for another step),
+// and its audit entry says the same; it refuses a step that did not fail.
+func TestWorkflowMarkSuccessCLI(t *testing.T) {
+	srv := memstore.NewServer()
+	useMemstore(t, srv)
+	zk := diamondJobs(t, "cli-mark", 2)
+	ctx := t.Context()
+	st := srv.Connect()
+	steps := func(job string) *workflow.Steps { return workflow.ForJob(st, "cli-mark", job) }
+	pick, err := steps("a").Pick(ctx, []int{0, 1}, nil, true, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := pick.Run
+	mark := func(job string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, append([]string{"workflow", "mark-success", "--run", run, "--job", job}, zk...)...)
+	}
+	for _, r := range []struct {
+		job string
+		out map[int]string
+	}{{"a", map[int]string{0: "", 1: ""}}, {"b", map[int]string{0: "", 1: "exit status 2"}}} {
+		if _, err := steps(r.job).Record(ctx, run, r.out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := mark("b")
+	if want := "workflow mark-success: b's step of " + run + " counts as succeeded; no step started (the steps after it wait for other steps)\n"; code != 0 || out != want {
+		t.Fatalf("mark-success b (c running): exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if out, errOut, code := mark("b"); code == 0 || out != "" || !strings.Contains(errOut, "the step of b is succeeded; only a failed or stopped step can be marked succeeded") {
+		t.Fatalf("mark-success b again: exit %d, stdout %q, stderr %q; want the refusal", code, out, errOut)
+	}
+	if _, err := steps("c").Record(ctx, run, map[int]string{0: "exit status 1", 1: ""}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = mark("c")
+	if want := "workflow mark-success: c's step of " + run + " counts as succeeded; started d\n"; code != 0 || out != want {
+		t.Fatalf("mark-success c (d stopped): exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	if s, _, err := workflow.ReadStep(ctx, st, "cli-mark", "d", run); err != nil || s.State != workflow.StateRunning {
+		t.Fatalf("d's step %+v, %v; want running", s, err)
+	}
+	acts := statusJSON(t, "--zk", "z", "--namespace", "cli-mark", "--job", "c").Jobs[0].Actions
+	if len(acts) == 0 || acts[0].Action != "workflow mark-success" || !strings.HasSuffix(acts[0].Detail, "; started d") {
+		t.Fatalf("c's audit %+v, want the mark-success, started d", acts)
+	}
+}

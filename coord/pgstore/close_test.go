@@ -46,9 +46,15 @@ func TestCloseEndsCallsInFlight(t *testing.T) {
 		_, _, err := st.Get(context.Background(), "/n")
 		got <- err
 	}()
+	// Polled from a connection of its own: admin is in tx, and a
+	// transaction sees pg_stat_activity as it was at its first read of it
+	// (a snapshot kept until the transaction ends), so a poll made before
+	// the read reached the lock saw it never arrive (the test failed at
+	// load 24, 'waited 10s for the read waiting for the lock').
+	watch := adminConn(t, dsn)
 	testwait.For(t, 10*time.Second, "the read waiting for the lock", func() bool {
 		var n int
-		err := admin.QueryRow(testCtx(t), `SELECT count(*) FROM pg_stat_activity
+		err := watch.QueryRow(testCtx(t), `SELECT count(*) FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%' AND pid <> pg_backend_pid()`, schema+`".nodes`).Scan(&n)
 		return err == nil && n > 0
 	})

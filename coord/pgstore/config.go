@@ -55,8 +55,9 @@ type Config struct {
 	// most 47 characters (the NOTIFY channel adds 16 to a 63-byte limit).
 	Schema string
 
-	// SessionTimeout is how long a session outlives its last heartbeat, as
-	// measured by the database's clock (now()). Heartbeats are sent every
+	// SessionTimeout is how long a session outlives its last heartbeat or
+	// committed write, as measured by the database's clock
+	// (clock_timestamp()). Heartbeats are sent every
 	// third of it. It is also how long the store stays StateSuspended
 	// before it declares StateLost. Default DefaultSessionTimeout (10s).
 	SessionTimeout time.Duration

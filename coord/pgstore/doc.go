@@ -21,7 +21,8 @@
 //     savepoint with its own zxid, so one's refusal fails no other.
 //   - Sessions are rows judged by the database's clock: a session lives
 //     while expires_at > clock_timestamp(); a heartbeat every third of the
-//     timeout moves it. Any store's heartbeat that sees an expired session
+//     timeout moves it, and so does every committed write of the session
+//     (a late heartbeat does not lose a writing session). Any store's heartbeat that sees an expired session
 //     reaps it: its ephemeral nodes are deleted in one transaction whose
 //     events fire the watches on them. Every write checks its session by
 //     the same clock, so a process paused past its timeout commits nothing

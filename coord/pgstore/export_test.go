@@ -21,7 +21,5 @@ func SetFlushHook(f func(requests int)) { hookFlush = f }
 // Writes reports how many batches of s are being committed and how many
 // write requests wait for the next one.
 func Writes(s *Store) (flushing, queued int) {
-	s.commits.mu.Lock()
-	defer s.commits.mu.Unlock()
-	return s.commits.flushing, len(s.commits.queue)
+	return s.commits.Pending()
 }

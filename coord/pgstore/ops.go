@@ -291,7 +291,7 @@ func (s *Store) multi(ctx context.Context, what string, ops []store.Op) ([]store
 		return nil, err
 	}
 	defer end()
-	return s.write(ctx, what, tk.id, ops, n)
+	return s.write(ctx, what, tk.id, ops)
 }
 
 // refusals maps the reasons multi_batch gives a refused request

@@ -12,8 +12,19 @@ import (
 
 // schemaVersion is the version of the tables migrate creates; it is stored
 // in the schema's meta table, so that Open skips the migration when the
-// schema is current.
-const schemaVersion = 2
+// schema is current or newer.
+//
+// Versions: 2, multi_batch; 3, multi_batch_v3 (a write renews its
+// session's lease). A change to a function the code calls gives it a new
+// name rather than replacing it: stores of the previous version share the
+// schema during an upgrade, and each calls its own (their migration, run
+// again when they open, restores their function and version 2 without
+// touching the newer one; the next store of this version to open sets 3
+// again).
+const schemaVersion = 3
+
+// multiFunc is the function that commits a batch of writes (multiSQL).
+const multiFunc = "multi_batch_v3"
 
 // migrationSQL creates the store's tables in schema %[1]s. Every statement
 // is idempotent (IF NOT EXISTS, ON CONFLICT DO NOTHING): migrate runs them
@@ -90,7 +101,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 	q := pgx.Identifier{schema}.Sanitize()
 	var v int
 	err := conn.QueryRow(ctx, "SELECT version FROM "+q+".meta WHERE id = 1").Scan(&v)
-	if err == nil && v == schemaVersion {
+	if err == nil && v >= schemaVersion {
 		return nil
 	}
 	if err != nil && !isUndefined(err) && !errors.Is(err, pgx.ErrNoRows) {
@@ -118,7 +129,7 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 			return mapSetupErr(schema, "migrate", err)
 		}
 	}
-	if _, err := tx.Exec(ctx, fmt.Sprintf(multiSQL, q, maxPayload)); err != nil {
+	if _, err := tx.Exec(ctx, fmt.Sprintf(multiSQL, q, maxPayload, multiFunc)); err != nil {
 		return mapSetupErr(schema, "create the multi function", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -127,8 +138,8 @@ func migrate(ctx context.Context, conn *pgx.Conn, schema string) error {
 	return nil
 }
 
-// versionIn reports, in tx, whether the schema exists at schemaVersion
-// (to_regclass: no error, so the transaction stays usable).
+// versionIn reports, in tx, whether the schema exists at schemaVersion or
+// newer (to_regclass: no error, so the transaction stays usable).
 func versionIn(ctx context.Context, tx pgx.Tx, q string) (bool, error) {
 	var exists bool
 	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q+".meta").Scan(&exists); err != nil || !exists {
@@ -139,7 +150,7 @@ func versionIn(ctx context.Context, tx pgx.Tx, q string) (bool, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
-	return v == schemaVersion, err
+	return v >= schemaVersion, err
 }
 
 // isUndefined reports a missing schema or table (a database never migrated).
@@ -163,8 +174,8 @@ func grantsHint(schema string) string {
 		"ownership of it or USAGE, CREATE on it and SELECT, INSERT, UPDATE, DELETE on its tables and USAGE on %[1]s.session_ids", schema)
 }
 
-// multiSQL creates %[1]s.multi_batch, which commits a batch of Multi
-// requests (group commit, see committer) in one statement and one
+// multiSQL creates %[1]s.%[3]s (multiFunc), which commits a batch of Multi
+// requests (group commit, see batch.go) in one statement and one
 // transaction: the client makes one round trip, and the txn row's lock (see
 // migrationSQL) is taken once per batch and held only while the server runs
 // it, never across a client's round trips, so a slow or descheduled client
@@ -175,7 +186,14 @@ func grantsHint(schema string) string {
 // EXCEPTION block: a savepoint): a refused op raises SF000 "index:reason"
 // (index within the request) and an expired session (by the database's
 // clock) SF001; either rolls back that request alone and returns one row
-// (r_req, r_err) for it, never failing or delaying the others. A request
+// (r_req, r_err) for it, never failing or delaying the others. A live
+// session's lease is renewed by its request, as a heartbeat would (never
+// shortened), so that a process whose heartbeats are late but whose writes
+// commit keeps its session, as ZooKeeper counts every request of a
+// session; the renewal rolls back with a refused request (v_live is reset:
+// the session's next request renews it again). The session row's lock,
+// taken after the txn row's as every writer does, holds a reaper off
+// until the batch commits. A request
 // that commits takes the next zxid: requests get consecutive zxids in batch
 // order, and the batch's commit makes them visible at once, so a later
 // commit never carries a smaller id. Every committed request's events are
@@ -185,7 +203,7 @@ func grantsHint(schema string) string {
 // The rows of a request are emitted as its ops apply, so a refused request
 // may have emitted some before its error row: the client discards them.
 const multiSQL = `
-CREATE OR REPLACE FUNCTION %[1]s.multi_batch(p_sesss bigint[], p_counts int[], p_kinds int[], p_paths text[], p_parents text[],
+CREATE OR REPLACE FUNCTION %[1]s.%[3]s(p_sesss bigint[], p_counts int[], p_kinds int[], p_paths text[], p_parents text[],
 	p_datas bytea[], p_versions int[], p_channel text)
 RETURNS TABLE (r_req int, r_err text, r_path text, r_czxid bigint, r_mzxid bigint, r_pzxid bigint, r_ctime timestamptz, r_mtime timestamptz,
 	r_version int, r_cversion int, r_owner bigint, r_nchild int)
@@ -202,7 +220,9 @@ BEGIN
 		BEGIN
 			v_t := clock_timestamp();
 			IF v_sess <> 0 AND v_sess <> v_live THEN
-				IF NOT EXISTS (SELECT 1 FROM %[1]s.sessions s WHERE s.id = v_sess AND s.expires_at > v_t) THEN
+				UPDATE %[1]s.sessions s SET expires_at = greatest(s.expires_at, v_t + s.timeout_ms * interval '1 millisecond')
+					WHERE s.id = v_sess AND s.expires_at > v_t;
+				IF NOT FOUND THEN
 					RAISE EXCEPTION USING ERRCODE = 'SF001', MESSAGE = '0:session';
 				END IF;
 				v_live := v_sess;
@@ -279,6 +299,7 @@ BEGIN
 			-- Reached only when every op applied: the request commits with the batch.
 			v_z := v_try;
 		EXCEPTION WHEN SQLSTATE 'SF000' OR SQLSTATE 'SF001' THEN
+			v_live := 0;
 			r_req := v_r; r_err := SQLERRM; r_path := NULL; r_czxid := NULL; r_mzxid := NULL; r_pzxid := NULL; r_ctime := NULL;
 			r_mtime := NULL; r_version := NULL; r_cversion := NULL; r_owner := NULL; r_nchild := NULL;
 			RETURN NEXT;

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/coord/store/groupcommit"
 )
 
 // Store is a store.Store on Postgres: one session at a time, replaced by a
@@ -29,7 +30,7 @@ type Store struct {
 	pool    *pgxpool.Pool
 	listen  *pgx.ConnConfig
 	reg     *registry
-	commits committer // group commit of the writes (batch.go)
+	commits *groupcommit.Queue[writeMeta] // group commit of the writes (batch.go)
 
 	mu     sync.Mutex
 	closed bool
@@ -81,10 +82,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		channel:  "shardflow_coord_" + cfg.Schema,
 		listen:   lcfg,
 		reg:      newRegistry(),
-		commits:  committer{maxBytes: 4 * cfg.MaxRequestBytes},
 		sessCh:   make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
+	s.commits = s.newCommits()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.sess = store.Session{State: store.StateConnecting, Timeout: cfg.SessionTimeout}
 	octx, cancel := context.WithTimeout(ctx, cfg.ConnectTimeout)
@@ -221,6 +222,7 @@ func (s *Store) Close() error {
 	s.cancel()
 	<-s.loopDone
 	s.calls.Wait()
+	s.commits.Wait()
 	if id != 0 || s.oldID != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.DialTimeout)
 		for _, sid := range []int64{id, s.oldID} {

@@ -673,13 +673,6 @@ func (r *Run) KeepGoing() bool {
 // and returns nil only if this run still owns item with the same epoch on a
 // live session. Otherwise ErrNotOwner (or ErrSessionLost).
 func (r *Run) CheckOwnership(ctx context.Context, item int) error {
-	_, err := r.ownership(ctx, item)
-	return err
-}
-
-// ownership is CheckOwnership, returning the checks of the nodes it read
-// (their versions) for a transaction that must hold only under it.
-func (r *Run) ownership(ctx context.Context, item int) ([]store.Op, error) {
 	j := r.j
 	var a *Assignment
 	for i := range r.items {
@@ -688,24 +681,24 @@ func (r *Run) ownership(ctx context.Context, item int) ([]store.Op, error) {
 		}
 	}
 	if a == nil {
-		return nil, fmt.Errorf("coord: job %q: item %d is not part of this run: %w", j.jname, item, ErrNotOwner)
+		return fmt.Errorf("coord: job %q: item %d is not part of this run: %w", j.jname, item, ErrNotOwner)
 	}
 	if err := j.st.Sync(ctx, j.p.Root); err != nil {
-		return nil, r.fenceErr("fencing sync", err)
+		return r.fenceErr("fencing sync", err)
 	}
 	sess, _ := j.st.Session()
 	if sess.State != store.StateConnected || sess.ID != r.session {
-		return nil, fmt.Errorf("coord: job %q: item %d: session changed: %w", j.jname, item, ErrSessionLost)
+		return fmt.Errorf("coord: job %q: item %d: session changed: %w", j.jname, item, ErrSessionLost)
 	}
 	if a.Failover {
 		ok, st, err := j.st.Exists(ctx, j.p.Item(item, layout.NFailover))
 		if err != nil {
-			return nil, r.fenceErr("fencing read", err)
+			return r.fenceErr("fencing read", err)
 		}
 		if !ok || st.Czxid != a.Epoch || st.EphemeralOwner != r.session {
-			return nil, fmt.Errorf("coord: job %q: failover item %d (epoch %d): %w", j.jname, item, a.Epoch, ErrNotOwner)
+			return fmt.Errorf("coord: job %q: failover item %d (epoch %d): %w", j.jname, item, a.Epoch, ErrNotOwner)
 		}
-		return []store.Op{&store.CheckOp{Path: j.p.Item(item, layout.NFailover), Version: st.Version}}, nil
+		return nil
 	}
 	// The epoch is also the item's failover mark when that is larger (see
 	// failoverDone): a failover run that completed since this run began
@@ -724,13 +717,13 @@ func (r *Run) ownership(ctx context.Context, item int) ([]store.Op, error) {
 	data, st, err := j.st.Get(ctx, j.p.Server(j.id, layout.NSharding))
 	c := <-cont
 	if errors.Is(err, store.ErrNoNode) {
-		return nil, fmt.Errorf("coord: job %q: item %d: %s is gone: %w", j.jname, item, j.p.Server(j.id, layout.NSharding), ErrNotOwner)
+		return fmt.Errorf("coord: job %q: item %d: %s is gone: %w", j.jname, item, j.p.Server(j.id, layout.NSharding), ErrNotOwner)
 	}
 	if err == nil {
 		err = c.err
 	}
 	if err != nil {
-		return nil, r.fenceErr("fencing read", err)
+		return r.fenceErr("fencing read", err)
 	}
 	ok, ist := c.ok, c.st
 	epoch := st.Mzxid
@@ -739,15 +732,9 @@ func (r *Run) ownership(ctx context.Context, item int) ([]store.Op, error) {
 	}
 	items, perr := layout.ParseItems(data)
 	if perr != nil || epoch != a.Epoch || !slices.Contains(items, item) {
-		return nil, fmt.Errorf("coord: job %q: item %d (epoch %d, now %d): %w", j.jname, item, a.Epoch, epoch, ErrNotOwner)
+		return fmt.Errorf("coord: job %q: item %d (epoch %d, now %d): %w", j.jname, item, a.Epoch, epoch, ErrNotOwner)
 	}
-	// A reshard sets the sharding node, a failover run's completion the
-	// item's container (its mark): either changes the epoch.
-	checks := []store.Op{&store.CheckOp{Path: j.p.Server(j.id, layout.NSharding), Version: st.Version}}
-	if ok {
-		checks = append(checks, &store.CheckOp{Path: j.p.Item(item), Version: ist.Version})
-	}
-	return checks, nil
+	return nil
 }
 
 // registrationGone reports whether the registration a call began under is

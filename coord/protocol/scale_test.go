@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,6 +133,13 @@ func runScale(t *testing.T, b coordtest.Backend, n int, storeName string, storeA
 			}
 		})
 		t.Logf("SCALE store=%s items=%d %s: %d requests", storeName, n, what, statusSt.Counts().Sub(before).Reads)
+		// One read's wall time at load 20-30 moves 10x with the scheduler
+		// and ZooKeeper's own waits: the spread of a few more, and the
+		// process's CPU per read, say whether the read itself got slower
+		// (BenchmarkStatusAtRest in coord measures its CPU alone).
+		med, lo, hi, cpu := timeStatusReads(t, admin, statusRepeats)
+		t.Logf("SCALE store=%s items=%d %s, %d reads more: median %.3f s, min %.3f s, max %.3f s; test process CPU %.3f s per read",
+			storeName, n, what, statusRepeats, med.Seconds(), lo.Seconds(), hi.Seconds(), cpu.Seconds())
 		// The times it took from the run records are the items' own.
 		if err := coordtest.CheckItemTimes(ctx, h.AdminStore, h.NS, "scale", js); err != nil {
 			t.Fatal(err)
@@ -187,6 +195,32 @@ func runScale(t *testing.T, b coordtest.Backend, n int, storeName string, storeA
 	coordtest.AssertPartition(t, n, runs...)
 	completeAll(t, runs...)
 	readStatus("status after the takeover")
+}
+
+// statusRepeats is how many more status reads each status step times.
+const statusRepeats = 5
+
+// timeStatusReads reads job "scale"'s status k times through admin and
+// returns the median, lowest and highest wall time and this process's CPU
+// time per read (its servers' work meanwhile included: at rest they make
+// no requests).
+func timeStatusReads(t *testing.T, admin *coord.Admin, k int) (med, lo, hi, cpu time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	var before, after syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+	times := make([]time.Duration, k)
+	for i := range times {
+		start := time.Now()
+		if _, err := admin.Status(ctx, "scale"); err != nil {
+			t.Fatal(err)
+		}
+		times[i] = time.Since(start)
+	}
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+	used := after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano()
+	slices.Sort(times)
+	return times[k/2], times[0], times[k-1], time.Duration(used / int64(k))
 }
 
 // worker drives the scaleworker process: each step is a SIGUSR1 and the

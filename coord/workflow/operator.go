@@ -9,7 +9,7 @@ import (
 )
 
 // This file is the operator's skip and cancel of a workflow run (rerun and
-// mark-success are in status.go). Each is one transaction checked against
+// mark-success are in status.go, mark-success with the same checks as skip). Each is one transaction checked against
 // the version of every step of the run it read: a step decided, started or
 // recorded meanwhile makes it read the run again and decide again (or
 // refuse, when the new state does not allow it), so it never undoes a

@@ -217,8 +217,8 @@ func TestUpstreamFailurePolicy(t *testing.T) {
 }
 
 // TestMarkSucceeded: b failed, so d stopped; an operator marks b
-// succeeded: d starts in the same workflow run. A succeeded step cannot
-// be marked.
+// succeeded: d starts in the same workflow run, and MarkSucceeded says so.
+// A succeeded step cannot be marked.
 func TestMarkSucceeded(t *testing.T) {
 	st := memstore.NewServer().Connect()
 	diamond(t, st, 2, "")
@@ -239,11 +239,11 @@ func TestMarkSucceeded(t *testing.T) {
 	if s := state(t, st, "d", pick.Run); s.State != workflow.StateStopped {
 		t.Fatalf("d's step %+v after b failed, want stopped", s)
 	}
-	if err := workflow.MarkSucceeded(ctx, st, ns, pick.Run, "c"); !errors.Is(err, workflow.ErrMark) {
-		t.Fatalf("marking succeeded c: %v, want ErrMark", err)
+	if started, err := workflow.MarkSucceeded(ctx, st, ns, pick.Run, "c"); !errors.Is(err, workflow.ErrMark) || started != nil {
+		t.Fatalf("marking succeeded c: %v %v, want ErrMark, nothing started", started, err)
 	}
-	if err := workflow.MarkSucceeded(ctx, st, ns, pick.Run, "b"); err != nil {
-		t.Fatal(err)
+	if started, err := workflow.MarkSucceeded(ctx, st, ns, pick.Run, "b"); err != nil || !slices.Equal(started, []string{"d"}) {
+		t.Fatalf("marking succeeded b: started %v, %v; want d started", started, err)
 	}
 	if s := state(t, st, "b", pick.Run); s.State != workflow.StateSucceeded || s.Failed != 1 {
 		t.Fatalf("b's step %+v, want succeeded, its failed item still counted", s)

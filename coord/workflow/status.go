@@ -182,58 +182,55 @@ func (s Step) Progress() string {
 // step of workflow run id counts as succeeded: the steps after it that
 // its failure stopped go back to pending, and every step this decides
 // starts (or stops, for another failed upstream), as when the step's last
-// item completes; one transaction, checked against the versions read.
-func MarkSucceeded(ctx context.Context, st store.Store, ns, id, job string) error {
-	rs, err := ReadRun(ctx, st, ns, id)
+// item completes. One transaction, checked against the versions of the
+// steps read (a decision committed meanwhile makes it read the run again
+// and decide again, or refuse). It returns the steps it started.
+func MarkSucceeded(ctx context.Context, st store.Store, ns, id, job string) ([]string, error) {
+	return retry("mark "+job+" succeeded in "+id, func() ([]string, error) {
+		return markSucceeded(ctx, st, ns, id, job)
+	})
+}
+
+func markSucceeded(ctx context.Context, st store.Store, ns, id, job string) ([]string, error) {
+	rs, err := readRunSteps(ctx, st, ns, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var target *Step
-	for i := range rs.Steps {
-		if rs.Steps[i].Job == job {
-			target = &rs.Steps[i]
-		}
+	target, ok := rs.steps[job]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("%w %s: %s is not a job of that workflow run, or was removed (its jobs: %v)", ErrMark, id, job, rs.jobs)
+	case target.step.State != StateFailed && target.step.State != StateStopped:
+		return nil, fmt.Errorf("%w %s: the step of %s is %s; only a failed or stopped step can be marked succeeded", ErrMark, id, job, target.step.State)
 	}
-	if target == nil {
-		return fmt.Errorf("%w %s: %s is not a job of that workflow run (its jobs: %v)", ErrMark, id, job, rs.Steps[0].Jobs)
-	}
-	if target.State != StateFailed && target.State != StateStopped {
-		return fmt.Errorf("%w %s: the step of %s is %s; only a failed or stopped step can be marked succeeded", ErrMark, id, job, target.State)
-	}
-	step, version, err := ReadStep(ctx, st, ns, job, id)
-	if err != nil {
-		return err
-	}
-	// The steps after it that a failure stopped.
+	// The steps after it that a failure stopped: pending again, decided
+	// below as after a success.
 	reset := map[string]versioned{}
-	for j := range after(rs, job, true) {
-		if j == job {
-			continue
+	for j := range after(rs.status(id), job, true) {
+		if s, ok := rs.steps[j]; ok && j != job {
+			s.step.State, s.step.Ended = StatePending, 0
+			reset[j] = s
 		}
-		s, v, err := ReadStep(ctx, st, ns, j, id)
-		if err != nil {
-			return err
-		}
-		s.State, s.Ended = StatePending, 0
-		reset[j] = versioned{step: s, version: v}
 	}
 	steps := &Steps{st: st, ns: ns, job: job}
+	step := target.step
 	step.State = StateSucceeded
 	if step.Ended == 0 {
 		step.Ended = steps.now()
 	}
-	ops, _, err := steps.decideAfter(ctx, id, step, reset)
+	ops, started, err := steps.decideAfter(ctx, id, step, reset)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ops = append(ops, &store.SetOp{Path: stepPath(ns, job, id), Data: encode(step), Version: version})
+	ops = append(ops, &store.SetOp{Path: stepPath(ns, job, id), Data: encode(step), Version: target.version})
+	ops = append(ops, checkUnread(ns, id, rs, ops)...)
 	if _, err := st.Multi(ctx, ops...); err != nil {
 		if lostRace(err) {
-			return fmt.Errorf("%w %s: the workflow run changed meanwhile; look at it again (`shardflow workflow status`)", ErrMark, id)
+			return nil, errReplan
 		}
-		return fmt.Errorf("workflow: mark %s's step of %s succeeded: %w", job, id, err)
+		return nil, fmt.Errorf("workflow: mark %s's step of %s succeeded: %w", job, id, err)
 	}
-	return nil
+	return started, nil
 }
 
 // ErrMark is wrapped by MarkSucceeded's refusals.

@@ -4,12 +4,13 @@
 // their Begins and Completes cost the coordination store a few
 // transactions, not one per job (issue 31).
 //
-// A caller that finds fewer than DefaultMaxInFlight flushers running
-// starts one; the others queue, and each flusher commits the queue batch
-// after batch until nothing in it can be taken (coord/pgstore's committer
-// is the model; pgstore has its own and is not wrapped). A batch is
-// bounded by the wrapped store's request limit (store.RequestLimiter) and
-// by DefaultMaxBatchOps.
+// The queue is a Queue, which coord/pgstore's group commit shares (its
+// commit is a statement of per-request savepoints, not one Multi): a
+// caller that finds fewer than DefaultMaxInFlight flushers running starts
+// one; the others queue, and each flusher commits the queue batch after
+// batch until nothing in it can be taken. A batch is bounded by the
+// wrapped store's request limit (store.RequestLimiter) and by
+// DefaultMaxBatchOps.
 //
 // What a caller sees is what one Multi of its own would give:
 //   - Isolation by key. A store gives all of one Multi's operations one
@@ -120,25 +121,15 @@ type Stats struct {
 type SendFunc func(ctx context.Context, ops ...store.Op) ([]store.OpResult, error)
 
 // Committer coalesces the concurrent Multi requests of one session into
-// combined calls of its SendFunc. A store adapter embeds one (zkstore);
-// New wraps any store with one.
+// combined calls of its SendFunc, on a Queue keyed by job. A store adapter
+// embeds one (zkstore, memstore's WithGroupCommit); New wraps any store
+// with one.
 type Committer struct {
 	send        SendFunc
-	limit       int
 	depth       int
 	maxInFlight int
 	maxOps      int
-
-	mu    sync.Mutex
-	queue []*request
-	// flushing counts the flushers running; held, the keys of the batches
-	// in flight (a count per key); heldAlone, a request committed alone is
-	// in flight.
-	flushing  int
-	held      map[string]int
-	heldAlone bool
-	flushers  sync.WaitGroup
-	closed    bool // Wait was called
+	q           *Queue[struct{}]
 
 	requests, batches, retries, alone atomic.Int64
 }
@@ -147,10 +138,17 @@ type Committer struct {
 // of at most limit bytes (store.MultiSize; one request of any size goes
 // alone).
 func NewCommitter(send SendFunc, limit int, opts ...Option) *Committer {
-	c := &Committer{send: send, limit: limit, depth: DefaultDepth, maxInFlight: DefaultMaxInFlight, maxOps: DefaultMaxBatchOps, held: map[string]int{}}
+	c := &Committer{send: send, depth: DefaultDepth, maxInFlight: DefaultMaxInFlight, maxOps: DefaultMaxBatchOps}
 	for _, o := range opts {
 		o(c)
 	}
+	c.q = NewQueue(func(batch []*request) { c.commit(batch, 0) }, QueueConfig[struct{}]{
+		MaxInFlight: c.maxInFlight, MaxOps: c.maxOps, MaxBytes: limit,
+		Keys: func(ops []store.Op) ([]string, bool) { return keys(ops, c.depth) },
+		CtxErr: func(r *request) error {
+			return fmt.Errorf("groupcommit: multi on %s: %w", store.OpPath(r.Ops[0]), r.Ctx.Err())
+		},
+	})
 	return c
 }
 
@@ -163,12 +161,7 @@ func (c *Committer) Stats() Stats {
 // closing, when every batch in flight ends with ErrClosed. Later Multis go
 // straight to the store (which refuses them), so that no flusher starts
 // while Wait waits.
-func (c *Committer) Wait() {
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.flushers.Wait()
-}
+func (c *Committer) Wait() { c.q.Wait() }
 
 // Store wraps a store.Store and coalesces its concurrent Multi calls.
 type Store struct {
@@ -200,58 +193,19 @@ func (s *Store) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, e
 }
 
 // request is one Multi waiting to be committed.
-type request struct {
-	ctx  context.Context
-	ops  []store.Op
-	size int      // store.MultiSize(ops)
-	keys []string // sorted, distinct; nil when alone
-	// alone: the request touches a node above the keys.
-	alone bool
-	done  chan reply // capacity 1
-	// queued is guarded by Store.mu: true until a batch takes it.
-	queued bool
-}
-
-// reply is a request's outcome.
-type reply struct {
-	res []store.OpResult
-	err error
-}
+type request = Request[struct{}]
 
 // Multi commits ops as one transaction, in a combined call with the
 // requests made beside it that touch other keys.
-func (s *Committer) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+func (c *Committer) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
 	if len(ops) == 0 {
-		return s.send(ctx, ops...)
+		return c.send(ctx, ops...)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s.requests.Add(1)
-	r := &request{ctx: ctx, ops: ops, size: store.MultiSize(ops), done: make(chan reply, 1), queued: true}
-	r.keys, r.alone = keys(ops, s.depth)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return s.send(ctx, ops...)
-	}
-	s.queue = append(s.queue, r)
-	start := s.flushing < s.maxInFlight
-	if start {
-		s.flushing++
-		s.flushers.Add(1)
-	}
-	s.mu.Unlock()
-	if start {
-		go s.flushQueue()
-	}
-	select {
-	case rep := <-r.done:
-		return rep.res, rep.err
-	case <-ctx.Done():
-		s.withdraw(r)
-		return nil, fmt.Errorf("groupcommit: multi on %s: %w", store.OpPath(ops[0]), ctx.Err())
-	}
+	c.requests.Add(1)
+	return c.q.Do(ctx, ops, struct{}{})
 }
 
 // keys returns the distinct keys of ops' paths (their first depth
@@ -307,195 +261,72 @@ func prefix(p string, depth int) (string, bool) {
 	return p[:i], true
 }
 
-// withdraw removes r from the queue if no batch took it yet.
-func (s *Committer) withdraw(r *request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !r.queued {
-		return
-	}
-	for i, x := range s.queue {
-		if x == r {
-			s.queue = append(s.queue[:i], s.queue[i+1:]...)
-			break
-		}
-	}
-	r.queued = false
-}
-
-// flushQueue commits the queue batch after batch and ends when nothing in
-// it can be taken: it is empty, or what is left waits for keys held by
-// another flusher's batch, which takes it once that batch is done.
-func (s *Committer) flushQueue() {
-	defer s.flushers.Done()
-	var batch []*request
-	for {
-		s.mu.Lock()
-		s.holdLocked(batch, -1)
-		batch = s.takeLocked(s.limit)
-		if len(batch) == 0 {
-			s.flushing--
-			s.mu.Unlock()
-			return
-		}
-		s.holdLocked(batch, 1)
-		s.mu.Unlock()
-		s.commit(batch, 0)
-	}
-}
-
-// holdLocked adds d to the hold of batch's keys. s.mu is held.
-func (s *Committer) holdLocked(batch []*request, d int) {
-	for _, r := range batch {
-		if r.alone {
-			s.heldAlone = d > 0
-		}
-		for _, k := range r.keys {
-			if s.held[k] += d; s.held[k] <= 0 {
-				delete(s.held, k)
-			}
-		}
-	}
-}
-
-// takeLocked removes the next batch from the queue: in arrival order, the
-// requests whose keys no request of the batch, nor of a batch in flight,
-// nor an earlier request left in the queue, has (so that same-key requests
-// keep their order), up to limit bytes and maxOps operations. A
-// request to be committed alone goes alone, when no batch is in flight.
-// s.mu is held.
-func (s *Committer) takeLocked(limit int) []*request {
-	if s.heldAlone {
-		return nil
-	}
-	var batch []*request
-	taken := map[string]bool{}   // keys of the batch
-	blocked := map[string]bool{} // keys of the requests left behind
-	ops, size := 0, 0
-	rest := s.queue[:0]
-	full := false
-	for i, r := range s.queue {
-		if full {
-			rest = append(rest, s.queue[i:]...)
-			break
-		}
-		if r.alone {
-			if len(batch) == 0 && len(s.held) == 0 {
-				batch = append(batch, r)
-				full = true
-				continue
-			}
-			rest = append(rest, s.queue[i:]...)
-			break // nothing after it may pass it: it touches every key
-		}
-		fits := len(batch) == 0 || ops+len(r.ops) <= s.maxOps && size+r.size <= limit
-		free := true
-		for _, k := range r.keys {
-			if taken[k] || blocked[k] || s.held[k] > 0 {
-				free = false
-				break
-			}
-		}
-		if !fits || !free {
-			for _, k := range r.keys {
-				blocked[k] = true
-			}
-			rest = append(rest, r)
-			continue
-		}
-		batch = append(batch, r)
-		for _, k := range r.keys {
-			taken[k] = true
-		}
-		ops, size = ops+len(r.ops), size+r.size
-	}
-	// rest shares s.queue's array: clear the tail so that no request
-	// stays referenced.
-	clear(s.queue[len(rest):])
-	s.queue = rest
-	for _, r := range batch {
-		r.queued = false
-	}
-	return batch
-}
-
 // commit sends batch as one combined Multi and replies to its requests.
 // refused counts the refusals this batch's requests have seen: after the
 // second, the rest go on Multis of their own.
-func (s *Committer) commit(batch []*request, refused int) {
-	live := batch[:0:0]
-	for _, r := range batch {
-		if err := r.ctx.Err(); err != nil {
-			r.done <- reply{err: err}
-			continue
-		}
-		live = append(live, r)
-	}
+func (c *Committer) commit(batch []*request, refused int) {
+	live := c.q.Live(batch)
 	if len(live) == 0 {
 		return
 	}
 	if refused >= 2 && len(live) > 1 {
-		s.commitAlone(live, refused)
+		c.commitAlone(live, refused)
 		return
 	}
-	s.batches.Add(1)
+	c.batches.Add(1)
 	var ops []store.Op
 	if len(live) == 1 {
-		ops = live[0].ops
+		ops = live[0].Ops
 	} else {
 		n := 0
 		for _, r := range live {
-			n += len(r.ops)
+			n += len(r.Ops)
 		}
 		ops = make([]store.Op, 0, n)
 		for _, r := range live {
-			ops = append(ops, r.ops...)
+			ops = append(ops, r.Ops...)
 		}
 	}
-	res, err := s.call(live, ops)
+	ctx, stop := CallContext(live)
+	res, err := c.send(ctx, ops...)
+	stop()
 	if err == nil && len(res) != len(ops) {
 		err = fmt.Errorf("groupcommit: %d results for %d operations: %w", len(res), len(ops), store.ErrConnectionLoss)
 	}
 	if err == nil {
 		off := 0
 		for _, r := range live {
-			r.done <- reply{res: res[off : off+len(r.ops) : off+len(r.ops)]}
-			off += len(r.ops)
+			r.Reply(res[off:off+len(r.Ops):off+len(r.Ops)], nil)
+			off += len(r.Ops)
 		}
 		return
 	}
 	if len(live) == 1 {
-		live[0].done <- reply{err: err}
+		live[0].Reply(nil, err)
 		return
 	}
-	if s.refuse(live, ops, err, refused) {
+	if c.refuse(live, ops, err, refused) {
 		return
 	}
 	if errors.Is(err, store.ErrTooLarge) {
 		// The store measured the batch larger than its limit said: halves.
 		h := len(live) / 2
-		s.commit(live[:h:h], refused)
-		s.commit(live[h:], refused)
+		c.commit(live[:h:h], refused)
+		c.commit(live[h:], refused)
 		return
 	}
-	for _, r := range live {
-		if cerr := r.ctx.Err(); cerr != nil {
-			r.done <- reply{err: cerr}
-			continue
-		}
-		r.done <- reply{err: err}
-	}
+	c.q.Fail(live, err)
 }
 
 // commitAlone commits each request of live on a Multi of its own, at once.
-func (s *Committer) commitAlone(live []*request, refused int) {
-	s.alone.Add(int64(len(live)))
+func (c *Committer) commitAlone(live []*request, refused int) {
+	c.alone.Add(int64(len(live)))
 	var wg sync.WaitGroup
 	for _, r := range live {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.commit([]*request{r}, refused)
+			c.commit([]*request{r}, refused)
 		}()
 	}
 	wg.Wait()
@@ -505,43 +336,23 @@ func (s *Committer) commitAlone(live []*request, refused int) {
 // (store.MultiError): that operation's request gets the error, rebased to
 // its own operations, and the others are committed again without it. It
 // reports false when err is no refusal of one of ops.
-func (s *Committer) refuse(live []*request, ops []store.Op, err error, refused int) bool {
+func (c *Committer) refuse(live []*request, ops []store.Op, err error, refused int) bool {
 	var me *store.MultiError
 	if !errors.As(err, &me) || me.Index < 0 || me.Index >= len(ops) {
 		return false
 	}
 	off := 0
 	for i, r := range live {
-		if me.Index < off+len(r.ops) {
-			r.done <- reply{err: &store.MultiError{Index: me.Index - off, Op: me.Op, Err: me.Err}}
+		if me.Index < off+len(r.Ops) {
+			r.Reply(nil, &store.MultiError{Index: me.Index - off, Op: me.Op, Err: me.Err})
 			rest := append(live[:i:i], live[i+1:]...)
-			s.retries.Add(1)
-			s.commit(rest, refused+1)
+			c.retries.Add(1)
+			c.commit(rest, refused+1)
 			return true
 		}
-		off += len(r.ops)
+		off += len(r.Ops)
 	}
 	return false
-}
-
-// call makes the combined call; it lives while any request's ctx does.
-func (s *Committer) call(live []*request, ops []store.Op) ([]store.OpResult, error) {
-	if len(live) == 1 {
-		return s.send(live[0].ctx, ops...)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var left atomic.Int32
-	left.Store(int32(len(live)))
-	for _, r := range live {
-		stop := context.AfterFunc(r.ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-		defer stop()
-	}
-	return s.send(ctx, ops...)
 }
 
 // Close closes the wrapped store, then waits for the flusher: a batch in

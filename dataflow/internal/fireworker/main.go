@@ -4,8 +4,13 @@
 // listener that records, for every run, when the run started (before its
 // Begin) and when BeforeRun was called (after it).
 //
-// It prints "ready jobs=N add=S" once every job is added and the Node
-// runs. On SIGTERM it stops the Node gracefully, writes one line per run to
+// It prints "ready jobs=N add=S requests=... reads=... multis=... ops=..."
+// once every job is added and the Node runs (the store requests so far:
+// the joins'). With --hold it adds the jobs before starting the Node,
+// prints "added ..." (the same fields) and starts the Node only on
+// SIGUSR1: the harness starts every server's jobs at once, after all of
+// them are added, so that no job fires while the others are being added.
+// On SIGTERM it stops the Node gracefully, writes one line per run to
 // --out ("job reason started_unix_ns before_run_unix_ns", reason as
 // dataflow.Reason's number), prints "stopped runs=R errors=E" and the
 // store requests the Node made ("reads=... multis=... ops=..." after
@@ -63,7 +68,7 @@ type options struct {
 	cron, out, cpuProfile              string
 	jobs, total, adders                int
 	sessionTimeout, stopTimeout        time.Duration
-	groupCommit                        bool
+	groupCommit, hold                  bool
 	gcOps, gcInFlight                  int
 }
 
@@ -81,6 +86,7 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.adders, "adders", 32, "goroutines calling AddJob")
 	flag.DurationVar(&o.sessionTimeout, "session-timeout", 10*time.Second, "ZooKeeper session timeout")
 	flag.DurationVar(&o.stopTimeout, "stop-timeout", time.Minute, "bound of the graceful stop on SIGTERM")
+	flag.BoolVar(&o.hold, "hold", false, "add the jobs before starting the Node, print \"added ...\" and start it (the jobs fire) on SIGUSR1")
 	flag.BoolVar(&o.groupCommit, "group-commit", true, "ZooKeeper: commit concurrent Multis together (false: zkstore.Config.NoGroupCommit)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile from ready to the stop to this file")
 	flag.IntVar(&o.gcOps, "gc-ops", 0, "ZooKeeper: a group commit batch's operations (0: zkstore's default; with --gc-inflight, the store is wrapped by a groupcommit.Store so tuned)")
@@ -171,8 +177,15 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := node.Start(ctx); err != nil {
-		return err
+	// Registered before anything is printed: SIGUSR1's default action
+	// ends the process.
+	release := make(chan os.Signal, 1)
+	signal.Notify(release, syscall.SIGUSR1)
+	defer signal.Stop(release)
+	if !o.hold {
+		if err := node.Start(ctx); err != nil {
+			return err
+		}
 	}
 	rec := &recorder{}
 	start := time.Now()
@@ -180,8 +193,24 @@ func run(ctx context.Context) error {
 		_ = node.Stop(context.Background())
 		return err
 	}
-	fmt.Printf("ready jobs=%d add=%.2f\n", o.jobs, time.Since(start).Seconds())
-	counts, batches := st.Counts(), groupBatches(raw)
+	add := time.Since(start).Seconds()
+	counts := st.Counts()
+	if o.hold {
+		// The jobs are joined but fire only once the Node starts: on the
+		// harness's SIGUSR1, when every server has added its jobs.
+		fmt.Printf("added jobs=%d add=%.2f requests=%d reads=%d multis=%d ops=%d\n", o.jobs, add, counts.Requests(), counts.Reads, counts.Multis, counts.MultiOps)
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return node.Stop(context.Background())
+		}
+		if err := node.Start(ctx); err != nil {
+			return err
+		}
+		counts = st.Counts()
+	}
+	batches := groupBatches(raw)
+	fmt.Printf("ready jobs=%d add=%.2f requests=%d reads=%d multis=%d ops=%d\n", o.jobs, add, counts.Requests(), counts.Reads, counts.Multis, counts.MultiOps)
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
