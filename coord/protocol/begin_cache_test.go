@@ -1,11 +1,14 @@
 package protocol_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/shardflow/shardflow/coord/coordtest"
+	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/internal/storecount"
 )
 
@@ -44,5 +47,42 @@ func TestBeginReadsNothing(t *testing.T) {
 			}
 		}
 		coordtest.CompleteAll(t, runs...)
+	})
+}
+
+// TakeMisfire after a run with no item flagged misfire answers from the
+// tree cache: no read (2 direct reads before, after every Complete of a
+// job with misfire on, the default). A flag of this server's own Begin is
+// written through to its cache, and TakeMisfire then reads directly and
+// takes it. In a synctest bubble.
+func TestTakeMisfireReadsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := coordtest.NewHarness(t, coordtest.Mem())
+		cs := storecount.New(h.B.Connect(t))
+		a, err := h.TryStart("a", coordtest.Config("job", 2), cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			coordtest.CompleteAll(t, coordtest.BeginAll(t, a)...)
+			synctest.Wait()
+		}
+		before := cs.Counts()
+		again, err := a.Job.TakeMisfire(t.Context())
+		if d := cs.Counts().Sub(before); err != nil || again || d.Reads != 0 || d.Writes != 0 {
+			t.Fatalf("TakeMisfire with no flag: %v, %v after %d reads and %d writes; want false, nil after none", again, err, d.Reads, d.Writes)
+		}
+		// A trigger while the run goes on flags its items misfire.
+		run := coordtest.BeginAll(t, a)[0]
+		if _, err := a.Job.Begin(t.Context(), time.Now()); !errors.Is(err, protocol.ErrItemsRunning) {
+			t.Fatalf("Begin beside the run: %v, want ErrItemsRunning", err)
+		}
+		coordtest.CompleteAll(t, run)
+		if again, err := a.Job.TakeMisfire(t.Context()); err != nil || !again {
+			t.Fatalf("TakeMisfire after a misfire: %v, %v; want true", again, err)
+		}
+		if again, err := a.Job.TakeMisfire(t.Context()); err != nil || again {
+			t.Fatalf("second TakeMisfire: %v, %v; want false (flags cleared)", again, err)
+		}
 	})
 }

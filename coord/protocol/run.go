@@ -1072,8 +1072,12 @@ func (j *Job) TakeMisfire(ctx context.Context) (bool, error) {
 	if !cfg.MisfireEnabled() {
 		return false, nil
 	}
-	// Direct reads: the flag and the assignment must not lag behind the
-	// run that just completed.
+	// No flag on the cached items: no catch-up, and no read (a trigger's
+	// common case). Otherwise direct reads: the flag and the assignment
+	// must not lag behind the run that just completed.
+	if jobnodes.NoCachedMisfire(j.cache, j.id, cfg.ShardingTotalCount) {
+		return false, nil
+	}
 	nec, _, err := j.st.Exists(ctx, j.p.Abs(layout.RelNecessary))
 	if err != nil {
 		return false, fmt.Errorf("coord: job %q: read %s: %w", j.jname, j.p.Abs(layout.RelNecessary), err)

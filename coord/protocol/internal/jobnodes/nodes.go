@@ -293,3 +293,29 @@ func (nd *Nodes) ItemHas(ctx context.Context, rel string) (bool, error) {
 	}
 	return ok, nil
 }
+
+// NoCachedMisfire reports whether the tree cache shows no misfire flag on
+// any of server's items (its cached sharding node's, below total), the
+// cache knowing each item's nodes (treecache.Cache.Known). Misfire flags
+// are written by the owner's own Begins (written through to its cache), or
+// by a former owner and read with the item's container when the item
+// became this server's; a flag the cache has yet to show (an item just
+// assigned, its container not listed yet) is seen by a later call. false:
+// the cache shows one, or cannot say (read directly then).
+func NoCachedMisfire(c *treecache.Cache, server string, total int) bool {
+	data, _, ok := c.Get(layout.RelServer(server, layout.NSharding))
+	if !ok || c.Incomplete() {
+		return false
+	}
+	items, err := layout.ParseItems(data)
+	if err != nil {
+		return false
+	}
+	for _, it := range items {
+		rel := layout.RelItem(it, layout.NMisfire)
+		if it < total && (!c.Known(rel) || c.Has(rel)) {
+			return false
+		}
+	}
+	return true
+}
