@@ -175,10 +175,17 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 	loadEnd := loadAverage()
 	var runs []fireRun
 	for i, p := range procs {
+		// Its outcome, its error on exit and the first errors of its runs
+		// (the worker logs 5 at most), in FIRES lines: make bench-fires
+		// shows those alone.
 		for _, l := range p.Lines() {
-			if strings.HasPrefix(l, "stopped") {
+			if strings.HasPrefix(l, "stopped") || strings.HasPrefix(l, "error") || strings.Contains(l, "run error") {
 				logf("worker s%d %s", i+1, l)
 			}
+		}
+		if _, err := os.Stat(outs[i]); err != nil {
+			t.Errorf("worker s%d wrote no runs (%v): its runs are left out of the count", i+1, err)
+			continue
 		}
 		runs = append(runs, readFireRuns(t, fmt.Sprintf("s%d", i+1), outs[i])...)
 	}

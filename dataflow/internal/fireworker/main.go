@@ -39,6 +39,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,14 +229,18 @@ func run(ctx context.Context) error {
 	counts, batches = st.Counts().Sub(counts), groupBatches(raw)-batches
 	stopCtx, cancel := context.WithTimeout(context.Background(), o.stopTimeout)
 	defer cancel()
-	if err := node.Stop(stopCtx); err != nil {
-		return fmt.Errorf("stop: %w", err)
-	}
+	stopErr := node.Stop(stopCtx)
+	// The runs recorded are written even when the stop ran out of time
+	// (runs of 10,000 jobs still waiting at a loaded machine's SIGTERM):
+	// the window's runs are over by then.
 	rec.mu.Lock()
-	runs := rec.runs
+	runs := slices.Clone(rec.runs)
 	rec.mu.Unlock()
 	if err := writeRuns(o.out, runs); err != nil {
 		return err
+	}
+	if stopErr != nil {
+		return fmt.Errorf("stop: %w", stopErr)
 	}
 	fmt.Printf("stopped runs=%d errors=%d reads=%d multis=%d ops=%d batches=%d\n", len(runs), errCount.Load(),
 		counts.Reads, counts.Multis, counts.MultiOps, batches)
