@@ -100,7 +100,7 @@ sim: zk-overlay ## seeded protocol simulation (and, on the embedded store, the w
 		seed=$$(grep '^schedules=' $$out | tail -1 | sed 's/.*seed=//'); \
 		SIM_SEED=$${seed:-$(SEED)} SIM_SCHEDULES=$(SCHEDULES) $(GO) test -race -count=1 -timeout 0 -run '^TestWorkflowSimulation$$' -v ./coord/workflow/ > $$wf 2>&1 || rc=1; fi; \
 	awk '/sim_test.go/ {p = 1; print; next} /^[ \t]/ {if (p) print; next} {p = 0} /^(FAIL|panic)/' $$out; grep '^repeat:' $$out; \
-	awk '/random_test.go/ {print} /^(FAIL|panic)/' $$wf; grep '^workflow: schedules=' $$wf; \
+	awk '/(random|faults)_test.go/ {print} /^(FAIL|panic)/' $$wf; grep '^workflow: schedules=' $$wf; \
 	{ grep '^schedules=' $$out | tail -1; grep '^workflow: schedules=' $$wf; } | awk '{for (i = 1; i <= NF; i++) {split($$i, kv, "="); if (kv[1] == "violations") v += kv[2]} if ($$1 != "workflow:") {k = $$1; s = $$3}} END {if (k != "") print k " violations=" v+0 " " s}'; \
 	rm -f $$out $$wf; exit $$rc
 

@@ -2,6 +2,7 @@ package dataflow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -170,22 +171,50 @@ func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, as
 // run (workflow.Steps.Record), which starts the steps after it when they
 // complete its step. A cancelled run records nothing: its items run again
 // (their new owner's run, or their failover run) in the same workflow run.
-func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, run string, assigned []protocol.Assignment, cancelled bool, errs map[int]string) {
-	if run == "" || cancelled || len(assigned) == 0 {
+// Nor is an item recorded whose run ended in an error while the run no
+// longer owned it (cutByOwnership): that error is the item's cut, not its
+// failure, and the item runs again in the workflow run.
+func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, wfRun string, run *protocol.Run, assigned []protocol.Assignment, cancelled bool, res RunResult, errs map[int]string) {
+	if wfRun == "" || cancelled || len(assigned) == 0 {
 		return
+	}
+	itemErr := make(map[int]error, len(res.Items))
+	for _, it := range res.Items {
+		itemErr[it.Item] = it.Err
 	}
 	outcomes := make(map[int]string, len(assigned))
 	for _, a := range assigned {
-		outcomes[a.Item] = errs[a.Item]
+		msg, failed := errs[a.Item]
+		if failed && cutByOwnership(ctx, run, a.Item, itemErr[a.Item]) {
+			n.logger.Info("dataflow: item cut by a lost ownership; it runs again in its workflow run", "job", h.name, "workflowRun", wfRun, "item", a.Item, "err", msg)
+			continue
+		}
+		outcomes[a.Item] = msg
 	}
-	started, err := h.wf.steps.Record(ctx, run, outcomes)
+	if len(outcomes) == 0 {
+		return
+	}
+	started, err := h.wf.steps.Record(ctx, wfRun, outcomes)
 	if err != nil {
-		n.reportError(h.name, fmt.Errorf("dataflow: record the run's items in workflow run %s: %w", run, err))
+		n.reportError(h.name, fmt.Errorf("dataflow: record the run's items in workflow run %s: %w", wfRun, err))
 		return
 	}
 	if len(started) > 0 {
-		n.logger.Info("dataflow: workflow steps started", "job", h.name, "workflowRun", run, "started", started)
+		n.logger.Info("dataflow: workflow steps started", "job", h.name, "workflowRun", wfRun, "started", started)
 	}
+}
+
+// cutByOwnership reports whether an item whose run ended in err did so
+// because the run lost the item: err is a refused fence (ErrNotOwner, or
+// ErrSessionLost: a commit on a lost connection or session), or the run
+// no longer owns the item now (a job that did not wrap its fence's
+// error). The run's context is cancelled only once the protocol sees the
+// session end, so a fence can be refused before that.
+func cutByOwnership(ctx context.Context, run *protocol.Run, item int, err error) bool {
+	if errors.Is(err, protocol.ErrNotOwner) || errors.Is(err, protocol.ErrSessionLost) {
+		return true
+	}
+	return run.CheckOwnership(ctx, item) != nil
 }
 
 // hasOpenStep reports whether a job with DependsOn has a step to run: a

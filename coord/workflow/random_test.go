@@ -44,22 +44,30 @@ func TestRandomSchedules(t *testing.T) {
 }
 
 // TestWorkflowSimulation is make sim's workflow part: SIM_SCHEDULES
-// random schedules (randomSchedule) from seed SIM_SEED on, each a
-// violation when any invariant fails; the last line is
-// "workflow: schedules=K violations=V seed=N".
+// seeds from SIM_SEED on, each running randomSchedule (the workflow layer
+// from three sessions racing) and faultSchedule (a diamond or a chain on
+// the job protocol under crashes, expiries, disconnects and pauses), a
+// violation when either fails; the last line is "workflow: schedules=K
+// violations=V seed=N runs=R repeated=D" (R workflow runs of the fault
+// schedules, D item runs in them that repeated a cut item's commits).
+// SIM_SEED=N SIM_SCHEDULES=1 replays seed N.
 func TestWorkflowSimulation(t *testing.T) {
 	k, _ := strconv.Atoi(os.Getenv("SIM_SCHEDULES"))
 	if k <= 0 {
 		t.Skip("make sim runs it (SIM_SCHEDULES)")
 	}
 	seed, _ := strconv.ParseUint(os.Getenv("SIM_SEED"), 10, 64)
-	violations := 0
+	violations, runs, repeated := 0, 0, 0
 	for i := range uint64(k) {
-		if !t.Run(fmt.Sprint(seed+i), func(t *testing.T) { randomSchedule(t, seed+i) }) {
+		if !t.Run(fmt.Sprint(seed+i), func(t *testing.T) {
+			randomSchedule(t, seed+i)
+			r, d := faultSchedule(t, seed+i)
+			runs, repeated = runs+r, repeated+d
+		}) {
 			violations++
 		}
 	}
-	fmt.Printf("workflow: schedules=%d violations=%d seed=%d\n", k, violations, seed)
+	fmt.Printf("workflow: schedules=%d violations=%d seed=%d runs=%d repeated=%d\n", k, violations, seed, runs, repeated)
 }
 
 // simBatches is the number of commits an item's work makes in the
@@ -286,7 +294,9 @@ func randomSchedule(t *testing.T, seed uint64) {
 	for _, e := range errs {
 		t.Errorf("seed %d: %s", seed, e)
 	}
-	t.Logf("seed %d: %d workflow runs; %d item runs cut after a commit and run again (the duplicates the design allows)", seed, len(wruns), repeated)
+	if t.Failed() {
+		t.Logf("seed %d: %d workflow runs; %d item runs cut after a commit and run again (the duplicates the design allows)", seed, len(wruns), repeated)
+	}
 }
 
 func allDecided(t *testing.T, st store.Store) bool {
