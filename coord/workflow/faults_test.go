@@ -164,7 +164,7 @@ func (s *faultSim) run() (runs, repeated int) {
 		s.join(sv)
 	}
 	synctest.Wait()
-	for range 40 + s.rng.IntN(40) {
+	for range 25 + s.rng.IntN(25) {
 		s.randomStep()
 		synctest.Wait()
 	}
@@ -219,14 +219,23 @@ func (s *faultSim) randomStep() {
 		if sv != nil && s.rng.IntN(3) == 0 {
 			// A fault racing the released runs (no settling between):
 			// their commits, records and completions meet it midway.
+			// The other servers' runs of every job go at the same time
+			// (a failover claim of the items the fault cuts among them).
+			for _, o := range up {
+				if o != sv {
+					for _, name := range s.names {
+						s.start(o, name, false, false)
+					}
+				}
+			}
 			if s.rng.IntN(2) == 0 {
-				s.step("expire %s at once", sv.id)
+				s.step("expire %s at once, the others running", sv.id)
 				if sv.disconnected {
 					s.reconnect(sv)
 				}
 				s.h.B.Expire(s.t, sv.st)
 			} else {
-				s.step("crash %s at once", sv.id)
+				s.step("crash %s at once, the others running", sv.id)
 				s.crash(sv)
 			}
 		}
