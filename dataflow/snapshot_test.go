@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,12 +72,31 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 	t.Cleanup(func() { _ = adminSess.Close() })
 	admin := coord.NewAdmin(adminSess, ns)
 	newParams := "0=A,1=B,2=C,3=D,4=E,5=F"
+	var edit func()
 	hookErr := make(chan error, 1)
-	hs.OnNext("Get", sharding, func() {
+	var (
+		armed atomic.Bool // set before the trigger: the hook is for its Begin
+		once  sync.Once
+	)
+	// The edit goes in at the first transaction fenced by s0's sharding
+	// node: Begin's. Begin plans on its tree cache and reads nothing
+	// directly in the steady state, so its transaction is the one point
+	// inside Begin that every run passes.
+	hs.Before = func(_ context.Context, c coordtest.Call) error {
+		if c.Method == "Multi" && armed.Load() && slices.ContainsFunc(c.Ops, func(op store.Op) bool {
+			ck, ok := op.(*store.CheckOp)
+			return ok && ck.Path == sharding
+		}) {
+			once.Do(edit)
+		}
+		return nil
+	}
+	edit = func() {
 		// On the Node's runner goroutine, inside Begin: edit, then wait
 		// until the job has applied the edit and the leader (this server's
-		// watcher) has resharded on the new total, so the assignment Begin
-		// reads next lists six items.
+		// watcher) has resharded on the new total. The transaction then
+		// fails on the sharding node's version, and the assignment Begin
+		// reads next lists six items: Begin must keep its snapshot's four.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := admin.SetConfig(ctx, job, "shardingTotalCount", "6")
@@ -94,7 +114,8 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 			})
 		}
 		hookErr <- err
-	})
+	}
+	armed.Store(true)
 
 	if err := n.TriggerLocal(job); err != nil {
 		t.Fatal(err)
