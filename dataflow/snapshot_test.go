@@ -83,10 +83,7 @@ func TestNodeShardsFromOneConfigSnapshot(t *testing.T) {
 	// directly in the steady state, so its transaction is the one point
 	// inside Begin that every run passes.
 	hs.Before = func(_ context.Context, c coordtest.Call) error {
-		if c.Method == "Multi" && armed.Load() && slices.ContainsFunc(c.Ops, func(op store.Op) bool {
-			ck, ok := op.(*store.CheckOp)
-			return ok && ck.Path == sharding
-		}) {
+		if armed.Load() && c.Checks(sharding) {
 			once.Do(edit)
 		}
 		return nil

@@ -19,6 +19,17 @@ type Call struct {
 	Ops []store.Op
 }
 
+// Checks reports whether c is a Multi with a version check of path: a
+// Begin's transaction checks the server's sharding node, the one point
+// inside a Begin every run passes (it plans on the tree cache and reads
+// nothing directly in the steady state).
+func (c Call) Checks(path string) bool {
+	return c.Method == "Multi" && slices.ContainsFunc(c.Ops, func(op store.Op) bool {
+		ck, ok := op.(*store.CheckOp)
+		return ok && ck.Path == path
+	})
+}
+
 // HookStore wraps a store so that a test can act around its calls, at the
 // points of the protocol where an order of events is to be forced: Before
 // runs before a call reaches the store and may hold it, or fail it without

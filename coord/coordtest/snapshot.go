@@ -2,7 +2,6 @@ package coordtest
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,10 +29,7 @@ func testConfigSnapshot(t *testing.T, h *Harness) {
 		once  sync.Once
 	)
 	hs := &HookStore{Store: h.B.Connect(t), Before: func(_ context.Context, c Call) error {
-		if c.Method == "Multi" && armed.Load() && slices.ContainsFunc(c.Ops, func(op store.Op) bool {
-			ck, ok := op.(*store.CheckOp)
-			return ok && ck.Path == sharding
-		}) {
+		if armed.Load() && c.Checks(sharding) {
 			once.Do(edit)
 		}
 		return nil
