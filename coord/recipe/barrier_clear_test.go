@@ -47,14 +47,7 @@ func TestOnceClearKeepsRegistrationsMadeDuringTheCallback(t *testing.T) {
 			})
 		}()
 		<-inCallback
-		var bRan atomic.Bool
-		bDone := make(chan error, 1)
-		go func() {
-			bDone <- b.Run(t.Context(), []int{2}, 2*time.Second, func(context.Context) error {
-				bRan.Store(true)
-				return nil
-			})
-		}()
+		bDone, bRan := runNoting(t.Context(), b, []int{2}, 2*time.Second)
 		synctest.Wait() // b registered item 2 and waits
 		close(release)
 		if err := <-aDone; err != nil {
@@ -108,14 +101,7 @@ func TestOnceRunnerWhoseSessionEndedInTheCallbackKeepsLaterRegistrations(t *test
 		}()
 		<-inCallback
 		aSession.Expire() // a's registrations and latch go; a's store opens a new session
-		var bRan atomic.Bool
-		bDone := make(chan error, 1)
-		go func() {
-			bDone <- b.Run(t.Context(), []int{0}, 2*time.Second, func(context.Context) error {
-				bRan.Store(true)
-				return nil
-			})
-		}()
+		bDone, bRan := runNoting(t.Context(), b, []int{0}, 2*time.Second)
 		synctest.Wait() // b registered item 0 and waits for item 1
 		close(release)
 		<-aDone
@@ -127,4 +113,18 @@ func TestOnceRunnerWhoseSessionEndedInTheCallbackKeepsLaterRegistrations(t *test
 			t.Fatalf("b's Run = %v, want a timeout (its set, item 1 missing, never completes)", err)
 		}
 	})
+}
+
+// runNoting starts b.Run over items with a callback that only notes that it
+// ran; it returns Run's result and that note.
+func runNoting(ctx context.Context, b Barrier, items []int, timeout time.Duration) (<-chan error, *atomic.Bool) {
+	var ran atomic.Bool
+	done := make(chan error, 1)
+	go func() {
+		done <- b.Run(ctx, items, timeout, func(context.Context) error {
+			ran.Store(true)
+			return nil
+		})
+	}()
+	return done, &ran
 }

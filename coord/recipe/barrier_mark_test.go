@@ -54,14 +54,7 @@ func TestOnceClearLeavesARegistrationMadeAfterTheSetWasTaken(t *testing.T) {
 			})
 		}()
 		<-inCallback // a's set (item 1 disabled) taken
-		var bRan atomic.Bool
-		bDone := make(chan error, 1)
-		go func() {
-			bDone <- b.Run(t.Context(), []int{1}, 2*time.Second, func(context.Context) error {
-				bRan.Store(true)
-				return nil
-			})
-		}()
+		bDone, bRan := runNoting(t.Context(), b, []int{1}, 2*time.Second)
 		synctest.Wait() // b registered item 1, found the set complete and the latch held
 		close(release)
 		if err := <-aDone; err != nil {
@@ -109,14 +102,7 @@ func TestOnceRegistrationsOfASetWhoseRunnerExpiredDoNotCountAgain(t *testing.T) 
 		}()
 		<-inCallback
 		rSession.Expire() // r's registration and latch go; w's stays
-		var xRan atomic.Bool
-		xDone := make(chan error, 1)
-		go func() {
-			xDone <- x.Run(t.Context(), []int{1}, 2*time.Second, func(context.Context) error {
-				xRan.Store(true)
-				return nil
-			})
-		}()
+		xDone, xRan := runNoting(t.Context(), x, []int{1}, 2*time.Second)
 		synctest.Wait()
 		close(release)
 		<-rDone
