@@ -696,7 +696,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 	// The workflow run's record of its items before the completion: a
 	// crash between the two re-runs nothing (the items' failover run
 	// finds them completed in the workflow run).
-	n.recordWorkflow(cctx, h, wfRun, run, assigned, cancelled, res, out.Errors)
+	n.recordWorkflow(cctx, h, wfRun, run, assigned, cancelled, res)
 	if s, f := h.counter.Drain(); s != 0 || f != 0 || len(assigned) > 0 {
 		out.Counts = &protocol.CountReport{Success: s, Failure: f}
 	}

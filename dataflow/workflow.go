@@ -174,7 +174,7 @@ func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, as
 // Nor is an item recorded whose run ended in an error while the run no
 // longer owned it (cutByOwnership): that error is the item's cut, not its
 // failure, and the item runs again in the workflow run.
-func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, wfRun string, run *protocol.Run, assigned []protocol.Assignment, cancelled bool, res RunResult, errs map[int]string) {
+func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, wfRun string, run *protocol.Run, assigned []protocol.Assignment, cancelled bool, res RunResult) {
 	if wfRun == "" || cancelled || len(assigned) == 0 {
 		return
 	}
@@ -184,12 +184,16 @@ func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, wfRun string, r
 	}
 	outcomes := make(map[int]string, len(assigned))
 	for _, a := range assigned {
-		msg, failed := errs[a.Item]
-		if failed && cutByOwnership(ctx, run, a.Item, itemErr[a.Item]) {
-			n.logger.Info("dataflow: item cut by a lost ownership; it runs again in its workflow run", "job", h.name, "workflowRun", wfRun, "item", a.Item, "err", msg)
+		err := itemErr[a.Item]
+		if err == nil {
+			outcomes[a.Item] = ""
 			continue
 		}
-		outcomes[a.Item] = msg
+		if cutByOwnership(ctx, run, a.Item, err) {
+			n.logger.Info("dataflow: item cut by a lost ownership; it runs again in its workflow run", "job", h.name, "workflowRun", wfRun, "item", a.Item, "err", err)
+			continue
+		}
+		outcomes[a.Item] = err.Error()
 	}
 	if len(outcomes) == 0 {
 		return
