@@ -116,6 +116,9 @@ type schedJob struct {
 	removed        bool
 	pendingMisfire bool
 	pendingTrigger bool
+	// pendingKick: a kick came during a run; it runs after it (a kick
+	// dropped waited for the next reconcile tick).
+	pendingKick bool
 	// pendingFailover: failover items were signalled while a failover
 	// runner beside the run was claiming: it claims again before it exits.
 	pendingFailover bool
@@ -263,13 +266,18 @@ func (s *scheduler) trigger(name string, reason Reason) error {
 	return nil
 }
 
-// kick starts a reasonKick run if the job is idle; a job in a run needs
-// none (the kick comes again).
+// kick starts a reasonKick run if the job is idle, else queues one for
+// after the run in progress: that run may have planned before the items
+// the kick is for (a reshard's) were this server's.
 func (s *scheduler) kick(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	j, ok := s.jobs[name]
-	if !ok || s.stopping || j.removed || j.idle != nil {
+	if !ok || s.stopping || j.removed {
+		return
+	}
+	if j.idle != nil {
+		j.pendingKick = true
 		return
 	}
 	s.startRunnerLocked(j, reasonKick)
@@ -371,7 +379,8 @@ func (s *scheduler) live(j *schedJob) bool {
 //   - a failover item it claimed (ReasonFailover);
 //   - a trigger queued during the run (ReasonTrigger), else a cron fire
 //     missed during it (ReasonMisfire): one run serves both, so both are
-//     consumed; any number of missed fires gives exactly one catch-up run.
+//     consumed; any number of missed fires gives exactly one catch-up run;
+//   - else a kick queued during the run (reasonKick).
 //
 // When it decides none, the runner is gone from j before s.mu is released,
 // so a request arriving after the decision starts a new runner.
@@ -427,8 +436,13 @@ func (s *scheduler) followUp(j *schedJob, beside bool) Reason {
 			next = ReasonTrigger
 		case j.pendingMisfire:
 			next = ReasonMisfire
+		case j.pendingKick:
+			next = reasonKick
 		}
 		j.pendingTrigger, j.pendingMisfire = false, false
+		if next == reasonKick || !live {
+			j.pendingKick = false
+		}
 		if next == 0 {
 			close(j.idle)
 			j.idle = nil

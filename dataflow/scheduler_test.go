@@ -486,3 +486,24 @@ func TestSchedulerFailoverBesideBusyFailoverRun(t *testing.T) {
 		}
 	})
 }
+
+// A kick (a workflow run's owed items, e.g. items a reshard moved here)
+// that arrives while the job is in a run is not dropped: it runs right
+// after that run. Dropped, it waited for the next reconcile tick (a
+// minute), and TestWorkflowStepItemsMovedByReshardRunPromptly failed by
+// chance when the reshard's kick met the run of the server's own item.
+func TestSchedulerKickDuringRunFollowsIt(t *testing.T) {
+	s := testScheduler(t)
+	rec := newRecorder()
+	if err := s.add("j", "", true, rec); err != nil {
+		t.Fatal(err)
+	}
+	s.fire(s.jobs["j"])
+	<-rec.started
+	s.kick("j")
+	close(rec.release)
+	waitIdle(t, s)
+	if got, want := rec.got(), []Reason{ReasonCron, reasonKick}; !slices.Equal(got, want) {
+		t.Fatalf("runs = %v, want %v (the kick after the run)", got, want)
+	}
+}
