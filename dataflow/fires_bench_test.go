@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -108,10 +109,22 @@ func TestFires(t *testing.T) {
 			args = append(args, strings.Fields(v.name)...)
 		}
 		vlogf := func(format string, a ...any) { logf("variant=%q "+format, append([]any{v.name}, a...)...) }
-		// A baseline may predate --cpuprofile and --hold.
+		// A baseline may predate --cpuprofile and --hold: each is
+		// given when the binary has it, so that old and new are measured
+		// alike (a baseline's profile is not written: it would have the
+		// new one's name).
 		current := !strings.HasPrefix(v.name, "baseline")
-		measureFires(t, v.bin, args, where, vlogf, current, current, sched, jobs, servers, seconds, warmup, grace, spec)
+		hold := current || hasFlag(t, v.bin, "hold")
+		measureFires(t, v.bin, args, where, vlogf, current, hold, sched, jobs, servers, seconds, warmup, grace, spec)
 	}
+}
+
+// hasFlag reports whether the program bin lists the flag name in its
+// usage (-h).
+func hasFlag(t *testing.T, bin, name string) bool {
+	t.Helper()
+	out, _ := exec.Command(bin, "-h").CombinedOutput() // usage: exit status 0 or 2
+	return strings.Contains(string(out), "\n  -"+name+"\n") || strings.Contains(string(out), "\n  -"+name+" ")
 }
 
 // measureFires is one measurement of TestFires: the workers started on
