@@ -42,6 +42,7 @@ func Run(t *testing.T, b Backend) {
 		{"Failover", testFailover},
 		{"EpochAfterFailover", func(t *testing.T, h *Harness) { testEpochAfterFailover(t, h, false) }},
 		{"EpochAfterOthersFailover", func(t *testing.T, h *Harness) { testEpochAfterFailover(t, h, true) }},
+		{"EpochAfterALostClaim", testEpochAfterALostClaim},
 		{"Fencing", testFencing},
 		{"SessionExpiry", testSessionExpiry},
 		{"ClockSkew", testClockSkew},

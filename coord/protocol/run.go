@@ -168,6 +168,8 @@ type beginning struct {
 	regCtx context.Context
 	// cached: the first plan read from the tree cache (plan).
 	cached bool
+	// requeued: a plan queued lost claims of its items again (readOwn).
+	requeued bool
 }
 
 // beginPlan is what an attempt of a Begin read: its items and the
@@ -258,7 +260,33 @@ func (b *beginning) readOwn(ctx context.Context, attempt int, p *beginPlan) erro
 	}
 	j.fo.NoteView(p.fo.Version, st.Mzxid, view)
 	p.shardMzxid = st.Mzxid
+	if lost := b.lostClaims(*p); len(lost) > 0 && !b.requeued {
+		// A cut failover run's claim record among its items (its claim
+		// gone): queued again first, the item's failover mark raised, as
+		// the leader's scan does; read again (directly), the run consumes
+		// the queue entry with an epoch above the lost claim's. Consumed
+		// with the record, the run would carry its sharding node's Mzxid,
+		// below the claim's Czxid when the claim came after the reshard,
+		// and a highest-epoch fence the cut failover run had written would
+		// refuse its commits until the next reshard (workflow simulation
+		// seed 51001084, with a sink fencing in its own transaction).
+		b.requeued = true
+		j.fo.RequeueLostClaims(ctx, lost)
+		return b.readOwn(ctx, attempt+1, p)
+	}
 	return nil
+}
+
+// lostClaims are p's normal items with a claim record whose claim is gone
+// (assignments skips an item whose claim lives).
+func (b *beginning) lostClaims(p beginPlan) []int {
+	var lost []int
+	for _, a := range p.items {
+		if !a.Failover && p.fo.Claims[a.Item] && !b.j.fo.Claimed(a.Item) {
+			lost = append(lost, a.Item)
+		}
+	}
+	return lost
 }
 
 // markRunning begins a run in ONE Multi (in parts only beyond the request

@@ -307,6 +307,19 @@ func (f *Failover) requeueLostClaims(ctx context.Context, listing layout.FoListi
 	}
 }
 
+// RequeueLostClaims is the scan's requeueLostClaims for the claim records
+// of items whose claims are gone, for a Begin that found them among its
+// own items: each item queued again with its failover mark raised, so the
+// run that re-runs it (this Begin's next attempt, consuming the entry, or
+// a claim of it) carries an epoch above the lost claim's.
+func (f *Failover) RequeueLostClaims(ctx context.Context, items []int) {
+	claims := make(map[int]bool, len(items))
+	for _, it := range items {
+		claims[it] = true
+	}
+	f.requeueLostClaims(ctx, layout.FoListing{Claims: claims}, 0)
+}
+
 // findLostClaims reads the claim records of listing and their claims
 // (pipelined): those whose claim is gone.
 func (f *Failover) findLostClaims(ctx context.Context, listing layout.FoListing) ([]lostClaim, error) {
