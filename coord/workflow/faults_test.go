@@ -29,7 +29,8 @@ import (
 // decides) on the job protocol itself: three servers, each a memstore
 // session with a protocol.Registry joining every job, whose runs do what
 // dataflow's do (ClaimFailover, Begin, workflow Pick, each item's work
-// in simBatches commits each fenced by Run.CheckOwnership, the items'
+// in simBatches commits each fenced by Run.CheckOwnership and written to
+// a sink that fences in its own transaction (commit), the items'
 // outcomes recorded in the workflow run unless the run's context was
 // cancelled, an item whose fence refused it left unrecorded as its cut,
 // then Complete), while the schedule injects the protocol's
@@ -47,7 +48,8 @@ import (
 // begins before every step it depends on is decided, each of their
 // items recorded after a run of it that made all its commits, and no
 // commit of an item of a step is accepted after an item of a step after
-// it began (the steps are ordered, not only their records); every step
+// it began (the steps are ordered, not only their records: for a sink
+// that fences in its own transaction, see commit); every step
 // is started at most once, after the steps it depends on are decided.
 // After it, once every fault is healed and the servers run their owed
 // items until nothing is open (at most simQuietRounds rounds): every
@@ -56,11 +58,12 @@ import (
 // step after the first started exactly once. Duplicates (an item cut
 // after a commit and run again, or run again while its cut run still
 // finished) are what the design allows, counted in the log.
-func faultSchedule(t *testing.T, seed uint64) (runs, repeated int) {
+func faultSchedule(t *testing.T, seed uint64) (runs, repeated, refused int) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFaultSim(t, seed)
 		defer s.stopAll()
 		runs, repeated = s.run()
+		refused = s.refused
 		for _, e := range s.bad {
 			t.Errorf("seed %d: %s", seed, e)
 		}
@@ -68,7 +71,7 @@ func faultSchedule(t *testing.T, seed uint64) (runs, repeated int) {
 			t.Logf("seed %d schedule: %s", seed, strings.Join(s.log, "; "))
 		}
 	})
-	return runs, repeated
+	return runs, repeated, refused
 }
 
 // simQuietRounds bounds the rounds of runs the quiet phase may take to
@@ -112,21 +115,30 @@ type faultSim struct {
 	attempts map[string][]*itemRun // run|job|item
 	started  map[string]int        // run|job
 	began    map[string]bool       // run|job: an item of it began
+	fence    map[string]int64      // job|item: the sink's fence, the newest epoch that committed
+	refused  int                   // commits the sink's fence refused
 	bad      []string
 	log      []string
+
+	// afterCheck, when set (tests), runs in a run between an item's
+	// passed CheckOwnership and its commit.
+	afterCheck func(sid, job string, item int)
 }
 
 func newFaultSim(t *testing.T, seed uint64) *faultSim {
-	s := &faultSim{t: t, h: coordtest.NewHarness(t, coordtest.Mem()), rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), seed: seed,
-		attempts: map[string][]*itemRun{}, started: map[string]int{}, began: map[string]bool{}}
-	if s.rng.IntN(2) == 0 {
-		s.deps = map[string][]string{"a": nil, "b": {"a"}, "c": {"a"}, "d": {"b", "c"}}
-		s.names = []string{"a", "b", "c", "d"}
-	} else {
-		s.deps = map[string][]string{"a": nil, "b": {"a"}, "c": {"b"}}
-		s.names = []string{"a", "b", "c"}
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	if rng.IntN(2) == 0 {
+		return newFaultSimOf(t, seed, rng, map[string][]string{"a": nil, "b": {"a"}, "c": {"a"}, "d": {"b", "c"}}, []string{"a", "b", "c", "d"}, 1+rng.IntN(3))
 	}
-	s.total = 1 + s.rng.IntN(3)
+	return newFaultSimOf(t, seed, rng, map[string][]string{"a": nil, "b": {"a"}, "c": {"b"}}, []string{"a", "b", "c"}, 1+rng.IntN(3))
+}
+
+// newFaultSimOf is a simulation of the workflow deps (names: its jobs, the
+// first job first) of total items a job: its jobs created, its three
+// servers not joined yet.
+func newFaultSimOf(t *testing.T, seed uint64, rng *rand.Rand, deps map[string][]string, names []string, total int) *faultSim {
+	s := &faultSim{t: t, h: coordtest.NewHarness(t, coordtest.Mem()), rng: rng, seed: seed, deps: deps, names: names, total: total,
+		attempts: map[string][]*itemRun{}, started: map[string]int{}, began: map[string]bool{}, fence: map[string]int64{}}
 	for _, j := range s.names {
 		c := coordtest.Config(j, s.total, func(c *jobconfig.Config) { c.Failover, c.DependsOn = true, s.deps[j] })
 		if err := s.h.Admin.CreateJob(t.Context(), c); err != nil {
@@ -381,8 +393,10 @@ func (s *faultSim) itemRuns(sid string, st store.Store, j *protocol.Job, name st
 	}
 	cfg := r.Config()
 	items := make([]int, 0, len(r.Shards()))
+	epochs := map[int]int64{}
 	for _, a := range r.Shards() {
 		items = append(items, a.Item)
+		epochs[a.Item] = a.Epoch
 	}
 	steps := workflow.ForJob(st, s.h.NS, name)
 	done := s.completed(name)
@@ -425,7 +439,13 @@ func (s *faultSim) itemRuns(sid string, st store.Store, j *protocol.Job, name st
 				errs[i] = err
 				continue
 			}
-			s.commit(pick.Run, name, i, mine[i])
+			if s.afterCheck != nil {
+				s.afterCheck(sid, name, i)
+			}
+			if err := s.commit(pick.Run, name, i, epochs[i], mine[i]); err != nil {
+				errs[i] = err
+			}
+			s.trace("%s: commit %d of item %d of %s in %s at epoch %d (shards %v): %v", sid, b, i, name, pick.Run, epochs[i], r.Shards(), errs[i])
 		}
 	}
 	if !alive() {
@@ -535,14 +555,34 @@ func (s *faultSim) begin(run, job string, item int) {
 	}
 }
 
-// commit counts a commit of item of job in run that its fence accepted.
-func (s *faultSim) commit(run, job string, item int, ir *itemRun) {
+// errFenced is the sink's refusal of a commit whose epoch is older than
+// the newest one committed for its item.
+var errFenced = errors.New("sink: a newer epoch of the item has committed")
+
+// commit writes a commit of item of job in run, made by a run of the item
+// at epoch whose CheckOwnership passed, to a sink that fences in its own
+// transaction (sources/postgres's fence row, FenceTx): atomically, it is
+// refused (errFenced) when a commit of a newer epoch of the item was
+// written, else accepted and counted, the item's fence raised to epoch.
+// The check before it answers for its moment only: a run paused between
+// its check and its write (or a process dead since, whose write was in
+// flight) would have its write land after the item moved, its new owner's
+// commits, their record and the next step's start (simulation seed
+// 51001084, TestLateCommitIsRefusedByTheSinkFence); the fence refuses it.
+func (s *faultSim) commit(run, job string, item int, epoch int64, ir *itemRun) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	k := job + "|" + strconv.Itoa(item)
+	if epoch < s.fence[k] {
+		s.refused++
+		return fmt.Errorf("item %d of %s at epoch %d, fence %d: %w", item, job, epoch, s.fence[k], errFenced)
+	}
+	s.fence[k] = epoch
 	ir.commits++
 	if s.began[run+"|"+job] {
 		s.bad = append(s.bad, fmt.Sprintf("%s: a commit of item %d of %s accepted after an item of a step after it began", run, item, job))
 	}
+	return nil
 }
 
 func (s *faultSim) noteStarted(st store.Store, run string, got []string) {
