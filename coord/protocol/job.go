@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -55,18 +56,19 @@ type Job struct {
 	cfg jobconfig.Config
 	// itemParams is cfg's shardingItemParameters, parsed when cfg was
 	// decoded: a run takes both together (snapshot), never re-parsing.
-	itemParams map[int]string
-	cfgErr     error
-	cfgFields  map[string]string
-	regSession int64
-	regCtx     context.Context
-	regCancel  context.CancelFunc
-	lostCh     chan struct{}
-	suspended  bool
-	leader     bool
-	offline    bool // shut down by an operator
-	removed    bool
-	left       bool
+	itemParams   map[int]string
+	cfgErr       error
+	cfgFields    map[string]string
+	regSession   int64
+	regCtx       context.Context
+	regCancel    context.CancelFunc
+	lostCh       chan struct{}
+	suspended    bool
+	leader       bool
+	cachesOthers atomic.Bool // the cache keeps the others' sharding and flags (leader)
+	offline      bool        // shut down by an operator
+	removed      bool
+	left         bool
 	// lastTrigger: the Czxid of the last trigger node consumed.
 	lastTrigger int64
 	// shardSeen: the Mzxid of this server's sharding node the watcher
@@ -143,6 +145,7 @@ func startJob(ctx context.Context, r *Registry, lc localConfig) (*Job, error) {
 			return nil, err
 		}
 	}
+	j.cachesOthers.Store(j.elec.HostHeld()) // leader by its transaction
 	if err := jn.loadTree(ctx, jt); err != nil {
 		_ = j.rg.Offline(context.WithoutCancel(ctx))
 		return nil, err
@@ -186,7 +189,7 @@ func newJob(r *Registry, name string) *Job {
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Cache: j.cache,
 		HostName: r.cfg.HostName, IDWait: r.cfg.ServerIDWait, IDSetting: r.serverIDSetting(),
 		Mu: &j.mu, RecordLastError: j.recordLastError,
-		Elec: j.elec, NotLeader: func() { j.mu.Lock(); j.leader = false; j.mu.Unlock() },
+		Elec: j.elec, NotLeader: func() { j.mu.Lock(); j.leader = false; j.cachesOthers.Store(false); j.mu.Unlock() },
 	})
 	j.rn = runs.New(runs.Config{
 		Store: j.st, Paths: j.p, Job: j.jname, Server: j.id, Log: j.log, Tx: j.tx, Debts: &j.debts,
@@ -225,7 +228,7 @@ func (j *Job) wire() {
 	// looks at the session again.
 	j.debts.Kept = func() { j.q.Post(eventloop.Event{Kind: eventloop.Session}) }
 	j.debts.Log = j.log
-	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobnodes.WatchPolicy(layout.RelServer(j.id, layout.NSharding), func(it int) bool { return j.fo.Claimed(it) }), j.postWatch, j.kick)
+	j.cache = treecache.New(j.st, j.fw, j.p.Root, jobnodes.WatchPolicy(j.id, func(it int) bool { return j.fo.Claimed(it) }, j.cachesOthers.Load), j.postWatch, j.kick)
 }
 
 // joinResult is what a join's transaction did (joiner.transact).
@@ -241,7 +244,8 @@ type joinResult struct {
 	configWritten bool
 	// flagPending: the transaction did not raise the resharding flag
 	// (setNecessary is due).
-	flagPending bool
+	flagPending  bool
+	registeredAt int64 // the zxid of the registration's transaction (0: unknown)
 	// lone: the join stood alone and its transaction resharded
 	// (lonejoin.go); nil otherwise.
 	lone *loneResult
@@ -334,7 +338,9 @@ func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, e
 		return wrapRead(j, j.p.Abs(layout.NServers), err)
 	})
 	g.Go(func() error { return j.cache.LoadRoots(gctx, []string{layout.RelFailoverQ}) })
-	g.Go(func() error { return j.cache.Load(gctx, layout.RelServer(j.id, layout.NDisabled)) })
+	if j.reg.storedAtStart(j.jname) { // for a lone join's plan (a restart)
+		g.Go(func() error { return j.cache.Load(gctx, layout.RelServer(j.id, layout.NDisabled)) })
+	}
 	g.Go(func() error {
 		own, none, err := j.elec.Standing(gctx)
 		if errors.Is(err, store.ErrNoNode) {
@@ -454,6 +460,10 @@ func (j *Job) elect(ctx context.Context) (uint64, error) {
 	j.mu.Unlock()
 	if !was {
 		j.log.Info("elected leader")
+		j.cachesOthers.Store(true) // the other servers' nodes, for the duties
+		if err := j.cache.LoadWanted(ctx); err != nil {
+			j.log.Warn("cannot load the other servers' nodes into the tree cache", "err", err)
+		}
 		j.ld.Duties(ctx, !j.joinResharded) // raises the flag (unless FlagRaised or joinResharded)
 		if s := j.reg.cfg.TestSignals; s != nil {
 			s.Elected.Send(j.event())
@@ -532,6 +542,7 @@ func (j *Job) loseRegistration(why string) {
 		close(j.lostCh)
 	}
 	j.leader = false
+	j.cachesOthers.Store(false)
 	j.elec.Forget()
 	j.fo.ForgetLocked()
 }

@@ -69,6 +69,7 @@ func (jn *joiner) transact(ctx context.Context) (joinResult, error) {
 		}
 		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
 	}
+	jn.res.registeredAt = j.rg.RegisteredAt(jn.ops, results)
 	switch {
 	case jn.candAt >= 0 && jn.candAt < len(results):
 		j.elec.Adopt(results[jn.candAt].Path, jn.newJob || jn.hostPlanned)
@@ -409,7 +410,7 @@ func (jn *joiner) loadTree(ctx context.Context, jt joinResult) error {
 // takes a lone join's reshard as done (lonejoin.go).
 func (jn *joiner) finish(ctx context.Context, jt joinResult) error {
 	j := jn.j
-	if jt.flagPending { // else the transaction raised it
+	if jt.flagPending && !j.rg.ReshardedSince(ctx, jt.registeredAt) { // else the transaction raised it
 		if err := j.setNecessary(ctx); err != nil {
 			return fmt.Errorf("coord: join job %q: set resharding flag: %w", j.jname, err)
 		}

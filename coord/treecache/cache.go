@@ -630,6 +630,43 @@ func (c *Cache) RefreshItems(ctx context.Context) error {
 	return c.loadAll(ctx, rels)
 }
 
+// LoadWanted loads the nodes the policy asks for now and the cache has not
+// loaded, below every listing it keeps (the owner's Policy.Node changed
+// its answer, say on becoming the job's leader; item containers are
+// RefreshItems'). Nodes it no longer asks for are dropped when their
+// watches fire (Handle), unread. Watcher only (or Join, before it).
+func (c *Cache) LoadWanted(ctx context.Context) error {
+	c.mu.RLock()
+	var rels []string
+	for rel, n := range c.nodes {
+		if n.stub || !n.listed || rel == c.pol.Items || rel == c.pol.Versioned && rel != "" || c.pol.isItemContainer(rel) {
+			continue
+		}
+		for _, name := range n.children {
+			crel := joinRel(rel, name)
+			if cn := c.nodes[crel]; cn != nil && !cn.stub {
+				continue
+			}
+			if d, k := c.pol.Node(crel); d || k {
+				rels = append(rels, crel)
+			}
+		}
+	}
+	c.mu.RUnlock()
+	slices.Sort(rels)
+	if len(rels) == 0 {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(childReaders)
+	for _, rel := range rels {
+		g.Go(func() error { return c.Load(gctx, rel) })
+	}
+	err := g.Wait()
+	c.notify()
+	return err
+}
+
 // itemsToRefresh drops the item containers no longer wanted and returns
 // those wanted but not loaded.
 func (c *Cache) itemsToRefresh() []string {
@@ -753,6 +790,13 @@ func (c *Cache) Handle(ctx context.Context, ref WatchRef, ev store.Event) error 
 		}
 		return ErrResyncNeeded
 	}
+	if current && c.pol.unwanted(ref) {
+		// The policy no longer asks for this watch (LoadWanted): the node
+		// is forgotten, not read again.
+		c.drop(ref.Rel)
+		c.notify()
+		return nil
+	}
 	var err error
 	if ref.kind == watchData && c.pol.isItemFlag(ref.Rel) {
 		// A flag others write changed (a failover claim, or a failover
@@ -762,8 +806,14 @@ func (c *Cache) Handle(ctx context.Context, ref WatchRef, ev store.Event) error 
 		// from it), and its children too: the failover
 		// run's Complete deleted running and wrote its time, which no
 		// watch reports.
-		if err := c.reloadItem(ctx, parentRel(ref.Rel)); err != nil {
-			return err
+		c.mu.RLock()
+		n := c.nodes[parentRel(ref.Rel)]
+		loaded := n != nil && !n.stub
+		c.mu.RUnlock()
+		if loaded {
+			if err := c.readItem(ctx, parentRel(ref.Rel)); err != nil {
+				return err
+			}
 		}
 	}
 	if ref.kind == watchData {
@@ -775,6 +825,17 @@ func (c *Cache) Handle(ctx context.Context, ref WatchRef, ev store.Event) error 
 		c.notify()
 	}
 	return err
+}
+
+// unwanted reports whether the policy no longer asks for the watch ref of
+// an ordinary node (not the root, an item's, nor Versioned).
+func (p Policy) unwanted(ref WatchRef) bool {
+	rel := ref.Rel
+	if rel == "" || rel == p.Versioned || rel == p.Items || strings.HasPrefix(rel, p.Items+"/") {
+		return false
+	}
+	d, k := p.Node(rel)
+	return ref.kind == watchData && !d || ref.kind == watchChildren && !k
 }
 
 // ErrResyncNeeded: a watch of the cache ended without its event (the
@@ -828,19 +889,6 @@ func (c *Cache) hasLocked(rel string) bool {
 	}
 	_, ok := slices.BinarySearch(p.children, rel[strings.LastIndexByte(rel, '/')+1:])
 	return ok
-}
-
-// reloadItem reads an item container's children and Stat (no watch) into
-// the cache, if the container is loaded.
-func (c *Cache) reloadItem(ctx context.Context, rel string) error {
-	c.mu.RLock()
-	n := c.nodes[rel]
-	loaded := n != nil && !n.stub
-	c.mu.RUnlock()
-	if !loaded {
-		return nil
-	}
-	return c.readItem(ctx, rel)
 }
 
 // NoteItemStat records st as the Stat of the item container rel when it is

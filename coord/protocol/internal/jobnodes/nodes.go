@@ -73,22 +73,52 @@ func (nd *Nodes) LiveServers() []string {
 // the listing, which every later change of the set or of a server's flags
 // bumps.
 func (nd *Nodes) ReadServers(ctx context.Context) (map[string]bool, []string, int32, error) {
+	names, st, err := nd.ListServers(ctx)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return nd.ReadListedServers(ctx, names, st)
+}
+
+// ListServers lists the servers directly, with the Stat of the listing
+// (its data version is the membership version).
+func (nd *Nodes) ListServers(ctx context.Context) ([]string, store.Stat, error) {
 	names, st, err := nd.st.Children(ctx, nd.p.Abs(layout.NServers))
 	if err != nil {
-		return nil, nil, 0, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NServers), err)
+		return nil, st, fmt.Errorf("coord: job %q: read %s: %w", nd.jname, nd.p.Abs(layout.NServers), err)
+	}
+	return names, st, nil
+}
+
+// ReadListedServers is ReadServers on a direct listing of the servers
+// made before (names, read with st): each server's state is read now, side
+// by side.
+func (nd *Nodes) ReadListedServers(ctx context.Context, names []string, st store.Stat) (map[string]bool, []string, int32, error) {
+	states := make([]layout.ServerState, len(names))
+	found := make([]bool, len(names))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(layout.ItemReaders)
+	for i, s := range names {
+		g.Go(func() error {
+			state, ok, err := layout.ReadServerState(gctx, nd.st, nd.p, s)
+			if err != nil {
+				return fmt.Errorf("coord: job %q: %w", nd.jname, err)
+			}
+			states[i], found[i] = state, ok
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, 0, err
 	}
 	all := make(map[string]bool, len(names))
 	var live []string
-	for _, s := range names {
-		state, ok, err := layout.ReadServerState(ctx, nd.st, nd.p, s)
-		if err != nil {
-			return nil, nil, 0, fmt.Errorf("coord: job %q: %w", nd.jname, err)
-		}
-		if !ok {
+	for i, s := range names {
+		if !found[i] {
 			continue
 		}
-		all[s] = state.Sharding
-		if state.Live() {
+		all[s] = states[i].Sharding
+		if states[i].Live() {
 			live = append(live, s)
 		}
 	}

@@ -10,15 +10,27 @@ import (
 // Roots are the roots of a job's tree cache (what a resync loads).
 var Roots = []string{"", layout.NConfig, layout.NServers, layout.NExecution, layout.RelElection, layout.RelShardingDir, layout.RelFailoverQ}
 
-// WatchPolicy is the job's: config (one watch on the config node,
-// whose data version every config writer bumps), servers and their sharding and
-// operator flags, the leader's election, flags and failover queue, and this
-// server's own items (ownRel, its sharding node; claimed, its failover
-// claims) with the item flags others may write.
-func WatchPolicy(ownRel string, claimed func(int) bool) treecache.Policy {
+// WatchPolicy is the job's on server id: config (one watch on the config
+// node, whose data version every config writer bumps), servers (each one's
+// children: its status, so which servers are online) with this server's
+// sharding and operator flags, and every server's while leading reports
+// true (only the leader's duties read them: the live set, the owners of the
+// items), the leader's election, flags and failover queue, and this
+// server's own items (its sharding node's; claimed, its failover claims)
+// with the item flags others may write. leading must not block (the cache
+// asks it with its lock held); when it turns true the owner loads what it
+// now asks for (treecache.Cache.LoadWanted).
+func WatchPolicy(id string, claimed func(int) bool, leading func() bool) treecache.Policy {
+	ownRel := layout.RelServer(id, layout.NSharding)
 	return treecache.Policy{
-		Roots:         Roots,
-		Node:          jobNodeWatches,
+		Roots: Roots,
+		Node: func(rel string) (data, children bool) {
+			data, children = jobNodeWatches(rel)
+			if data && isOtherServerFlag(rel, id) && !leading() {
+				return false, false
+			}
+			return data, children
+		},
 		Items:         layout.NExecution,
 		ItemFlags:     []string{layout.NFailover, layout.NDisabled},
 		Versioned:     layout.NConfig,
@@ -69,6 +81,17 @@ func jobNodeWatches(rel string) (data, children bool) {
 		return true, false
 	}
 	return false, false
+}
+
+// isOtherServerFlag reports whether rel is servers/{s}/{node} with s not
+// id: another server's sharding node or operator flag.
+func isOtherServerFlag(rel, id string) bool {
+	rest, ok := strings.CutPrefix(rel, layout.NServers+"/")
+	if !ok {
+		return false
+	}
+	s, node, ok := strings.Cut(rest, "/")
+	return ok && s != id && !strings.Contains(node, "/")
 }
 
 // CachedFlag reports the flag node at rel (disabled, paused, shutdown), as

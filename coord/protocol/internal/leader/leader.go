@@ -147,7 +147,7 @@ func (l *Leader) event() testsignal.Event { return testsignal.Event{Job: l.jname
 // Resharding is rare, so O(items) reads are fine here.
 func (l *Leader) Reshard(ctx context.Context, cfg jobconfig.Config) error {
 	if !cfg.MonitorsExecution() {
-		return l.reshardNow(ctx, cfg)
+		return l.reshardNow(ctx, cfg, nil)
 	}
 	nec := l.p.Abs(layout.RelNecessary)
 	for {
@@ -159,12 +159,12 @@ func (l *Leader) Reshard(ctx context.Context, cfg jobconfig.Config) error {
 			return nil // resharded meanwhile
 		}
 		var watch <-chan store.Event
-		running, found, err := l.firstRunning(ctx, recipe.ChanExists(l.st, &watch))
+		running, found, listed, err := l.firstRunning(ctx, recipe.ChanExists(l.st, &watch))
 		if err != nil {
 			return err
 		}
 		if !found {
-			return l.reshardNow(ctx, cfg)
+			return l.reshardNow(ctx, cfg, listed)
 		}
 		select {
 		case <-watch:
@@ -189,18 +189,21 @@ func (l *Leader) ReshardWhenIdle(ctx context.Context, watch recipe.ExistsWatch) 
 	if _, _, err := l.Ready(); err != nil {
 		return false, nil // not registered or refusing runs: Begin reshards later
 	}
-	// The cache may still show a flag a reshard just cleared.
-	if nec, _, err := l.st.Exists(ctx, l.p.Abs(layout.RelNecessary)); err != nil || !nec {
-		return false, err
-	}
+	// The cache shows the flag as a listing found it, or newer: this
+	// leader's own reshards are written through. One it has not seen
+	// cleared (another leader's) makes the reshard's Multi fail on the
+	// flag's delete, and reshardNow then leaves it: no read of the flag
+	// first.
 	cfg := l.Config()
+	var listed *serverListing
 	if cfg.MonitorsExecution() {
-		_, found, err := l.firstRunning(ctx, watch)
+		_, found, l2, err := l.firstRunning(ctx, watch)
 		if err != nil || found {
 			return found, err
 		}
+		listed = l2
 	}
-	return false, l.reshardNow(ctx, cfg)
+	return false, l.reshardNow(ctx, cfg, listed)
 }
 
 // reshardNow writes the new assignment in one Multi; see reshard. The
@@ -208,7 +211,11 @@ func (l *Leader) ReshardWhenIdle(ctx context.Context, watch recipe.ExistsWatch) 
 // when a server joined, left, or was disabled, enabled or shut down
 // meanwhile, the Multi fails and the assignment is planned again on the
 // new membership, so the flag is never cleared by a plan that missed one.
-func (l *Leader) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
+//
+// listed, when not nil, is a direct listing of the servers made just
+// before (firstRunning's): the first attempt plans on it instead of
+// listing them again.
+func (l *Leader) reshardNow(ctx context.Context, cfg jobconfig.Config, listed *serverListing) error {
 	strategy, err := sharding.Lookup(cfg.ShardingStrategy)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", layout.ErrBadConfig, l.p.Config("jobShardingStrategy"), err)
@@ -219,7 +226,16 @@ func (l *Leader) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		// The membership version comes with the listing (one read): the
 		// Multi's check of it refuses a plan that missed a change made
 		// after the listing.
-		servers, live, members, err := l.nodes.ReadServers(ctx)
+		var (
+			servers map[string]bool
+			live    []string
+			members int32
+		)
+		if attempt == 1 && listed != nil {
+			servers, live, members, err = l.nodes.ReadListedServers(ctx, listed.names, listed.stat)
+		} else {
+			servers, live, members, err = l.nodes.ReadServers(ctx)
+		}
 		if err != nil {
 			return err
 		}
@@ -269,6 +285,12 @@ func (l *Leader) reshardNow(ctx context.Context, cfg jobconfig.Config) error {
 		l.SignalResharded(live, total) // after the prune: the reshard is over
 		return nil
 	}
+}
+
+// serverListing is a direct listing of the servers and its Stat.
+type serverListing struct {
+	names []string
+	stat  store.Stat
 }
 
 // ShardingWrite is one server's sharding node as a reshard writes it.
@@ -353,20 +375,41 @@ func (l *Leader) PruneItemsBeyond(ctx context.Context, total int) {
 // reads directly, one existence read per server (none per item). Failover
 // runs do not hold a reshard: their claim is their fence (the items' new
 // owners skip a claimed item).
-func (l *Leader) firstRunning(ctx context.Context, watch recipe.ExistsWatch) (server string, found bool, _ error) {
-	servers, _, err := l.st.Children(ctx, l.p.Abs(layout.NServers))
+//
+// The servers' listing it read goes with the answer (listed): a reshard
+// planned when none runs plans on it, as on its own listing, and its Multi
+// checks the membership version read with it.
+func (l *Leader) firstRunning(ctx context.Context, watch recipe.ExistsWatch) (server string, found bool, listed *serverListing, _ error) {
+	servers, sst, err := l.nodes.ListServers(ctx)
 	if err != nil {
-		return "", false, fmt.Errorf("coord: job %q: read %s: %w", l.jname, l.p.Abs(layout.NServers), err)
+		return "", false, nil, err
 	}
-	for _, s := range servers {
+	listed = &serverListing{names: servers, stat: sst}
+	// The markers read side by side (one round trip, not one per server),
+	// then taken in the listing's order.
+	type marker struct {
+		ok  bool
+		st  store.Stat
+		err error
+	}
+	markers := make([]marker, len(servers))
+	var wg sync.WaitGroup
+	for i, s := range servers {
+		wg.Go(func() {
+			m := &markers[i]
+			m.ok, m.st, m.err = l.st.Exists(ctx, l.p.Server(s, layout.NRun, layout.NLive))
+		})
+	}
+	wg.Wait()
+	for i, s := range servers {
 		p := l.p.Server(s, layout.NRun, layout.NLive)
-		ok, st, err := l.st.Exists(ctx, p)
+		ok, st, err := markers[i].ok, markers[i].st, markers[i].err
 		if err == nil && ok && !(s == l.id && l.MarkerLeftByEndedRun(st)) {
 			// Watch only the marker found; scan again when it goes.
 			ok, st, err = watch(ctx, p)
 		}
 		if err != nil {
-			return "", false, fmt.Errorf("coord: job %q: read %s: %w", l.jname, p, err)
+			return "", false, nil, fmt.Errorf("coord: job %q: read %s: %w", l.jname, p, err)
 		}
 		if ok && s == l.id && l.MarkerLeftByEndedRun(st) {
 			// Left by a run of this server that no longer holds it (a
@@ -381,10 +424,10 @@ func (l *Leader) firstRunning(ctx context.Context, watch recipe.ExistsWatch) (se
 			}
 		}
 		if ok {
-			return s, true, nil
+			return s, true, listed, nil
 		}
 	}
-	return "", false, nil
+	return "", false, listed, nil
 }
 
 // Duties raises the resharding flag when the set of live servers
@@ -464,6 +507,20 @@ func (l *Leader) raiseIfMembershipChanged(ctx context.Context, live []string, to
 		sharded != "" && sharded != ShardedAs(live, total)
 	if !force && !changed {
 		return false
+	}
+	if !force && l.cache.Has(layout.RelNecessary) {
+		// The flag is up already (a joiner raises it in its registration's
+		// transaction): the reshard it asks for reads the servers directly
+		// and checks the membership version, so neither the confirming read
+		// nor a second raise is needed (they cost a joined job's leader
+		// 2N+2 requests per joiner). The change is judged again once the
+		// cache shows the flag down: after this leader's reshard (its
+		// committed delete is written through, and Resharded records what
+		// it used) or anyone else's, when last is still what it was here.
+		l.mu.Lock()
+		l.lastLive, l.lastTotal = last, lastTotal
+		l.mu.Unlock()
+		return true
 	}
 	if !force {
 		// The cache told of a change; the decision rests on a direct read,

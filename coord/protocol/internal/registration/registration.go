@@ -89,6 +89,38 @@ func New(c Config) *Registration {
 	}
 }
 
+// RegisteredAt is the zxid a stored job's registration committed at: the
+// Mzxid its transaction's bump of the membership version returned (ops and
+// their results); 0 when it has none.
+func (g *Registration) RegisteredAt(ops []store.Op, results []store.OpResult) int64 {
+	for i, op := range ops {
+		if set, ok := op.(*store.SetOp); ok && set.Path == g.p.Abs(layout.NServers) && i < len(results) {
+			return results[i].Stat.Mzxid
+		}
+	}
+	return 0
+}
+
+// ReshardedSince reports whether a reshard wrote this server's sharding
+// node after the transaction at zxid at (its registration): that reshard
+// listed the servers after it (a Multi planned on an earlier listing fails
+// on the membership version the registration bumped), so it gave this
+// server its items, and raising the flag again would only make another
+// reshard of the same membership. Joiners racing (a join's later attempts
+// leave the flag to after their transaction) often find the leader has
+// resharded for them already. From the cache when it shows a write after
+// at, else one read; false when it cannot tell.
+func (g *Registration) ReshardedSince(ctx context.Context, at int64) bool {
+	if at <= 0 {
+		return false
+	}
+	if _, st, ok := g.cache.Get(layout.RelServer(g.id, layout.NSharding)); ok && st.Mzxid > at {
+		return true
+	}
+	ok, st, err := g.st.Exists(ctx, g.p.Server(g.id, layout.NSharding))
+	return err == nil && ok && st.Mzxid > at
+}
+
 // LayoutGuard refuses a Begin while an online server of the job runs an
 // older layout (its record is absent or has no "layout":2; every server of
 // this layout writes one when it registers): servers of the two layouts
