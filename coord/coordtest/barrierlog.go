@@ -8,8 +8,12 @@ import (
 	"sync"
 )
 
-// barrierLogMax bounds the lines a schedule keeps (the last ones).
-const barrierLogMax = 200
+// barrierLogMax bounds the lines a schedule keeps (the last ones), and
+// protocolLogMax its protocol log's.
+const (
+	barrierLogMax  = 200
+	protocolLogMax = 400
+)
 
 // barrierLog is a slog handler that keeps the distribute-once barrier's
 // debug lines (messages "distribute-once: ...": each decision with the set's
@@ -17,16 +21,31 @@ const barrierLogMax = 200
 // sequence (onceLog) so that they interleave with its Once calls' enter and
 // exit and the callbacks' starts. A barrier violation prints them. Other
 // records go to next (quietLogger's handler) only.
+//
+// It also keeps the schedule's protocol log: every server's records at
+// Info and above (elections, reshards, registrations lost and made again,
+// servers gone offline, warnings), with the schedule's steps between them
+// (noteStep), which any violation prints: a failure that does not replay
+// (the open seeds, docs/development.md) leaves what each server did.
 type barrierLog struct {
 	next  slog.Handler
 	seq   func() int64
 	attrs []slog.Attr
 	mu    *sync.Mutex
 	lines *[]string
+	proto *[]string
 }
 
 func newBarrierLog(next slog.Handler, seq func() int64) *barrierLog {
-	return &barrierLog{next: next, seq: seq, mu: new(sync.Mutex), lines: new([]string)}
+	return &barrierLog{next: next, seq: seq, mu: new(sync.Mutex), lines: new([]string), proto: new([]string)}
+}
+
+// keep appends line to lines, keeping the last max.
+func keep(lines *[]string, line string, max int) {
+	*lines = append(*lines, line)
+	if n := len(*lines); n > max {
+		*lines = (*lines)[n-max:]
+	}
 }
 
 func (h *barrierLog) Enabled(ctx context.Context, l slog.Level) bool {
@@ -34,9 +53,15 @@ func (h *barrierLog) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h *barrierLog) Handle(ctx context.Context, r slog.Record) error {
-	if strings.HasPrefix(r.Message, "distribute-once") {
+	barrier := strings.HasPrefix(r.Message, "distribute-once")
+	if barrier || r.Level >= slog.LevelInfo {
 		var b strings.Builder
-		fmt.Fprintf(&b, "#%d %s", h.seq(), r.Message)
+		if barrier {
+			fmt.Fprintf(&b, "#%d ", h.seq())
+		} else {
+			fmt.Fprintf(&b, "%s %s ", r.Time.Format("15:04:05.000"), r.Level)
+		}
+		b.WriteString(r.Message)
 		for _, a := range h.attrs {
 			fmt.Fprintf(&b, " %s", a)
 		}
@@ -45,9 +70,10 @@ func (h *barrierLog) Handle(ctx context.Context, r slog.Record) error {
 			return true
 		})
 		h.mu.Lock()
-		*h.lines = append(*h.lines, b.String())
-		if n := len(*h.lines); n > barrierLogMax {
-			*h.lines = (*h.lines)[n-barrierLogMax:]
+		if barrier {
+			keep(h.lines, b.String(), barrierLogMax)
+		} else {
+			keep(h.proto, b.String(), protocolLogMax)
 		}
 		h.mu.Unlock()
 	}
@@ -75,6 +101,20 @@ func (h *barrierLog) note(line string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	*h.lines = append(*h.lines, line)
+}
+
+// noteStep adds a step of the schedule to the protocol log.
+func (h *barrierLog) noteStep(step string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keep(h.proto, "-- step: "+step, protocolLogMax)
+}
+
+// protocol returns the protocol log's kept lines.
+func (h *barrierLog) protocol() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), *h.proto...)
 }
 
 // text returns the kept lines.

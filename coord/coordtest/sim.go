@@ -287,6 +287,9 @@ func (s *sim) violate(format string, args ...any) {
 
 func (s *sim) step(format string, args ...any) {
 	s.log = append(s.log, fmt.Sprintf(format, args...))
+	if s.blog != nil {
+		s.blog.noteStep(s.log[len(s.log)-1])
+	}
 	if os.Getenv("SIM_TRACE") != "" {
 		fmt.Fprintf(os.Stderr, "SIMTRACE %d %s %s\n", s.seed, time.Now().Format("15:04:05.000"), s.log[len(s.log)-1])
 	}
@@ -340,6 +343,7 @@ func (s *sim) run() []string {
 		if s.once {
 			s.violations = append(s.violations, "barrier log (#: barrier sequence; calls: "+s.onceCalls()+"):\n\t"+strings.Join(s.blog.text(), "\n\t"))
 		}
+		s.violations = append(s.violations, fmt.Sprintf("protocol log (every server's Info and above, the schedule's steps between; the last %d lines):\n\t%s", protocolLogMax, strings.Join(s.blog.protocol(), "\n\t")))
 	}
 	return s.violations
 }
@@ -1245,7 +1249,11 @@ func (s *sim) settled() string {
 	}
 	if st.ReshardingPending && registered {
 		// With no server registered nobody reshards until one joins.
-		return "resharding flag still up"
+		var states []string
+		for _, ss := range st.Servers {
+			states = append(states, fmt.Sprintf("%s %s disabled=%v shutdown=%v paused=%v", ss.ID, ss.Status, ss.Disabled, ss.Shutdown, ss.Paused))
+		}
+		return fmt.Sprintf("resharding flag still up (leader %q; servers: %s)", st.Leader, strings.Join(states, ", "))
 	}
 	var live []coord.ServerStatus
 	for _, ss := range st.Servers {
