@@ -21,6 +21,7 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
+	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 // Simulate runs one seeded schedule of the protocol on b and returns the
@@ -86,7 +87,9 @@ import (
 // normal run. Not required (and said so): an item whose cut came while
 // failover or monitorExecution was off, or that an edit switched off
 // before it ran again, an item disabled meanwhile or beyond a lowered
-// total. On memstore, the last quiet trigger's runs, when they cover every
+// total. On memstore with the stored config unmonitored (a quarter of the
+// schedules start so), a trigger in the settled state must send no write
+// request (checkQuietTrigger). On memstore, the last quiet trigger's runs, when they cover every
 // runnable item, must pass each barrier phase with exactly one callback
 // and no timeout (on ZooKeeper a timeout there is wall time, so this one
 // is memstore's only). Goroutines left after the servers stop are the
@@ -153,6 +156,11 @@ func simulate(t *testing.T, b Backend, seed int64, mem bool, settle func()) []st
 		// The checks added later draw from their own stream, so that the
 		// schedules of the seeds found before them stay as they were.
 		x: rand.New(rand.NewPCG(uint64(seed)^0x5bd1e995, uint64(seed)))}
+	// A quarter of the schedules start unmonitored (drawn from a stream
+	// of its own, like x's: the other schedules stay as they were), so
+	// that runs which write nothing (coord/protocol/quiet.go) are common,
+	// not only after the rare edit switching monitorExecution off.
+	s.unmonitored = rand.New(rand.NewPCG(uint64(seed)^0x31, uint64(seed)^0x7f4a7c15)).IntN(4) == 0
 	defer s.stopAll()
 	return s.run()
 }
@@ -163,8 +171,11 @@ const simQuietTriggers = 4
 const simJob = "sim"
 
 type simServer struct {
-	id           string
-	st           store.Store
+	id string
+	st store.Store
+	// count counts the requests of its Registry (on st), for the quiet
+	// phase's unmonitored trigger (checkQuietTrigger).
+	count        *storecount.Store
 	reg          *protocol.Registry
 	job          *protocol.Job
 	disconnected bool
@@ -279,6 +290,8 @@ type sim struct {
 	// closing: the stores of crashed servers closing beside the schedule
 	// (ZooKeeper), awaited when it ends.
 	closing sync.WaitGroup
+	// unmonitored: the job's config starts with monitorExecution off.
+	unmonitored bool
 }
 
 func (s *sim) violate(format string, args ...any) {
@@ -303,7 +316,7 @@ func (s *sim) run() []string {
 	s.results = make(chan beginResult, 8)
 	s.rounds = map[int][]beginResult{}
 	s.fo = ledger{lastRun: map[int]*itemRun{}, cut: map[int]string{}, required: map[int]string{}, disabled: map[int]bool{},
-		failoverOn: true, monitorOn: true, total: s.total, mem: s.mem, cutOff: map[*simServer]time.Time{}}
+		failoverOn: true, monitorOn: !s.unmonitored, total: s.total, mem: s.mem, cutOff: map[*simServer]time.Time{}}
 	if b, ok := s.h.B.(interface{ SessionTimeout() time.Duration }); ok {
 		// ZooKeeper hears from a client every third of the timeout, so a
 		// cut this long may already have let the session expire. memstore
@@ -357,7 +370,7 @@ func (s *sim) ctx() context.Context { return testCtx(s.t) }
 const simJoinIDWait = 20 * time.Second
 
 func (s *sim) config() jobconfig.Config {
-	return Config(simJob, s.total, func(c *jobconfig.Config) { c.Failover = true })
+	return Config(simJob, s.total, func(c *jobconfig.Config) { c.Failover, c.DisableMonitorExecution = true, s.unmonitored })
 }
 
 func (s *sim) join(sv *simServer) {
@@ -378,7 +391,8 @@ func (s *sim) join(sv *simServer) {
 		ctx, cancel = context.WithTimeout(context.Background(), s.bound())
 		defer cancel()
 	}
-	reg, err := protocol.NewRegistry(st, rc)
+	count := storecount.New(st)
+	reg, err := protocol.NewRegistry(count, rc)
 	if err != nil {
 		s.violate("NewRegistry %s: %v", sv.id, err)
 		return
@@ -395,7 +409,7 @@ func (s *sim) join(sv *simServer) {
 		s.violate("Join %s: %v", sv.id, err)
 		return
 	}
-	sv.st, sv.reg, sv.job, sv.disconnected = st, reg, j, false
+	sv.st, sv.count, sv.reg, sv.job, sv.disconnected = st, count, reg, j, false
 	// A new session: a disconnect of the one before (a crash while cut
 	// off) says nothing about it.
 	s.fo.reconnected(sv)
@@ -1159,10 +1173,51 @@ func (s *sim) quiet() {
 		s.commitOpen(true)
 		if last = s.settled(); last == "" {
 			s.checkOnceRound()
+			s.checkQuietTrigger()
 			return
 		}
 	}
 	s.violate("not settled after %d quiet triggers: %s", simQuietTriggers+len(required), last)
+}
+
+// checkQuietTrigger checks, on memstore (each step settled: every tree
+// cache current) with the stored config unmonitored, that a trigger in
+// the settled state writes nothing (coord/protocol/quiet.go): after one
+// more trigger (which may write: a Begin whose plan changed since the
+// last that wrote), the next one sends no write request on any server,
+// and the state stays settled. Not checked with the distribute-once
+// barrier on (its registrations are writes of the runs that call it) or
+// with the clock check on (maxTimeDiffSeconds > 0: a Set per Begin).
+func (s *sim) checkQuietTrigger() {
+	s.fo.mu.Lock()
+	monitor := s.fo.monitorOn
+	s.fo.mu.Unlock()
+	if !s.mem || s.once || monitor {
+		return
+	}
+	s.step("quiet: an unmonitored trigger writes nothing")
+	s.trigger(s.up())
+	s.commitOpen(true)
+	up := s.up()
+	before := make([]storecount.Counts, len(up))
+	for i, sv := range up {
+		before[i] = sv.count.Counts()
+	}
+	s.trigger(up)
+	s.commitOpen(true)
+	for _, res := range s.rounds[s.round] {
+		if res.err == nil && res.run.Config().MaxTimeDiff > 0 {
+			return
+		}
+	}
+	for i, sv := range up {
+		if w := sv.count.Counts().Sub(before[i]).Writes; w > 0 {
+			s.violate("unmonitored trigger in the settled state: %s sent %d write requests, want none", sv.id, w)
+		}
+	}
+	if last := s.settled(); last != "" {
+		s.violate("unsettled by an unmonitored trigger: %s", last)
+	}
 }
 
 // bound is how long the quiet phase waits for the open Begins and for the

@@ -57,6 +57,7 @@ func Run(t *testing.T, b Backend) {
 		{"SuspendedRunAbandoned", testSuspendedRunAbandoned},
 		{"PruneOfflineServers", testPruneOfflineServers},
 		{"MonitorExecutionOff", testMonitorExecutionOff},
+		{"MonitorExecutionOffQuiet", testMonitorExecutionOffQuiet},
 		{"ShutdownCancelsRun", testShutdownCancelsRun},
 	}
 	for _, tc := range tests {

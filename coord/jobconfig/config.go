@@ -52,10 +52,12 @@ type Config struct {
 	ShardingItemParameters string
 	// JobParameter is handed to every shard. Default "".
 	JobParameter string
-	// DisableMonitorExecution stops recording running and completed nodes
-	// per item, which misfire-on-overlap, waiting before resharding, and
-	// failover need. Stored as monitorExecution (its negation). Default
-	// false: execution is monitored.
+	// DisableMonitorExecution stops recording which runs are going (the
+	// live marker), which misfire-on-overlap, waiting before resharding,
+	// and failover need; a trigger that finds nothing changed then writes
+	// nothing (docs/configuration.md, "What monitorExecution = false
+	// costs and gives up"). Stored as monitorExecution (its negation).
+	// Default false: execution is monitored.
 	DisableMonitorExecution bool
 	// ProcessCountInterval is how often each server writes its
 	// processSuccessCount and processFailureCount. Stored as

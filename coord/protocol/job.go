@@ -88,6 +88,9 @@ type Job struct {
 	lastErrSet bool
 
 	failing failingItems // items whose last run failed (failing.go)
+	// quiet: the last Begin of an unmonitored run that wrote, which the
+	// next ones with the same plan need not repeat (quiet.go); under mu.
+	quiet quietBasis
 
 	totals  *counts.Totals // cumulative counts (internal/counts)
 	barrier phaseBarrier   // Once's barriers (once.go)

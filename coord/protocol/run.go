@@ -43,6 +43,8 @@ type Run struct {
 	// live: Begin created the live marker servers/{id}/run/live (a
 	// monitored normal run); Complete deletes it.
 	live bool
+	// quiet: an unmonitored run whose Begin wrote nothing (quiet.go).
+	quiet bool
 	// failing: the run's failing items, as its Complete writes them in its
 	// record (set once by complete from the RunOutcome).
 	failing map[int]layout.ItemFailure
@@ -129,7 +131,7 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 	j.recordLastError(ctx, "")
 	items := plan.items
 	r = &Run{j: j, session: b.sid, items: items, cfg: cfg, params: params, shardMzxid: plan.shardMzxid, begin: string(layout.FormatTime(now)),
-		live: len(items) > 0 && !items[0].Failover && cfg.MonitorsExecution()}
+		live: len(items) > 0 && !items[0].Failover && cfg.MonitorsExecution(), quiet: b.quiet}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(b.regCtx, r.cancel)
 	return r, nil
@@ -170,6 +172,8 @@ type beginning struct {
 	cached bool
 	// requeued: a plan queued lost claims of its items again (readOwn).
 	requeued bool
+	// quiet: markRunning wrote nothing (quiet.go).
+	quiet bool
 }
 
 // beginPlan is what an attempt of a Begin read: its items and the
@@ -317,9 +321,16 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 	sid := j.regSession
 	j.mu.Unlock()
 	begin := layout.FormatTime(now)
-	head := b.fences(p)
 	groups := b.itemIntents(p, begin)
-	tail, live := b.recordIntents(p.items, begin, p.shardMzxid)
+	if b.quiet = b.quietBegin(p, len(groups)); b.quiet {
+		// The plan of the last Begin that wrote, and nothing to consume:
+		// an unmonitored run writes nothing (quiet.go). Its items are
+		// held in this process as any run's.
+		j.rn.HoldItems(itemNumbers(p.items), 1)
+		return nil
+	}
+	head := b.fences(p)
+	tail, live, failing := b.recordIntents(p.items, begin, p.shardMzxid)
 	// Held from before the transaction, not after it: a Begin beside this
 	// one that finds the marker or the items held must see them held, or
 	// it would take them for leftovers.
@@ -334,6 +345,7 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 	if err != nil {
 		return b.markFailed(ctx, p.items, sid, string(begin), p.shardMzxid, live, err)
 	}
+	b.noteBegun(p, failing)
 	return nil
 }
 
@@ -397,27 +409,33 @@ func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]txn.Intent {
 	return groups
 }
 
-// recordIntents are a Begin's writes for the server: status RUNNING and,
-// for a normal run, its run record (epoch: the Mzxid of the sharding node
-// it was planned on) and, when it monitors execution, the live marker
-// (live).
-func (b *beginning) recordIntents(items []Assignment, begin []byte, epoch int64) (tail []txn.Intent, live bool) {
+// recordIntents are a Begin's writes for the server: for a normal run, its
+// run record (epoch: the Mzxid of the sharding node it was planned on,
+// failing: the failing items it carries) and, when it monitors execution,
+// status RUNNING and the live marker (live); for a failover run, status
+// RUNNING. An unmonitored run leaves status alone: nothing is running for
+// the protocol (its Complete writes READY, for a status a monitored run
+// left).
+func (b *beginning) recordIntents(items []Assignment, begin []byte, epoch int64) (tail []txn.Intent, live bool, failing map[int]layout.ItemFailure) {
 	j := b.j
 	if len(items) == 0 {
-		return nil, false
+		return nil, false, nil
 	}
 	monitor := b.cfg.MonitorsExecution()
-	tail = append(tail, txn.Intent{Kind: txn.Set, Rel: layout.RelServer(j.id, layout.NStatus), Data: []byte(layout.StatusRunning)})
+	if monitor || items[0].Failover {
+		tail = append(tail, txn.Intent{Kind: txn.Set, Rel: layout.RelServer(j.id, layout.NStatus), Data: []byte(layout.StatusRunning)})
+	}
 	if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
 		j.failing.keep(rec.Items)
 		rec.Failing = j.failing.of(rec.Items)
+		failing = rec.Failing
 		tail = append(tail, txn.Intent{Kind: txn.Put, Rel: layout.RelServer(j.id, layout.NRun), Data: layout.EncodeRunRecord(rec)})
 		if monitor {
 			live = true
 			tail = append(tail, txn.Intent{Kind: txn.Create, Rel: layout.RelServer(j.id, layout.NRun, layout.NLive), Data: []byte(j.id), Mode: store.Ephemeral})
 		}
 	}
-	return tail, live
+	return tail, live, failing
 }
 
 // markFailed handles a Begin's failed transaction. The items (and the
@@ -894,6 +912,9 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 // planned before this completion must plan again, on the new mark).
 func (r *Run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
+	if r.quietComplete() {
+		return nil // an unmonitored run's record holds already (quiet.go); the counts wait for the interval report
+	}
 	now := layout.FormatTime(j.reg.cfg.Now())
 	var head []txn.Intent
 	groups, anyFailover := r.failoverCompletions(now)
@@ -928,6 +949,7 @@ func (r *Run) apply(ctx context.Context, next time.Time) error {
 	if r.counts != nil {
 		r.counts.Written = true
 	}
+	r.noteCompleted()
 	return nil
 }
 

@@ -19,7 +19,9 @@ import (
 // server's sharding node, the resharding flag and the failover directory
 // (run.go, markRunning); Complete rewrites the record with the completion
 // time and deletes the marker in one transaction. So a trigger costs a
-// server 2 writes whatever its items.
+// server 2 writes whatever its items; an unmonitored run's, none while its
+// plan and failing items stay those of its last Begin that wrote
+// (protocol's quiet.go).
 //
 // Readers: an item is running when a live marker's record names it (the
 // leader's wait before resharding watches the markers, one per server); a
