@@ -69,7 +69,7 @@ type options struct {
 	cron, out, cpuProfile              string
 	jobs, total, adders                int
 	sessionTimeout, stopTimeout        time.Duration
-	groupCommit, hold                  bool
+	groupCommit, hold, monitor         bool
 	gcOps, gcInFlight                  int
 }
 
@@ -88,6 +88,7 @@ func parseFlags() (options, error) {
 	flag.DurationVar(&o.sessionTimeout, "session-timeout", 10*time.Second, "ZooKeeper session timeout")
 	flag.DurationVar(&o.stopTimeout, "stop-timeout", time.Minute, "bound of the graceful stop on SIGTERM")
 	flag.BoolVar(&o.hold, "hold", false, "add the jobs before starting the Node, print \"added ...\" and start it (the jobs fire) on SIGUSR1")
+	flag.BoolVar(&o.monitor, "monitor-execution", true, "every job's monitorExecution (false: JobConfig.DisableMonitorExecution; a steady-state run then writes nothing)")
 	flag.BoolVar(&o.groupCommit, "group-commit", true, "ZooKeeper: commit concurrent Multis together (false: zkstore.Config.NoGroupCommit)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile from ready to the stop to this file")
 	flag.IntVar(&o.gcOps, "gc-ops", 0, "ZooKeeper: a group commit batch's operations (0: zkstore's default; with --gc-inflight, the store is wrapped by a groupcommit.Store so tuned)")
@@ -292,7 +293,7 @@ func addJobs(ctx context.Context, node *dataflow.Node, o options, rec *recorder)
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1)) - 1; i < o.jobs; i = int(next.Add(1)) - 1 {
-				cfg := dataflow.JobConfig{JobName: jobName(i), Cron: o.cron, ShardingTotalCount: o.total}
+				cfg := dataflow.JobConfig{JobName: jobName(i), Cron: o.cron, ShardingTotalCount: o.total, DisableMonitorExecution: !o.monitor}
 				if err := dataflow.AddJob[int](ctx, node, cfg, noop{}, dataflow.WithListeners(jobListener{r: rec, job: i})); err != nil {
 					errs <- fmt.Errorf("add job %s: %w", cfg.JobName, err)
 					return
