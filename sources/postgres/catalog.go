@@ -25,6 +25,7 @@ func isMarked(comment, role string) bool {
 // RenameLegacyColumns).
 const (
 	workIndex     = "shardflow_queue"
+	pendingIndex  = "shardflow_pending"
 	keysetIndex   = "shardflow_scan"
 	v1WorkIndex   = "shardflow_work"
 	v1KeysetIndex = "shardflow_keyset"

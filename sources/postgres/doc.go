@@ -24,10 +24,13 @@
 // row between buckets. Shard item i of n owns the contiguous bucket range
 // [i*1024/n, (i+1)*1024/n) (see BucketRange), so every query of an item is
 // a range scan of one index: (status, bucket, key) WHERE status IN
-// ('pending','claimed') for the work modes, (bucket, key) for the
-// checkpoint mode. Validate (run by NewSource) refuses a table that lacks
-// them, naming the missing table or column, and checks that every field of
-// T can hold its column's SQL type.
+// ('pending','claimed') for the claim mode, (key, bucket) WHERE status =
+// 'pending' for the transactional mode (it reads in key order: an item's
+// buckets are runs of consecutive keys, so a batch's rows share a few heap
+// pages), (bucket, key) for the checkpoint mode. Validate (run by
+// NewSource) refuses a table that lacks them, naming the missing table,
+// column or index and the fix, and checks that every field of T can hold
+// its column's SQL type.
 //
 // # Modes
 //

@@ -15,6 +15,11 @@ var (
 	// ErrMissingColumn: a column the source needs is missing. Run
 	// postgres.Migrate for the bookkeeping columns, or fix TableSpec.
 	ErrMissingColumn = errors.New("sources/postgres: column does not exist")
+	// ErrMissingIndex: an index Migrate creates on a work table is missing
+	// (a table prepared by an earlier release lacks the pending index the
+	// transactional mode reads by). Run postgres.Migrate again, or the
+	// CREATE INDEX CONCURRENTLY statement the message gives.
+	ErrMissingIndex = errors.New("sources/postgres: index does not exist")
 	// ErrRowMismatch: the selected columns do not match the fields of T
 	// (pgx.RowToStructByName rules: names match case-insensitively, a db tag
 	// overrides, db:"-" ignores a field).

@@ -21,9 +21,11 @@ import (
 //	shardflow_attempts    integer NOT NULL DEFAULT 0, shardflow_last_error text
 //
 // each with a comment marking it as Migrate's ("shardflow:<role> ..."),
-// and the partial index (status, bucket, key) WHERE status IN
-// ('pending','claimed') that every claim, fetch and reclaim query uses. For
-// a ReadOnly table it adds only the bucket column and a (bucket, key) index.
+// the partial index (status, bucket, key) WHERE status IN
+// ('pending','claimed') that the claim mode's claims and reclaims use, and
+// the partial index (key, bucket) WHERE status = 'pending' that the
+// transactional mode reads its pending rows by, in key order (see
+// pendingIndexDDL). For a ReadOnly table it adds only the bucket column and a (bucket, key) index.
 // The defaults and the generated bucket make a plain INSERT that names no
 // bookkeeping column a pending row of the right bucket.
 //
@@ -81,15 +83,46 @@ func migrateOnce(ctx context.Context, db Querier, spec TableSpec) error {
 		stmts = append(stmts, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s)`,
 			quote(indexName(spec.name(), keysetIndex)), t, quote(b.Bucket), k))
 	} else {
-		st := quote(b.Status)
-		stmts = append(stmts, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s, %s) WHERE %s IN ('pending', 'claimed')`,
-			quote(indexName(spec.name(), workIndex)), t, st, quote(b.Bucket), k, st))
+		stmts = append(stmts, queueIndexDDL(spec, false), pendingIndexDDL(spec, false))
 	}
 	// One simple-protocol Exec: the statements run as one transaction.
 	if _, err := db.Exec(ctx, strings.Join(stmts, ";\n")); err != nil {
 		return fmt.Errorf("sources/postgres: migrating table %s: %w", spec.Table, err)
 	}
 	return nil
+}
+
+// queueIndexDDL is the statement creating spec's queue index, (status,
+// bucket, key) WHERE status IN ('pending', 'claimed'): the claim mode's
+// claims and reclaims scan an item's bucket range of it.
+func queueIndexDDL(spec TableSpec, concurrently bool) string {
+	b := spec.Bookkeeping
+	st := quote(b.Status)
+	return fmt.Sprintf(`CREATE INDEX %sIF NOT EXISTS %s ON %s (%s, %s, %s) WHERE %s IN ('pending', 'claimed')`,
+		concurrent(concurrently), quote(indexName(spec.name(), workIndex)), spec.ident().Sanitize(), st, quote(b.Bucket), quote(spec.Key), st)
+}
+
+func concurrent(yes bool) string {
+	if yes {
+		return "CONCURRENTLY "
+	}
+	return ""
+}
+
+// pendingIndexDDL is the statement creating spec's pending index:
+//
+//	CREATE INDEX [CONCURRENTLY] IF NOT EXISTS <table>_shardflow_pending
+//	  ON <table> (key, shardflow_bucket) WHERE shardflow_status = 'pending'
+//
+// The transactional mode reads an item's pending rows by it in key order
+// (the bucket, a key column of the index, is tested on the index entries,
+// never on the rows), so a batch's rows lie on a few consecutive heap pages
+// instead of one page each (see TxJob.Fetch). concurrently gives the form
+// that does not block writes, for an existing large table.
+func pendingIndexDDL(spec TableSpec, concurrently bool) string {
+	b := spec.Bookkeeping
+	return fmt.Sprintf(`CREATE INDEX %sIF NOT EXISTS %s ON %s (%s, %s) WHERE %s = 'pending'`,
+		concurrent(concurrently), quote(indexName(spec.name(), pendingIndex)), spec.ident().Sanitize(), quote(spec.Key), quote(b.Bucket), quote(b.Status))
 }
 
 // RenameLegacyColumns converts a table prepared by an earlier build of

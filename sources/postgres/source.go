@@ -144,11 +144,13 @@ func (s *Source[T]) Columns() []string { return append([]string(nil), s.cols...)
 func (s *Source[T]) NullableRisks() []string { return append([]string(nil), s.nullRisks...) }
 
 // Validate checks, before any run, that the table exists, that the key and
-// the bookkeeping columns exist and were created by Migrate, that the
-// fencing tables exist, and that the selected columns match the fields of
-// T, each field's Go type able to hold its column's SQL type. Errors wrap
-// ErrMissingTable, ErrMissingColumn, ErrColumnTaken, ErrLegacyColumns or
-// ErrRowMismatch and name the table, column or field with the fix.
+// the bookkeeping columns exist and were created by Migrate, that a work
+// table has Migrate's two indexes (the queue and the pending index), that
+// the fencing tables exist, and that the selected columns match the fields
+// of T, each field's Go type able to hold its column's SQL type. Errors
+// wrap ErrMissingTable, ErrMissingColumn, ErrColumnTaken, ErrLegacyColumns,
+// ErrMissingIndex or ErrRowMismatch and name the table, column, index or
+// field with the fix.
 func (s *Source[T]) Validate(ctx context.Context) error {
 	pool := s.cfg.Pool
 	info, err := readTable(ctx, pool, s.spec)
@@ -169,6 +171,17 @@ func (s *Source[T]) Validate(ctx context.Context) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("%w: bookkeeping column %q of table %s; run postgres.Migrate(ctx, pool, spec) with this TableSpec",
 			ErrMissingColumn, missing[0].name, s.spec.Table)
+	}
+	if !s.spec.ReadOnly {
+		for _, idx := range []struct{ name, ddl, use string }{
+			{workIndex, queueIndexDDL(s.spec, true), "the claim mode claims by it"},
+			{pendingIndex, pendingIndexDDL(s.spec, true), "the transactional mode reads pending rows by it"},
+		} {
+			if name := indexName(s.spec.name(), idx.name); !info.indexes[name] {
+				return fmt.Errorf("%w: index %s of table %s (%s); run postgres.Migrate(ctx, pool, spec) again, "+
+					"or, on a large table, without blocking its writes: %s", ErrMissingIndex, name, s.spec.Table, idx.use, idx.ddl)
+			}
+		}
 	}
 	cols := s.spec.Columns
 	if len(cols) == 0 {

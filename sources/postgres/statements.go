@@ -90,10 +90,16 @@ WHERE t.{k} = ANY($1::bigint[]) AND (t.{status} = 'claimed') IS TRUE AND t.{clai
 FROM unnest($1::bigint[], $2::text[]) AS f(k, err)
 WHERE t.{k} = f.k AND (t.{status} = 'claimed') IS TRUE AND t.{claimed_by} = $3 AND t.{claim_epoch} = $4`),
 
-		// $1 lo, $2 hi, $3 limit, $4 after bucket, $5 after key.
+		// $1 lo, $2 hi, $3 limit, $4 after key, $5 after bucket (the
+		// start, (MinInt64, -1), is before every row). In key order, by the
+		// pending index (key, bucket) WHERE status = 'pending': the bucket
+		// range is tested on its entries, and an item's buckets are runs of
+		// consecutive keys, so a batch's rows share a few heap pages
+		// (in (bucket, key) order each row of a batch was on a page of its
+		// own, which every later batch pruned and cleaned again).
 		pending: r.Replace(`SELECT t.{k}, {cols} FROM {t} AS t
-WHERE t.{status} = 'pending' AND t.{bucket} BETWEEN $1 AND $2 AND (t.{bucket}, t.{k}) > ($4::smallint, $5::bigint)
-ORDER BY t.{status}, t.{bucket}, t.{k} LIMIT $3`),
+WHERE t.{status} = 'pending' AND (t.{k}, t.{bucket}) > ($4::bigint, $5::smallint) AND t.{bucket} BETWEEN $1 AND $2
+ORDER BY t.{k} LIMIT $3`),
 		// $1 keys, $2 lo, $3 hi, $4 me, $5 epoch: lock the rows still
 		// pending and still this item's (skipping rows another owner holds)
 		// and mark them done, in one statement (joined back by ctid, as the

@@ -46,7 +46,9 @@ func (e *userError) Unwrap() error { return e.err }
 
 // Fetch waits out the item's backoff step if a statement error opened one,
 // then reads up to shard.FetchCount pending rows of the item's buckets,
-// lowest (bucket, key) first, without locking them (ProcessBatch locks).
+// lowest key first, without locking them (ProcessBatch locks). Key order,
+// by the pending index Migrate creates, puts a batch's rows on a few
+// consecutive heap pages: an item's buckets are runs of consecutive keys.
 // After a full batch of the same item run the rows are already read: that
 // batch's transaction read them (see prefetches), and Fetch makes no round
 // trip.
@@ -64,7 +66,7 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 	if s.backoff.wait(ctx, keyOf(shard)) == nil {
 		pos := j.cursors.get(ck)
 		if out, ok := j.next.take(ctx, shard, pos); ok {
-			j.cursors.advance(ck, keys(out))
+			j.cursors.advanceByKey(ck, keys(out))
 			if len(out) >= shard.FetchCount || pos.atStart() {
 				return out, nil
 			}
@@ -76,7 +78,7 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 	err := s.untilOK(ctx, shard, "fetch", func(ctx context.Context) error {
 		pos := j.cursors.get(ck)
 		for {
-			rows, err := s.cfg.Pool.Query(ctx, s.sql.pending, lo, hi, shard.FetchCount, pos.bucket, pos.key)
+			rows, err := s.cfg.Pool.Query(ctx, s.sql.pending, lo, hi, shard.FetchCount, pos.key, pos.bucket)
 			if err != nil {
 				return err
 			}
@@ -84,7 +86,7 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 			if err != nil {
 				return err
 			}
-			j.cursors.advance(ck, keys(out))
+			j.cursors.advanceByKey(ck, keys(out))
 			if len(out) >= shard.FetchCount || pos.atStart() {
 				return nil
 			}
@@ -219,7 +221,7 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 	b.BeginTx(opts)
 	b.Queue(s.sql.lockDone, keys(items), lo, hi, owner(shard), shard.Epoch)
 	if prefetch {
-		b.Queue(s.sql.pending, lo, hi, shard.FetchCount, pos.bucket, pos.key)
+		b.Queue(s.sql.pending, lo, hi, shard.FetchCount, pos.key, pos.bucket)
 	}
 	br := s.cfg.Pool.SendBatch(ctx, b)
 	tx := br.Tx()

@@ -62,6 +62,33 @@ func TestNewSourceNeedsTheFenceTable(t *testing.T) {
 	}
 }
 
+// A work table prepared before the pending index existed (or one whose
+// index was dropped) is refused with the index's name and both fixes, and
+// running Migrate again creates it.
+func TestNewSourceNeedsThePendingIndex(t *testing.T) {
+	pool := newDB(t)
+	ctx := testCtx(t)
+	newOrders(t, pool, 0)
+	exec(t, pool, `DROP INDEX orders_shardflow_pending`)
+	spec := postgres.TableSpec{Table: "orders"}
+	_, err := postgres.NewSource[Order](ctx, postgres.Config{Pool: pool, Table: spec})
+	if !errors.Is(err, postgres.ErrMissingIndex) {
+		t.Fatalf("err = %v; want ErrMissingIndex", err)
+	}
+	for _, m := range []string{"orders_shardflow_pending", "postgres.Migrate",
+		`CREATE INDEX CONCURRENTLY IF NOT EXISTS "orders_shardflow_pending" ON "orders" ("id", "shardflow_bucket") WHERE "shardflow_status" = 'pending'`} {
+		if !strings.Contains(err.Error(), m) {
+			t.Errorf("error %q does not mention %q", err, m)
+		}
+	}
+	if err := postgres.Migrate(ctx, pool, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := postgres.NewSource[Order](ctx, postgres.Config{Pool: pool, Table: spec}); err != nil {
+		t.Fatalf("after Migrate: %v", err)
+	}
+}
+
 func TestNewSourceNamesTheMismatchedField(t *testing.T) {
 	pool := newDB(t)
 	newOrders(t, pool, 0)
