@@ -20,6 +20,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,8 @@ type result struct {
 	// the Nodes' start, registration and sharding).
 	startup time.Duration
 	note    string
+	// cpuNote: the Postgres server's CPU over the timed part (--pg-cpuacct).
+	cpuNote string
 }
 
 func (r result) rate() float64 { return float64(r.rows) / r.elapsed.Seconds() }
@@ -55,6 +58,8 @@ func main() {
 	only := flag.String("only", "", "comma-separated subset of: shardflow,shardflow-tx,shardflow-tx-pgcoord,shardflow-tx-shared,pgx,river,update")
 	rounds := flag.Int("rounds", 1, "rounds of every measurement, in alternating order (odd rounds reversed); the table shows each one's median")
 	cpuprofile := flag.String("cpuprofile", "", "write this process's CPU profile (the Go side: engine, pgx, scanning) to this file")
+	flag.StringVar(&pgCPUFile, "pg-cpuacct", "", "the Postgres server's cgroup CPU counter in nanoseconds (cgroup v1: /sys/fs/cgroup/cpuacct/docker/<id>/cpuacct.usage): "+
+		"each measurement's note then gives the server's CPU seconds over its timed part alone (seeding excluded)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -209,6 +214,34 @@ func medians(results []result) []result {
 		out = append(out, m)
 	}
 	return out
+}
+
+// pgCPUFile is --pg-cpuacct.
+var pgCPUFile string
+
+// pgCPU returns a func that, called at the end of a timed part, describes
+// the Postgres server's CPU time since pgCPU was called ("" without
+// --pg-cpuacct or when the counter cannot be read).
+func pgCPU() func() string {
+	read := func() (int64, bool) {
+		if pgCPUFile == "" {
+			return 0, false
+		}
+		b, err := os.ReadFile(pgCPUFile)
+		if err != nil {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return n, err == nil
+	}
+	start, ok := read()
+	return func() string {
+		end, ok2 := read()
+		if !ok || !ok2 {
+			return ""
+		}
+		return fmt.Sprintf("; Postgres CPU %.2fs", float64(end-start)/1e9)
+	}
 }
 
 func fatal(err error) {

@@ -44,7 +44,7 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 	if tx {
 		r.name, r.note = "shardflow-tx", "transactional mode (rows locked and marked done by one statement in the batch transaction, fence)"
 	}
-	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d; %s", items, batch, r.drainRate())
+	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d; %s%s", items, batch, r.drainRate(), r.cpuNote)
 	return r, nil
 }
 
@@ -63,7 +63,7 @@ func benchShardflowPgCoord(ctx context.Context, pool *pgxpool.Pool, coordDSN str
 	if shared {
 		r.name, r.note = "shardflow-tx-shared", "transactional mode coordinated by pgstore in the same database (ownership checked in each batch's transaction)"
 	}
-	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process (streaming, 1 worker per item), batch %d; %s", items, batch, r.drainRate())
+	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process (streaming, 1 worker per item), batch %d; %s%s", items, batch, r.drainRate(), r.cpuNote)
 	return r, nil
 }
 
@@ -119,6 +119,7 @@ func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch in
 			return result{}, err
 		}
 	}
+	cpu := pgCPU()
 	start := time.Now()
 	for _, nd := range nodes {
 		if err := nd.Start(ctx); err != nil {
@@ -133,7 +134,7 @@ func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch in
 	case <-time.After(30 * time.Minute):
 		return result{}, fmt.Errorf("not done after 30m: %d of %d rows", counted.Load(), n)
 	}
-	elapsed := time.Since(start)
+	elapsed, cpuNote := time.Since(start), cpu()
 	d, err := countDone(ctx, pool)
 	if err != nil {
 		return result{}, err
@@ -142,7 +143,7 @@ func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch in
 		return result{}, fmt.Errorf("done %d; want %d", d, n)
 	}
 	startup := time.Duration(firstFetch.Load() - start.UnixNano())
-	return result{rows: n, elapsed: elapsed, startup: startup}, nil
+	return result{rows: n, elapsed: elapsed, startup: startup, cpuNote: cpuNote}, nil
 }
 
 // benchPgxLoop is what one would write by hand: one goroutine per item
@@ -162,6 +163,7 @@ FROM c WHERE t.id = c.id
 RETURNING t.id, t.payload`
 	const done = `UPDATE work AS t SET shardflow_status = 'done', shardflow_last_error = NULL
 WHERE t.id = ANY($1::bigint[]) AND t.shardflow_status = 'claimed' AND t.shardflow_claimed_by = $2 AND t.shardflow_claim_epoch = $3`
+	cpu := pgCPU()
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, items)
@@ -205,7 +207,7 @@ WHERE t.id = ANY($1::bigint[]) AND t.shardflow_status = 'claimed' AND t.shardflo
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
+	elapsed, cpuNote := time.Since(start), cpu()
 	for _, err := range errs {
 		if err != nil {
 			return result{}, err
@@ -215,7 +217,7 @@ WHERE t.id = ANY($1::bigint[]) AND t.shardflow_status = 'claimed' AND t.shardflo
 	if err != nil || d != n {
 		return result{}, fmt.Errorf("done %d, %v; want %d", d, err, n)
 	}
-	return result{name: "pgx", rows: n, elapsed: elapsed, note: fmt.Sprintf("hand-written loop, %d goroutines, the textbook claim (SKIP LOCKED, joined back by key, with the keyset cursor) and done-by-key SQL, batch %d", items, batch)}, nil
+	return result{name: "pgx", rows: n, elapsed: elapsed, note: fmt.Sprintf("hand-written loop, %d goroutines, the textbook claim (SKIP LOCKED, joined back by key, with the keyset cursor) and done-by-key SQL, batch %d%s", items, batch, cpuNote)}, nil
 }
 
 type noopArgs struct{}
@@ -300,16 +302,17 @@ func benchUpdate(ctx context.Context, pool *pgxpool.Pool, n int64) (result, erro
 	if err := seedWork(ctx, pool, n); err != nil {
 		return result{}, err
 	}
+	cpu := pgCPU()
 	start := time.Now()
 	tag, err := pool.Exec(ctx, `UPDATE work SET shardflow_status = 'done'`)
 	if err != nil {
 		return result{}, err
 	}
-	elapsed := time.Since(start)
+	elapsed, cpuNote := time.Since(start), cpu()
 	if tag.RowsAffected() != n {
 		return result{}, fmt.Errorf("updated %d; want %d", tag.RowsAffected(), n)
 	}
-	return result{name: "update", rows: n, elapsed: elapsed, note: "one UPDATE work SET shardflow_status = 'done' over the whole table"}, nil
+	return result{name: "update", rows: n, elapsed: elapsed, note: "one UPDATE work SET shardflow_status = 'done' over the whole table" + cpuNote}, nil
 }
 
 // countingJob counts the rows its BatchJob processed successfully and
