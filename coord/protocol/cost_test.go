@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardflow/shardflow/coord"
 	"github.com/shardflow/shardflow/coord/coordtest"
+	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/internal/storecount"
 )
 
@@ -21,15 +22,14 @@ func settle() { synctest.Wait() }
 // TestCoordinationCost measures the requests one steady-state trigger
 // (Begin + Complete on every server, no resharding) costs per server, for
 // S servers and N items, and asserts that neither the writes nor the reads
-// (watch re-arms included) grow with N.
-// Run with -v to print the table recorded in docs/benchmarks.md;
+// (watch re-arms included) grow with N; then the same with
+// monitorExecution=false, whose steady-state trigger sends nothing
+// (quiet.go). Run with -v to print the table recorded in docs/benchmarks.md;
 // SHARDFLOW_COST_ITEMS (e.g. 512,4096,10000) changes the item counts.
 func TestCoordinationCost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("measurement")
 	}
-	t.Log("| servers S | items N | write requests/server/trigger | ops inside them/server | reads/server (incl. watch re-arms) | ElasticJob 1.x writes/server (~7N/S+2) | 3.x writes/server (~2N/S) | requests of one status read |")
-	t.Log("| --- | --- | --- | --- | --- | --- | --- | --- |")
 	sizes := []int{8, 64, 512}
 	if v := os.Getenv("SHARDFLOW_COST_ITEMS"); v != "" {
 		sizes = nil
@@ -41,22 +41,27 @@ func TestCoordinationCost(t *testing.T) {
 			sizes = append(sizes, n)
 		}
 	}
-	for _, s := range []int{1, 3} {
-		for _, n := range sizes {
-			synctest.Test(t, func(t *testing.T) { measureCost(t, s, n) })
+	for _, monitor := range []bool{true, false} {
+		t.Logf("monitorExecution=%t:", monitor)
+		t.Log("| servers S | items N | write requests/server/trigger | ops inside them/server | reads/server (incl. watch re-arms) | ElasticJob 1.x writes/server (~7N/S+2) | 3.x writes/server (~2N/S) | requests of one status read |")
+		t.Log("| --- | --- | --- | --- | --- | --- | --- | --- |")
+		for _, s := range []int{1, 3} {
+			for _, n := range sizes {
+				synctest.Test(t, func(t *testing.T) { measureCost(t, s, n, monitor) })
+			}
 		}
 	}
 }
 
 // measureCost runs the warm-up and the measured trigger for S servers and N
 // items inside a synctest bubble, so settle can wait for quiescence.
-func measureCost(t *testing.T, s, n int) {
+func measureCost(t *testing.T, s, n int, monitor bool) {
 	h := coordtest.NewHarness(t, coordtest.Mem())
 	cs := make([]*storecount.Store, s)
 	servers := make([]*coordtest.Server, s)
 	for i := range s {
 		cs[i] = storecount.New(h.B.Connect(t))
-		srv, err := h.TryStart(fmt.Sprintf("s%d", i), coordtest.Config("job", n), cs[i])
+		srv, err := h.TryStart(fmt.Sprintf("s%d", i), coordtest.Config("job", n, func(c *jobconfig.Config) { c.DisableMonitorExecution = !monitor }), cs[i])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,8 +100,9 @@ func measureCost(t *testing.T, s, n int) {
 		t.Fatal(err)
 	}
 	for _, it := range js.Items {
-		if !it.Completed || it.Running || it.LastBeginTime == nil || it.LastCompleteTime == nil {
-			t.Fatalf("S=%d N=%d: item %+v after the trigger, want completed with both times", s, n, it)
+		// Completed (ElasticJob's completed node) is a monitored run's.
+		if it.Completed != monitor || it.Running || it.LastBeginTime == nil || it.LastCompleteTime == nil {
+			t.Fatalf("S=%d N=%d monitorExecution=%t: item %+v after the trigger, want both times (completed only if monitored)", s, n, monitor, it)
 		}
 	}
 	status := as.Counts().Reads
@@ -116,10 +122,16 @@ func measureCost(t *testing.T, s, n int) {
 	if r := float64(reads) / float64(s); r != 0 {
 		t.Errorf("S=%d N=%d: %.1f reads per server per trigger, want 0 (Begin's flag, sharding node and failover directory from the tree cache)", s, n, r)
 	}
-	if w != 2 {
+	if !monitor {
+		// Unmonitored: the plan of the last Begin that wrote, nothing
+		// changed: neither Begin nor Complete sends anything.
+		if w != 0 || ops != 0 {
+			t.Errorf("S=%d N=%d monitorExecution=false: %.1f writes (%d operations) per server per trigger, want 0", s, n, w, ops)
+		}
+	} else if w != 2 {
 		t.Errorf("S=%d N=%d: %.1f writes per server per trigger, want 2 (one Multi in Begin, one in Complete)", s, n, w)
 	}
-	if o := float64(ops) / float64(s); o > 9 {
+	if o := float64(ops) / float64(s); monitor && o > 9 {
 		t.Errorf("S=%d N=%d: %.1f operations inside them per server, want at most 9 (Begin: 3 checks, status, record, marker; Complete: status, record, marker; none per item)", s, n, o)
 	}
 	for _, srv := range servers {
