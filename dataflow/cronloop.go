@@ -18,44 +18,70 @@ import (
 // entries again on every add, removal and fire: a Node adding 10,000 jobs
 // spent 16% of its CPU in that sort (docs/benchmarks.md, issue 15 item 1).
 //
+// The entries due at one instant are handed to fire together, in one
+// call, so that the scheduler starts thousands of runs due together under
+// one lock rather than one each; entries that share a cronSchedule (the
+// scheduler gives jobs with the same spec the same one) have their next
+// fire time computed once per instant, not once each (a Quartz Next is
+// microseconds: 10,000 jobs on one cron spent tens of milliseconds in it
+// before the first of them fired).
+//
 // As robfig/cron's Cron does, a fire at time t computes the entry's next
 // fire time from t (fires missed while the process slept are not made up),
 // an entry added while running is due at its schedule's next time after
-// the add, and entries added before start count from start. Fire functions
-// run on the loop's goroutine, one at a time, and must not block: the
-// scheduler's take its mutex briefly. A schedule whose Next is zero never
-// fires again.
+// the add, and entries added before start count from start. fire runs on
+// the loop's goroutine and must not block: the scheduler's takes its
+// mutex briefly. A schedule whose Next is zero never fires again.
 //
 // All methods are safe for concurrent use.
-type cronLoop struct {
+type cronLoop[T any] struct {
 	mu      sync.Mutex
-	entries *timeheap.Heap[*cronEntry] // by next fire time
-	pending []*cronEntry               // added before start
+	entries *timeheap.Heap[*cronEntry[T]] // by next fire time
+	pending []*cronEntry[T]               // added before start
 	started bool
 	stopped bool
+	fire    func(due []T)
 
 	wake chan struct{} // capacity 1: the earliest fire time changed
 	life startstop.BaseStartStop
 }
 
+// cronSchedule is a schedule that entries may share. at and next memoize
+// the last Next the loop computed: Next(at) = next. Under cronLoop.mu.
+type cronSchedule struct {
+	cron.Schedule
+	at, next time.Time
+}
+
+// nextLocked is s.Next(now), computed once for every entry due at now.
+func (s *cronSchedule) nextLocked(now time.Time) time.Time {
+	if s.at.IsZero() || !s.at.Equal(now) {
+		s.at, s.next = now, s.Next(now)
+	}
+	return s.next
+}
+
 // cronEntry is one scheduled job.
-type cronEntry struct {
-	sched cron.Schedule
-	fire  func()
+type cronEntry[T any] struct {
+	sched *cronSchedule
+	v     T
 	next  time.Time
 	index int // in the heap; -1 when not in it
 }
 
-func newCronLoop() *cronLoop {
-	return &cronLoop{
-		entries: timeheap.New(func(e *cronEntry) time.Time { return e.next }, func(e *cronEntry, i int) { e.index = i }),
+// newCronLoop returns a loop that calls fire with the values of the
+// entries due at each instant.
+func newCronLoop[T any](fire func(due []T)) *cronLoop[T] {
+	return &cronLoop[T]{
+		entries: timeheap.New(func(e *cronEntry[T]) time.Time { return e.next }, func(e *cronEntry[T], i int) { e.index = i }),
 		wake:    make(chan struct{}, 1),
+		fire:    fire,
 	}
 }
 
-// add schedules fire on sched and returns the entry, for remove.
-func (c *cronLoop) add(sched cron.Schedule, fire func()) *cronEntry {
-	e := &cronEntry{sched: sched, fire: fire, index: -1}
+// add schedules v on sched and returns the entry, for remove.
+func (c *cronLoop[T]) add(sched *cronSchedule, v T) *cronEntry[T] {
+	e := &cronEntry[T]{sched: sched, v: v, index: -1}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -70,9 +96,9 @@ func (c *cronLoop) add(sched cron.Schedule, fire func()) *cronEntry {
 	return e
 }
 
-// remove unschedules e; it never fires after remove returns, unless its
-// fire is running on the loop at that moment.
-func (c *cronLoop) remove(e *cronEntry) {
+// remove unschedules e; it never fires after remove returns, unless it is
+// among the entries being fired at that moment.
+func (c *cronLoop[T]) remove(e *cronEntry[T]) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e.index >= 0 {
@@ -89,7 +115,7 @@ func (c *cronLoop) remove(e *cronEntry) {
 
 // start starts the loop's goroutine; entries added so far count from now.
 // A second start, or one after stop, does nothing.
-func (c *cronLoop) start() {
+func (c *cronLoop[T]) start() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.started || c.stopped {
@@ -107,7 +133,7 @@ func (c *cronLoop) start() {
 // stop ends the loop and waits for its goroutine, so for a fire in
 // progress. No entry fires afterwards. Safe more than once and before
 // start.
-func (c *cronLoop) stop() {
+func (c *cronLoop[T]) stop() {
 	c.mu.Lock()
 	c.stopped = true
 	c.entries.Clear()
@@ -118,8 +144,8 @@ func (c *cronLoop) stop() {
 
 // pushLocked schedules e at its next fire time after now; false when it
 // has none.
-func (c *cronLoop) pushLocked(e *cronEntry, now time.Time) bool {
-	e.next = e.sched.Next(now)
+func (c *cronLoop[T]) pushLocked(e *cronEntry[T], now time.Time) bool {
+	e.next = e.sched.nextLocked(now)
 	if e.next.IsZero() {
 		return false
 	}
@@ -127,7 +153,7 @@ func (c *cronLoop) pushLocked(e *cronEntry, now time.Time) bool {
 	return true
 }
 
-func (c *cronLoop) wakeLoop() {
+func (c *cronLoop[T]) wakeLoop() {
 	select {
 	case c.wake <- struct{}{}:
 	default:
@@ -135,18 +161,19 @@ func (c *cronLoop) wakeLoop() {
 }
 
 // run fires the entries as they come due until ctx ends (stop).
-func (c *cronLoop) run(ctx context.Context) {
+func (c *cronLoop[T]) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var due []func()
+	var due []T
 	for {
 		c.mu.Lock()
 		now := time.Now()
+		clear(due) // no reference kept to the values fired last
 		due = due[:0]
 		for c.entries.Len() > 0 && !c.entries.Min().next.After(now) {
 			e := c.entries.Min()
-			due = append(due, e.fire)
-			if e.next = e.sched.Next(now); e.next.IsZero() {
+			due = append(due, e.v)
+			if e.next = e.sched.nextLocked(now); e.next.IsZero() {
 				c.entries.Remove(0)
 			} else {
 				c.entries.Fix(0)
@@ -158,9 +185,7 @@ func (c *cronLoop) run(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		if len(due) > 0 {
-			for _, f := range due {
-				f()
-			}
+			c.fire(due)
 			continue // the wait counts from after the fires
 		}
 		if wait >= 0 {

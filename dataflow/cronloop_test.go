@@ -3,13 +3,12 @@ package dataflow
 import (
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/robfig/cron/v3"
 )
 
 // firings records, per entry name, the fake-clock times of its fires.
@@ -32,6 +31,15 @@ func (f *firings) count(name string) int {
 	return len(f.at[name])
 }
 
+// newFuncCronLoop is a cronLoop whose entries are functions it calls.
+func newFuncCronLoop() *cronLoop[func()] {
+	return newCronLoop(func(due []func()) {
+		for _, f := range due {
+			f()
+		}
+	})
+}
+
 // The loop fires each entry on its schedule, counted from start for
 // entries added before it and from the add for the others; a removed entry
 // never fires again; stop ends the goroutine (the bubble would not end
@@ -39,8 +47,8 @@ func (f *firings) count(name string) int {
 func TestCronLoopFiresOnSchedule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &firings{at: map[string][]time.Time{}}
-		c := newCronLoop()
-		every := func(d time.Duration) cron.Schedule { return exactly(d) }
+		c := newFuncCronLoop()
+		every := func(d time.Duration) *cronSchedule { return &cronSchedule{Schedule: exactly(d)} }
 		c.add(every(2*time.Second), f.fn("a"))
 		removed := c.add(every(time.Second), f.fn("removed"))
 		time.Sleep(10 * time.Second) // before start: nothing fires
@@ -87,16 +95,16 @@ func TestCronLoopFiresOnSchedule(t *testing.T) {
 func TestCronLoopEndsAndStops(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &firings{at: map[string][]time.Time{}}
-		c := newCronLoop()
+		c := newFuncCronLoop()
 		c.start()
-		c.add(&onceSchedule{}, f.fn("once"))
+		c.add(&cronSchedule{Schedule: &onceSchedule{}}, f.fn("once"))
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
 		if n := f.count("once"); n != 1 {
 			t.Errorf("a schedule with one fire time fired %d times, want 1", n)
 		}
 		c.stop()
-		e := c.add(exactly(time.Second), f.fn("late"))
+		e := c.add(&cronSchedule{Schedule: exactly(time.Second)}, f.fn("late"))
 		c.remove(e)
 		c.start()
 		time.Sleep(5 * time.Second)
@@ -105,7 +113,7 @@ func TestCronLoopEndsAndStops(t *testing.T) {
 			t.Errorf("an entry added after stop fired %d times", n)
 		}
 
-		idle := newCronLoop()
+		idle := newFuncCronLoop()
 		idle.stop() // never started: returns at once
 	})
 }
@@ -143,10 +151,10 @@ func TestCronLoopRandomized(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	synctest.Test(t, func(t *testing.T) {
 		f := &firings{at: map[string][]time.Time{}}
-		c := newCronLoop()
+		c := newFuncCronLoop()
 		c.start()
 		type live struct {
-			e       *cronEntry
+			e       *cronEntry[func()]
 			name    string
 			added   time.Time
 			period  time.Duration
@@ -164,7 +172,7 @@ func TestCronLoopRandomized(t *testing.T) {
 			} else {
 				period := time.Duration(1+rng.IntN(7)) * time.Second
 				name := "e" + strconv.Itoa(step)
-				entries = append(entries, live{e: c.add(exactly(period), f.fn(name)), name: name, added: time.Now(), period: period})
+				entries = append(entries, live{e: c.add(&cronSchedule{Schedule: exactly(period)}, f.fn(name)), name: name, added: time.Now(), period: period})
 			}
 			time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
 			synctest.Wait()
@@ -189,6 +197,43 @@ func TestCronLoopRandomized(t *testing.T) {
 		}
 		for _, l := range gone {
 			check(l, l.removed) // fires due at the removal came before it
+		}
+	})
+}
+
+// The entries due at one instant go to fire in one call, and entries on
+// one shared schedule (whose next time the loop computes once per
+// instant) fire as often as one on a schedule of its own. In a synctest
+// bubble.
+func TestCronLoopFiresDueTogether(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu      sync.Mutex
+			batches [][]string
+		)
+		c := newCronLoop(func(due []string) {
+			mu.Lock()
+			defer mu.Unlock()
+			batches = append(batches, slices.Clone(due))
+		})
+		shared := &cronSchedule{Schedule: exactly(2 * time.Second)}
+		c.add(shared, "a")
+		c.add(shared, "b")
+		c.add(&cronSchedule{Schedule: exactly(2 * time.Second)}, "own")
+		c.start()
+		time.Sleep(6500 * time.Millisecond)
+		synctest.Wait()
+		c.stop()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(batches) != 3 {
+			t.Fatalf("fired %d times in 6.5 s (%v), want 3 calls of all three", len(batches), batches)
+		}
+		for _, b := range batches {
+			slices.Sort(b)
+			if !slices.Equal(b, []string{"a", "b", "own"}) {
+				t.Fatalf("batches %v, want [a b own] each time", batches)
+			}
 		}
 	})
 }

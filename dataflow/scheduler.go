@@ -81,7 +81,7 @@ type jobRuns interface {
 //
 // All methods are safe for concurrent use.
 type scheduler struct {
-	cron   *cronLoop
+	cron   *cronLoop[*schedJob]
 	logger *slog.Logger
 
 	// life is start once and stop once (StopFunc). The scheduler has no
@@ -93,8 +93,12 @@ type scheduler struct {
 	base   context.Context // parent of every job's run context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	jobs   map[string]*schedJob
+	mu   sync.Mutex
+	jobs map[string]*schedJob
+	// specs are the parsed cron specs of the jobs, shared by the jobs with
+	// the same one: the cron loop computes a shared schedule's next fire
+	// time once for all of them.
+	specs  map[string]*sharedSpec
 	active map[*schedJob]struct{} // jobs with a runner goroutine, removed ones too
 	// stopping is set under mu by stop's first call: every decision to
 	// start a runner reads it together with the job's state.
@@ -106,8 +110,8 @@ type schedJob struct {
 	runs    jobRuns
 	misfire bool
 	spec    string
-	sched   cron.Schedule // nil: trigger only
-	entry   *cronEntry    // nil: not scheduled
+	sched   *cronSchedule         // nil: trigger only
+	entry   *cronEntry[*schedJob] // nil: not scheduled
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -131,15 +135,47 @@ type schedJob struct {
 	failoverRunners, failoverClaiming int
 }
 
+// sharedSpec is a parsed cron spec and the number of jobs on it.
+type sharedSpec struct {
+	sched *cronSchedule
+	jobs  int
+}
+
 func newScheduler(logger *slog.Logger) *scheduler {
 	base, cancel := context.WithCancel(context.Background())
-	return &scheduler{
-		cron:   newCronLoop(),
+	s := &scheduler{
 		logger: logger,
 		base:   base,
 		cancel: cancel,
 		jobs:   map[string]*schedJob{},
+		specs:  map[string]*sharedSpec{},
 		active: map[*schedJob]struct{}{},
+	}
+	s.cron = newCronLoop(func(due []*schedJob) { s.fire(due...) })
+	return s
+}
+
+// shareSpecLocked returns the schedule of spec shared by the jobs on it,
+// parsed is spec's (nil for ""): the first job on spec brings it.
+func (s *scheduler) shareSpecLocked(spec string, parsed cron.Schedule) *cronSchedule {
+	if parsed == nil {
+		return nil
+	}
+	sh := s.specs[spec]
+	if sh == nil {
+		sh = &sharedSpec{sched: &cronSchedule{Schedule: parsed}}
+		s.specs[spec] = sh
+	}
+	sh.jobs++
+	return sh.sched
+}
+
+// releaseSpecLocked is a job leaving spec.
+func (s *scheduler) releaseSpecLocked(spec string) {
+	if sh := s.specs[spec]; sh != nil {
+		if sh.jobs--; sh.jobs == 0 {
+			delete(s.specs, spec)
+		}
 	}
 }
 
@@ -183,10 +219,10 @@ func (s *scheduler) add(name, spec string, misfire bool, runs jobRuns) error {
 	if _, ok := s.jobs[name]; ok {
 		return fmt.Errorf("%w: %q", ErrJobExists, name)
 	}
-	j := &schedJob{name: name, runs: runs, misfire: misfire, spec: spec, sched: sched}
+	j := &schedJob{name: name, runs: runs, misfire: misfire, spec: spec, sched: s.shareSpecLocked(spec, sched)}
 	j.ctx, j.cancel = context.WithCancel(s.base)
-	if sched != nil {
-		j.entry = s.cron.add(sched, func() { s.fire(j) })
+	if j.sched != nil {
+		j.entry = s.cron.add(j.sched, j)
 	}
 	s.jobs[name] = j
 	return nil
@@ -212,9 +248,10 @@ func (s *scheduler) reschedule(name, spec string, misfire bool) error {
 		s.cron.remove(j.entry)
 		j.entry = nil
 	}
-	j.spec, j.sched = spec, sched
-	if sched != nil {
-		j.entry = s.cron.add(sched, func() { s.fire(j) })
+	s.releaseSpecLocked(j.spec)
+	j.spec, j.sched = spec, s.shareSpecLocked(spec, sched)
+	if j.sched != nil {
+		j.entry = s.cron.add(j.sched, j)
 	}
 	return nil
 }
@@ -231,20 +268,30 @@ func (s *scheduler) nextFire(name string, now time.Time) time.Time {
 	return j.sched.Next(now)
 }
 
-// fire is the cron callback: start a run, or record a misfire if one runs.
-func (s *scheduler) fire(j *schedJob) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if j.removed || s.stopping {
-		return
-	}
-	if j.idle != nil {
-		if j.misfire {
-			j.pendingMisfire = true
+// fireChunk bounds the jobs fire starts under one hold of mu: a runner
+// ending beside thousands of fires waits for one chunk, not for all.
+const fireChunk = 256
+
+// fire is the cron loop's callback with the jobs due at one instant: for
+// each, start a run, or record a misfire if one runs.
+func (s *scheduler) fire(due ...*schedJob) {
+	for len(due) > 0 {
+		chunk := due[:min(len(due), fireChunk)]
+		due = due[len(chunk):]
+		s.mu.Lock()
+		for _, j := range chunk {
+			switch {
+			case j.removed || s.stopping:
+			case j.idle != nil:
+				if j.misfire {
+					j.pendingMisfire = true
+				}
+			default:
+				s.startRunnerLocked(j, ReasonCron)
+			}
 		}
-		return
+		s.mu.Unlock()
 	}
-	s.startRunnerLocked(j, ReasonCron)
 }
 
 // trigger asks for a run now, or queues one if a run is in progress.
@@ -470,6 +517,7 @@ func (s *scheduler) remove(ctx context.Context, name string) error {
 	if j.entry != nil {
 		s.cron.remove(j.entry) // O(log jobs)
 	}
+	s.releaseSpecLocked(j.spec)
 	idles := []chan struct{}{j.idle, j.failoverIdle}
 	s.mu.Unlock()
 
