@@ -91,6 +91,32 @@ func testMonitorExecutionOffQuiet(t *testing.T, h *Harness) {
 	quiet("an unmonitored steady state on a and b")
 	checkQuietStatus(t, h, 4)
 
+	// The interval report writes the times of the last run that wrote
+	// nothing: status shows them (a Begin at a time of the test's choice,
+	// an hour ahead, so that no earlier run can have it).
+	at := time.UnixMilli(h.Now().Add(time.Hour).UnixMilli())
+	r, err := servers[0].Job.Begin(testCtx(t), at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(testCtx(t), time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range r.Shards() {
+		if it := status(t, h, "job").Items[a.Item]; it.LastBeginTime != nil && it.LastBeginTime.Equal(at) {
+			t.Fatalf("item %d: the run at %v wrote its record; want a quiet run", a.Item, at)
+		}
+	}
+	if err := servers[0].Job.ReportCounts(testCtx(t), 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range r.Shards() {
+		if it := status(t, h, "job").Items[a.Item]; it.LastBeginTime == nil || !it.LastBeginTime.Equal(at) || it.LastCompleteTime == nil {
+			t.Fatalf("item %d after the interval report: %+v, want lastBeginTime %v (the last quiet run's) and a completion", a.Item, it, at)
+		}
+	}
+	checkQuietStatus(t, h, 4)
+
 	// A failing item writes its record (status shows it), and so does
 	// its recovery; then the trigger is quiet again.
 	w, _ := trigger(protocol.RunOutcome{Errors: map[int]string{0: "boom"}})

@@ -3,8 +3,10 @@ package protocol
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
 )
 
 // A run of a job with monitorExecution off has nothing for the protocol to
@@ -27,7 +29,11 @@ import (
 //     with other failing items; otherwise it sends nothing (0 requests);
 //   - its Complete writes the completion when its Begin wrote, or when the
 //     run's failing items differ from the record's; otherwise nothing (the
-//     counts it was given stay unwritten: CountReport.Written false).
+//     counts it was given stay unwritten: CountReport.Written false);
+//   - the interval report (ReportCounts, every processCountIntervalSeconds)
+//     writes, with the counts, the record of the kept plan with the times
+//     of its newest run that wrote nothing, so that status's times are at
+//     most one interval old.
 //
 // Why the version checks may be left out of a Begin that plans what the
 // basis planned: a cache behind the store hides a reshard (the run's epoch
@@ -58,7 +64,15 @@ type quietBasis struct {
 	// carries, and whether it has a completion.
 	failing   map[int]layout.ItemFailure
 	completed bool
+	// pending: the times of the newest run of the plan that wrote
+	// nothing, for the next interval report to write (quietReport); zero:
+	// none.
+	pending quietTimes
 }
+
+// quietTimes are a run's begin, completion and next fire times, as its
+// record holds them.
+type quietTimes struct{ begin, complete, next string }
 
 // quietBegin reports whether a Begin of plan p on the config snapshot may
 // write nothing: an unmonitored normal run planned on the tree cache whose
@@ -94,10 +108,11 @@ func (b *beginning) noteBegun(p beginPlan, failing map[int]layout.ItemFailure) {
 		shardMzxid: p.shardMzxid, items: slices.Clone(p.items), failing: failing, completed: len(p.items) == 0}
 }
 
-// quietComplete reports whether r's Complete may write nothing: its Begin
-// wrote nothing, the record it left is completed, and r's failing items
-// are the record's.
-func (r *Run) quietComplete() bool {
+// quietComplete reports whether r's Complete (at now, with next) may
+// write nothing: its Begin wrote nothing, the record it left is completed,
+// and r's failing items are the record's. Its times are then kept for the
+// next interval report.
+func (r *Run) quietComplete(now string, next time.Time) bool {
 	j := r.j
 	if !r.quiet {
 		return false
@@ -105,8 +120,53 @@ func (r *Run) quietComplete() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	q := &j.quiet
-	return q.session == r.session && q.shardMzxid == r.shardMzxid && slices.Equal(q.items, r.items) &&
-		q.completed && maps.Equal(q.failing, r.failing)
+	if q.session != r.session || q.shardMzxid != r.shardMzxid || !slices.Equal(q.items, r.items) ||
+		!q.completed || !maps.Equal(q.failing, r.failing) {
+		return false
+	}
+	q.pending = quietTimes{begin: r.begin, complete: now}
+	if !next.IsZero() {
+		q.pending.next = string(layout.FormatTime(next))
+	}
+	return true
+}
+
+// quietReport is what an interval report adds for an unmonitored job
+// whose last runs wrote nothing: the record of the kept plan with the
+// times of its newest run (rec), fenced (fence) by the versions the plan
+// was made at, so that a report racing a Begin that writes a new plan
+// cannot put the old one back. None (nil) when there is nothing pending.
+func (j *Job) quietReport() (fence, rec []txn.Intent, pending quietTimes) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	q := &j.quiet
+	if q.session == 0 || q.session != j.regSession || !q.completed || q.pending.begin == "" {
+		return nil, nil, quietTimes{}
+	}
+	r, ok := runRecordOf(q.items, q.pending.begin, q.pending.complete, false, q.shardMzxid)
+	if !ok || q.shardVersion < 0 {
+		return nil, nil, quietTimes{}
+	}
+	r.Next, r.Failing = q.pending.next, q.failing
+	fence = append(fence, txn.Intent{Kind: txn.Check, Rel: layout.RelServer(j.id, layout.NSharding), Version: q.shardVersion})
+	if q.flagVersion >= 0 {
+		fence = append(fence, txn.Intent{Kind: txn.Check, Rel: layout.RelShardingDir, Version: q.flagVersion})
+	}
+	if q.foVersion >= 0 {
+		fence = append(fence, txn.Intent{Kind: txn.Check, Rel: layout.RelFailoverQ, Version: q.foVersion})
+	}
+	rec = []txn.Intent{{Kind: txn.Put, Rel: layout.RelServer(j.id, layout.NRun), Data: layout.EncodeRunRecord(r)}}
+	return fence, rec, q.pending
+}
+
+// quietReported records that a report wrote pending's times: nothing is
+// pending until a later run that writes nothing.
+func (j *Job) quietReported(pending quietTimes) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.quiet.pending == pending {
+		j.quiet.pending = quietTimes{}
+	}
 }
 
 // noteCompleted records an unmonitored normal run's completion, written:
@@ -121,6 +181,6 @@ func (r *Run) noteCompleted() {
 	defer j.mu.Unlock()
 	q := &j.quiet
 	if q.session == r.session && q.shardMzxid == r.shardMzxid && slices.Equal(q.items, r.items) {
-		q.completed, q.failing = true, r.failing
+		q.completed, q.failing, q.pending = true, r.failing, quietTimes{}
 	}
 }

@@ -912,10 +912,10 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 // planned before this completion must plan again, on the new mark).
 func (r *Run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
-	if r.quietComplete() {
-		return nil // an unmonitored run's record holds already (quiet.go); the counts wait for the interval report
-	}
 	now := layout.FormatTime(j.reg.cfg.Now())
+	if r.quietComplete(string(now), next) {
+		return nil // an unmonitored run's record holds already (quiet.go); the counts and its times wait for the interval report
+	}
 	var head []txn.Intent
 	groups, anyFailover := r.failoverCompletions(now)
 	if anyFailover {
@@ -1195,10 +1195,22 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 	if err != nil {
 		return err
 	}
-	if err := j.tx.Commit(ctx, ins); err != nil {
+	// The times of an unmonitored job's last run that wrote nothing go
+	// with the report (quiet.go), fenced by the plan they belong to: a
+	// plan changed since reports the counts alone.
+	fence, rec, pending := j.quietReport()
+	err = j.tx.Commit(ctx, slices.Concat(fence, ins, rec))
+	if rec != nil && errors.Is(err, store.ErrBadVersion) {
+		rec = nil
+		err = j.tx.Commit(ctx, ins)
+	}
+	if err != nil {
 		return fmt.Errorf("coord: job %q: report counts to %s: %w", j.jname, j.p.Server(j.id), err)
 	}
 	j.totals.SetLocked(ts, tf)
+	if rec != nil {
+		j.quietReported(pending)
+	}
 	return nil
 }
 
