@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -505,5 +506,60 @@ func TestSchedulerKickDuringRunFollowsIt(t *testing.T) {
 	waitIdle(t, s)
 	if got, want := rec.got(), []Reason{ReasonCron, reasonKick}; !slices.Equal(got, want) {
 		t.Fatalf("runs = %v, want %v (the kick after the run)", got, want)
+	}
+}
+
+// Jobs on one cron spec share its parsed schedule (the cron loop computes
+// its next fire time once for all of them); a spec in another time zone is
+// another schedule, with its own fire times; a reschedule moves a job to
+// its new spec's share, and a spec's share goes with its last job.
+func TestSchedulerSharesSpecs(t *testing.T) {
+	s := testScheduler(t)
+	const utc, paris = "CRON_TZ=UTC 0 0 2 * * ?", "CRON_TZ=Europe/Paris 0 0 2 * * ?"
+	noop := runOnly(func(context.Context, Reason) {})
+	for _, j := range []struct{ name, spec string }{{"a", utc}, {"b", utc}, {"c", paris}} {
+		if err := s.add(j.name, j.spec, true, noop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shares := func() map[string]int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		m := map[string]int{}
+		for spec, sh := range s.specs {
+			m[spec] = sh.jobs
+		}
+		return m
+	}
+	if s.jobs["a"].sched != s.jobs["b"].sched || s.jobs["a"].sched == s.jobs["c"].sched {
+		t.Fatal("jobs on one spec do not share its schedule, or jobs in two zones do")
+	}
+	if got := shares(); !maps.Equal(got, map[string]int{utc: 2, paris: 1}) {
+		t.Fatalf("shares = %v", got)
+	}
+	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	if a, c := s.nextFire("a", now), s.nextFire("c", now); !a.Equal(time.Date(2026, 11, 27, 2, 0, 0, 0, time.UTC)) || !c.Equal(time.Date(2026, 11, 27, 1, 0, 0, 0, time.UTC)) {
+		t.Fatalf("next fires: UTC job %v, Paris job %v; want 02:00 and 01:00 UTC", a, c)
+	}
+	if err := s.reschedule("b", paris, true); err != nil {
+		t.Fatal(err)
+	}
+	if s.jobs["b"].sched != s.jobs["c"].sched {
+		t.Fatal("a job rescheduled to a spec does not share it")
+	}
+	if err := s.remove(t.Context(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	if got := shares(); !maps.Equal(got, map[string]int{paris: 2}) {
+		t.Fatalf("shares after moving b and removing a = %v, want only Paris's, with 2 jobs", got)
+	}
+	if err := s.reschedule("b", "", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.remove(t.Context(), "c"); err != nil {
+		t.Fatal(err)
+	}
+	if got := shares(); len(got) != 0 {
+		t.Fatalf("shares with only a trigger-only job left = %v, want none", got)
 	}
 }
