@@ -123,6 +123,9 @@ type faultSim struct {
 	// afterCheck, when set (tests), runs in a run between an item's
 	// passed CheckOwnership and its commit.
 	afterCheck func(sid, job string, item int)
+	// beforeRecord, when set (tests), runs in a run between its context's
+	// check and its record.
+	beforeRecord func(job string)
 }
 
 func newFaultSim(t *testing.T, seed uint64) *faultSim {
@@ -484,6 +487,9 @@ func (s *faultSim) record(st store.Store, steps *workflow.Steps, r *protocol.Run
 	s.mu.Unlock()
 	if len(outcomes) == 0 {
 		return
+	}
+	if s.beforeRecord != nil {
+		s.beforeRecord(name)
 	}
 	got, err := steps.Record(ctx, run, outcomes)
 	if err != nil {
