@@ -81,7 +81,7 @@ func (jn *joiner) transact(ctx context.Context) (joinResult, error) {
 
 // plan is one attempt's plan (layout.MultiRetryResults).
 func (jn *joiner) plan(ctx context.Context, attempt int) ([]store.Op, error) {
-	j := jn.j
+	j, lost := jn.j, jn.newJob // lost: a creation lost to another joiner's, whose skeleton is whole
 	jn.res, jn.candAt, jn.ownCand, jn.newJob, jn.hostPlanned, jn.ops = joinResult{}, -1, "", false, false, nil
 	top, rd, rdOK, err := jn.readTop(ctx, attempt)
 	if errors.Is(err, store.ErrNoNode) && attempt > 0 {
@@ -96,7 +96,7 @@ func (jn *joiner) plan(ctx context.Context, attempt int) ([]store.Op, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.Root, err)
 	}
-	if err := jn.planSkeleton(ctx, top, attempt); err != nil {
+	if err := jn.planSkeleton(ctx, top, attempt > 0 && !lost); err != nil {
 		return nil, err
 	}
 	// A stored job: the config (through the tree cache, which arms its
@@ -180,9 +180,9 @@ func (jn *joiner) planNewJob(ctx context.Context) ([]store.Op, error) {
 
 // planSkeleton creates the skeleton nodes missing under a stored job's
 // node: those of a missing top-level node; after a failed attempt
-// (maybe on a missing parent below an existing top-level node) every
-// one it does not find.
-func (jn *joiner) planSkeleton(ctx context.Context, top []string, attempt int) error {
+// (maybe on a missing parent below an existing top-level node: deep)
+// every one it does not find.
+func (jn *joiner) planSkeleton(ctx context.Context, top []string, deep bool) error {
 	j := jn.j
 	missing := func(rel string) bool {
 		for p := rel; p != "."; p = path.Dir(p) {
@@ -196,7 +196,7 @@ func (jn *joiner) planSkeleton(ctx context.Context, top []string, attempt int) e
 		switch {
 		case missing(rel):
 			jn.ops = append(jn.ops, &store.CreateOp{Path: j.p.Abs(rel)})
-		case attempt > 0 && strings.Contains(rel, "/"):
+		case deep && strings.Contains(rel, "/"):
 			ok, _, err := j.st.Exists(ctx, j.p.Abs(rel))
 			if err != nil {
 				return fmt.Errorf("coord: join job %q: read %s: %w", j.jname, j.p.Abs(rel), err)
