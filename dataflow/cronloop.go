@@ -40,7 +40,7 @@ type cronLoop[T any] struct {
 	pending []*cronEntry[T]               // added before start
 	started bool
 	stopped bool
-	fire    func(due []T)
+	fire    func(at time.Time, due []T)
 
 	wake chan struct{} // capacity 1: the earliest fire time changed
 	life startstop.BaseStartStop
@@ -70,8 +70,9 @@ type cronEntry[T any] struct {
 }
 
 // newCronLoop returns a loop that calls fire with the values of the
-// entries due at each instant.
-func newCronLoop[T any](fire func(due []T)) *cronLoop[T] {
+// entries due at each instant, and that instant (their schedules' fire
+// time, not the time the loop got to them).
+func newCronLoop[T any](fire func(at time.Time, due []T)) *cronLoop[T] {
 	return &cronLoop[T]{
 		entries: timeheap.New(func(e *cronEntry[T]) time.Time { return e.next }, func(e *cronEntry[T], i int) { e.index = i }),
 		wake:    make(chan struct{}, 1),
@@ -164,15 +165,18 @@ func (c *cronLoop[T]) wakeLoop() {
 func (c *cronLoop[T]) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var due []T
+	var (
+		due []T
+		ats []time.Time // ats[i]: due[i]'s fire time
+	)
 	for {
 		c.mu.Lock()
 		now := time.Now()
 		clear(due) // no reference kept to the values fired last
-		due = due[:0]
+		due, ats = due[:0], ats[:0]
 		for c.entries.Len() > 0 && !c.entries.Min().next.After(now) {
 			e := c.entries.Min()
-			due = append(due, e.v)
+			due, ats = append(due, e.v), append(ats, e.next)
 			if e.next = e.sched.nextLocked(now); e.next.IsZero() {
 				c.entries.Remove(0)
 			} else {
@@ -185,7 +189,15 @@ func (c *cronLoop[T]) run(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		if len(due) > 0 {
-			c.fire(due)
+			// In fire time order (the heap's): one call per instant.
+			for i := 0; i < len(due); {
+				k := i + 1
+				for k < len(due) && ats[k].Equal(ats[i]) {
+					k++
+				}
+				c.fire(ats[i], due[i:k])
+				i = k
+			}
 			continue // the wait counts from after the fires
 		}
 		if wait >= 0 {

@@ -33,7 +33,7 @@ func (f *firings) count(name string) int {
 
 // newFuncCronLoop is a cronLoop whose entries are functions it calls.
 func newFuncCronLoop() *cronLoop[func()] {
-	return newCronLoop(func(due []func()) {
+	return newCronLoop(func(_ time.Time, due []func()) {
 		for _, f := range due {
 			f()
 		}
@@ -211,7 +211,7 @@ func TestCronLoopFiresDueTogether(t *testing.T) {
 			mu      sync.Mutex
 			batches [][]string
 		)
-		c := newCronLoop(func(due []string) {
+		c := newCronLoop(func(_ time.Time, due []string) {
 			mu.Lock()
 			defer mu.Unlock()
 			batches = append(batches, slices.Clone(due))
@@ -234,6 +234,46 @@ func TestCronLoopFiresDueTogether(t *testing.T) {
 			if !slices.Equal(b, []string{"a", "b", "own"}) {
 				t.Fatalf("batches %v, want [a b own] each time", batches)
 			}
+		}
+	})
+}
+
+// fire gets each entry's own fire time, one call per instant in time
+// order, even when the loop reaches them late: here the first fire holds
+// the loop past both entries' next times. In a synctest bubble.
+func TestCronLoopFiresWithTheScheduledTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		type call struct {
+			at  time.Duration
+			due []string
+		}
+		var (
+			mu    sync.Mutex
+			calls []call
+		)
+		start := time.Now()
+		hold := true
+		c := newCronLoop(func(at time.Time, due []string) {
+			mu.Lock()
+			calls = append(calls, call{at.Sub(start), slices.Clone(due)})
+			first := hold
+			hold = false
+			mu.Unlock()
+			if first {
+				time.Sleep(3500 * time.Millisecond) // a at 2 s; b due at 3 s, a at 4 s meanwhile
+			}
+		})
+		c.add(&cronSchedule{Schedule: exactly(2 * time.Second)}, "a")
+		c.add(&cronSchedule{Schedule: exactly(3 * time.Second)}, "b")
+		c.start()
+		time.Sleep(5600 * time.Millisecond)
+		synctest.Wait()
+		c.stop()
+		mu.Lock()
+		defer mu.Unlock()
+		want := []call{{2 * time.Second, []string{"a"}}, {3 * time.Second, []string{"b"}}, {4 * time.Second, []string{"a"}}}
+		if !slices.EqualFunc(calls, want, func(x, y call) bool { return x.at == y.at && slices.Equal(x.due, y.due) }) {
+			t.Fatalf("calls %v, want %v (each fire with its own scheduled time)", calls, want)
 		}
 	})
 }

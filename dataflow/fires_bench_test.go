@@ -295,13 +295,19 @@ func readFireRuns(t *testing.T, server, path string) []fireRun {
 	var runs []fireRun
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
+		// job reason started beforeRun [scheduled]: a BASELINE worker
+		// built before RunInfo.ScheduledFire writes no fire time.
 		var job, reason int
-		var started, before int64
-		if _, err := fmt.Sscan(sc.Text(), &job, &reason, &started, &before); err != nil {
+		var started, before, scheduled int64
+		n, err := fmt.Sscan(sc.Text(), &job, &reason, &started, &before, &scheduled)
+		if n < 4 || err != nil && n != 4 {
 			t.Fatalf("%s: line %q: %v", path, sc.Text(), err)
 		}
-		runs = append(runs, fireRun{server: server, job: job, reason: Reason(reason),
-			started: time.Unix(0, started), beforeRun: time.Unix(0, before)})
+		r := fireRun{server: server, job: job, reason: Reason(reason), started: time.Unix(0, started), beforeRun: time.Unix(0, before)}
+		if scheduled != 0 {
+			r.scheduled = time.Unix(0, scheduled)
+		}
+		runs = append(runs, r)
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)

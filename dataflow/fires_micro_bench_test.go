@@ -39,7 +39,7 @@ type fireTickListener struct {
 func (l fireTickListener) BeforeRun(_ context.Context, info RunInfo) {
 	now, cpu := time.Now(), processCPU()
 	l.mu.Lock()
-	*l.runs = append(*l.runs, fireRun{job: l.job, reason: info.Reason, started: info.Started, beforeRun: now})
+	*l.runs = append(*l.runs, fireRun{job: l.job, reason: info.Reason, scheduled: info.ScheduledFire, started: info.Started, beforeRun: now})
 	*l.cpu = append(*l.cpu, cpu)
 	l.mu.Unlock()
 	if info.Reason == ReasonCron {
@@ -50,7 +50,7 @@ func (l fireTickListener) BeforeRun(_ context.Context, info RunInfo) {
 func (l fireTickListener) AfterRun(_ context.Context, info RunInfo, _ RunResult) {
 	now := time.Now()
 	l.mu.Lock()
-	*l.ends = append(*l.ends, fireRun{job: l.job, reason: info.Reason, started: info.Started, beforeRun: now})
+	*l.ends = append(*l.ends, fireRun{job: l.job, reason: info.Reason, scheduled: info.ScheduledFire, started: info.Started, beforeRun: now})
 	l.mu.Unlock()
 }
 

@@ -15,6 +15,7 @@ type fireRun struct {
 	server    string
 	job       int
 	reason    Reason
+	scheduled time.Time // RunInfo.ScheduledFire: the tick (zero: not recorded)
 	started   time.Time // RunInfo.Started: before the run's Begin
 	beforeRun time.Time // when BeforeRun was called: after the Begin
 }
@@ -65,11 +66,12 @@ func (s fireStats) String() string {
 }
 
 // fireAccounting counts runs against the ticks of sched in [from, to) for
-// jobs jobs on servers servers. A cron run's tick is the latest schedule
-// time at or before its start (prevTick): the scheduler starts a cron run
-// at its fire, and a fire more than one period late (the process starved)
-// skips the ticks it overran, so it is counted under the later tick and the
-// skipped ones as not fired.
+// jobs jobs on servers servers. A cron run's tick is the fire time it
+// serves (RunInfo.ScheduledFire). A worker built before that field records
+// none: its run's tick is then the latest schedule time at or before its
+// start (prevTick), which counts a run started more than a period late
+// under a later tick (and, when that tick's own run comes too, as a
+// duplicate).
 func fireAccounting(runs []fireRun, sched cron.Schedule, from, to time.Time, jobs, servers int) fireStats {
 	s := fireStats{window: to.Sub(from)}
 	for t := sched.Next(from.Add(-time.Nanosecond)); !t.IsZero() && t.Before(to); t = sched.Next(t) {
@@ -87,7 +89,10 @@ func fireAccounting(runs []fireRun, sched cron.Schedule, from, to time.Time, job
 	for _, r := range runs {
 		switch r.reason {
 		case ReasonCron:
-			tick := prevTick(sched, r.started)
+			tick := r.scheduled
+			if tick.IsZero() {
+				tick = prevTick(sched, r.started)
+			}
 			if tick.IsZero() || !in(tick) {
 				continue
 			}

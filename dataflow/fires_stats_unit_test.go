@@ -58,6 +58,20 @@ func TestFireAccounting(t *testing.T) {
 	if fired, expected := s.firesPerSecond(); fired != 3 || expected != 4 {
 		t.Fatalf("fires/s = %v against %v, want 3 against 4", fired, expected)
 	}
+
+	// With the fire time recorded, a run started more than a period late
+	// counts for its own tick: s1/job 0's run of :01 starts at :02.2, after
+	// the run of :02 (no duplicate, both ticks fired); latency from :01.
+	late := []fireRun{
+		{server: "s1", job: 0, reason: ReasonCron, scheduled: at(2000), started: at(2001), beforeRun: at(2010)},
+		{server: "s1", job: 0, reason: ReasonCron, scheduled: at(1000), started: at(2200), beforeRun: at(2300)},
+	}
+	s = fireAccounting(late, sched, from, to, 1, 1)
+	want = fireStats{window: 2 * time.Second, ticks: 2, expected: 2, fired: 2,
+		p50: 10 * time.Millisecond, p99: 1300 * time.Millisecond, max: 1300 * time.Millisecond, startP99: 1200 * time.Millisecond}
+	if s != want {
+		t.Fatalf("accounting by fire time:\n got %+v\nwant %+v", s, want)
+	}
 }
 
 func TestPercentileNearestRank(t *testing.T) {

@@ -16,6 +16,12 @@ type RunInfo struct {
 	// Items are this server's shard items in this run, failover items first.
 	// It may be empty: a server with no items still runs (and calls listeners).
 	Items []int
+	// ScheduledFire is the cron fire time the run serves, as Quartz's
+	// scheduledFireTime: set for ReasonCron, zero for the others (a
+	// catch-up run serves every fire its previous run overran).
+	// Started.Sub(ScheduledFire) is the scheduler's delay; the time to
+	// BeforeRun adds the run's coordination.
+	ScheduledFire time.Time
 	// Started is when the run began (before coordination).
 	Started time.Time
 	// WorkflowRun is the workflow run the run serves ("" for a job in no

@@ -557,7 +557,7 @@ type hostedRuns struct {
 	h *hostedJob
 }
 
-func (r hostedRuns) run(ctx context.Context, reason Reason) {
+func (r hostedRuns) run(ctx context.Context, reason Reason, scheduled time.Time) {
 	kick := reason == reasonKick
 	if kick {
 		reason = ReasonTrigger
@@ -567,7 +567,7 @@ func (r hostedRuns) run(ctx context.Context, reason Reason) {
 		return
 	}
 	if ctx.Err() == nil && !r.n.isStopping(r.h) {
-		r.n.runOnce(ctx, r.h, reason, kick)
+		r.n.runOnce(ctx, r.h, reason, kick, scheduled)
 	}
 }
 
@@ -595,8 +595,9 @@ func (r hostedRuns) claimFailover(ctx context.Context) bool {
 // runOnce is one trigger, as data flows (ARCHITECTURE.md).
 //
 // kick: the run only looks for items this server owes the job's open
-// workflow runs (it starts none).
-func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bool) {
+// workflow runs (it starts none). scheduled: the cron fire time it serves
+// (RunInfo.ScheduledFire).
+func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bool, scheduled time.Time) {
 	started := time.Now()
 	// Begin may wait (for the leader to reshard); a graceful stop or a
 	// remove ends that wait, since nothing has started yet. Once Begin has
@@ -634,7 +635,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 	if err != nil {
 		n.reportError(h.name, fmt.Errorf("dataflow: workflow run: %w", err))
 	}
-	info := RunInfo{JobName: h.name, ServerID: n.reg.ServerID(), Reason: reason, Started: started, Items: make([]int, len(assigned)), WorkflowRun: wfRun}
+	info := RunInfo{JobName: h.name, ServerID: n.reg.ServerID(), Reason: reason, ScheduledFire: scheduled, Started: started, Items: make([]int, len(assigned)), WorkflowRun: wfRun}
 	shards := make([]Shard, len(assigned))
 	for i, a := range assigned {
 		item := a.Item

@@ -624,10 +624,10 @@ func fireDuringRun(t *testing.T, n *Node, extra int) *afterListener {
 	n.sched.mu.Lock()
 	sj := n.sched.jobs["slow"]
 	n.sched.mu.Unlock()
-	n.sched.fire(sj) // the cron callback
+	n.sched.fire(time.Time{}, sj) // the cron callback
 	<-gate.started
 	for range extra {
-		n.sched.fire(sj)
+		n.sched.fire(time.Time{}, sj)
 	}
 	close(gate.release)
 	return gl

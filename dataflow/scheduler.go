@@ -59,8 +59,9 @@ func (r Reason) String() string {
 // timed out, and by a graceful stop that timed out. The scheduler calls
 // them from the job's runner goroutines only.
 type jobRuns interface {
-	// run performs one run.
-	run(ctx context.Context, reason Reason)
+	// run performs one run; scheduled is the cron fire time it serves
+	// (ReasonCron; zero for the others).
+	run(ctx context.Context, reason Reason, scheduled time.Time)
 	// takeMisfire reports whether the coordination flagged a catch-up run
 	// of this server's items (and clears the flags).
 	takeMisfire(ctx context.Context) bool
@@ -151,7 +152,7 @@ func newScheduler(logger *slog.Logger) *scheduler {
 		specs:  map[string]*sharedSpec{},
 		active: map[*schedJob]struct{}{},
 	}
-	s.cron = newCronLoop(func(due []*schedJob) { s.fire(due...) })
+	s.cron = newCronLoop(func(at time.Time, due []*schedJob) { s.fire(at, due...) })
 	return s
 }
 
@@ -272,9 +273,9 @@ func (s *scheduler) nextFire(name string, now time.Time) time.Time {
 // ending beside thousands of fires waits for one chunk, not for all.
 const fireChunk = 256
 
-// fire is the cron loop's callback with the jobs due at one instant: for
-// each, start a run, or record a misfire if one runs.
-func (s *scheduler) fire(due ...*schedJob) {
+// fire is the cron loop's callback with the jobs due at one instant, at:
+// for each, start a run of that fire, or record a misfire if one runs.
+func (s *scheduler) fire(at time.Time, due ...*schedJob) {
 	for len(due) > 0 {
 		chunk := due[:min(len(due), fireChunk)]
 		due = due[len(chunk):]
@@ -287,7 +288,7 @@ func (s *scheduler) fire(due ...*schedJob) {
 					j.pendingMisfire = true
 				}
 			default:
-				s.startRunnerLocked(j, ReasonCron)
+				s.startRunnerLocked(j, ReasonCron, at)
 			}
 		}
 		s.mu.Unlock()
@@ -309,7 +310,7 @@ func (s *scheduler) trigger(name string, reason Reason) error {
 		j.pendingTrigger = true
 		return nil
 	}
-	s.startRunnerLocked(j, reason)
+	s.startRunnerLocked(j, reason, time.Time{})
 	return nil
 }
 
@@ -327,7 +328,7 @@ func (s *scheduler) kick(name string) {
 		j.pendingKick = true
 		return
 	}
-	s.startRunnerLocked(j, reasonKick)
+	s.startRunnerLocked(j, reasonKick, time.Time{})
 }
 
 // failover asks for a failover run (ReasonFailover): at once if the job
@@ -351,7 +352,7 @@ func (s *scheduler) failover(name string) {
 		return
 	}
 	if j.idle == nil {
-		s.startRunnerLocked(j, reasonClaim)
+		s.startRunnerLocked(j, reasonClaim, time.Time{})
 		return
 	}
 	s.startFailoverRunnerLocked(j)
@@ -372,23 +373,25 @@ func (s *scheduler) startFailoverRunnerLocked(j *schedJob) {
 // and remove wait for it through j.failoverIdle.
 func (s *scheduler) failoverRunner(j *schedJob) {
 	for reason := s.followUp(j, true); reason != 0; reason = s.followUp(j, true) {
-		j.runs.run(j.ctx, reason)
+		j.runs.run(j.ctx, reason, time.Time{})
 		s.mu.Lock()
 		j.failoverClaiming++
 		s.mu.Unlock()
 	}
 }
 
-func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason) {
+// startRunnerLocked starts j's runner with a run for reason; scheduled is
+// the cron fire time it serves (zero but for ReasonCron).
+func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason, scheduled time.Time) {
 	j.idle = make(chan struct{})
 	s.active[j] = struct{}{}
-	go s.runner(j, reason)
+	go s.runner(j, reason, scheduled)
 }
 
 // runner runs the job, then the follow-up runs followUp decides, until
 // there is none. It is owned by the scheduler: stop and remove wait for it
 // through j.idle.
-func (s *scheduler) runner(j *schedJob, reason Reason) {
+func (s *scheduler) runner(j *schedJob, reason Reason, scheduled time.Time) {
 	if reason == reasonClaim {
 		reason = 0
 		if s.live(j) && j.runs.claimFailover(j.ctx) {
@@ -397,8 +400,11 @@ func (s *scheduler) runner(j *schedJob, reason Reason) {
 	}
 	for {
 		if reason != 0 {
-			j.runs.run(j.ctx, reason)
+			j.runs.run(j.ctx, reason, scheduled)
 		}
+		// Follow-up runs serve no fire time of their own (a catch-up
+		// serves the fires it collapsed).
+		scheduled = time.Time{}
 		if reason = s.followUp(j, false); reason == 0 {
 			return
 		}

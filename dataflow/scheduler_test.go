@@ -17,9 +17,9 @@ import (
 // flagged, nothing in the failover queue.
 type runOnly func(ctx context.Context, reason Reason)
 
-func (f runOnly) run(ctx context.Context, reason Reason) { f(ctx, reason) }
-func (runOnly) takeMisfire(context.Context) bool         { return false }
-func (runOnly) claimFailover(context.Context) bool       { return false }
+func (f runOnly) run(ctx context.Context, reason Reason, _ time.Time) { f(ctx, reason) }
+func (runOnly) takeMisfire(context.Context) bool                      { return false }
+func (runOnly) claimFailover(context.Context) bool                    { return false }
 
 // startCancelOnlyRun adds job "j" to s, whose run ends only when its
 // context is cancelled, triggers it and returns once the run has started,
@@ -58,7 +58,7 @@ func newRecorder() *recorder {
 	return &recorder{started: make(chan struct{}, 100), release: make(chan struct{})}
 }
 
-func (r *recorder) run(ctx context.Context, reason Reason) {
+func (r *recorder) run(ctx context.Context, reason Reason, _ time.Time) {
 	r.mu.Lock()
 	r.reasons = append(r.reasons, reason)
 	r.mu.Unlock()
@@ -147,10 +147,10 @@ func TestSchedulerOverlap(t *testing.T) {
 				t.Fatal(err)
 			}
 			j := s.jobs["j"]
-			s.fire(j) // the cron callback, called directly
+			s.fire(time.Time{}, j) // the cron callback, called directly
 			<-rec.started
 			for range tt.fires {
-				s.fire(j)
+				s.fire(time.Time{}, j)
 			}
 			for range tt.triggers {
 				if err := s.trigger("j", ReasonTrigger); err != nil {
@@ -213,9 +213,9 @@ func TestSchedulerGracefulStopWaitsForRun(t *testing.T) {
 	if err := s.add("j", "", true, rec); err != nil {
 		t.Fatal(err)
 	}
-	s.fire(s.jobs["j"])
+	s.fire(time.Time{}, s.jobs["j"])
 	<-rec.started
-	s.fire(s.jobs["j"]) // a pending misfire is dropped by stop
+	s.fire(time.Time{}, s.jobs["j"]) // a pending misfire is dropped by stop
 	stopped := make(chan error)
 	go func() { stopped <- s.stop(t.Context(), false) }()
 	select {
@@ -369,7 +369,7 @@ func TestSchedulerFailoverRequests(t *testing.T) {
 		{"a catch-up run runs after the run", func(s *scheduler, j *schedJob, rec *recorder) {
 			rec.requestFailover(s)
 			<-rec.started
-			s.fire(j)
+			s.fire(time.Time{}, j)
 		}, []Reason{ReasonCron, ReasonFailover, ReasonMisfire}},
 	}
 	for _, tt := range tests {
@@ -380,7 +380,7 @@ func TestSchedulerFailoverRequests(t *testing.T) {
 				t.Fatal(err)
 			}
 			j := s.jobs["j"]
-			s.fire(j)
+			s.fire(time.Time{}, j)
 			<-rec.started
 			tt.duringRun(s, j, rec)
 			close(rec.release)
@@ -416,11 +416,11 @@ func TestSchedulerFollowUpOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := s.jobs["j"]
-	s.fire(j)
+	s.fire(time.Time{}, j)
 	<-rec.started
 	rec.misfires.Add(1)
 	rec.queue.Add(1)
-	s.fire(j)
+	s.fire(time.Time{}, j)
 	if err := s.trigger("j", ReasonTrigger); err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +440,7 @@ type blockingRuns struct {
 	release chan struct{}
 }
 
-func (b *blockingRuns) run(ctx context.Context, reason Reason) {
+func (b *blockingRuns) run(ctx context.Context, reason Reason, _ time.Time) {
 	b.started <- reason
 	select {
 	case <-b.release:
@@ -464,7 +464,7 @@ func TestSchedulerFailoverBesideBusyFailoverRun(t *testing.T) {
 		if err := s.add("j", "", true, b); err != nil {
 			t.Fatal(err)
 		}
-		s.fire(s.jobs["j"])
+		s.fire(time.Time{}, s.jobs["j"])
 		for i, want := range []Reason{ReasonCron, ReasonFailover, ReasonFailover} {
 			if i > 0 {
 				b.queue.Add(1)
@@ -499,7 +499,7 @@ func TestSchedulerKickDuringRunFollowsIt(t *testing.T) {
 	if err := s.add("j", "", true, rec); err != nil {
 		t.Fatal(err)
 	}
-	s.fire(s.jobs["j"])
+	s.fire(time.Time{}, s.jobs["j"])
 	<-rec.started
 	s.kick("j")
 	close(rec.release)

@@ -39,3 +39,46 @@ func TestNodeFiresInJobTimeZone(t *testing.T) {
 		return n.NextFireTime("noon").UTC().Hour() == 17
 	})
 }
+
+// TestRunInfoScheduledFire: a cron run carries the fire time it serves (on
+// the cron's grid, not after its start); a triggered run carries none.
+func TestRunInfoScheduledFire(t *testing.T) {
+	srv := memstore.NewServer()
+	nodes, _ := cluster(t, srv, "fire", 1)
+	n := nodes[0]
+	defer stopNode(t, n)
+	l := newAfterListener()
+	cfg := JobConfig{JobName: "every2s", ShardingTotalCount: 1, Cron: "0/2 * * * * ?"}
+	if err := AddJob(t.Context(), n, cfg, Job[int](&itemJob{}), WithListeners(l)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.TriggerLocal("every2s"); err != nil {
+		t.Fatal(err)
+	}
+	sawCron, sawTrigger := false, false
+	for !sawCron || !sawTrigger {
+		var info RunInfo
+		select {
+		case info = <-l.before:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("waited 30s for a cron and a triggered run (cron %v, trigger %v)", sawCron, sawTrigger)
+		}
+		<-l.runs
+		switch info.Reason {
+		case ReasonCron:
+			sawCron = true
+			at := info.ScheduledFire
+			if at.IsZero() || at.Nanosecond() != 0 || at.Second()%2 != 0 || at.After(info.Started) {
+				t.Fatalf("cron run: ScheduledFire %v (Started %v), want an even second at or before the start", at, info.Started)
+			}
+		case ReasonTrigger:
+			sawTrigger = true
+			if !info.ScheduledFire.IsZero() {
+				t.Fatalf("triggered run: ScheduledFire %v, want zero", info.ScheduledFire)
+			}
+		}
+	}
+}

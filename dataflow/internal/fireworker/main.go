@@ -123,6 +123,7 @@ func (noop) Process(context.Context, dataflow.Shard, int) error   { return nil }
 type runRecord struct {
 	job       int
 	reason    dataflow.Reason
+	scheduled time.Time // RunInfo.ScheduledFire: the tick a cron run serves
 	started   time.Time // RunInfo.Started: before the run's Begin
 	beforeRun time.Time // when BeforeRun was called: after it
 }
@@ -144,7 +145,7 @@ type jobListener struct {
 func (l jobListener) BeforeRun(_ context.Context, info dataflow.RunInfo) {
 	now := time.Now()
 	l.r.mu.Lock()
-	l.r.runs = append(l.r.runs, runRecord{job: l.job, reason: info.Reason, started: info.Started, beforeRun: now})
+	l.r.runs = append(l.r.runs, runRecord{job: l.job, reason: info.Reason, scheduled: info.ScheduledFire, started: info.Started, beforeRun: now})
 	l.r.mu.Unlock()
 }
 
@@ -313,7 +314,12 @@ func writeRuns(path string, runs []runRecord) error {
 	}
 	w := bufio.NewWriter(f)
 	for _, r := range runs {
-		fmt.Fprintf(w, "%d %d %d %d\n", r.job, int(r.reason), r.started.UnixNano(), r.beforeRun.UnixNano())
+		// job reason started beforeRun scheduled (0: not a cron run)
+		var scheduled int64
+		if !r.scheduled.IsZero() {
+			scheduled = r.scheduled.UnixNano()
+		}
+		fmt.Fprintf(w, "%d %d %d %d %d\n", r.job, int(r.reason), r.started.UnixNano(), r.beforeRun.UnixNano(), scheduled)
 	}
 	if err := w.Flush(); err != nil {
 		_ = f.Close()
