@@ -17,12 +17,15 @@ import (
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol/internal/counts"
 	"github.com/shardflow/shardflow/coord/protocol/internal/eventloop"
+	"github.com/shardflow/shardflow/coord/protocol/internal/failing"
 	"github.com/shardflow/shardflow/coord/protocol/internal/failover"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/leader"
 	"github.com/shardflow/shardflow/coord/protocol/internal/registration"
 	"github.com/shardflow/shardflow/coord/protocol/internal/runs"
+	"github.com/shardflow/shardflow/coord/protocol/internal/signals"
 	"github.com/shardflow/shardflow/coord/protocol/internal/txn"
+	"github.com/shardflow/shardflow/coord/protocol/internal/unmonitored"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/treecache"
@@ -87,10 +90,10 @@ type Job struct {
 	debts      recipe.Debts
 	lastErrSet bool
 
-	failing failingItems // items whose last run failed (failing.go)
+	failing failing.Items // items whose last run failed (internal/failing)
 	// quiet: the last Begin of an unmonitored run that wrote, which the
 	// next ones with the same plan need not repeat (quiet.go); under mu.
-	quiet quietBasis
+	quiet unmonitored.Basis[Assignment]
 
 	totals  *counts.Totals // cumulative counts (internal/counts)
 	barrier phaseBarrier   // Once's barriers (once.go)
@@ -107,7 +110,7 @@ type Job struct {
 
 	q   eventloop.Queue       // its place in the Registry's event loop
 	fw  *eventloop.WatchFuncs // arms its watches, delivered to q
-	sig signalBox
+	sig signals.Box[Signal]
 }
 
 // startJob joins the job (Registry.Join): it registers this server, with
@@ -223,7 +226,7 @@ func newJob(r *Registry, name string) *Job {
 // cache.
 func (j *Job) wire() {
 	j.q.Init(j.reg.loop, eventloop.Hooks{Step: j.wt.step, StopTimers: j.wt.stopTimers, SessionChanged: j.wt.cancelStaleRegistration})
-	j.sig.init()
+	j.sig.Init(SignalResharded)
 	j.fw = eventloop.NewWatchFuncs(j.st, &j.q)
 	j.elec = recipe.NewElection(j.st, j.p.Abs(layout.RelElection), j.id)
 	// The session may have resumed since an owed write failed, and the
@@ -355,7 +358,7 @@ func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, e
 	if err := g.Wait(); err != nil {
 		return joinReads{}, err
 	}
-	j.failing.seed(rd.run)
+	j.failing.Seed(rd.run)
 	return rd, nil
 }
 
@@ -573,10 +576,10 @@ func (j *Job) leaveLocal(ctx context.Context) (online bool, _ error) {
 	j.left = true
 	j.mu.Unlock()
 	if err := j.q.Stop(ctx); err != nil {
-		j.sig.close()
+		j.sig.Close()
 		return false, fmt.Errorf("coord: leave job %q: waiting for the watcher: %w", j.jname, err)
 	}
-	j.sig.close()
+	j.sig.Close()
 	j.mu.Lock()
 	j.regCancel()
 	live := j.regSession

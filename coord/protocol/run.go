@@ -426,8 +426,8 @@ func (b *beginning) recordIntents(items []Assignment, begin []byte, epoch int64)
 		tail = append(tail, txn.Intent{Kind: txn.Set, Rel: layout.RelServer(j.id, layout.NStatus), Data: []byte(layout.StatusRunning)})
 	}
 	if rec, ok := runRecordOf(items, string(begin), "", monitor, epoch); ok {
-		j.failing.keep(rec.Items)
-		rec.Failing = j.failing.of(rec.Items)
+		j.failing.Keep(rec.Items)
+		rec.Failing = j.failing.Of(rec.Items)
 		failing = rec.Failing
 		tail = append(tail, txn.Intent{Kind: txn.Put, Rel: layout.RelServer(j.id, layout.NRun), Data: layout.EncodeRunRecord(rec)})
 		if monitor {
@@ -823,7 +823,7 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 		return nil
 	}
 	if r.failing == nil {
-		r.failing = j.failing.note(r.items, out.Errors, j.reg.cfg.Now())
+		r.failing = j.failing.Note(itemNumbers(r.items), out.Errors, j.reg.cfg.Now())
 	}
 	r.counts = out.Counts
 	defer func() { r.counts = nil }()
@@ -1198,7 +1198,14 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 	// The times of an unmonitored job's last run that wrote nothing go
 	// with the report (quiet.go), fenced by the plan they belong to: a
 	// plan changed since reports the counts alone.
-	fence, rec, pending := j.quietReport()
+	var fence, rec []txn.Intent
+	j.mu.Lock()
+	reg := j.regSession
+	j.mu.Unlock()
+	plan, failing, pending, ok := j.quiet.Pending(reg)
+	if ok {
+		fence, rec = quietReport(j.id, plan, failing, pending)
+	}
 	err = j.tx.Commit(ctx, slices.Concat(fence, ins, rec))
 	if rec != nil && errors.Is(err, store.ErrBadVersion) {
 		rec = nil
@@ -1209,7 +1216,7 @@ func (j *Job) ReportCounts(ctx context.Context, success, failure int64) error {
 	}
 	j.totals.SetLocked(ts, tf)
 	if rec != nil {
-		j.quietReported(pending)
+		j.quiet.Reported(pending)
 	}
 	return nil
 }

@@ -121,7 +121,7 @@ func (w *watcher) step(ctx context.Context, evs []eventloop.Event) {
 		}
 		w.reactFailed = false
 	}
-	j.sig.deliver()
+	j.sig.Deliver()
 }
 
 // handleEvent handles one event; true asks for a reaction (react).
@@ -445,7 +445,7 @@ func (w *watcher) react(ctx context.Context) {
 		j.mu.Unlock()
 		if !was {
 			j.log.Info("job removed from the namespace")
-			j.sig.emit(SignalRemoved)
+			j.sig.Emit(SignalRemoved)
 		}
 		return
 	}
@@ -463,7 +463,7 @@ func (w *watcher) react(ctx context.Context) {
 			if err := j.rg.Offline(ctx); err != nil {
 				w.warn(ctx, "going offline failed", "err", err)
 			}
-			j.sig.emit(SignalShutdown)
+			j.sig.Emit(SignalShutdown)
 		}
 	}
 	w.reactConfig(ctx)
@@ -473,7 +473,7 @@ func (w *watcher) react(ctx context.Context) {
 	}
 	cfg := j.Config()
 	if cfg.Failover && layout.QueuedCount(j.cache.Children(layout.RelFailoverQ)) > 0 {
-		j.sig.emit(SignalFailover)
+		j.sig.Emit(SignalFailover)
 	}
 	if j.isLeader() {
 		j.ld.Duties(ctx, false)
@@ -508,12 +508,12 @@ func (w *watcher) reactRuns(ctx context.Context) {
 			j.mu.Lock()
 			j.lastTrigger = max(j.lastTrigger, tst.Czxid)
 			j.mu.Unlock()
-			j.sig.emit(SignalTrigger)
+			j.sig.Emit(SignalTrigger)
 		}
 	}
 	if _, st, ok := j.cache.Get(layout.RelServer(j.id, layout.NSharding)); ok && st.Mzxid != j.shardSeen {
 		j.shardSeen = st.Mzxid
-		j.sig.emit(SignalResharded)
+		j.sig.Emit(SignalResharded)
 	}
 }
 
@@ -549,7 +549,7 @@ func (w *watcher) reactConfig(ctx context.Context) {
 		j.mu.Unlock()
 		j.recordLastError(ctx, "")
 	}
-	j.sig.emit(SignalConfigChanged)
+	j.sig.Emit(SignalConfigChanged)
 	if s := j.reg.cfg.TestSignals; s != nil {
 		s.ConfigApplied.Send(testsignal.ConfigApplied{Event: j.event(), Err: err})
 	}

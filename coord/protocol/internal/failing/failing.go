@@ -1,4 +1,6 @@
-package protocol
+// Package failing keeps a server's failing items of a job: the items whose
+// last run on it ended in an error, as its run record carries them.
+package failing
 
 import (
 	"slices"
@@ -9,20 +11,20 @@ import (
 	"github.com/shardflow/shardflow/coord/protocol/internal/registration"
 )
 
-// failingItems are this server's items whose last run ended in an error
+// Items are this server's items whose last run ended in an error
 // (layout's failing items: the run record carries them), seeded from its
 // own record at its first join, or by a run's outcome since. Safe for
-// concurrent use.
-type failingItems struct {
+// concurrent use; the zero Items has none.
+type Items struct {
 	mu     sync.Mutex
 	items  map[int]layout.ItemFailure
 	seeded bool
 }
 
-// keep forgets the failing state of items not among items (a
+// Keep forgets the failing state of items not among items (a
 // normal Begin's): an item that moved away and comes back later starts
 // its count again, rather than showing a count from before.
-func (f *failingItems) keep(items []int) {
+func (f *Items) Keep(items []int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for it := range f.items {
@@ -32,9 +34,9 @@ func (f *failingItems) keep(items []int) {
 	}
 }
 
-// of returns the job's failing items in memory, for a record of
+// Of returns the job's failing items in memory, for a record of
 // items (nil when none of them fails).
-func (f *failingItems) of(items []int) map[int]layout.ItemFailure {
+func (f *Items) Of(items []int) map[int]layout.ItemFailure {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out map[int]layout.ItemFailure
@@ -49,10 +51,10 @@ func (f *failingItems) of(items []int) map[int]layout.ItemFailure {
 	return out
 }
 
-// seed takes the failing items of this server's own record, read
+// Seed takes the failing items of this server's own record, read
 // at its join, unless this process already knows better (a join on a new
 // session of the same process).
-func (f *failingItems) seed(rd registration.RunRead) {
+func (f *Items) Seed(rd registration.RunRead) {
 	if !rd.Found {
 		return
 	}
@@ -68,17 +70,13 @@ func (f *failingItems) seed(rd registration.RunRead) {
 	f.items, f.seeded = rec.Failing, true
 }
 
-// note records the outcome of a run of items in memory and returns
+// Note records the outcome of a run of items in memory and returns
 // the failing items among them, for the run's Complete to write.
-func (f *failingItems) note(items []Assignment, errs map[int]string, now time.Time) map[int]layout.ItemFailure {
-	its := make([]int, len(items))
-	for i, a := range items {
-		its[i] = a.Item
-	}
-	slices.Sort(its)
+func (f *Items) Note(items []int, errs map[int]string, now time.Time) map[int]layout.ItemFailure {
+	its := slices.Sorted(slices.Values(items))
 	f.mu.Lock()
 	f.items = layout.UpdateFailing(f.items, its, errs, now)
 	f.seeded = true
 	f.mu.Unlock()
-	return f.of(its)
+	return f.Of(its)
 }
