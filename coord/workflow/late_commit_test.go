@@ -25,19 +25,10 @@ import (
 func TestLateCommitIsRefusedByTheSinkFence(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		s := newFaultSimOf(t, 51001084, rand.New(rand.NewPCG(1, 2)), map[string][]string{"a": nil, "b": {"a"}, "c": {"b"}}, []string{"a", "b", "c"}, 1)
-		defer s.stopAll()
-		for _, sv := range s.servers[:2] {
-			s.join(sv)
-		}
-		synctest.Wait()
-
 		// a's item runs where it is assigned and starts workflow run
 		// a-0000000001, whose record starts b's step.
-		for _, sv := range s.servers[:2] {
-			s.start(sv, "a", true, false)
-		}
-		synctest.Wait()
+		s := chainAfterA(t, 51001084)
+		defer s.stopAll()
 		run := workflow.RunID("a", 1)
 		if st, _, err := workflow.ReadStep(ctx, s.h.AdminStore, s.h.NS, "b", run); err != nil || st.State != workflow.StateRunning {
 			t.Fatalf("b's step of %s: %+v, %v; want running", run, st, err)
@@ -109,4 +100,21 @@ func TestLateCommitIsRefusedByTheSinkFence(t *testing.T) {
 			t.Errorf("the sink's fence refused %d commits, want 1 (the late one)", s.refused)
 		}
 	})
+}
+
+// chainAfterA is the scripted tests' start: the chain a -> b -> c of one
+// item each on the fault sim's first two servers, joined, and a run of a
+// on each that starts workflow run a-0000000001 (b's step running). In a
+// synctest bubble; the caller stops it (stopAll).
+func chainAfterA(t *testing.T, seed uint64) *faultSim {
+	s := newFaultSimOf(t, seed, rand.New(rand.NewPCG(1, 2)), map[string][]string{"a": nil, "b": {"a"}, "c": {"b"}}, []string{"a", "b", "c"}, 1)
+	for _, sv := range s.servers[:2] {
+		s.join(sv)
+	}
+	synctest.Wait()
+	for _, sv := range s.servers[:2] {
+		s.start(sv, "a", true, false)
+	}
+	synctest.Wait()
+	return s
 }
