@@ -56,14 +56,7 @@ func testEpochAfterFailover(t *testing.T, h *Harness, other bool) {
 			claimer = b
 		}
 	}
-	WaitSignal(t, claimer.Job, protocol.SignalFailover)
-	if ok, err := claimer.Job.ClaimFailover(testCtx(t)); err != nil || !ok {
-		t.Fatalf("ClaimFailover on %s = %v, %v", claimer.ID, ok, err)
-	}
-	frun, err := claimer.Job.Begin(testCtx(t), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	frun := claimAndBegin(t, claimer)
 	fsh := frun.Shards()
 	if len(fsh) != 1 || !fsh[0].Failover || fsh[0].Item != item {
 		t.Fatalf("failover run shards = %+v, want item %d as failover", fsh, item)
@@ -186,14 +179,7 @@ func testEpochAfterALostClaim(t *testing.T, h *Harness) {
 	if owner == c {
 		claimer = o
 	}
-	WaitSignal(t, claimer.Job, protocol.SignalFailover)
-	if ok, err := claimer.Job.ClaimFailover(testCtx(t)); err != nil || !ok {
-		t.Fatalf("ClaimFailover on %s = %v, %v", claimer.ID, ok, err)
-	}
-	frun, err := claimer.Job.Begin(testCtx(t), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	frun := claimAndBegin(t, claimer)
 	var cut *protocol.Assignment
 	for _, s := range frun.Shards() {
 		if s.Item == item && s.Failover {
@@ -243,4 +229,19 @@ func unwrapHook(st store.Store) store.Store {
 		return h.Store
 	}
 	return st
+}
+
+// claimAndBegin waits for claimer's failover signal, claims the queued item
+// and begins its failover run.
+func claimAndBegin(t *testing.T, claimer *Server) *protocol.Run {
+	t.Helper()
+	WaitSignal(t, claimer.Job, protocol.SignalFailover)
+	if ok, err := claimer.Job.ClaimFailover(testCtx(t)); err != nil || !ok {
+		t.Fatalf("ClaimFailover on %s = %v, %v", claimer.ID, ok, err)
+	}
+	frun, err := claimer.Job.Begin(testCtx(t), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return frun
 }
