@@ -51,7 +51,10 @@ import (
 // SHARDFLOW_FIRES_BASELINE=rev measures the fireworker built at git
 // revision rev first (integration.BuildBinaryAt), the old binary beside
 // the new. SHARDFLOW_FIRES_PROFILE=dir has each worker write a CPU profile
-// there (not the baseline's, when it predates --cpuprofile).
+// there (not the baseline's, when it predates --cpuprofile);
+// SHARDFLOW_FIRES_KEEP=dir copies the workers' runs files there. A FIRES
+// "tick" line per tick the runs serve (tickLines) says which ticks a
+// tail comes from and whether before a run's start or in its Begin.
 // Each worker's "stopped" line gives the store requests of its running
 // phase: reads, multis (and their ops), and the combined multis sent for
 // them on ZooKeeper (batches). It asserts
@@ -115,7 +118,11 @@ func TestFires(t *testing.T) {
 		// new one's name).
 		current := !strings.HasPrefix(v.name, "baseline")
 		hold := current || hasFlag(t, v.bin, "hold")
-		measureFires(t, v.bin, args, where, vlogf, current, hold, sched, jobs, servers, seconds, warmup, grace, spec)
+		// A worker with --reqlog prints "warm" too: the window then
+		// starts after every job's first fire (a baseline without it
+		// starts WARMUP after ready; its tick lines show its first fire).
+		warm := current || hasFlag(t, v.bin, "reqlog")
+		measureFires(t, v.bin, args, where, vlogf, current, hold, warm, sched, jobs, servers, seconds, warmup, grace, spec)
 	}
 }
 
@@ -129,7 +136,7 @@ func hasFlag(t *testing.T, bin, name string) bool {
 
 // measureFires is one measurement of TestFires: the workers started on
 // the store of args, the window, the stop and the FIRES line.
-func measureFires(t *testing.T, bin string, storeArgs []string, where string, logf func(string, ...any), profile, hold bool,
+func measureFires(t *testing.T, bin string, storeArgs []string, where string, logf func(string, ...any), profile, hold, warm bool,
 	sched cron.Schedule, jobs, servers, seconds int, warmup, grace time.Duration, spec string) {
 	dir := t.TempDir()
 	ns := fmt.Sprintf("fires%d", time.Now().UnixNano())
@@ -150,6 +157,9 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 		}
 		if pd := os.Getenv("SHARDFLOW_FIRES_PROFILE"); pd != "" && profile {
 			args = append(args, "--cpuprofile", filepath.Join(pd, fmt.Sprintf("%s-%s.pprof", ns, id)))
+		}
+		if keep := os.Getenv("SHARDFLOW_FIRES_KEEP"); keep != "" && warm {
+			args = append(args, "--reqlog", filepath.Join(keep, fmt.Sprintf("%s-%s.reqs", ns, id)))
 		}
 		procs[i] = integration.StartProcess(t, bin, args, nil)
 	}
@@ -173,6 +183,21 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 		return
 	}
 	logf("all %d workers ready after %.1f s", servers, time.Since(start).Seconds())
+	if warm {
+		// The first fire after the start is every job's first Begin (its
+		// plan written, the leader's sharding), 30,000 of them at once
+		// with 10,000 jobs: not the steady state the window measures.
+		// The tick lines show it beside the window's ticks.
+		ready := time.Now()
+		if !awaitLines(t, procs, "warm", ready, readyBound(jobs, servers), logf) {
+			return
+		}
+		logf("all %d workers warm (every job's first cron run at BeforeRun) %.1f s after ready", servers, time.Since(ready).Seconds())
+	} else if settle := envInt(t, "SHARDFLOW_FIRES_SETTLE", 0); settle > 0 {
+		// A baseline that prints no "warm": SETTLE seconds stand for it.
+		logf("settling %d s (SHARDFLOW_FIRES_SETTLE) for a worker that prints no warm line", settle)
+		time.Sleep(time.Duration(settle) * time.Second) // a measurement's wait, not a synchronisation
+	}
 
 	// The window: whole ticks, from the first after the warm-up, for
 	// the given seconds.
@@ -201,6 +226,21 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 			continue
 		}
 		runs = append(runs, readFireRuns(t, fmt.Sprintf("s%d", i+1), outs[i])...)
+	}
+	for _, l := range tickLines(runs, sched) {
+		logf("%s", l)
+	}
+	if keep := os.Getenv("SHARDFLOW_FIRES_KEEP"); keep != "" {
+		// The workers' runs files, for a closer look than the FIRES lines.
+		for i := range procs {
+			b, err := os.ReadFile(outs[i])
+			if err == nil {
+				err = os.WriteFile(filepath.Join(keep, fmt.Sprintf("%s-s%d.runs", ns, i+1)), b, 0o644)
+			}
+			if err != nil {
+				t.Errorf("SHARDFLOW_FIRES_KEEP: %v", err)
+			}
+		}
 	}
 	s := fireAccounting(runs, sched, from, to, jobs, servers)
 	logf("%s; load average at the start %s, at the end %s", s, loadStart, loadEnd)

@@ -154,3 +154,52 @@ func prevTick(sched cron.Schedule, t time.Time) time.Time {
 	}
 	return time.Time{}
 }
+
+// tickLines breaks runs down by the tick a cron run serves, over every
+// tick the runs have (those before and after the window too: the first
+// ticks after the start are where a tail may come from), one line each:
+// the cron runs of the tick, fire->start and fire->BeforeRun p50/p99/max,
+// and the catch-up runs (ReasonMisfire) started from that tick to the
+// next. A p99 is a mixture of ticks; these lines say which tick, and
+// whether the delay was the scheduler's (before start) or the Begin's.
+func tickLines(runs []fireRun, sched cron.Schedule) []string {
+	type agg struct{ lat, start []time.Duration }
+	by := map[int64]*agg{}
+	var misfireStarts []time.Time
+	for _, r := range runs {
+		switch {
+		case r.reason == ReasonCron && !r.scheduled.IsZero():
+			a := by[r.scheduled.UnixNano()]
+			if a == nil {
+				a = &agg{}
+				by[r.scheduled.UnixNano()] = a
+			}
+			a.lat = append(a.lat, r.beforeRun.Sub(r.scheduled))
+			a.start = append(a.start, r.started.Sub(r.scheduled))
+		case r.reason == ReasonMisfire:
+			misfireStarts = append(misfireStarts, r.started)
+		}
+	}
+	ticks := make([]int64, 0, len(by))
+	for k := range by {
+		ticks = append(ticks, k)
+	}
+	slices.Sort(ticks)
+	out := make([]string, 0, len(ticks))
+	for _, k := range ticks {
+		a, tick := by[k], time.Unix(0, k).UTC()
+		next := sched.Next(tick)
+		misfires := 0
+		for _, m := range misfireStarts {
+			if !m.Before(tick) && m.Before(next) {
+				misfires++
+			}
+		}
+		n := len(a.lat)
+		out = append(out, fmt.Sprintf("tick %s runs=%d fire->start p50=%.3fs p99=%.3fs max=%.3fs fire->BeforeRun p50=%.3fs p99=%.3fs max=%.3fs misfires-started-before-next=%d",
+			tick.Format("15:04:05.000"), n,
+			percentile(a.start, 0.5).Seconds(), percentile(a.start, 0.99).Seconds(), percentile(a.start, 1).Seconds(),
+			percentile(a.lat, 0.5).Seconds(), percentile(a.lat, 0.99).Seconds(), percentile(a.lat, 1).Seconds(), misfires))
+	}
+	return out
+}

@@ -114,3 +114,35 @@ func TestPrevTick(t *testing.T) {
 		}
 	}
 }
+
+// TestTickLines: the per-tick breakdown of TestFires groups cron runs by
+// the tick they serve (a run of :01 started after :02 stays under :01),
+// gives each tick's fire->start and fire->BeforeRun percentiles, and counts
+// the catch-up runs started from a tick to the next.
+func TestTickLines(t *testing.T) {
+	sched, err := jobconfig.ParseCron("* * * * * ?")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := time.Date(2026, 11, 27, 3, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	runs := []fireRun{
+		{job: 0, reason: ReasonCron, scheduled: at(1000), started: at(1100), beforeRun: at(1300)},
+		{job: 1, reason: ReasonCron, scheduled: at(1000), started: at(2200), beforeRun: at(2500)}, // late: still :01
+		{job: 0, reason: ReasonCron, scheduled: at(2000), started: at(2010), beforeRun: at(2020)},
+		{job: 1, reason: ReasonMisfire, started: at(2600), beforeRun: at(2700)},
+	}
+	got := tickLines(runs, sched)
+	want := []string{
+		"tick 03:00:01.000 runs=2 fire->start p50=0.100s p99=1.200s max=1.200s fire->BeforeRun p50=0.300s p99=1.500s max=1.500s misfires-started-before-next=0",
+		"tick 03:00:02.000 runs=1 fire->start p50=0.010s p99=0.010s max=0.010s fire->BeforeRun p50=0.020s p99=0.020s max=0.020s misfires-started-before-next=1",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("tickLines: %d lines, want %d:\n%v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("line %d:\n got %s\nwant %s", i, got[i], want[i])
+		}
+	}
+}
