@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,14 +17,19 @@ import (
 )
 
 // fireTickCases are BenchmarkFireTick's sizes (jobs due at one instant)
-// and crons: a period the machine's 2 cores finish each tick's runs in.
+// and crons: a period the machine's 2 cores finish each tick's runs in;
+// each size runs monitored (the default) and unmonitored
+// (monitorExecution=false: a steady-state run sends nothing to the store).
 var fireTickCases = []struct {
-	jobs   int
-	spec   string
-	period time.Duration
+	jobs      int
+	spec      string
+	period    time.Duration
+	unmonitor bool
 }{
-	{1000, "* * * * * ?", time.Second},
-	{10000, "0/20 * * * * ?", 20 * time.Second},
+	{1000, "* * * * * ?", time.Second, false},
+	{1000, "* * * * * ?", time.Second, true},
+	{10000, "0/20 * * * * ?", 20 * time.Second, false},
+	{10000, "0/20 * * * * ?", 20 * time.Second, true},
 }
 
 // fireTickListener records, per run, its start (RunInfo.Started), its
@@ -66,16 +73,22 @@ func (l fireTickListener) AfterRun(_ context.Context, info RunInfo, _ RunResult)
 // Begin), and the share of a tick's runs that had ended before its last
 // run began. A tick's runs that do not start within the tick count as not fired
 // (fired-%). Real time, not synctest: the delay is the measure, and a
-// loaded machine stretches it.
+// loaded machine stretches it. The monitored cases are named jobs=N, the
+// unmonitored ones (monitorExecution=false) jobs=N,unmonitored; 1,000 jobs
+// both ways:
 //
-//	go test -run '^$' -bench BenchmarkFireTick -benchtime 3x ./dataflow
+//	go test -run '^$' -bench 'BenchmarkFireTick/jobs=1000($|,)' -benchmem -benchtime 5x ./dataflow
 func BenchmarkFireTick(b *testing.B) {
 	for _, c := range fireTickCases {
-		b.Run(fmt.Sprintf("jobs=%d", c.jobs), func(b *testing.B) { benchFireTick(b, c.jobs, c.spec, c.period) })
+		name := fmt.Sprintf("jobs=%d", c.jobs)
+		if c.unmonitor {
+			name += ",unmonitored"
+		}
+		b.Run(name, func(b *testing.B) { benchFireTick(b, c.jobs, c.spec, c.period, c.unmonitor) })
 	}
 }
 
-func benchFireTick(b *testing.B, n int, spec string, period time.Duration) {
+func benchFireTick(b *testing.B, n int, spec string, period time.Duration, unmonitor bool) {
 	sched, err := jobconfig.ParseCron(spec)
 	if err != nil {
 		b.Fatal(err)
@@ -100,7 +113,7 @@ func benchFireTick(b *testing.B, n int, spec string, period time.Duration) {
 	for range 32 {
 		wg.Go(func() {
 			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				cfg := JobConfig{JobName: fmt.Sprintf("f%05d", i), Cron: spec, ShardingTotalCount: 1}
+				cfg := JobConfig{JobName: fmt.Sprintf("f%05d", i), Cron: spec, ShardingTotalCount: 1, DisableMonitorExecution: unmonitor}
 				if err := AddJob[int](ctx, node, cfg, idleJob{}, WithListeners(fireTickListener{mu: &mu, runs: &runs, cpu: &cpus, ends: &ends, cron: &cron, job: i})); err != nil {
 					b.Error(err)
 					return
@@ -149,6 +162,7 @@ func benchFireTick(b *testing.B, n int, spec string, period time.Duration) {
 	var ms0, ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	cpu0 := processCPU()
+	stopProfile := windowProfile(b)
 	b.ResetTimer()
 	// Wait for the window's runs: until every tick's, or 10 s after it.
 	deadline := to.Add(10 * time.Second)
@@ -156,6 +170,7 @@ func benchFireTick(b *testing.B, n int, spec string, period time.Duration) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	b.StopTimer()
+	stopProfile()
 	ticks.Wait()
 	cpu := processCPU() - cpu0
 	runtime.ReadMemStats(&ms1)
@@ -284,4 +299,95 @@ func benchSchedulerFireTick(b *testing.B, n int) {
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(fires), "allocs/fire")
 	b.ReportMetric(float64(ms1.TotalAlloc-ms0.TotalAlloc)/float64(fires), "B/fire")
 	b.ReportMetric(0, "ns/op")
+}
+
+// windowProfile starts a CPU profile of the measured window alone (not the
+// jobs' adding and joining, nor the warm-up tick, which -cpuprofile
+// includes) when SHARDFLOW_FIRETICK_CPUPROFILE names a file; the returned
+// func stops it.
+func windowProfile(b *testing.B) (stop func()) {
+	path := os.Getenv("SHARDFLOW_FIRETICK_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+	}
+}
+
+// nopListener is a JobListener that does nothing: BenchmarkRunOnce's runs
+// call one, as BenchmarkFireTick's do.
+type nopListener struct{}
+
+func (nopListener) BeforeRun(context.Context, RunInfo)           {}
+func (nopListener) AfterRun(context.Context, RunInfo, RunResult) {}
+
+// BenchmarkRunOnce is one cron run's own cost, run after run on one
+// goroutine (no scheduler, no other run beside it): one no-op job of one
+// item on one Node over memstore, monitored and unmonitored
+// (monitorExecution=false: 0 store requests per run once its plan is
+// written). ns/op and allocs/op are BenchmarkFireTick's cpu-µs/run and
+// allocs/run without the fire and the contention of 1,000 runs at once;
+// being sequential and short, it is the figure to compare old and new code
+// with on a loaded machine.
+//
+//	go test -run '^$' -bench BenchmarkRunOnce -benchmem ./dataflow
+func BenchmarkRunOnce(b *testing.B) {
+	for _, unmonitor := range []bool{false, true} {
+		name := "monitored"
+		if unmonitor {
+			name = "unmonitored"
+		}
+		b.Run(name, func(b *testing.B) {
+			srv := memstore.NewServer()
+			st := srv.Connect()
+			defer func() { _ = st.Close() }()
+			node, err := NewNode(NodeConfig{Store: st, Namespace: "runonce", ServerID: "s1", Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			// A daily cron: the scheduler does not fire during the loop.
+			cfg := JobConfig{JobName: "r", Cron: "0 0 0 * * ?", ShardingTotalCount: 1, DisableMonitorExecution: unmonitor}
+			if err := AddJob[int](ctx, node, cfg, idleJob{}, WithListeners(nopListener{})); err != nil {
+				b.Fatal(err)
+			}
+			if err := node.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			defer func() {
+				if err := node.Stop(context.Background()); err != nil {
+					b.Error(err)
+				}
+			}()
+			node.mu.Lock()
+			h := node.jobs["r"]
+			node.mu.Unlock()
+			// Warm-up: the first runs write the plan (and reshard).
+			for range 3 {
+				node.runOnce(ctx, h, ReasonCron, false, time.Now())
+			}
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			b.ResetTimer()
+			for range b.N {
+				node.runOnce(ctx, h, ReasonCron, false, time.Now())
+			}
+			b.StopTimer()
+			// The process's CPU per run, every goroutine's (the store's and
+			// the group committer's too), which wall time on a loaded machine
+			// is not.
+			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
+	}
 }

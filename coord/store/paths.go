@@ -9,7 +9,19 @@ import (
 
 // Join joins path elements with "/" and returns an absolute path.
 func Join(elem ...string) string {
+	// The length first, so that the path is one allocation, not one per
+	// growth of the builder: the protocol builds paths on every run.
+	n := 0
+	for _, e := range elem {
+		if e = strings.Trim(e, "/"); e != "" {
+			n += 1 + len(e)
+		}
+	}
+	if n == 0 {
+		return "/"
+	}
 	var b strings.Builder
+	b.Grow(n)
 	for _, e := range elem {
 		e = strings.Trim(e, "/")
 		if e == "" {

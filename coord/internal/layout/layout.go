@@ -78,11 +78,17 @@ func NewJobPaths(namespace, job string) JobPaths { return JobPaths{Root: store.J
 
 func (p JobPaths) Abs(rel string) string      { return store.Join(p.Root, rel) }
 func (p JobPaths) Config(field string) string { return store.Join(p.Root, NConfig, field) }
+
+// The elements of Server, Item, RelServer and RelItem go to Join in an
+// array on the stack (Join keeps none): a path costs one allocation, its
+// own, not a slice too.
 func (p JobPaths) Server(id string, node ...string) string {
-	return store.Join(append([]string{p.Root, NServers, id}, node...)...)
+	var buf [8]string
+	return store.Join(append(append(buf[:0], p.Root, NServers, id), node...)...)
 }
 func (p JobPaths) Item(item int, node ...string) string {
-	return store.Join(append([]string{p.Root, NExecution, strconv.Itoa(item)}, node...)...)
+	var buf [8]string
+	return store.Join(append(append(buf[:0], p.Root, NExecution, strconv.Itoa(item)), node...)...)
 }
 func (p JobPaths) Queued(item int) string {
 	return store.Join(p.Root, RelFailoverQ, strconv.Itoa(item))
@@ -98,8 +104,10 @@ var SkeletonNodes = []string{
 
 // relServer and relItem build cache keys.
 func RelServer(id string, node ...string) string {
-	return store.Join(append([]string{NServers, id}, node...)...)[1:]
+	var buf [8]string
+	return store.Join(append(append(buf[:0], NServers, id), node...)...)[1:]
 }
 func RelItem(item int, node ...string) string {
-	return store.Join(append([]string{NExecution, strconv.Itoa(item)}, node...)...)[1:]
+	var buf [8]string
+	return store.Join(append(append(buf[:0], NExecution, strconv.Itoa(item)), node...)...)[1:]
 }
