@@ -5,6 +5,8 @@ package layout
 
 import (
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -103,11 +105,71 @@ var SkeletonNodes = []string{
 }
 
 // relServer and relItem build cache keys.
+//
+// Both are the same for every job (relative to the job's root) and asked
+// for on every run, several times (a server's flags, status and record,
+// an item's flags): the paths of up to two nodes under a server or an item
+// are built once per process and kept (relPaths), up to relPathsMax of
+// them.
 func RelServer(id string, node ...string) string {
-	var buf [8]string
-	return store.Join(append(append(buf[:0], NServers, id), node...)...)[1:]
+	if len(node) > 2 {
+		var buf [8]string
+		return store.Join(append(append(buf[:0], NServers, id), node...)...)[1:]
+	}
+	k := relKey{server: id, item: -1}
+	k.a, k.b = firstTwo(node)
+	if s, ok := relPaths.Load(k); ok {
+		return s.(string)
+	}
+	return keepRel(k, store.Join(NServers, id, k.a, k.b)[1:])
 }
 func RelItem(item int, node ...string) string {
-	var buf [8]string
-	return store.Join(append(append(buf[:0], NExecution, strconv.Itoa(item)), node...)...)[1:]
+	if len(node) > 2 || item < 0 {
+		var buf [8]string
+		return store.Join(append(append(buf[:0], NExecution, strconv.Itoa(item)), node...)...)[1:]
+	}
+	k := relKey{item: item}
+	k.a, k.b = firstTwo(node)
+	if s, ok := relPaths.Load(k); ok {
+		return s.(string)
+	}
+	return keepRel(k, store.Join(NExecution, strconv.Itoa(item), k.a, k.b)[1:])
+}
+
+// relKey is a path RelServer (item -1) or RelItem built: the server or
+// the item, and up to two nodes under it ("" for none).
+type relKey struct {
+	server string
+	item   int
+	a, b   string
+}
+
+// relPaths keeps the paths RelServer and RelItem built (relKey -> string);
+// relPathsKept counts them, bounded by relPathsMax (a process of many
+// items or servers builds the others each time, as before).
+var (
+	relPaths     sync.Map
+	relPathsKept atomic.Int64
+)
+
+const relPathsMax = 1 << 14
+
+func firstTwo(node []string) (a, b string) {
+	if len(node) > 0 {
+		a = node[0]
+	}
+	if len(node) > 1 {
+		b = node[1]
+	}
+	return a, b
+}
+
+// keepRel keeps s as k's path unless relPathsMax are kept, and returns it.
+func keepRel(k relKey, s string) string {
+	if relPathsKept.Load() < relPathsMax {
+		if _, loaded := relPaths.LoadOrStore(k, s); !loaded {
+			relPathsKept.Add(1)
+		}
+	}
+	return s
 }

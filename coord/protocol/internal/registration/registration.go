@@ -12,12 +12,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
-	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/recipe"
 	"github.com/shardflow/shardflow/coord/store"
 	"github.com/shardflow/shardflow/coord/treecache"
@@ -77,7 +75,7 @@ type Registration struct {
 	mu *sync.Mutex
 	// layoutOK is the live server set the layout guard last passed
 	// (LayoutGuard).
-	layoutOK string
+	layoutOK []string
 }
 
 // New returns the registration c describes.
@@ -129,18 +127,31 @@ func (g *Registration) ReshardedSince(ctx context.Context, at int64) bool {
 // read only when the set of online servers changed since the guard last
 // passed (none per trigger).
 func (g *Registration) LayoutGuard(ctx context.Context) error {
+	servers := g.cache.Children(layout.NServers)
+	g.mu.Lock()
+	passed := g.layoutOK
+	g.mu.Unlock()
+	// The common case, per trigger: the online servers are those the guard
+	// last passed, compared in place (no list built).
+	i, same := 0, true
+	for _, s := range servers {
+		if !g.cache.Has(layout.RelServer(s, layout.NStatus)) {
+			continue
+		}
+		if i >= len(passed) || passed[i] != s {
+			same = false
+			break
+		}
+		i++
+	}
+	if same && i == len(passed) {
+		return nil
+	}
 	var online []string
-	for _, s := range g.cache.Children(layout.NServers) {
-		if jobnodes.CachedServerState(g.cache, s).Online {
+	for _, s := range servers {
+		if g.cache.Has(layout.RelServer(s, layout.NStatus)) {
 			online = append(online, s)
 		}
-	}
-	key := strings.Join(online, ",")
-	g.mu.Lock()
-	passed := g.layoutOK == key
-	g.mu.Unlock()
-	if passed {
-		return nil
 	}
 	for _, s := range online {
 		if s == g.id {
@@ -165,7 +176,7 @@ func (g *Registration) LayoutGuard(ctx context.Context) error {
 		}
 	}
 	g.mu.Lock()
-	g.layoutOK = key
+	g.layoutOK = online
 	g.mu.Unlock()
 	return nil
 }
