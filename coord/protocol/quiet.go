@@ -56,7 +56,7 @@ func (r *Run) quietComplete(now string, next time.Time) bool {
 	}
 	t := unmonitored.Times{Begin: r.begin, Complete: now}
 	if !next.IsZero() {
-		t.Next = string(layout.FormatTime(next))
+		t.Next = layout.FormatTimeText(next)
 	}
 	return r.j.quiet.Complete(r.session, r.shardMzxid, r.items, r.failing, t)
 }

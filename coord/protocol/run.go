@@ -130,7 +130,7 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 	}
 	j.recordLastError(ctx, "")
 	items := plan.items
-	r = &Run{j: j, session: b.sid, items: items, cfg: cfg, params: params, shardMzxid: plan.shardMzxid, begin: string(layout.FormatTime(now)),
+	r = &Run{j: j, session: b.sid, items: items, cfg: cfg, params: params, shardMzxid: plan.shardMzxid, begin: b.begin,
 		live: len(items) > 0 && !items[0].Failover && cfg.MonitorsExecution(), quiet: b.quiet}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(b.regCtx, r.cancel)
@@ -174,6 +174,8 @@ type beginning struct {
 	requeued bool
 	// quiet: markRunning wrote nothing (quiet.go).
 	quiet bool
+	// begin: the begin time markRunning wrote (or would have), as stored.
+	begin string
 }
 
 // beginPlan is what an attempt of a Begin read: its items and the
@@ -320,8 +322,8 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 	j.mu.Lock()
 	sid := j.regSession
 	j.mu.Unlock()
-	begin := layout.FormatTime(now)
-	groups := b.itemIntents(p, begin)
+	b.begin = layout.FormatTimeText(now)
+	groups := b.itemIntents(p, b.begin)
 	if b.quiet = b.quietBegin(p, len(groups)); b.quiet {
 		// The plan of the last Begin that wrote, and nothing to consume:
 		// an unmonitored run writes nothing (quiet.go). Its items are
@@ -329,6 +331,7 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 		j.rn.HoldItems(itemNumbers(p.items), 1)
 		return nil
 	}
+	begin := []byte(b.begin)
 	head := b.fences(p)
 	tail, live, failing := b.recordIntents(p.items, begin, p.shardMzxid)
 	// Held from before the transaction, not after it: a Begin beside this
@@ -343,7 +346,7 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 		j.rn.UndoBegin(ctx, itemNumbers(p.items), groups[:applied])
 	}
 	if err != nil {
-		return b.markFailed(ctx, p.items, sid, string(begin), p.shardMzxid, live, err)
+		return b.markFailed(ctx, p.items, sid, b.begin, p.shardMzxid, live, err)
 	}
 	b.noteBegun(p, failing)
 	return nil
@@ -375,7 +378,7 @@ func (b *beginning) fences(p beginPlan) []txn.Intent {
 // checked, running (ephemeral) and lastBeginTime; a normal item's
 // consumed failover tokens (its queue entry, a cut failover run's claim
 // record).
-func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]txn.Intent {
+func (b *beginning) itemIntents(p beginPlan, begin string) [][]txn.Intent {
 	j := b.j
 	var groups [][]txn.Intent
 	for _, a := range p.items {
@@ -387,7 +390,7 @@ func (b *beginning) itemIntents(p beginPlan, begin []byte) [][]txn.Intent {
 				{Kind: txn.CreateIfAbsent, Rel: layout.RelItem(a.Item)},
 				{Kind: txn.Check, Rel: layout.RelItem(a.Item, layout.NFailover), Version: store.AnyVersion},
 				{Kind: txn.Create, Rel: layout.RelItem(a.Item, layout.NRunning), Data: []byte(j.id), Mode: store.Ephemeral},
-				{Kind: txn.Put, Rel: layout.RelItem(a.Item, layout.NLastBeginTime), Data: begin}})
+				{Kind: txn.Put, Rel: layout.RelItem(a.Item, layout.NLastBeginTime), Data: []byte(begin)}})
 			continue
 		}
 		var g []txn.Intent
@@ -912,10 +915,11 @@ func (r *Run) CompleteWith(ctx context.Context, next time.Time, out RunOutcome) 
 // planned before this completion must plan again, on the new mark).
 func (r *Run) apply(ctx context.Context, next time.Time) error {
 	j := r.j
-	now := layout.FormatTime(j.reg.cfg.Now())
-	if r.quietComplete(string(now), next) {
+	nowText := layout.FormatTimeText(j.reg.cfg.Now())
+	if r.quietComplete(nowText, next) {
 		return nil // an unmonitored run's record holds already (quiet.go); the counts and its times wait for the interval report
 	}
+	now := []byte(nowText)
 	var head []txn.Intent
 	groups, anyFailover := r.failoverCompletions(now)
 	if anyFailover {
@@ -992,7 +996,7 @@ func (r *Run) recordCompletion(now []byte, next time.Time) []txn.Intent {
 	}
 	var nextText string
 	if !next.IsZero() {
-		nextText = string(layout.FormatTime(next))
+		nextText = layout.FormatTimeText(next)
 	}
 	if rec, ok := runRecordOf(r.items, r.begin, string(now), r.cfg.MonitorsExecution(), r.shardMzxid); ok {
 		rec.Next = nextText

@@ -69,9 +69,12 @@ type FoListing struct {
 // parseFailoverDir decodes the failover directory's children; other names
 // are ignored.
 func ParseFailoverDir(names []string) FoListing {
-	l := FoListing{Queued: make(map[int]bool, len(names))}
+	var l FoListing // maps made on their first entry: most listings are empty
 	for _, n := range names {
 		if it, ok := ParseItemName(n); ok {
+			if l.Queued == nil {
+				l.Queued = make(map[int]bool, len(names))
+			}
 			l.Queued[it] = true
 		} else if it, ok := ParseClaimName(n); ok {
 			if l.Claims == nil {

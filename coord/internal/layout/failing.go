@@ -3,6 +3,7 @@ package layout
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -75,6 +76,14 @@ func BoundError(msg string) string {
 // one more run (since its first), a succeeded one is dropped. prev is not
 // changed; items not in the run keep their state.
 func UpdateFailing(prev map[int]ItemFailure, items []int, errs map[int]string, now time.Time) map[int]ItemFailure {
+	if len(errs) == 0 && !slices.ContainsFunc(items, func(it int) bool { _, ok := prev[it]; return ok }) {
+		// A run of items none of which failed, before or now (every run,
+		// mostly): nothing changes, and nothing is copied.
+		if len(prev) == 0 {
+			return nil
+		}
+		return prev
+	}
 	out := maps.Clone(prev)
 	if out == nil {
 		out = map[int]ItemFailure{}

@@ -55,3 +55,24 @@ func TestFailingRecordEncoding(t *testing.T) {
 		t.Fatal("decoded a group of 0 runs; want an error")
 	}
 }
+
+// TestUpdateFailingUnchanged: a run of items none of which failed, before
+// or now, leaves the failing items as they were (other items' kept), and
+// a run that ends an item's failures drops it.
+func TestUpdateFailingUnchanged(t *testing.T) {
+	t0 := time.UnixMilli(1_700_000_000_000)
+	if got := UpdateFailing(nil, []int{0, 1}, nil, t0); got != nil {
+		t.Errorf("no failures: %v, want nil", got)
+	}
+	f := UpdateFailing(nil, []int{5}, map[int]string{5: "e"}, t0)
+	g := UpdateFailing(f, []int{0, 1}, nil, t0.Add(time.Second))
+	if len(g) != 1 || g[5].Runs != 1 || g[5].Since != string(FormatTime(t0)) || g[5].Error != "e" {
+		t.Errorf("another item's run: %v, want item 5 failing once since t0", g)
+	}
+	if h := UpdateFailing(g, []int{5}, nil, t0.Add(2*time.Second)); h != nil {
+		t.Errorf("item 5 ran well: %v, want nil", h)
+	}
+	if len(g) != 1 {
+		t.Errorf("the previous map changed: %v", g)
+	}
+}

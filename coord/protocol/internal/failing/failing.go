@@ -73,7 +73,10 @@ func (f *Items) Seed(rd registration.RunRead) {
 // Note records the outcome of a run of items in memory and returns
 // the failing items among them, for the run's Complete to write.
 func (f *Items) Note(items []int, errs map[int]string, now time.Time) map[int]layout.ItemFailure {
-	its := slices.Sorted(slices.Values(items))
+	its := items // read only, as sorted
+	if !slices.IsSorted(items) {
+		its = slices.Sorted(slices.Values(items))
+	}
 	f.mu.Lock()
 	f.items = layout.UpdateFailing(f.items, its, errs, now)
 	f.seeded = true

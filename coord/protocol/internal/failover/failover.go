@@ -138,6 +138,9 @@ func (f *Failover) Ended(items []int) {
 func (f *Failover) Untaken(cfg jobconfig.Config) (claims, dropped map[int]int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.claims) == 0 {
+		return nil, nil // every Begin of a server that claimed nothing
+	}
 	claims = make(map[int]int64, len(f.claims))
 	dropped = make(map[int]int64)
 	for k, v := range f.claims {
