@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -29,6 +30,14 @@ func FormatItems(items []int) []byte {
 // parseItems decodes "0,1,2" (spaces tolerated, empty = none). Items must be
 // non-negative; the result is sorted and free of duplicates.
 func ParseItems(data []byte) ([]int, error) {
+	if out, ok := parseDigitItems(data); ok {
+		return out, nil
+	}
+	return parseItemsText(data)
+}
+
+// parseItemsText is ParseItems for any text.
+func parseItemsText(data []byte) ([]int, error) {
 	s := strings.TrimSpace(string(data))
 	if s == "" {
 		return nil, nil
@@ -45,6 +54,43 @@ func ParseItems(data []byte) ([]int, error) {
 	}
 	slices.Sort(out)
 	return slices.Compact(out), nil
+}
+
+// parseDigitItems is ParseItems for the text every reshard writes (items
+// of plain digits, comma-separated, spaces tolerated), read on every run:
+// one allocation, the result's. ok false for anything else (signs, other
+// characters, an empty item, numbers of 18 digits or more), which
+// ParseItems parses as before.
+func parseDigitItems(data []byte) (out []int, ok bool) {
+	d := bytes.TrimSpace(data)
+	if len(d) == 0 {
+		return nil, false
+	}
+	out = make([]int, 0, bytes.Count(d, []byte{','})+1)
+	for len(d) > 0 || len(out) < cap(out) {
+		field := d
+		if i := bytes.IndexByte(d, ','); i >= 0 {
+			field, d = d[:i], d[i+1:]
+		} else {
+			d = nil
+		}
+		field = bytes.TrimSpace(field)
+		if len(field) == 0 || len(field) > 17 {
+			return nil, false
+		}
+		n := 0
+		for _, c := range field {
+			if c < '0' || c > '9' {
+				return nil, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		out = append(out, n)
+	}
+	if !slices.IsSorted(out) {
+		slices.Sort(out)
+	}
+	return slices.Compact(out), true
 }
 
 // formatTime encodes t as Unix milliseconds text.

@@ -1,7 +1,10 @@
 package layout
 
 import (
+	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -91,5 +94,43 @@ func TestSessionProblemNeverContradicts(t *testing.T) {
 		if !strings.Contains(got, tc.want) || strings.Contains(got, "connected") {
 			t.Errorf("sessionProblem(%+v, %d) = %q, want it to say %q and not 'connected'", tc.sess, tc.reg, got, tc.want)
 		}
+	}
+}
+
+// TestParseDigitItems: ParseItems' fast path for plain digits decodes what
+// the general parser does, or leaves the text to it. The seed is printed;
+// SHARDFLOW_ITEMS_SEED replays it.
+func TestParseDigitItems(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("SHARDFLOW_ITEMS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("seed %d (SHARDFLOW_ITEMS_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	texts := []string{"", " ", "0", "7", "3,1,2", " 2, 0 ,1,1", "1,", ",1", ",", "0,,1", "+1", "-0", "1 2", "12345678901234567", "123456789012345678", "01,1", "\t4\n"}
+	const alphabet = "0123456789 ,,-+a\t"
+	for range 5000 {
+		b := make([]byte, rng.IntN(12))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		texts = append(texts, string(b))
+	}
+	for _, s := range texts {
+		want, werr := parseItemsText([]byte(s))
+		got, ok := parseDigitItems([]byte(s))
+		if ok && (werr != nil || !slices.Equal(got, want)) {
+			t.Errorf("parseDigitItems(%q) = %v; the general parser: %v, %v", s, got, want, werr)
+		}
+		if all, err := ParseItems([]byte(s)); (err != nil) != (werr != nil) || !slices.Equal(all, want) {
+			t.Errorf("ParseItems(%q) = %v, %v; want %v, %v", s, all, err, want, werr)
+		}
+	}
+	plain := []byte("0,3,7")
+	if n := testing.AllocsPerRun(100, func() { _, _ = ParseItems(plain) }); n > 1 {
+		t.Errorf("ParseItems of plain digits: %v allocations, want 1", n)
 	}
 }
