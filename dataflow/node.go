@@ -569,6 +569,9 @@ func (r hostedRuns) run(ctx context.Context, reason Reason, scheduled time.Time)
 	if ctx.Err() == nil && !r.n.isStopping(r.h) {
 		r.n.runOnce(ctx, r.h, reason, kick, scheduled)
 	}
+	if ctx.Err() == nil && !r.n.isStopping(r.h) {
+		r.n.refreshFirstAhead(ctx, r.h) // after the run: off its path to BeforeRun
+	}
 }
 
 func (r hostedRuns) takeMisfire(ctx context.Context) bool {

@@ -1,0 +1,101 @@
+package dataflow
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shardflow/shardflow/coord/memstore"
+	"github.com/shardflow/shardflow/coord/store"
+)
+
+// dependentsReads records when a store was asked for a job's workflow
+// dependents (isFirst's read).
+type dependentsReads struct {
+	store.Store
+	mu    sync.Mutex
+	reads []time.Time
+}
+
+func (d *dependentsReads) Children(ctx context.Context, path string) ([]string, store.Stat, error) {
+	if strings.HasSuffix(path, "/workflow/dependents") {
+		d.mu.Lock()
+		d.reads = append(d.reads, time.Now())
+		d.mu.Unlock()
+	}
+	return d.Store.Children(ctx, path)
+}
+
+func (d *dependentsReads) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.reads)
+}
+
+// readsAtBeforeRun sends, at each BeforeRun, how many dependents reads
+// the store had had by then.
+type readsAtBeforeRun struct {
+	st *dependentsReads
+	c  chan int
+}
+
+func (l readsAtBeforeRun) BeforeRun(context.Context, RunInfo)         { l.c <- l.st.count() }
+func (readsAtBeforeRun) AfterRun(context.Context, RunInfo, RunResult) {}
+
+// TestFirstReadOffTheRunPath: a job's answer to "do jobs depend on me"
+// (isFirst, kept for the reconcile interval) is read again after a run
+// once it is half the interval old, so that a run at the interval's end
+// does not read it between its start and BeforeRun: with many jobs on one
+// cron that read was queued behind every other job's, once an interval.
+// On the fake clock (synctest): the first run reads it; a run 6 s later
+// (interval 10 s) reads it after itself; a run 12 s after the first
+// reads nothing before its BeforeRun. Before the refresh, that third run
+// read it (its answer was 12 s old).
+func TestFirstReadOffTheRunPath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memstore.NewServer()
+		st := &dependentsReads{Store: srv.Connect()}
+		node, err := NewNode(NodeConfig{Store: st, Namespace: "firstread", ServerID: "s1", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := readsAtBeforeRun{st: st, c: make(chan int, 4)}
+		cfg := JobConfig{JobName: "j", ShardingTotalCount: 1, ReconcileInterval: 10 * time.Second}
+		if err := AddJob[int](t.Context(), node, cfg, idleJob{}, WithListeners(before)); err != nil {
+			t.Fatal(err)
+		}
+		if err := node.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := node.Stop(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+		run := func() (readsOnPath int) {
+			t.Helper()
+			start := st.count()
+			if err := node.TriggerLocal("j"); err != nil {
+				t.Fatal(err)
+			}
+			n := <-before.c - start
+			synctest.Wait() // the run and what its runner does after it are over
+			return n
+		}
+		if n := run(); n == 0 {
+			t.Fatal("first run: no dependents read before BeforeRun: nothing was known yet")
+		}
+		time.Sleep(6 * time.Second) // the fake clock: half the interval on
+		if n := run(); n != 0 {
+			t.Fatalf("run at 6 s: %d dependents reads before BeforeRun, want 0 (answer 6 s old)", n)
+		}
+		time.Sleep(6 * time.Second)
+		if n := run(); n != 0 {
+			t.Fatalf("run at 12 s: %d dependents reads before BeforeRun, want 0 (read again after the run at 6 s)", n)
+		}
+	})
+}
