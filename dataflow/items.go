@@ -36,23 +36,32 @@ type itemOutcome struct {
 // tracing) lives here so that every job type gets it the same way.
 func runItems(ctx context.Context, shards []Shard, cfg pipelineConfig, runItem func(ctx context.Context, i int) itemOutcome) []ItemResult {
 	results := make([]ItemResult, len(shards))
-	var wg sync.WaitGroup
-	for i := range shards {
-		one := func() {
-			s := shards[i]
-			ictx, span := startItemSpan(ctx, cfg.Tracer, cfg.JobName, s)
-			started := time.Now()
-			o := runItem(ictx, i)
-			results[i] = ItemResult{Item: s.Item, Epoch: s.Epoch, Failover: s.Failover,
-				Success: o.success, Failure: o.failure, Err: o.err, Started: started, Duration: time.Since(started)}
-			endSpan(span, o.success, o.failure, o.err)
-		}
-		if i == len(shards)-1 {
-			one()
-			continue
-		}
-		wg.Go(one)
+	if len(shards) == 0 {
+		return results
 	}
+	// The last item on the caller's goroutine; for a run of one item (the
+	// common case) no WaitGroup nor closure is made at all.
+	last := len(shards) - 1
+	if last == 0 {
+		runOneItem(ctx, shards, cfg, runItem, results, 0)
+		return results
+	}
+	var wg sync.WaitGroup
+	for i := range last {
+		wg.Go(func() { runOneItem(ctx, shards, cfg, runItem, results, i) })
+	}
+	runOneItem(ctx, shards, cfg, runItem, results, last)
 	wg.Wait()
 	return results
+}
+
+// runOneItem is runItems' run of shards[i], its result in results[i].
+func runOneItem(ctx context.Context, shards []Shard, cfg pipelineConfig, runItem func(ctx context.Context, i int) itemOutcome, results []ItemResult, i int) {
+	s := shards[i]
+	ictx, span := startItemSpan(ctx, cfg.Tracer, cfg.JobName, s)
+	started := time.Now()
+	o := runItem(ictx, i)
+	results[i] = ItemResult{Item: s.Item, Epoch: s.Epoch, Failover: s.Failover,
+		Success: o.success, Failure: o.failure, Err: o.err, Started: started, Duration: time.Since(started)}
+	endSpan(span, o.success, o.failure, o.err)
 }

@@ -3,6 +3,7 @@ package dataflow
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/shardflow/shardflow/history"
 )
@@ -28,12 +29,16 @@ func (r Reason) historySource() history.Source {
 // Complete recorded them: history, metrics and status agree.
 func (n *Node) report(h *hostedJob, info RunInfo, res RunResult, errs map[int]string) {
 	src := info.Reason.historySource()
-	attrs := []any{"job", h.name, "items", info.Items, "source", string(src),
-		"success", res.Success, "failure", res.Failure, "duration", res.Duration, "err", res.Err}
-	if info.WorkflowRun != "" {
-		attrs = append(attrs, "workflowRun", info.WorkflowRun)
+	// The line's attributes only for a handler that keeps it: built, they
+	// are several allocations per run.
+	if n.logger.Enabled(context.Background(), slog.LevelInfo) {
+		attrs := []any{"job", h.name, "items", info.Items, "source", string(src),
+			"success", res.Success, "failure", res.Failure, "duration", res.Duration, "err", res.Err}
+		if info.WorkflowRun != "" {
+			attrs = append(attrs, "workflowRun", info.WorkflowRun)
+		}
+		n.logger.Info("dataflow: run", attrs...)
 	}
-	n.logger.Info("dataflow: run", attrs...)
 
 	if n.cfg.History != nil && len(res.Items) > 0 {
 		recs := make([]history.Record, len(res.Items))

@@ -40,10 +40,14 @@ func itemTimeoutCause(ctx context.Context) *TimeoutError {
 // item had before, if any: often the cause) and one failure is counted,
 // unless user code already returned the timeout (as a simple job does,
 // which counted its failure itself).
+// noFinish is withItemTimeout's finish without a timeout: a func value
+// shared by every run, not one made per item.
+var noFinish = func() {}
+
 func (r *itemRun[T]) withItemTimeout(ctx context.Context) (context.Context, func()) {
 	d := r.e.cfg.ItemTimeout
 	if d <= 0 {
-		return ctx, func() {}
+		return ctx, noFinish
 	}
 	ictx, cancel := context.WithTimeoutCause(ctx, d, &TimeoutError{After: d})
 	return ictx, func() {
