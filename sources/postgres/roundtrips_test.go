@@ -27,7 +27,9 @@ func countingDB(t *testing.T) (*pgxpool.Pool, *statements) {
 
 // TestTransactionalBatchRoundTrips: a transactional batch makes 2 round
 // trips to Postgres, its Fetch included, once the source has fenced once:
-// BEGIN, the lock and mark and the read of the next batch in one; the
+// BEGIN with the statement that reads, locks and marks the batch's rows
+// (the Fetch's, once the item's batches are seen to arrive whole; before
+// that, BEGIN with the lock and mark and the read of the next batch); the
 // fence row and COMMIT in the other. The job's own statements aside. Fails
 // with a round trip per statement (5: fetch, begin, lock and mark, fence,
 // commit).
@@ -63,7 +65,7 @@ func TestTransactionalBatchRoundTrips(t *testing.T) {
 	}
 	for i, n := range trips[1:] {
 		if n != 2 {
-			t.Errorf("batch %d: %d round trips, want 2 (begin with the lock and the next fetch; fence with the commit)", i+2, n)
+			t.Errorf("batch %d: %d round trips, want 2 (begin with the read, lock and mark; fence with the commit)", i+2, n)
 		}
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM effects`); n != 40 {

@@ -4,10 +4,10 @@ import "strings"
 
 // statements are a Source's SQL, built once from its quoted identifiers.
 type statements struct {
-	reclaim, claim, done, fail, release, setAside string // claim mode
-	pending, lockDone, txFail, txSetAside         string // transactional mode
-	doneByKey                                     string // claim mode
-	keyset, checkpoint                            string // checkpoint mode
+	reclaim, claim, done, fail, release, setAside   string // claim mode
+	pending, lockDone, lockMark, txFail, txSetAside string // transactional mode
+	doneByKey                                       string // claim mode
+	keyset, checkpoint                              string // checkpoint mode
 }
 
 const fenceSQL = `INSERT INTO shardflow_fence AS f (job, item, epoch) VALUES ($1, $2, $3)
@@ -112,6 +112,22 @@ FROM (SELECT ctid FROM {t}
   FOR UPDATE SKIP LOCKED) AS l
 WHERE t.ctid = l.ctid
 RETURNING t.{k}`),
+		// $1 lo, $2 hi, $3 limit, $4 me, $5 epoch, $6 after key, $7 after
+		// bucket: pending's read, lockDone's lock and mark, in one
+		// statement and one pass (see held.go): the pending index in key
+		// order, each row locked (skipping rows another owner holds) and
+		// joined back by ctid, marked done and returned. The batch's
+		// transaction, opened by the Fetch, commits or rolls back the mark
+		// with the job's effects.
+		lockMark: r.Replace(`WITH l AS (
+  SELECT ctid FROM {t}
+  WHERE {status} = 'pending' AND ({k}, {bucket}) > ($6::bigint, $7::smallint) AND {bucket} BETWEEN $1 AND $2
+  ORDER BY {k} LIMIT $3
+  FOR UPDATE SKIP LOCKED)
+UPDATE {t} AS t SET {status} = 'done', {claimed_by} = $4, {claim_epoch} = $5, {claimed_at} = now(),
+  {attempts} = t.{attempts} + 1, {last_error} = NULL
+FROM l WHERE t.ctid = l.ctid
+RETURNING t.{k}, {cols}`),
 		// $1 key, $2 error, $3 me, $4 epoch, $5 max attempts.
 		txFail: r.Replace(`UPDATE {t} SET {attempts} = {attempts} + 1, {last_error} = $2,
   {status} = CASE WHEN {attempts} + 1 >= $5 THEN 'failed' ELSE 'pending' END,

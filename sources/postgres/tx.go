@@ -1,9 +1,11 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,6 +31,7 @@ type TxJob[T any] struct {
 	process TxProcessFunc[T]
 	cursors cursors
 	next    prefetches[T]
+	holds   holds[T]
 }
 
 // Transactional returns the transactional-mode job.
@@ -46,7 +49,12 @@ func (e *userError) Unwrap() error { return e.err }
 
 // Fetch waits out the item's backoff step if a statement error opened one,
 // then reads up to shard.FetchCount pending rows of the item's buckets,
-// lowest key first, without locking them (ProcessBatch locks). Key order,
+// lowest key first. Once the item's batches are seen to reach
+// ProcessBatch whole (one worker per item), it begins the batch's
+// transaction and reads, locks (skipping rows others hold) and marks the
+// rows done in one statement, and the ProcessBatch that gets them commits
+// that transaction (see held.go); otherwise it reads without locking and
+// ProcessBatch locks. Key order,
 // by the pending index Migrate creates, puts a batch's rows on a few
 // consecutive heap pages: an item's buckets are runs of consecutive keys.
 // After a full batch of the same item run the rows are already read: that
@@ -61,13 +69,19 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 		return nil, nil
 	}
 	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
-	// The rows the previous batch's transaction read from this cursor
-	// (prefetches), if any, once a backoff step is over.
 	if s.backoff.wait(ctx, keyOf(shard)) == nil {
+		// The item's batches arrive whole: read, lock and mark in one
+		// statement of the batch's transaction (held.go).
+		if e := j.holds.reserve(ctx, shard); e != nil {
+			return j.fetchLocked(ctx, shard, ck, lo, hi, e)
+		}
+		// The rows the previous batch's transaction read from this
+		// cursor (prefetches), if any, once a backoff step is over.
 		pos := j.cursors.get(ck)
 		if out, ok := j.next.take(ctx, shard, pos); ok {
 			j.cursors.advanceByKey(ck, keys(out))
 			if len(out) >= shard.FetchCount || pos.atStart() {
+				j.holds.fetchedTwoPass(shard, out)
 				return out, nil
 			}
 			// Short after a cursor: rescan from the start, as below.
@@ -102,10 +116,119 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 	if len(out) == 0 {
 		s.statementOK(ctx, shard)
 	}
+	j.holds.fetchedTwoPass(shard, out)
 	return out, nil
 }
 
-// ProcessBatch commits items in one transaction: lock the rows still
+// fetchLocked is Fetch in one statement: it begins the batch's
+// transaction and locks and marks done up to shard.FetchCount pending rows
+// of the item's buckets, lowest key after the cursor first (from the
+// range start too when that finds fewer), skipping rows locked by others,
+// and holds the transaction in e for the ProcessBatch that gets the rows.
+// No rows, or an error: the transaction is rolled back and e released.
+func (j *TxJob[T]) fetchLocked(ctx context.Context, shard dataflow.Shard, ck cursorKey, lo, hi int, e *held[T]) ([]Row[T], error) {
+	s := j.src
+	var tx pgx.Tx
+	var inCommit bool
+	var out []Row[T]
+	kept := false
+	defer func() {
+		if !kept { // no rows, an error, or a panic
+			j.holds.release(holdKey(shard), e)
+		}
+	}()
+	err := s.untilOK(ctx, shard, "fetch", func(ctx context.Context) error {
+		var err error
+		tx, inCommit, out, err = j.lockMark(ctx, shard, ck, lo, hi)
+		return err
+	})
+	if err != nil || len(out) == 0 {
+		if err != nil {
+			return nil, fmt.Errorf("sources/postgres: locking pending rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
+		}
+		s.statementOK(ctx, shard)
+		return nil, nil
+	}
+	j.holds.fetched(ctx, j, shard, e, tx, inCommit, out)
+	kept = true
+	return out, nil
+}
+
+// lockMark runs fetchLocked's statements: BEGIN and lockMark from the
+// cursor in one round trip, and lockMark from the range start when that
+// came back short after a cursor (the rows it just marked are done in its
+// transaction, so not taken again). It returns the open transaction with
+// its rows, or no rows and no transaction (rolled back).
+func (j *TxJob[T]) lockMark(ctx context.Context, shard dataflow.Shard, ck cursorKey, lo, hi int) (tx pgx.Tx, inCommit bool, out []Row[T], err error) {
+	s := j.src
+	inCommit = s.fenceInCommit(shard)
+	opts := pgx.TxOptions{}
+	if inCommit {
+		opts.CommitQuery = fenceCommitSQL(shard)
+	}
+	pos := j.cursors.get(ck)
+	b := &pgx.Batch{}
+	b.BeginTx(opts)
+	b.Queue(s.sql.lockMark, lo, hi, shard.FetchCount, owner(shard), shard.Epoch, pos.key, pos.bucket)
+	br := s.cfg.Pool.SendBatch(ctx, b)
+	open := br.Tx()
+	keep := false
+	defer func() {
+		if !keep {
+			open.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a failed rollback closes the connection
+		}
+	}()
+	if out, err = j.readLocked(br); err != nil {
+		return nil, false, nil, err
+	}
+	if len(out) < shard.FetchCount && !pos.atStart() {
+		// Short after a cursor: rows may be pending behind it (failed
+		// attempts, rows another owner held).
+		rows, err := open.Query(ctx, s.sql.lockMark, lo, hi, shard.FetchCount-len(out), owner(shard), shard.Epoch, start.key, start.bucket)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		more, err := s.collect(rows)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		out = append(out, more...)
+		j.cursors.reset(ck)
+		j.cursors.advanceByKey(ck, keys(more))
+	} else {
+		j.cursors.advanceByKey(ck, keys(out))
+	}
+	if len(out) == 0 {
+		return nil, false, nil, nil
+	}
+	// In key order, as the two-pass read: RETURNING's order is the
+	// join's, and rows found behind the cursor come last.
+	slices.SortFunc(out, func(a, b Row[T]) int { return cmp.Compare(a.Key, b.Key) })
+	keep = true
+	return open, inCommit, out, nil
+}
+
+// readLocked reads the results of lockMark's first round trip: BEGIN, then
+// the rows locked and marked.
+func (j *TxJob[T]) readLocked(br pgx.BatchResults) (out []Row[T], err error) {
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return j.src.collect(rows)
+}
+
+// ProcessBatch commits items in one transaction: the one their Fetch
+// opened, which locked and marked them, when they are its batch whole;
+// else (the Fetch's transaction, if any, rolled back first) lock the rows still
 // pending in this item's buckets and mark them done in one statement (FOR
 // UPDATE SKIP LOCKED; rows another owner holds or finished are skipped and
 // count as succeeded, being not this run's to fail), run the TxProcessFunc
@@ -123,10 +246,27 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 // counted as failures.
 func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
 	s := j.src
+	if e, use, rollback := j.holds.take(shard, items); use {
+		n, err, ue := j.processHeld(ctx, shard, e, items)
+		if ue == nil {
+			return n, err
+		}
+		// A row error: the batch rolled back; each row in its own
+		// transaction, as below.
+		return j.retryRows(ctx, shard, items, ue)
+	} else if e != nil {
+		// Fetched in one statement but not processed whole (several
+		// workers): the rows go back to pending first.
+		if err := j.unhold(ctx, shard, e, rollback); err != nil {
+			return 0, err
+		}
+	}
 	// A full slice (one worker's whole fetch) reads the item's next batch
-	// in its transaction; a short one is the item's last, or a worker's
-	// share.
-	prefetch := len(items) >= shard.FetchCount
+	// in its transaction, unless it showed that the item's batches
+	// arrive whole (the next Fetch locks its rows itself); a short one
+	// is the item's last, or a worker's share.
+	whole := j.holds.learn(shard, items)
+	prefetch := len(items) >= shard.FetchCount && !whole
 	items, err := j.setAside(ctx, shard, items)
 	if err != nil {
 		if s.backedOff(ctx, shard, err) {
@@ -149,6 +289,69 @@ func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items
 	if !errors.As(err, &ue) {
 		return 0, err
 	}
+	return j.retryRows(ctx, shard, items, ue)
+}
+
+// processHeld finishes a batch fetched in one statement (e holds its
+// transaction, taken by ProcessBatch): rows that could not be read set
+// aside and the rest committed by the two-pass path (the transaction
+// rolled back first); else the function, the fence and the commit in e's
+// transaction. A row error rolls the batch back and returns ue, for
+// retryRows; other outcomes are ProcessBatch's.
+func (j *TxJob[T]) processHeld(ctx context.Context, shard dataflow.Shard, e *held[T], items []Row[T]) (n int, err error, ue *userError) {
+	s := j.src
+	k := holdKey(shard)
+	ended := false
+	end := func(committed bool) {
+		if !ended {
+			ended = true
+			if !committed {
+				j.rollback(e)
+			}
+			j.holds.release(k, e)
+		}
+	}
+	defer end(false)
+	for _, it := range items {
+		if it.readErr != nil {
+			end(false)
+			items, err := j.setAside(ctx, shard, items)
+			if err == nil && len(items) > 0 {
+				err = j.commit(ctx, shard, items, false)
+			}
+			if err == nil {
+				s.statementOK(ctx, shard)
+				return len(items), nil, nil
+			}
+			if s.backedOff(ctx, shard, err) {
+				return 0, nil, nil
+			}
+			if errors.As(err, &ue) {
+				return 0, nil, ue
+			}
+			return 0, err, nil
+		}
+	}
+	err = j.finish(ctx, e.tx, shard, items, e.inCommit)
+	end(err == nil)
+	if err == nil {
+		s.statementOK(ctx, shard)
+		return len(items), nil, nil
+	}
+	if s.backedOff(ctx, shard, err) {
+		return 0, nil, nil
+	}
+	if errors.As(err, &ue) {
+		return 0, nil, ue
+	}
+	return 0, err, nil
+}
+
+// retryRows commits each of items in its own transaction after the slice
+// failed with ue, recording the attempt of each row that fails (see
+// ProcessBatch).
+func (j *TxJob[T]) retryRows(ctx context.Context, shard dataflow.Shard, items []Row[T], ue *userError) (int, error) {
+	s := j.src
 	succeeded := 0
 	for _, it := range items {
 		err := error(ue)
@@ -248,7 +451,21 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 		s.cfg.Logger.Debug("sources/postgres: rows taken by another owner skipped", "table", s.spec.Table,
 			"job", shard.JobName, "item", shard.Item, "skipped", len(items)-len(locked))
 	}
-	if err := j.process(ctx, tx, shard, values(mine)); err != nil {
+	if err := j.finish(ctx, tx, shard, mine, inCommit); err != nil {
+		return err
+	}
+	if prefetch {
+		j.next.put(ctx, shard, pos, next)
+	}
+	return nil
+}
+
+// finish runs the TxProcessFunc on rows in tx, which holds their locks and
+// done marks, fences and commits tx (inCommit: its commit writes the fence
+// row). The caller rolls tx back on an error.
+func (j *TxJob[T]) finish(ctx context.Context, tx pgx.Tx, shard dataflow.Shard, rows []Row[T], inCommit bool) error {
+	s := j.src
+	if err := j.process(ctx, tx, shard, values(rows)); err != nil {
 		err = shard.HandleError(ctx, err)
 		if Classify(err) == ClassStatement || ctx.Err() != nil {
 			return fmt.Errorf("sources/postgres: processing rows of table %s: %w", s.spec.Table, err)
@@ -272,9 +489,6 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 			return refusedErr(shard)
 		}
 		return fmt.Errorf("sources/postgres: committing rows of table %s (job %s item %d): %w", s.spec.Table, shard.JobName, shard.Item, err)
-	}
-	if prefetch {
-		j.next.put(ctx, shard, pos, next)
 	}
 	return nil
 }

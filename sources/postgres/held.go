@@ -1,0 +1,270 @@
+package postgres
+
+import (
+	"context"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardflow/shardflow/dataflow"
+)
+
+// The transactional mode's one-statement batch. When an item's batches
+// reach ProcessBatch whole (one worker per item, as the engine hands a
+// batch cut into one slice), its Fetch begins the batch's transaction and
+// reads, locks and marks the rows done in one statement (lockMark); the
+// ProcessBatch that gets those rows runs the function in that
+// transaction, fences and commits. One round trip and one pass over the
+// rows, instead of a read and then a lock and look-up of each row by key.
+// Exactly once holds as before: the marks commit or roll back with the
+// effects and the fence.
+//
+// Anything else falls back to the two-pass path, with the transaction
+// rolled back first (the rows are pending again, attempts unchanged): a
+// batch processed in slices (several workers: a transaction cannot be
+// shared by them), a row that cannot be read, a function error (the rows
+// are then retried one per transaction, as before). A batch its run never
+// hands to ProcessBatch (the run's ctx ended) is rolled back when ctx ends.
+// An item has at most one such transaction open at a time, so it holds no
+// more connections than before.
+
+// batchShape is how an item's batches reach ProcessBatch, learnt from its
+// slices.
+type batchShape uint8
+
+const (
+	shapeUnknown batchShape = iota
+	shapeWhole              // each fetched batch in one slice
+	shapeSliced             // cut into slices for several workers
+)
+
+type heldState uint8
+
+const (
+	heldFetching   heldState = iota // the item's slot is reserved; the Fetch's statement runs
+	heldFetched                     // rows locked and marked; waiting for ProcessBatch
+	heldProcessing                  // its ProcessBatch owns the transaction
+	heldClosing                     // being rolled back (its run ended, or sliced)
+)
+
+// held is the transaction a Fetch opened for its batch.
+type held[T any] struct {
+	state    heldState
+	tx       pgx.Tx
+	inCommit bool // the commit writes the fence row (fenceCommitSQL)
+	epoch    int64
+	rows     []Row[T]
+	closed   chan struct{} // closed once the slot is free again
+	stop     func() bool   // unregisters the rollback at the run's end
+}
+
+// holds are a TxJob's open Fetch transactions and learnt shapes, per job
+// and item.
+type holds[T any] struct {
+	mu    sync.Mutex
+	open  map[prefetchKey]*held[T]
+	shape map[prefetchKey]batchShape
+	last  map[prefetchKey]lastFetch // the two-pass path's last fetch
+}
+
+// lastFetch is what a two-pass Fetch returned: its ProcessBatch learns the
+// item's shape from it.
+type lastFetch struct {
+	n     int
+	first int64
+}
+
+func holdKey(shard dataflow.Shard) prefetchKey {
+	return prefetchKey{shard.JobName, shard.Item, shard.Total}
+}
+
+// reserve returns a reserved slot for a one-statement Fetch of shard's
+// item: only when its batches are known to arrive whole, ctx can end (its
+// end rolls back a batch never processed) and the item has no transaction
+// open (a pipelined Fetch while the previous batch runs takes the
+// two-pass path).
+func (h *holds[T]) reserve(ctx context.Context, shard dataflow.Shard) *held[T] {
+	if ctx.Done() == nil || ctx.Err() != nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := holdKey(shard)
+	if h.shape[k] != shapeWhole || h.open[k] != nil {
+		return nil
+	}
+	if h.open == nil {
+		h.open = map[prefetchKey]*held[T]{}
+	}
+	e := &held[T]{state: heldFetching, epoch: shard.Epoch, closed: make(chan struct{})}
+	h.open[k] = e
+	delete(h.last, k) // a two-pass fetch's, no longer the last
+	return e
+}
+
+// fetched records e's rows, locked in its transaction tx, and rolls them
+// back when ctx ends before a ProcessBatch takes them.
+func (h *holds[T]) fetched(ctx context.Context, j *TxJob[T], shard dataflow.Shard, e *held[T], tx pgx.Tx, inCommit bool, rows []Row[T]) {
+	k := holdKey(shard)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e.state, e.tx, e.inCommit, e.rows = heldFetched, tx, inCommit, rows
+	// Registered under the lock: if ctx has already ended, the rollback
+	// starts at once and waits for it.
+	e.stop = context.AfterFunc(ctx, func() {
+		h.mu.Lock()
+		mine := h.open[k] == e && e.state == heldFetched
+		if mine {
+			e.state = heldClosing
+		}
+		h.mu.Unlock()
+		if mine {
+			j.rollback(e)
+			h.release(k, e)
+		}
+	})
+}
+
+// release frees e's slot; e's transaction is over.
+func (h *holds[T]) release(k prefetchKey, e *held[T]) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.open[k] == e {
+		delete(h.open, k)
+	}
+	select {
+	case <-e.closed:
+	default:
+		close(e.closed)
+	}
+}
+
+// take is ProcessBatch's look at the item's open transaction. use: items
+// are exactly its batch, now this ProcessBatch's (heldProcessing). Else,
+// when the transaction holds items' rows: rollback, the caller rolls it
+// back and releases it (a batch cut into slices, learnt as such); wait,
+// another slice of the batch does, and the caller waits for e.closed
+// before it locks its rows. nil when no open transaction holds them.
+func (h *holds[T]) take(shard dataflow.Shard, items []Row[T]) (e *held[T], use, rollback bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := holdKey(shard)
+	e = h.open[k]
+	if e == nil || len(items) == 0 || e.state == heldProcessing || e.state == heldFetching {
+		return nil, false, false
+	}
+	if !holdsAny(e.rows, items[0].Key) {
+		return nil, false, false
+	}
+	if e.state == heldClosing {
+		return e, false, false
+	}
+	if e.epoch == shard.Epoch && sameRows(e.rows, items) {
+		e.state = heldProcessing
+		e.stop()
+		return e, true, false
+	}
+	// Not this batch as fetched (a slice of it: several workers): the
+	// item's next batches take the two-pass path until one arrives whole.
+	e.state = heldClosing
+	e.stop()
+	h.setShape(k, shapeSliced)
+	return e, false, true
+}
+
+// learn records the shape of shard's item from a slice of a two-pass
+// fetch: the fetch whole (whole) or a part of it.
+func (h *holds[T]) learn(shard dataflow.Shard, items []Row[T]) (whole bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := holdKey(shard)
+	l, ok := h.last[k]
+	if !ok || len(items) == 0 {
+		return false
+	}
+	switch {
+	case len(items) == l.n && items[0].Key == l.first:
+		h.setShape(k, shapeWhole)
+		return true
+	case len(items) < l.n:
+		h.setShape(k, shapeSliced)
+	}
+	return false
+}
+
+// fetchedTwoPass records what a two-pass Fetch of shard's item returned.
+func (h *holds[T]) fetchedTwoPass(shard dataflow.Shard, rows []Row[T]) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.last == nil {
+		h.last = map[prefetchKey]lastFetch{}
+	}
+	if len(h.last) > 4096 {
+		clear(h.last)
+	}
+	k := holdKey(shard)
+	if len(rows) == 0 {
+		delete(h.last, k)
+		return
+	}
+	h.last[k] = lastFetch{n: len(rows), first: rows[0].Key}
+}
+
+func (h *holds[T]) setShape(k prefetchKey, s batchShape) {
+	if h.shape == nil {
+		h.shape = map[prefetchKey]batchShape{}
+	}
+	if len(h.shape) > 4096 {
+		clear(h.shape)
+	}
+	h.shape[k] = s
+}
+
+func holdsAny[T any](rows []Row[T], key int64) bool {
+	for i := range rows {
+		if rows[i].Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+func sameRows[T any](a, b []Row[T]) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Key != b[i].Key {
+			return false
+		}
+	}
+	return true
+}
+
+// rollback ends e's transaction, whatever the run's ctx: its rows go back
+// to pending as they were.
+func (j *TxJob[T]) rollback(e *held[T]) {
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	if err := e.tx.Rollback(ctx); err != nil && ctx.Err() == nil {
+		// The connection is closed on a failed rollback, which ends the
+		// transaction and its locks on the server as well.
+		j.src.cfg.Logger.Debug("sources/postgres: rolling back an unprocessed batch", "table", j.src.spec.Table, "err", err)
+	}
+}
+
+// unhold rolls back and releases e after take said rollback, or waits
+// until the slice that does so has.
+func (j *TxJob[T]) unhold(ctx context.Context, shard dataflow.Shard, e *held[T], rollback bool) error {
+	if rollback {
+		j.rollback(e)
+		j.holds.release(holdKey(shard), e)
+		return nil
+	}
+	select {
+	case <-e.closed: // the rollback is bounded by markTimeout
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
