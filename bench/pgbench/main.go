@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -220,8 +221,12 @@ func medians(results []result) []result {
 var pgCPUFile string
 
 // pgCPU returns a func that, called at the end of a timed part, describes
-// the Postgres server's CPU time since pgCPU was called ("" without
-// --pg-cpuacct or when the counter cannot be read).
+// the CPU time since pgCPU was called: the Postgres server's (without
+// --pg-cpuacct or when its counter cannot be read, none), this process's
+// (the client side: engine, pgx, river's workers), and the machine's
+// 1-minute load average at the end. On a shared machine the CPU seconds
+// stay put while the wall time swings with the load: they tell a change
+// of the work done from a change of the machine.
 func pgCPU() func() string {
 	read := func() (int64, bool) {
 		if pgCPUFile == "" {
@@ -235,13 +240,29 @@ func pgCPU() func() string {
 		return n, err == nil
 	}
 	start, ok := read()
+	self := processCPU()
 	return func() string {
-		end, ok2 := read()
-		if !ok || !ok2 {
-			return ""
+		var out string
+		if end, ok2 := read(); ok && ok2 {
+			out = fmt.Sprintf("; Postgres CPU %.2fs", float64(end-start)/1e9)
 		}
-		return fmt.Sprintf("; Postgres CPU %.2fs", float64(end-start)/1e9)
+		out += fmt.Sprintf("; bench process CPU %.2fs", (processCPU() - self).Seconds())
+		if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+			if f := strings.Fields(string(b)); len(f) > 0 {
+				out += "; load " + f[0]
+			}
+		}
+		return out
 	}
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func fatal(err error) {

@@ -42,7 +42,7 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 	}
 	r.name, r.note = "shardflow", "claim mode"
 	if tx {
-		r.name, r.note = "shardflow-tx", "transactional mode (rows locked and marked done by one statement in the batch transaction, fence)"
+		r.name, r.note = "shardflow-tx", "transactional mode (each batch's rows read, locked and marked done by one statement of its Fetch, in the batch transaction; fence)"
 	}
 	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d; %s%s", items, batch, r.drainRate(), r.cpuNote)
 	return r, nil
@@ -265,6 +265,7 @@ func benchRiver(ctx context.Context, pool *pgxpool.Pool, n int64, maxWorkers int
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: 200_000})
 	defer cancel()
+	cpu := pgCPU()
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return result{}, err
@@ -287,14 +288,14 @@ wait:
 			}
 		}
 	}
-	elapsed := time.Since(start)
+	elapsed, cpuNote := time.Since(start), cpu()
 	stopCtx, stop := context.WithTimeout(ctx, time.Minute)
 	defer stop()
 	if err := client.Stop(stopCtx); err != nil {
 		return result{}, err
 	}
 	return result{name: "river", rows: n, elapsed: elapsed,
-		note: fmt.Sprintf("river %s, no-op worker, MaxWorkers %d, default fetch settings; working only (InsertManyFast of the jobs took %.2fs, %.0f jobs/s)", "v0.51.1", maxWorkers, insert.Seconds(), float64(n)/insert.Seconds())}, nil
+		note: fmt.Sprintf("river %s, no-op worker, MaxWorkers %d, default fetch settings; working only (InsertManyFast of the jobs took %.2fs, %.0f jobs/s)%s", "v0.51.1", maxWorkers, insert.Seconds(), float64(n)/insert.Seconds(), cpuNote)}, nil
 }
 
 // benchUpdate is the physical limit: one statement marking every row done.
