@@ -79,11 +79,26 @@ func migrateOnce(ctx context.Context, db Querier, spec TableSpec) error {
 			stmts = append(stmts, fmt.Sprintf("COMMENT ON COLUMN %s.%s IS '%s'", t, quote(c.name), marker(c.role)))
 		}
 	}
+	// An index the catalog already lists is not created again: CREATE
+	// INDEX takes its SHARE lock on the table before it sees IF NOT
+	// EXISTS, so every worker's start would wait for the table's open
+	// write transactions (a stopped worker's, for as long as it is stopped)
+	// and queue every other writer behind it meanwhile.
 	if spec.ReadOnly {
-		stmts = append(stmts, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s)`,
-			quote(indexName(spec.name(), keysetIndex)), t, quote(b.Bucket), k))
+		if !info.indexes[indexName(spec.name(), keysetIndex)] {
+			stmts = append(stmts, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (%s, %s)`,
+				quote(indexName(spec.name(), keysetIndex)), t, quote(b.Bucket), k))
+		}
 	} else {
-		stmts = append(stmts, queueIndexDDL(spec, false), pendingIndexDDL(spec, false))
+		if !info.indexes[indexName(spec.name(), workIndex)] {
+			stmts = append(stmts, queueIndexDDL(spec, false))
+		}
+		if !info.indexes[indexName(spec.name(), pendingIndex)] {
+			stmts = append(stmts, pendingIndexDDL(spec, false))
+		}
+	}
+	if len(stmts) == 0 {
+		return nil
 	}
 	// One simple-protocol Exec: the statements run as one transaction.
 	if _, err := db.Exec(ctx, strings.Join(stmts, ";\n")); err != nil {

@@ -133,6 +133,44 @@ func TestMigrateIsIdempotentAndComputesBuckets(t *testing.T) {
 	}
 }
 
+// Migrate on a migrated table takes no lock that waits for the table's
+// writers: every worker runs it at start, and a CREATE INDEX IF NOT
+// EXISTS of an index that exists still took its SHARE lock first, so a
+// worker restarted beside an open write transaction (a stopped worker's)
+// waited for it and queued every other writer behind it (pgbatch's fault
+// tests stalled so). The write transaction stays open for the whole call;
+// lock_timeout turns the wait, which must not happen at all, into an error.
+func TestMigrateAgainDoesNotWaitForOpenWrites(t *testing.T) {
+	pool := newDB(t)
+	ctx := testCtx(t)
+	exec(t, pool, `CREATE TABLE orders (id bigint PRIMARY KEY, payload text NOT NULL)`)
+	exec(t, pool, `INSERT INTO orders VALUES (1, 'a')`)
+	spec := postgres.TableSpec{Table: "orders"}
+	if err := postgres.Migrate(ctx, pool, spec); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, `UPDATE orders SET payload = 'b' WHERE id = 1`); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, `SET lock_timeout = '1s'`); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), `RESET lock_timeout`) }()
+	if err := postgres.Migrate(ctx, conn, spec); err != nil {
+		t.Fatalf("Migrate again beside an open write transaction: %v; want no wait for its lock", err)
+	}
+}
+
 func TestConnectNamesTheEndpointWithinTheBound(t *testing.T) {
 	ctx := testCtx(t)
 	// A closed port: refused at once.
