@@ -158,8 +158,7 @@ func runWork(ctx context.Context, args []string) error {
 		if o.follow {
 			continue
 		}
-		var left int64
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pgbatch_source WHERE shardflow_status IN ('pending', 'claimed')`).Scan(&left); err == nil && left == 0 {
+		if pending, err := anyPending(ctx, pool); err == nil && !pending {
 			fmt.Printf("work %s: no pending row left\n", o.serverID)
 			return nil
 		}
