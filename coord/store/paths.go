@@ -59,7 +59,10 @@ func ValidatePath(p string) error {
 	if !strings.HasPrefix(p, "/") || strings.HasSuffix(p, "/") || strings.Contains(p, "//") {
 		return fmt.Errorf("%w: %q", ErrBadPath, p)
 	}
-	for _, e := range strings.Split(p[1:], "/") {
+	// Element by element, in place: every request's paths are checked.
+	for rest, more := p[1:], true; more; {
+		var e string
+		e, rest, more = strings.Cut(rest, "/")
 		if e == "." || e == ".." {
 			return fmt.Errorf("%w: %q has a relative element", ErrBadPath, p)
 		}
