@@ -193,6 +193,10 @@ type hostedJob struct {
 	// streaming loops end, a run still waiting in Begin gives up.
 	halt       context.Context
 	haltCancel context.CancelFunc
+	// stopBegin is cancelled when the Node's halt or h's is: a run's Begin
+	// waits on it (one AfterFunc per run, on this job's context, not two,
+	// one of them on the Node's, which every run of every job shares).
+	stopBegin context.Context
 }
 
 // NewNode returns a Node for cfg. It connects nothing and starts no
@@ -281,6 +285,18 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 	h := &hostedJob{name: cfg.JobName, pipeline: pipeline, counter: new(stats.Counter)}
 	h.wf.steps = workflow.ForJob(n.st, n.Namespace(), cfg.JobName)
 	h.halt, h.haltCancel = context.WithCancel(context.Background())
+	// stopBegin ends with n.halt (its child) or with h.halt (haltCancel
+	// cancels both); a job that is not added drops it.
+	var stopBeginCancel context.CancelFunc
+	h.stopBegin, stopBeginCancel = context.WithCancel(n.halt)
+	haltCancel := h.haltCancel
+	h.haltCancel = func() { haltCancel(); stopBeginCancel() }
+	added := false
+	defer func() {
+		if !added {
+			stopBeginCancel()
+		}
+	}()
 	for _, o := range opts {
 		o(&h.opts)
 	}
@@ -346,6 +362,7 @@ func (n *Node) add(ctx context.Context, cfg JobConfig, pipeline func(context.Con
 	}
 	cj.OnSignal(func(sig protocol.Signal) { n.onSignal(h, sig) })
 	n.startWorkflow(ctx, h, cj.Config())
+	added = true
 	return nil
 }
 
@@ -610,11 +627,9 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 	// A job in a workflow runs the items its workflow run still owes.
 	// Only a fire starts a workflow run: not a failover run, nor a kick.
 	fire, trigger := h.wf.fireOf(reason, kick)
-	stopN := context.AfterFunc(n.halt, cancel)
-	stopH := context.AfterFunc(h.halt, cancel)
+	stop := context.AfterFunc(h.stopBegin, cancel)
 	run, err := h.cj.Begin(bctx, started)
-	stopN()
-	stopH()
+	stop()
 	switch {
 	case err == nil:
 	case errors.Is(err, protocol.ErrItemsRunning) && fire:
