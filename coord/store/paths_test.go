@@ -67,7 +67,8 @@ func TestValidatePath(t *testing.T) {
 		if bad != "" && !strings.Contains(err.Error(), strconv.Quote(bad)) {
 			t.Errorf("ValidatePath(%q) error %q does not name the path", bad, err)
 		}
-	} // Every request's paths are checked: a valid one costs nothing.
+	}
+	// Every request's paths are checked: a valid one costs nothing.
 	if n := testing.AllocsPerRun(100, func() { _ = store.ValidatePath("/ns/job/servers/s1/run/live") }); n != 0 {
 		t.Errorf("ValidatePath of a valid path: %v allocations, want 0", n)
 	}
