@@ -166,9 +166,12 @@ bench-failover: ## failover latency after SIGKILL, busy and idle survivors, 10 k
 	uptime
 
 .PHONY: bench-jobs
-bench-jobs: ## JOBS idle jobs (default 1000) on one Node on real ZooKeeper (STORE=mem: memstore; STORE=pg: coord/pgstore on Postgres; ZK_HEAP=1g: a ZooKeeper of its own with that heap; ZK_ADDR=published: through Docker's port proxy): add time, goroutines/RSS per job, Stop, restart
+bench-jobs: ## JOBS idle jobs (default 1000) on one Node on real ZooKeeper (STORE=mem: memstore; STORE=pg: coord/pgstore on Postgres; ZK_HEAP=1g: a ZooKeeper of its own with that heap; ZK_ADDR=published: through Docker's port proxy): add time, goroutines/RSS per job, Stop, restart (BASELINE=rev: the code at git rev first, then this tree, alternating ROUNDS times, default 1)
 	uptime
-	$(TEST_ENV) SHARDFLOW_SCALE_JOBS=$${JOBS:-1000} SHARDFLOW_SCALE_STORE=$${STORE:-zk} SHARDFLOW_SCALE_ZK_HEAP=$${ZK_HEAP:-} SHARDFLOW_SCALE_ZK_ADDR=$${ZK_ADDR:-} $(GO) test -count=1 -timeout 20m -run '^TestScaleJobs$$' -v ./dataflow/ | grep -E 'JOBS|^(---|ok|FAIL)|_test.go'
+	@set -o pipefail; export $(TEST_ENV) SHARDFLOW_SCALE_JOBS=$${JOBS:-1000} SHARDFLOW_SCALE_STORE=$${STORE:-zk} SHARDFLOW_SCALE_ZK_HEAP=$${ZK_HEAP:-} SHARDFLOW_SCALE_ZK_ADDR=$${ZK_ADDR:-}; \
+	if [ -n "$(BASELINE)" ]; then scripts/bench-jobs-ab.sh '$(BASELINE)' $(or $(ROUNDS),1); \
+	else $(GO) test -count=1 -timeout 20m -run '^TestScaleJobs$$' -v ./dataflow/ | grep -E 'JOBS|^(---|ok|FAIL)|_test.go'; fi
+	uptime
 
 # make bench-fires: the scheduler at scale (issue 31). DURATION is the
 # measured window in seconds (not SECONDS: bash's own variable). STORE is
