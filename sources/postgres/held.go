@@ -62,9 +62,9 @@ type held[T any] struct {
 // and item.
 type holds[T any] struct {
 	mu    sync.Mutex
-	open  map[prefetchKey]*held[T]
-	shape map[prefetchKey]batchShape
-	last  map[prefetchKey]lastFetch // the two-pass path's last fetch
+	open  map[itemKey]*held[T]
+	shape map[itemKey]batchShape
+	last  map[itemKey]lastFetch // the two-pass path's last fetch
 }
 
 // lastFetch is what a two-pass Fetch returned: its ProcessBatch learns the
@@ -74,8 +74,15 @@ type lastFetch struct {
 	first int64
 }
 
-func holdKey(shard dataflow.Shard) prefetchKey {
-	return prefetchKey{shard.JobName, shard.Item, shard.Total}
+// itemKey names a job's shard item in holds (a held transaction records
+// its epoch itself).
+type itemKey struct {
+	job         string
+	item, total int
+}
+
+func holdKey(shard dataflow.Shard) itemKey {
+	return itemKey{shard.JobName, shard.Item, shard.Total}
 }
 
 // reserve returns a reserved slot for a one-statement Fetch of shard's
@@ -94,7 +101,7 @@ func (h *holds[T]) reserve(ctx context.Context, shard dataflow.Shard) *held[T] {
 		return nil
 	}
 	if h.open == nil {
-		h.open = map[prefetchKey]*held[T]{}
+		h.open = map[itemKey]*held[T]{}
 	}
 	e := &held[T]{state: heldFetching, epoch: shard.Epoch, closed: make(chan struct{})}
 	h.open[k] = e
@@ -126,7 +133,7 @@ func (h *holds[T]) fetched(ctx context.Context, j *TxJob[T], shard dataflow.Shar
 }
 
 // release frees e's slot; e's transaction is over.
-func (h *holds[T]) release(k prefetchKey, e *held[T]) {
+func (h *holds[T]) release(k itemKey, e *held[T]) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.open[k] == e {
@@ -173,23 +180,21 @@ func (h *holds[T]) take(shard dataflow.Shard, items []Row[T]) (e *held[T], use, 
 }
 
 // learn records the shape of shard's item from a slice of a two-pass
-// fetch: the fetch whole (whole) or a part of it.
-func (h *holds[T]) learn(shard dataflow.Shard, items []Row[T]) (whole bool) {
+// fetch: the fetch whole, or a part of it.
+func (h *holds[T]) learn(shard dataflow.Shard, items []Row[T]) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := holdKey(shard)
 	l, ok := h.last[k]
 	if !ok || len(items) == 0 {
-		return false
+		return
 	}
 	switch {
 	case len(items) == l.n && items[0].Key == l.first:
 		h.setShape(k, shapeWhole)
-		return true
 	case len(items) < l.n:
 		h.setShape(k, shapeSliced)
 	}
-	return false
 }
 
 // fetchedTwoPass records what a two-pass Fetch of shard's item returned.
@@ -197,7 +202,7 @@ func (h *holds[T]) fetchedTwoPass(shard dataflow.Shard, rows []Row[T]) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.last == nil {
-		h.last = map[prefetchKey]lastFetch{}
+		h.last = map[itemKey]lastFetch{}
 	}
 	if len(h.last) > 4096 {
 		clear(h.last)
@@ -210,9 +215,9 @@ func (h *holds[T]) fetchedTwoPass(shard dataflow.Shard, rows []Row[T]) {
 	h.last[k] = lastFetch{n: len(rows), first: rows[0].Key}
 }
 
-func (h *holds[T]) setShape(k prefetchKey, s batchShape) {
+func (h *holds[T]) setShape(k itemKey, s batchShape) {
 	if h.shape == nil {
-		h.shape = map[prefetchKey]batchShape{}
+		h.shape = map[itemKey]batchShape{}
 	}
 	if len(h.shape) > 4096 {
 		clear(h.shape)

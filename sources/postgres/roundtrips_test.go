@@ -29,8 +29,8 @@ func countingDB(t *testing.T) (*pgxpool.Pool, *statements) {
 // trips to Postgres, its Fetch included, once the source has fenced once:
 // BEGIN with the statement that reads, locks and marks the batch's rows
 // (the Fetch's, once the item's batches are seen to arrive whole; before
-// that, BEGIN with the lock and mark and the read of the next batch); the
-// fence row and COMMIT in the other. The job's own statements aside. Fails
+// that, a read, then BEGIN with the lock and mark); the fence row and
+// COMMIT in the other. The job's own statements aside. Fails
 // with a round trip per statement (5: fetch, begin, lock and mark, fence,
 // commit).
 func TestTransactionalBatchRoundTrips(t *testing.T) {
@@ -141,12 +141,12 @@ func TestTransactionalFenceLostBeforeTheCommitRollsBack(t *testing.T) {
 	}
 }
 
-// TestTransactionalPrefetchStaysInItsRun: the rows a batch's transaction
-// read for the item's next Fetch are handed only to a Fetch of the same
-// run: a later run reads afresh and sees the rows as they are then.
-// Fails if the prefetched rows outlive their run (the later run would get
-// the payload read by the earlier one).
-func TestTransactionalPrefetchStaysInItsRun(t *testing.T) {
+// TestTransactionalLaterRunReadsAfresh: rows a run read ahead (a batch
+// its Fetch locked, or rows read for a later Fetch) are never handed to a
+// later run, which reads afresh and sees the rows as they are then. Fails
+// if rows read by a run outlive it (the later run would get the payload
+// read by the earlier one).
+func TestTransactionalLaterRunReadsAfresh(t *testing.T) {
 	pool := newDB(t)
 	newOrders(t, pool, 20)
 	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
@@ -160,7 +160,12 @@ func TestTransactionalPrefetchStaysInItsRun(t *testing.T) {
 	if n, err := job.ProcessBatch(run1, sh, got); n != 10 || err != nil {
 		t.Fatalf("ProcessBatch = %d, %v", n, err)
 	}
-	end1() // the run ends with the next batch read but not fetched
+	if got, err = job.Fetch(run1, sh); err != nil || len(got) != 10 { // read and locked, not processed
+		t.Fatalf("second Fetch = %d, %v", len(got), err)
+	}
+	end1() // the run ends with its next batch read
+	// Waits for the batch's rollback, if the run's end has not rolled it
+	// back yet.
 	exec(t, pool, `UPDATE orders SET payload = 'changed' WHERE shardflow_status = 'pending'`)
 	got, err = job.Fetch(testCtx(t), sh)
 	if err != nil || len(got) != 10 {

@@ -30,7 +30,6 @@ type TxJob[T any] struct {
 	src     *Source[T]
 	process TxProcessFunc[T]
 	cursors cursors
-	next    prefetches[T]
 	holds   holds[T]
 }
 
@@ -57,9 +56,6 @@ func (e *userError) Unwrap() error { return e.err }
 // ProcessBatch locks. Key order,
 // by the pending index Migrate creates, puts a batch's rows on a few
 // consecutive heap pages: an item's buckets are runs of consecutive keys.
-// After a full batch of the same item run the rows are already read: that
-// batch's transaction read them (see prefetches), and Fetch makes no round
-// trip.
 // A statement error (see Classify) opens a backoff step, reported once, and
 // the read runs again after it, until it succeeds or ctx ends.
 func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
@@ -74,18 +70,6 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 		// statement of the batch's transaction (held.go).
 		if e := j.holds.reserve(ctx, shard); e != nil {
 			return j.fetchLocked(ctx, shard, ck, lo, hi, e)
-		}
-		// The rows the previous batch's transaction read from this
-		// cursor (prefetches), if any, once a backoff step is over.
-		pos := j.cursors.get(ck)
-		if out, ok := j.next.take(ctx, shard, pos); ok {
-			j.cursors.advanceByKey(ck, keys(out))
-			if len(out) >= shard.FetchCount || pos.atStart() {
-				j.holds.fetchedTwoPass(shard, out)
-				return out, nil
-			}
-			// Short after a cursor: rescan from the start, as below.
-			j.cursors.reset(ck)
 		}
 	}
 	var out []Row[T]
@@ -261,12 +245,9 @@ func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items
 			return 0, err
 		}
 	}
-	// A full slice (one worker's whole fetch) reads the item's next batch
-	// in its transaction, unless it showed that the item's batches
-	// arrive whole (the next Fetch locks its rows itself); a short one
-	// is the item's last, or a worker's share.
-	whole := j.holds.learn(shard, items)
-	prefetch := len(items) >= shard.FetchCount && !whole
+	// A slice that is its fetch whole shows that the item's next Fetch
+	// may lock its rows itself.
+	j.holds.learn(shard, items)
 	items, err := j.setAside(ctx, shard, items)
 	if err != nil {
 		if s.backedOff(ctx, shard, err) {
@@ -277,7 +258,7 @@ func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items
 	if len(items) == 0 {
 		return 0, nil
 	}
-	err = j.commit(ctx, shard, items, prefetch)
+	err = j.commit(ctx, shard, items)
 	if err == nil {
 		s.statementOK(ctx, shard)
 		return len(items), nil
@@ -317,7 +298,7 @@ func (j *TxJob[T]) processHeld(ctx context.Context, shard dataflow.Shard, e *hel
 			end(false)
 			items, err := j.setAside(ctx, shard, items)
 			if err == nil && len(items) > 0 {
-				err = j.commit(ctx, shard, items, false)
+				err = j.commit(ctx, shard, items)
 			}
 			if err == nil {
 				s.statementOK(ctx, shard)
@@ -356,7 +337,7 @@ func (j *TxJob[T]) retryRows(ctx context.Context, shard dataflow.Shard, items []
 	for _, it := range items {
 		err := error(ue)
 		if len(items) > 1 { // a lone row's failure is already known
-			err = j.commit(ctx, shard, []Row[T]{it}, false)
+			err = j.commit(ctx, shard, []Row[T]{it})
 		}
 		if err == nil {
 			succeeded++
@@ -403,33 +384,27 @@ var afterFence func()
 
 var errRowFailed = errors.New("sources/postgres: row processing failed")
 
-func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row[T], prefetch bool) error {
+func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row[T]) error {
 	s := j.src
 	lo, hi, ok := BucketRange(shard.Item, shard.Total)
 	if !ok {
 		return nil
 	}
 	// One round trip begins the transaction, locks the rows and marks them
-	// done, and (prefetch) reads the item's next batch for the Fetch after
-	// this one. The commit writes the fence row when the source knows it
+	// done. The commit writes the fence row when the source knows it
 	// fences without a coordination guard (fenceInCommit): one more.
 	inCommit := s.fenceInCommit(shard)
 	opts := pgx.TxOptions{}
 	if inCommit {
 		opts.CommitQuery = fenceCommitSQL(shard)
 	}
-	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
-	pos := j.cursors.get(ck)
 	b := &pgx.Batch{}
 	b.BeginTx(opts)
 	b.Queue(s.sql.lockDone, keys(items), lo, hi, owner(shard), shard.Epoch)
-	if prefetch {
-		b.Queue(s.sql.pending, lo, hi, shard.FetchCount, pos.key, pos.bucket)
-	}
 	br := s.cfg.Pool.SendBatch(ctx, b)
 	tx := br.Tx()
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
-	locked, next, err := j.readBegin(br, prefetch)
+	locked, err := readBegin(br)
 	if err != nil {
 		return fmt.Errorf("sources/postgres: locking and marking rows of table %s done: %w", s.spec.Table, err)
 	}
@@ -451,13 +426,7 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 		s.cfg.Logger.Debug("sources/postgres: rows taken by another owner skipped", "table", s.spec.Table,
 			"job", shard.JobName, "item", shard.Item, "skipped", len(items)-len(locked))
 	}
-	if err := j.finish(ctx, tx, shard, mine, inCommit); err != nil {
-		return err
-	}
-	if prefetch {
-		j.next.put(ctx, shard, pos, next)
-	}
-	return nil
+	return j.finish(ctx, tx, shard, mine, inCommit)
 }
 
 // finish runs the TxProcessFunc on rows in tx, which holds their locks and
@@ -494,28 +463,21 @@ func (j *TxJob[T]) finish(ctx context.Context, tx pgx.Tx, shard dataflow.Shard, 
 }
 
 // readBegin reads the results of a batch's first round trip (see commit):
-// the keys locked and, with prefetch, the rows read for the next Fetch.
-func (j *TxJob[T]) readBegin(br pgx.BatchResults, prefetch bool) (locked []int64, next []Row[T], err error) {
+// BEGIN, then the keys locked.
+func readBegin(br pgx.BatchResults) (locked []int64, err error) {
 	defer func() {
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
 	}()
 	if _, err := br.Exec(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if locked, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil || !prefetch {
-		return locked, nil, err
-	}
-	if rows, err = br.Query(); err != nil {
-		return nil, nil, err
-	}
-	next, err = j.src.collect(rows)
-	return locked, next, err
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
 }
 
 // recordFailure counts an attempt of row key in its own fenced transaction
