@@ -266,23 +266,16 @@ type joinResult struct {
 	preloaded bool
 	// ownSharding: this server's sharding node existed (readForJoin).
 	ownSharding bool
-	// behind: the candidate the join's listing of the latch showed last,
-	// ahead of the one its transaction created (joinReads.lastCandidate).
-	behind string
 }
 
 // joinReads is what a join of a stored job reads besides the config.
 type joinReads struct {
-	statusOwner  int64    // servers/{id}/status's session, 0: absent
-	serverKids   []string // servers/{id}'s children; nil: no such node
-	ownCandidate string   // this session's election candidate, "" if none
-	noCandidate  bool     // no candidate stood at all
-	// lastCandidate: the last candidate listed, on a job's first join
-	// (localConfig.firstJoin; "" otherwise): the election waits on it
-	// (recipe.Election.ProceedBehind).
-	lastCandidate string
-	run           registration.RunRead // servers/{id}/run, for LayoutOps
-	flagUp        bool                 // the resharding flag exists
+	statusOwner  int64                // servers/{id}/status's session, 0: absent
+	serverKids   []string             // servers/{id}'s children; nil: no such node
+	ownCandidate string               // this session's election candidate, "" if none
+	noCandidate  bool                 // no candidate stood at all
+	run          registration.RunRead // servers/{id}/run, for LayoutOps
+	flagUp       bool                 // the resharding flag exists
 	// The servers listed and the membership version of the listing, for a
 	// join that stands alone (lonejoin.go).
 	servers        []string
@@ -354,30 +347,19 @@ func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, e
 	if j.reg.storedAtStart(j.jname) { // for a lone join's plan (a restart)
 		g.Go(func() error { return j.cache.Load(gctx, layout.RelServer(j.id, layout.NDisabled)) })
 	}
-	g.Go(func() error { return jn.readLatch(gctx, &rd) })
+	g.Go(func() error {
+		own, none, err := j.elec.Standing(gctx)
+		if errors.Is(err, store.ErrNoNode) {
+			return nil
+		}
+		rd.ownCandidate, rd.noCandidate = own, none
+		return wrapRead(j, j.p.Abs(layout.RelLatch), err)
+	})
 	if err := g.Wait(); err != nil {
 		return joinReads{}, err
 	}
 	j.failing.Seed(rd.run)
 	return rd, nil
-}
-
-// readLatch reads the election's latch for the join (joinReads): on a
-// job's first join on its Registry one listing, else the search for this
-// session's candidate (recipe.Election.Standing).
-func (jn *joiner) readLatch(ctx context.Context, rd *joinReads) error {
-	j := jn.j
-	var err error
-	if jn.lc.firstJoin {
-		rd.lastCandidate, rd.noCandidate, err = j.elec.Listing(ctx)
-	} else {
-		rd.ownCandidate, rd.noCandidate, err = j.elec.Standing(ctx)
-	}
-	if errors.Is(err, store.ErrNoNode) {
-		rd.lastCandidate, rd.ownCandidate, rd.noCandidate = "", "", false
-		return nil
-	}
-	return wrapRead(j, j.p.Abs(layout.RelLatch), err)
 }
 
 // joinAhead are the nodes below the roots that the join's transaction
@@ -466,12 +448,9 @@ func (j *Job) setNecessary(ctx context.Context) error {
 // server becomes leader it takes up the leader's duties and returns 0;
 // otherwise it returns the id of the watch (its event queued on the job as
 // evPred) to elect again on. Only the watcher (and startJob) calls it.
-// behind is the candidate a first join's listing showed last ("" but
-// there), waited on without listing the latch again
-// (recipe.Election.ProceedBehind).
-func (j *Job) elect(ctx context.Context, behind string) (uint64, error) {
+func (j *Job) elect(ctx context.Context) (uint64, error) {
 	var id uint64
-	elected, waiting, err := j.elec.ProceedBehind(ctx, j.fw.Exists(eventloop.Pred, &id), behind)
+	elected, waiting, err := j.elec.Proceed(ctx, j.fw.Exists(eventloop.Pred, &id))
 	if err != nil {
 		return 0, err
 	}

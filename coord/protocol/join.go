@@ -334,7 +334,6 @@ func (jn *joiner) planCandidate(attempt int, rd *joinReads) {
 		return
 	}
 	jn.candAt = len(jn.ops)
-	jn.res.behind = rd.lastCandidate
 	jn.hostPlanned = rd.noCandidate && attempt == 0
 	jn.ops = append(jn.ops, j.elec.CampaignOps(jn.hostPlanned)...)
 }
@@ -431,7 +430,7 @@ func (jn *joiner) finish(ctx context.Context, jt joinResult) error {
 func (jn *joiner) elect(ctx context.Context, jt joinResult) (uint64, error) {
 	j := jn.j
 	j.ld.FlagRaised, j.joinResharded = jt.lone == nil, jt.lone != nil
-	pred, err := j.elect(ctx, jt.behind)
+	pred, err := j.elect(ctx)
 	j.ld.FlagRaised, j.joinResharded = false, false // a later election raises it itself
 	if err != nil {
 		return 0, fmt.Errorf("coord: join job %q: leader election: %w", j.jname, err)

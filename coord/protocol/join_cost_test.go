@@ -107,7 +107,7 @@ func TestJoinCostThreeServers(t *testing.T) {
 		name     string
 		together bool
 		max      float64 // 0: logged only
-	}{{"one after the other", false, 104}, {"at once", true, 0}} {
+	}{{"one after the other", false, 112}, {"at once", true, 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := memstore.NewServer()

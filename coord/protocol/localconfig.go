@@ -12,14 +12,6 @@ import (
 type localConfig struct {
 	cfg    jobconfig.Config
 	fields map[string]string
-	// firstJoin: the first attempt of the first Join of this job name on
-	// its Registry. No Job of this Registry ever stood in the job's
-	// election, so the session holds no candidate of this server there
-	// (an earlier Registry on the same session that did not resign is not
-	// supported: it would stand twice), and the join's read of the latch
-	// is one listing (recipe.Election.Listing), not a read of every
-	// candidate (Standing).
-	firstJoin bool
 }
 
 // prepareLocal fills the defaults of a joining process's config, validates

@@ -33,10 +33,6 @@ type Registry struct {
 	mu     sync.Mutex
 	jobs   map[string]*Job
 	closed bool
-	// named: every job name a Join of this Registry was called for (mu).
-	// A job's first join on a Registry finds no election candidate of its
-	// own (localConfig.firstJoin).
-	named map[string]bool
 	// nsReady: the namespace node is known to exist (ensureNamespace).
 	nsReady atomic.Bool
 	// nsMu serialises ensureNamespace's first run; stored holds the jobs
@@ -83,7 +79,7 @@ func NewRegistry(st store.Store, cfg RegistryConfig) (*Registry, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Registry{st: st, cfg: cfg, loop: eventloop.New(st), jobs: make(map[string]*Job), named: make(map[string]bool)}, nil
+	return &Registry{st: st, cfg: cfg, loop: eventloop.New(st), jobs: make(map[string]*Job)}, nil
 }
 
 // firstIPv4 returns the host's first non-loopback IPv4 address.
@@ -130,12 +126,9 @@ func (r *Registry) Join(ctx context.Context, cfg jobconfig.Config) (*Job, error)
 	}
 	// Reserve the name while joining.
 	r.jobs[cfg.JobName] = nil
-	first := !r.named[cfg.JobName]
-	r.named[cfg.JobName] = true
 	r.mu.Unlock()
 
 	local, err := prepareLocal(cfg)
-	local.firstJoin = first
 	var j *Job
 	if err != nil {
 		err = fmt.Errorf("coord: join job %q: %w", cfg.JobName, err)
@@ -165,8 +158,6 @@ const joinAttempts = 5
 func (r *Registry) startJobAcrossBlips(ctx context.Context, local localConfig) (*Job, error) {
 	for attempt := 1; ; attempt++ {
 		j, err := startJob(ctx, r, local)
-		// A failed attempt may have left its candidate on the session.
-		local.firstJoin = false
 		if err == nil || attempt == joinAttempts || ctx.Err() != nil ||
 			!errors.Is(err, ErrSessionLost) && !recipe.LostConnection(r.st, err) {
 			return j, err

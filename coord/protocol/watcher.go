@@ -296,7 +296,7 @@ func (w *watcher) electIfRegistered(ctx context.Context) (uint64, error) {
 	if !ok {
 		return 0, nil
 	}
-	return j.elect(ctx, "")
+	return j.elect(ctx)
 }
 
 // takeElection replaces the watched predecessor with the watch of the
@@ -396,7 +396,7 @@ func (w *watcher) onSession(ctx context.Context, sess store.Session) error {
 		return err
 	}
 	j.ld.FlagRaised = true
-	pred, err := j.elect(ctx, "")
+	pred, err := j.elect(ctx)
 	j.ld.FlagRaised = false
 	if err != nil {
 		w.electOnRetry()

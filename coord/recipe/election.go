@@ -160,28 +160,6 @@ func (e *Election) Proceed(ctx context.Context, watch ExistsWatch) (elected, wai
 	return false, false, errors.New("election: did not settle after 16 rounds")
 }
 
-// ProceedBehind is Proceed for a candidate created just after a listing
-// of the latch that held none of this session's (Listing), whose last
-// candidate in sequence order was last ("" when it showed none). The store
-// numbers the candidates in creation order, so last, while it stands, is
-// ahead of this candidate (behind any created between the listing and
-// this one): this server waits on it (watch) without listing the latch
-// again, and proceeds on a new listing once it is gone, as Proceed does
-// when its watch fires. Without last, or with the host node taken by the
-// candidate's transaction, it is Proceed.
-func (e *Election) ProceedBehind(ctx context.Context, watch ExistsWatch, last string) (elected, waiting bool, err error) {
-	if last != "" && e.candidate != "" && !e.hostHeld && seqOf(last) < seqOf(store.Base(e.candidate)) {
-		ok, _, err := watch(ctx, store.Join(e.LatchPath(), last))
-		if err != nil {
-			return false, false, err
-		}
-		if ok {
-			return false, true, nil
-		}
-	}
-	return e.Proceed(ctx, watch)
-}
-
 // takeHost writes the host node for the first candidate. If a previous
 // leader's host node still exists, it arms a watch on it (watch) and
 // returns waiting.
@@ -359,24 +337,6 @@ func (e *Election) Standing(ctx context.Context) (own string, none bool, _ error
 		}
 	}
 	return "", len(kids) == 0, nil
-}
-
-// Listing lists the latch for a server that knows its session has no
-// candidate under it (none of this server's ever stood on this session):
-// it returns the last candidate in sequence order ("" when none stands,
-// then none is true), for ProceedBehind after the candidate's create. One
-// read, where Standing reads every candidate too, to find this session's.
-func (e *Election) Listing(ctx context.Context) (last string, none bool, _ error) {
-	kids, _, err := e.st.Children(ctx, e.LatchPath())
-	if err != nil {
-		return "", false, err
-	}
-	for _, k := range kids {
-		if last == "" || seqOf(k) > seqOf(last) {
-			last = k
-		}
-	}
-	return last, len(kids) == 0, nil
 }
 
 // seqOf returns the sequence suffix of a candidate name (the last 10 bytes).

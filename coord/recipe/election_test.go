@@ -8,7 +8,6 @@ import (
 
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
-	"github.com/shardflow/shardflow/internal/storecount"
 )
 
 // recvLeader waits for the next leader id Observe reports.
@@ -160,89 +159,5 @@ func TestElectionOpsInTheCallersTransaction(t *testing.T) {
 	}
 	if ops, err := e.ResignOps(ctx, sess); ops != nil || err != nil {
 		t.Fatalf("ResignOps with no candidate: %v, %v; want none", ops, err)
-	}
-}
-
-// A candidate created after a listing of the latch (Listing) waits on the
-// last candidate listed, without listing the latch again, while it stands
-// (ProceedBehind): counted, it arms one watch and reads nothing else. Once
-// that candidate is gone it proceeds as Proceed does: behind a candidate
-// created between the listing and its own, it waits on that one; first,
-// it leads.
-func TestElectionProceedBehindTheLastListed(t *testing.T) {
-	ctx := t.Context()
-	srv := memstore.NewServer()
-	const dir = "/e/leader/election"
-	stand := func(id string) (*Election, *memstore.Session) {
-		t.Helper()
-		sess := srv.Connect()
-		t.Cleanup(func() { _ = sess.Close() })
-		e := NewElection(sess, dir, id)
-		res, err := sess.Multi(ctx, e.CampaignOps(false)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.Adopt(res[0].Path, false)
-		return e, sess
-	}
-	boot := srv.Connect()
-	t.Cleanup(func() { _ = boot.Close() })
-	if err := store.CreateAll(ctx, boot, dir+"/latch"); err != nil {
-		t.Fatal(err)
-	}
-	if last, none, err := NewElection(boot, dir, "x").Listing(ctx); last != "" || !none || err != nil {
-		t.Fatalf("Listing of an empty latch: %q, none %v, %v", last, none, err)
-	}
-	a, _ := stand("a")
-	if elected, _, err := a.Proceed(ctx, NoWatch(boot)); !elected || err != nil {
-		t.Fatalf("a alone: elected %v, %v", elected, err)
-	}
-	b, bSess := stand("b")
-	// c lists the latch (a and b), then b's successor d stands before c.
-	cRaw := srv.Connect()
-	t.Cleanup(func() { _ = cRaw.Close() })
-	cSess := storecount.New(cRaw)
-	c := NewElection(cSess, dir, "c")
-	last, none, err := c.Listing(ctx)
-	if err != nil || none || last != store.Base(b.Candidate()) {
-		t.Fatalf("Listing: last %q, none %v, %v; want b's candidate %q", last, none, err, store.Base(b.Candidate()))
-	}
-	d, _ := stand("d")
-	res, err := cSess.Multi(ctx, c.CampaignOps(false)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.Adopt(res[0].Path, false)
-
-	var watched []string
-	watch := func(ctx context.Context, p string) (bool, store.Stat, error) {
-		watched = append(watched, store.Base(p))
-		return cSess.Exists(ctx, p)
-	}
-	before := cSess.Counts()
-	elected, waiting, err := c.ProceedBehind(ctx, watch, last)
-	if elected || !waiting || err != nil || len(watched) != 1 || watched[0] != last {
-		t.Fatalf("ProceedBehind while b stands: elected %v, waiting %v, %v, watched %v; want waiting on b's candidate only", elected, waiting, err, watched)
-	}
-	if n := cSess.Counts().Sub(before).Requests(); n != 1 {
-		t.Fatalf("ProceedBehind while b stands made %d requests, want 1 (the watch)", n)
-	}
-	// b goes: c, behind d (created after its listing), waits on d.
-	if err := bSess.Close(); err != nil {
-		t.Fatal(err)
-	}
-	watched = nil
-	elected, waiting, err = c.ProceedBehind(ctx, watch, last)
-	if elected || !waiting || err != nil || watched[len(watched)-1] != store.Base(d.Candidate()) {
-		t.Fatalf("ProceedBehind after b went: elected %v, waiting %v, %v, watched %v; want waiting on d's candidate %q", elected, waiting, err, watched, store.Base(d.Candidate()))
-	}
-	// a and d resign: c leads.
-	for _, e := range []*Election{a, d} {
-		if err := e.Resign(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if elected, _, err := c.ProceedBehind(ctx, watch, last); !elected || err != nil {
-		t.Fatalf("ProceedBehind first in line: elected %v, %v", elected, err)
 	}
 }
