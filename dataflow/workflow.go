@@ -205,7 +205,10 @@ func (n *Node) pickWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig, as
 // (their new owner's run, or their failover run) in the same workflow run.
 // Nor is an item recorded whose run ended in an error while the run no
 // longer owned it (cutByOwnership): that error is the item's cut, not its
-// failure, and the item runs again in the workflow run.
+// failure, and the item runs again in the workflow run. The record is
+// fenced by the run's ownership (protocol.Run.Fence): refused once the
+// run lost its items (its session ended after its last check), it records
+// nothing and they run again, as for a cancelled run.
 func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, wfRun string, run *protocol.Run, assigned []protocol.Assignment, cancelled bool, res RunResult) {
 	if wfRun == "" || cancelled || len(assigned) == 0 {
 		return
@@ -230,7 +233,11 @@ func (n *Node) recordWorkflow(ctx context.Context, h *hostedJob, wfRun string, r
 	if len(outcomes) == 0 {
 		return
 	}
-	started, err := h.wf.steps.Record(ctx, wfRun, outcomes)
+	started, err := h.wf.steps.Record(ctx, wfRun, outcomes, run.Fence()...)
+	if errors.Is(err, workflow.ErrNotOwner) {
+		n.logger.Info("dataflow: run's items not recorded: it no longer owns them; they run again in their workflow run", "job", h.name, "workflowRun", wfRun, "err", err)
+		return
+	}
 	if err != nil {
 		n.reportError(h.name, fmt.Errorf("dataflow: record the run's items in workflow run %s: %w", wfRun, err))
 		return

@@ -44,6 +44,8 @@ func Run(t *testing.T, b Backend) {
 		{"EpochAfterOthersFailover", func(t *testing.T, h *Harness) { testEpochAfterFailover(t, h, true) }},
 		{"EpochAfterALostClaim", testEpochAfterALostClaim},
 		{"Fencing", testFencing},
+		{"RunFenceNormal", testRunFenceNormal},
+		{"RunFenceFailover", testRunFenceFailover},
 		{"SessionExpiry", testSessionExpiry},
 		{"ClockSkew", testClockSkew},
 		{"CorruptedConfig", testCorruptedConfig},

@@ -51,6 +51,10 @@ type Run struct {
 	// counts: the interval counts its Complete reports (nil: none); only
 	// complete's own writes carry them, never an owed completion.
 	counts *CountReport
+	// shardVersion and written fence the run's later writes (Fence): the
+	// sharding node's version its Begin checked, what its Begin wrote.
+	shardVersion int32
+	written      txn.Written
 }
 
 // ready checks the preconditions every Begin shares: a live registration on
@@ -132,6 +136,7 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 	items := plan.items
 	r = &Run{j: j, session: b.sid, items: items, cfg: cfg, params: params, shardMzxid: plan.shardMzxid, begin: b.begin,
 		live: len(items) > 0 && !items[0].Failover && cfg.MonitorsExecution(), quiet: b.quiet}
+	r.shardVersion, r.written = plan.shardVersion, b.written
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	r.stop = context.AfterFunc(b.regCtx, r.cancel)
 	return r, nil
@@ -176,6 +181,8 @@ type beginning struct {
 	quiet bool
 	// begin: the begin time markRunning wrote (or would have), as stored.
 	begin string
+	// written: what markRunning's transaction wrote (the run's Fence).
+	written txn.Written
 }
 
 // beginPlan is what an attempt of a Begin read: its items and the
@@ -341,10 +348,11 @@ func (b *beginning) markRunning(ctx context.Context, now time.Time, p beginPlan)
 	if live {
 		j.rn.HoldMarker(sid, 1)
 	}
-	applied, err := j.tx.CommitSplit(ctx, head, groups, tail)
+	applied, written, err := j.tx.CommitSplitWritten(ctx, head, groups, tail)
 	if err != nil && applied > 0 {
 		j.rn.UndoBegin(ctx, itemNumbers(p.items), groups[:applied])
 	}
+	b.written = written
 	if err != nil {
 		return b.markFailed(ctx, p.items, sid, b.begin, p.shardMzxid, live, err)
 	}
@@ -693,6 +701,20 @@ func (j *Job) snapshot() (jobconfig.Config, map[int]string) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.cfg, j.itemParams
+}
+
+// Fence is the run's ownership of its items as version checks for a
+// transaction of the caller's (store.Multi): the transaction fails on one
+// of them once the run no longer owns its items (a reshard, its session's
+// end, its items' failover, another claim of its failover items), as a
+// commit's CheckOwnership would, but checked when the transaction
+// commits. The workflow record of the run's items takes it
+// (workflow.Steps.Record). Nil for a run of no items.
+func (r *Run) Fence() []store.Op {
+	if len(r.items) == 0 {
+		return nil
+	}
+	return r.j.rn.Fence(r.shardVersion, r.live, failoverItems(r.items), r.written)
 }
 
 // Context is cancelled when the run loses ownership: session lost, job

@@ -33,7 +33,8 @@ import (
 // a sink that fences in its own transaction (commit), the items'
 // outcomes recorded in the workflow run unless the run's context was
 // cancelled, an item whose fence refused it left unrecorded as its cut,
-// then Complete), while the schedule injects the protocol's
+// the record fenced by the run's ownership (Run.Fence), then Complete),
+// while the schedule injects the protocol's
 // faults between and during them: crashes (the session killed; restarted
 // later under the same id), session expiries, disconnects and
 // reconnects, pauses and resumes. Runs stay open across steps (held
@@ -58,12 +59,12 @@ import (
 // step after the first started exactly once. Duplicates (an item cut
 // after a commit and run again, or run again while its cut run still
 // finished) are what the design allows, counted in the log.
-func faultSchedule(t *testing.T, seed uint64) (runs, repeated, refused int) {
+func faultSchedule(t *testing.T, seed uint64) (runs, repeated, refused, unowned int) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newFaultSim(t, seed)
 		defer s.stopAll()
 		runs, repeated = s.run()
-		refused = s.refused
+		refused, unowned = s.refused, s.unowned
 		for _, e := range s.bad {
 			t.Errorf("seed %d: %s", seed, e)
 		}
@@ -71,7 +72,7 @@ func faultSchedule(t *testing.T, seed uint64) (runs, repeated, refused int) {
 			t.Logf("seed %d schedule: %s", seed, strings.Join(s.log, "; "))
 		}
 	})
-	return runs, repeated, refused
+	return runs, repeated, refused, unowned
 }
 
 // simQuietRounds bounds the rounds of runs the quiet phase may take to
@@ -117,6 +118,7 @@ type faultSim struct {
 	began    map[string]bool       // run|job: an item of it began
 	fence    map[string]int64      // job|item: the sink's fence, the newest epoch that committed
 	refused  int                   // commits the sink's fence refused
+	unowned  int                   // records the run's ownership fence refused
 	bad      []string
 	log      []string
 
@@ -491,12 +493,15 @@ func (s *faultSim) record(st store.Store, steps *workflow.Steps, r *protocol.Run
 	if s.beforeRecord != nil {
 		s.beforeRecord(name)
 	}
-	got, err := steps.Record(ctx, run, outcomes)
+	got, err := steps.Record(ctx, run, outcomes, r.Fence()...)
 	if err != nil {
 		if !lostStore(err) {
 			s.fail("Record %s %s: %v", name, run, err)
 		}
 		s.mu.Lock()
+		if errors.Is(err, workflow.ErrNotOwner) {
+			s.unowned++
+		}
 		for _, ir := range mine {
 			ir.recorded, ir.cut = false, true
 		}
@@ -506,9 +511,10 @@ func (s *faultSim) record(st store.Store, steps *workflow.Steps, r *protocol.Run
 }
 
 // lostStore reports whether err is the store's session or connection
-// failing (the run records nothing; its items run again).
+// failing, or a record refused by its run's ownership fence (the run
+// records nothing; its items run again).
 func lostStore(err error) bool {
-	for _, e := range []error{store.ErrConnectionLoss, store.ErrSessionExpired, store.ErrClosed, protocol.ErrSessionLost} {
+	for _, e := range []error{store.ErrConnectionLoss, store.ErrSessionExpired, store.ErrClosed, protocol.ErrSessionLost, workflow.ErrNotOwner} {
 		if errors.Is(err, e) {
 			return true
 		}

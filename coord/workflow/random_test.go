@@ -48,9 +48,10 @@ func TestRandomSchedules(t *testing.T) {
 // from three sessions racing) and faultSchedule (a diamond or a chain on
 // the job protocol under crashes, expiries, disconnects and pauses), a
 // violation when either fails; the last line is "workflow: schedules=K
-// violations=V seed=N runs=R repeated=D refused=F" (R workflow runs of
-// the fault schedules, D item runs in them that repeated a cut item's
-// commits, F late commits the sink's fence refused).
+// violations=V seed=N runs=R repeated=D refused=F unowned=U" (R workflow
+// runs of the fault schedules, D item runs in them that repeated a cut
+// item's commits, F late commits the sink's fence refused, U records the
+// run's ownership fence refused).
 // SIM_SEED=N SIM_SCHEDULES=1 replays seed N.
 func TestWorkflowSimulation(t *testing.T) {
 	k, _ := strconv.Atoi(os.Getenv("SIM_SCHEDULES"))
@@ -58,17 +59,17 @@ func TestWorkflowSimulation(t *testing.T) {
 		t.Skip("make sim runs it (SIM_SCHEDULES)")
 	}
 	seed, _ := strconv.ParseUint(os.Getenv("SIM_SEED"), 10, 64)
-	violations, runs, repeated, refused := 0, 0, 0, 0
+	violations, runs, repeated, refused, unowned := 0, 0, 0, 0, 0
 	for i := range uint64(k) {
 		if !t.Run(fmt.Sprint(seed+i), func(t *testing.T) {
 			randomSchedule(t, seed+i)
-			r, d, f := faultSchedule(t, seed+i)
-			runs, repeated, refused = runs+r, repeated+d, refused+f
+			r, d, f, u := faultSchedule(t, seed+i)
+			runs, repeated, refused, unowned = runs+r, repeated+d, refused+f, unowned+u
 		}) {
 			violations++
 		}
 	}
-	fmt.Printf("workflow: schedules=%d violations=%d seed=%d runs=%d repeated=%d refused=%d\n", k, violations, seed, runs, repeated, refused)
+	fmt.Printf("workflow: schedules=%d violations=%d seed=%d runs=%d repeated=%d refused=%d unowned=%d\n", k, violations, seed, runs, repeated, refused, unowned)
 }
 
 // simBatches is the number of commits an item's work makes in the

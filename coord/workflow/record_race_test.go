@@ -9,18 +9,20 @@ import (
 	"github.com/shardflow/shardflow/coord/workflow"
 )
 
-// TestRecordAfterTheSessionEnded (skipped: it fails on an open protocol
-// bug, docs/workflows.md "Not done yet"; unskip with the fix):
-// a run of b's item makes both commits and checks its context (live, as
-// dataflow's runOnce reads it before AfterAll and recordWorkflow); its
-// server's session expires; the item's failover run (the same server, on
-// its new session) picks it, not completed, and commits once; only then
-// does the first run's record commit (Steps.Record is not fenced by the
-// run's ownership, and the store runs it on the new session), deciding b
-// and starting c; c's item begins; the failover run's second commit,
-// at the newest epoch, is one a fencing sink accepts: after c began.
+// TestRecordAfterTheSessionEnded: a run of b's item makes both commits
+// and checks its context (live, as dataflow's runOnce reads it before
+// AfterAll and recordWorkflow); its server's session expires; the item's
+// failover run (the same server, on its new session) picks it, not
+// completed, and commits once; only then does the first run's record
+// reach the store, which runs it on the new session. Unfenced, it decided
+// b and started c, and the failover run's second commit, at the newest
+// epoch, was one a fencing sink accepts after c's item began ("a commit
+// of item 0 of b accepted after an item of a step after it began"). The
+// record's transaction checks the run's ownership (Run.Fence: its live
+// marker went with its session): it is refused (workflow.ErrNotOwner)
+// and decides nothing; the failover run finishes the item and records
+// it, and only that starts c, whose item then runs.
 func TestRecordAfterTheSessionEnded(t *testing.T) {
-	t.Skip("open: a run's workflow record is not fenced by its ownership (docs/workflows.md, Not done yet); this test fails until it is")
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		s := chainAfterA(t, 1)
@@ -69,13 +71,32 @@ func TestRecordAfterTheSessionEnded(t *testing.T) {
 		close(write)
 		synctest.Wait()
 		st, _, err := workflow.ReadStep(ctx, s.h.AdminStore, s.h.NS, "b", run)
-		t.Logf("b: %+v %v", st, err)
+		t.Logf("b after the cut run's record: %+v %v", st, err)
+		if err != nil || st.State != workflow.StateRunning || st.Completed != 0 {
+			t.Errorf("b's step after the record of the run whose session ended: %+v, %v; want running, nothing recorded", st, err)
+		}
+		s.mu.Lock()
+		if s.unowned != 1 {
+			t.Errorf("%d records refused by the run's ownership fence, want 1 (the cut run's)", s.unowned)
+		}
+		s.mu.Unlock()
 		for _, sv := range s.servers[:2] {
 			s.start(sv, "c", false, false)
 		}
 		synctest.Wait()
-		s.release(true)
+		s.release(true) // the failover run's second commit and its record
 		synctest.Wait()
+		for _, sv := range s.servers[:2] {
+			s.start(sv, "c", false, false)
+		}
+		s.runs.Wait()
+		synctest.Wait()
+		for _, job := range []string{"b", "c"} {
+			st, _, err := workflow.ReadStep(ctx, s.h.AdminStore, s.h.NS, job, run)
+			if err != nil || st.State != workflow.StateSucceeded || st.Completed != st.Total {
+				t.Errorf("%s's step at the end: %+v, %v; want succeeded with every item", job, st, err)
+			}
+		}
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		for _, e := range s.bad {

@@ -475,14 +475,26 @@ func (s *Steps) prune(ctx context.Context, n int64) {
 	}
 }
 
+// ErrNotOwner: a record's fence (Record) refused it: the run that ran the
+// items no longer owns them, and nothing was recorded. Their next run (the
+// items' new owner's, or their failover run) runs and records them in the
+// workflow run, as for a run cut before its record.
+var ErrNotOwner = errors.New("workflow: the run no longer owns its items; not recorded")
+
 // Record records the completion of items in the job's step of workflow
 // run run (outcomes: item -> error text, "" for success) and, when they
 // complete the step, decides it and every step after it that this
 // decides, all in one transaction. An item completed already is not
 // recorded again. It returns the steps it started.
-func (s *Steps) Record(ctx context.Context, run string, outcomes map[int]string) (started []string, err error) {
+//
+// fence, the run's ownership of the items (protocol.Run.Fence), goes
+// first in that transaction: once the run no longer owns them (its
+// session ended after its last check, its items failed over), the record
+// is refused (ErrNotOwner) and decides nothing, so no step starts while
+// the items' next run may still commit.
+func (s *Steps) Record(ctx context.Context, run string, outcomes map[int]string, fence ...store.Op) (started []string, err error) {
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		started, err = s.record(ctx, run, outcomes)
+		started, err = s.record(ctx, run, outcomes, fence)
 		if !errors.Is(err, errReplan) {
 			return started, err
 		}
@@ -490,7 +502,7 @@ func (s *Steps) Record(ctx context.Context, run string, outcomes map[int]string)
 	return nil, fmt.Errorf("workflow: job %s: record in %s: no commit after %d attempts (concurrent writers)", s.job, run, maxAttempts)
 }
 
-func (s *Steps) record(ctx context.Context, run string, outcomes map[int]string) ([]string, error) {
+func (s *Steps) record(ctx context.Context, run string, outcomes map[int]string, fence []store.Op) ([]string, error) {
 	step, version, err := ReadStep(ctx, s.st, s.ns, s.job, run)
 	if err != nil {
 		return nil, err
@@ -530,7 +542,10 @@ func (s *Steps) record(ctx context.Context, run string, outcomes map[int]string)
 		ops, started = append(ops, more...), st
 	}
 	ops = append(ops, &store.SetOp{Path: stepPath(s.ns, s.job, run), Data: encode(step), Version: version})
-	if _, err := s.st.Multi(ctx, ops...); err != nil {
+	if _, err := s.st.Multi(ctx, append(slices.Clip(fence), ops...)...); err != nil {
+		if me := (*store.MultiError)(nil); errors.As(err, &me) && me.Index < len(fence) {
+			return nil, fmt.Errorf("workflow: record %s's items in %s: %w: %w", s.job, run, ErrNotOwner, err)
+		}
 		if lostRace(err) {
 			return nil, errReplan
 		}

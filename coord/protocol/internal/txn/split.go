@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"maps"
 
 	"github.com/shardflow/shardflow/coord/store"
 )
@@ -92,14 +93,27 @@ func (c *Committer) splitParts(head []Intent, groups [][]Intent, tail []Intent) 
 // returns how many groups are applied: len(groups) on success; on error,
 // those of the parts committed before the failing one.
 func (c *Committer) CommitSplit(ctx context.Context, head []Intent, groups [][]Intent, tail []Intent) (applied int, err error) {
+	applied, _, err = c.CommitSplitWritten(ctx, head, groups, tail)
+	return applied, err
+}
+
+// CommitSplitWritten is CommitSplit returning, on success, the versions
+// its parts left on the nodes they created or set (Written).
+func (c *Committer) CommitSplitWritten(ctx context.Context, head []Intent, groups [][]Intent, tail []Intent) (applied int, w Written, err error) {
 	parts, ends := c.splitParts(head, groups, tail)
 	for k, part := range parts {
-		if err := c.Commit(ctx, part); err != nil {
-			return applied, err
+		pw, err := c.commit(ctx, part, true)
+		if err != nil {
+			return applied, nil, err
+		}
+		if w == nil {
+			w = pw
+		} else {
+			maps.Copy(w, pw)
 		}
 		applied = ends[k]
 	}
-	return applied, nil
+	return applied, w, nil
 }
 
 // Each makes every Intent a group of its own, for transactions whose

@@ -73,8 +73,21 @@ type Intent struct {
 // another process created or deleted a node meanwhile, multiRetry plans
 // again with direct reads. An empty resolution is no call.
 func (c *Committer) Commit(ctx context.Context, intents []Intent) error {
+	_, err := c.commit(ctx, intents, false)
+	return err
+}
+
+// Written is the version of each node a transaction created (0) or set,
+// by absolute path, as its Multi left it: a version-unique fence of the
+// writer's (protocol.Run.Fence checks them at these versions).
+type Written map[string]int32
+
+// commit is Commit returning, when written is set, what its Multi created
+// and set (nil otherwise: most writers need not pay for the map).
+func (c *Committer) commit(ctx context.Context, intents []Intent, written bool) (Written, error) {
 	var created, deleted []string
-	err := layout.MultiRetry(ctx, c.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
+	var last []store.Op
+	res, err := layout.MultiRetryResults(ctx, c.st, func(ctx context.Context, attempt int) ([]store.Op, error) {
 		var readErr error
 		exists := func(rel string, direct bool) bool {
 			// Nodes of items the cache does not watch are read directly.
@@ -92,14 +105,29 @@ func (c *Committer) Commit(ctx context.Context, intents []Intent) error {
 		if readErr != nil {
 			return nil, readErr
 		}
+		last = ops
 		return ops, nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.cache.NoteCreated(created...)
 	c.cache.NoteDeleted(deleted...)
-	return nil
+	if !written {
+		return nil, nil
+	}
+	w := make(Written, len(last))
+	for i, op := range last {
+		switch o := op.(type) {
+		case *store.CreateOp:
+			w[o.Path] = 0
+		case *store.SetOp:
+			if i < len(res) {
+				w[o.Path] = res[i].Stat.Version
+			}
+		}
+	}
+	return w, nil
 }
 
 // resolve turns intents into operations, exists answering for the nodes
