@@ -51,8 +51,7 @@ type Run struct {
 	// counts: the interval counts its Complete reports (nil: none); only
 	// complete's own writes carry them, never an owed completion.
 	counts *CountReport
-	// shardVersion and written fence the run's later writes (Fence): the
-	// sharding node's version its Begin checked, what its Begin wrote.
+	// shardVersion and written: its Begin's fence and writes (Fence).
 	shardVersion int32
 	written      txn.Written
 }
@@ -704,16 +703,9 @@ func (j *Job) snapshot() (jobconfig.Config, map[int]string) {
 }
 
 // Fence is the run's ownership of its items as version checks for a
-// transaction of the caller's (store.Multi): the transaction fails on one
-// of them once the run no longer owns its items (a reshard, its session's
-// end, its items' failover, another claim of its failover items), as a
-// commit's CheckOwnership would, but checked when the transaction
-// commits. The workflow record of the run's items takes it
-// (workflow.Steps.Record). Nil for a run of no items.
+// transaction of the caller's (workflow.Steps.Record): it fails once the
+// run no longer owns them, as CheckOwnership would, checked at its commit.
 func (r *Run) Fence() []store.Op {
-	if len(r.items) == 0 {
-		return nil
-	}
 	return r.j.rn.Fence(r.shardVersion, r.live, failoverItems(r.items), r.written)
 }
 
