@@ -94,9 +94,19 @@ import (
 // and no timeout (on ZooKeeper a timeout there is wall time, so this one
 // is memstore's only). Goroutines left after the servers stop are the
 // caller's TestMain's (goleak) to find.
-func Simulate(t *testing.T, b Backend, seed int64) []string {
-	return simulate(t, b, seed, false, func() {})
+func Simulate(t *testing.T, b Backend, seed int64, opts ...SimOption) []string {
+	return simulate(t, b, seed, false, func() {}, opts)
 }
+
+// SimOption changes how Simulate and SimulateMem run a seed's schedule.
+type SimOption func(*sim)
+
+// Monitored starts the schedule's job monitored whatever its seed draws:
+// the schedule as seeds found before 72f1a73 ran it. Since that commit a
+// quarter of the seeds start unmonitored, a quarter of the regression and
+// open seeds among them (all found before it): without Monitored those
+// replay another schedule than the one that failed.
+func Monitored() SimOption { return func(s *sim) { s.unmonitored = false } }
 
 // SimulateMem runs the schedule of seed on a fresh memstore inside a
 // testing/synctest bubble: time is the bubble's fake clock (timeouts and
@@ -107,10 +117,10 @@ func Simulate(t *testing.T, b Backend, seed int64) []string {
 // of events racing within one step (concurrent Begins, say) is the Go
 // scheduler's. ZooKeeper cannot run in a bubble (its I/O is real): there
 // Simulate checks the same invariants without this determinism.
-func SimulateMem(t *testing.T, seed int64) []string {
+func SimulateMem(t *testing.T, seed int64, opts ...SimOption) []string {
 	var vs []string
 	synctest.Test(t, func(t *testing.T) {
-		vs = simulate(t, Mem(), seed, true, synctest.Wait)
+		vs = simulate(t, Mem(), seed, true, synctest.Wait, opts)
 	})
 	return vs
 }
@@ -149,7 +159,7 @@ func (c *scheduleClock) SessionTimeout() time.Duration {
 	return 0
 }
 
-func simulate(t *testing.T, b Backend, seed int64, mem bool, settle func()) []string {
+func simulate(t *testing.T, b Backend, seed int64, mem bool, settle func(), opts []SimOption) []string {
 	b = scheduleBackend(b)
 	s := &sim{t: t, h: NewHarness(t, b), rng: rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x9e3779b97f4a7c15)), seed: seed, settle: settle,
 		claims: os.Getenv("SIM_FAILOVER_CLAIMS") != "0", mem: mem,
@@ -161,6 +171,9 @@ func simulate(t *testing.T, b Backend, seed int64, mem bool, settle func()) []st
 	// that runs which write nothing (coord/protocol/quiet.go) are common,
 	// not only after the rare edit switching monitorExecution off.
 	s.unmonitored = rand.New(rand.NewPCG(uint64(seed)^0x31, uint64(seed)^0x7f4a7c15)).IntN(4) == 0
+	for _, o := range opts {
+		o(s)
+	}
 	defer s.stopAll()
 	return s.run()
 }
@@ -332,6 +345,10 @@ func (s *sim) run() []string {
 	s.once = s.x.IntN(2) == 0
 	s.ol.starts, s.ol.served = map[string][]int64{}, map[string]string{}
 	s.blog = newBarrierLog(quietLogger().Handler(), s.ol.next)
+	if s.unmonitored {
+		// In the schedule's log: a replay shows which variant it ran.
+		s.step("start unmonitored")
+	}
 	for i := range n {
 		s.servers = append(s.servers, &simServer{id: fmt.Sprintf("s%d", i)})
 	}
