@@ -101,8 +101,9 @@ func runJob[T any](ctx context.Context, job Job[T], shards []Shard, cfg pipeline
 // runBatchJob is runJob for a BatchJob: each fetched batch is split into at
 // most cfg.Threads contiguous slices of near-equal length, processed
 // concurrently by ProcessBatch. A slice counts succeeded successes and
-// len-succeeded failures; a non-nil error or a panic counts the whole slice
-// as failed.
+// len-succeeded failures, less the items a *Skipped error says it skipped
+// (counted neither); another non-nil error or a panic counts the whole
+// slice as failed.
 func runBatchJob[T any](ctx context.Context, job BatchJob[T], shards []Shard, cfg pipelineConfig) RunResult {
 	e := newEngine[T](cfg)
 	e.fetch = job.Fetch
@@ -485,16 +486,23 @@ const ctxPollEvery = 16
 
 func (r *itemRun[T]) processBatch(ctx context.Context, items []T) {
 	n, err := r.callProcessBatch(ctx, items)
+	skipped := 0
+	// A Skipped counts only as returned: wrapped, it is part of a failure.
+	if sk, ok := err.(*Skipped); ok && sk != nil {
+		skipped, err = sk.N, nil
+	}
 	if err != nil {
 		r.recordErr(ctx, "process batch", err)
 		r.count(0, int64(len(items)))
 		return
 	}
-	if n < 0 || n > len(items) {
+	if n < 0 || n > len(items) || skipped < 0 || skipped > len(items)-n {
 		r.recordErr(ctx, "process batch", ErrBadSucceeded)
 		n = max(0, min(n, len(items)))
+		skipped = max(0, min(skipped, len(items)-n))
 	}
-	r.count(int64(n), int64(len(items)-n))
+	// Skipped items are another batch's work, counted there.
+	r.count(int64(n), int64(len(items)-n-skipped))
 }
 
 func (r *itemRun[T]) callProcessBatch(ctx context.Context, items []T) (n int, err error) {

@@ -229,6 +229,9 @@ func TestRunBatchJobErrorsFailWholeSlice(t *testing.T) {
 		}, 5, 5, ErrPanic},
 		{"succeeded above len is clamped", func(vs []int) (int, error) { return len(vs) + 3, nil }, 10, 0, ErrBadSucceeded},
 		{"negative succeeded is clamped", func(vs []int) (int, error) { return -1, nil }, 0, 10, ErrBadSucceeded},
+		{"skipped items count neither", func(vs []int) (int, error) { return len(vs) - 2, &Skipped{N: 2} }, 6, 0, nil},
+		{"skipped, succeeded and failed", func(vs []int) (int, error) { return 1, &Skipped{N: 2} }, 2, 4, nil},
+		{"skipped above len-succeeded is clamped", func(vs []int) (int, error) { return len(vs) - 1, &Skipped{N: 3} }, 8, 0, ErrBadSucceeded},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

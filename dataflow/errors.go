@@ -30,7 +30,8 @@ var (
 	// the value and the stack.
 	ErrPanic = errors.New("dataflow: user code panicked (recovered and counted as a failure); fix the panic shown with its stack")
 	// ErrBadSucceeded: ProcessBatch returned a succeeded count outside
-	// 0..len(items). The count was clamped; return how many items succeeded.
+	// 0..len(items), or a Skipped.N outside 0..len(items)-succeeded. The
+	// counts were clamped; return how many items succeeded.
 	ErrBadSucceeded = errors.New("dataflow: ProcessBatch returned a succeeded count outside 0..len(items); return the number of items that succeeded")
 	// ErrNoJob: the named job is not added to this Node. Check Node.Jobs.
 	ErrNoJob = errors.New("dataflow: no such job on this node; add it with AddJob first (see Node.Jobs)")

@@ -2,6 +2,7 @@ package dataflow
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/shardflow/shardflow/coord/jobconfig"
 )
@@ -32,8 +33,29 @@ type BatchJob[T any] interface {
 	Fetch(ctx context.Context, shard Shard) ([]T, error)
 	// ProcessBatch handles items and returns how many succeeded: succeeded
 	// count as successes and the rest as failures. A non-nil error means the
-	// whole slice failed, whatever succeeded says.
+	// whole slice failed, whatever succeeded says, except a *Skipped
+	// returned as is (not wrapped): then its N items count neither as
+	// successes nor as failures, and the rest (len(items)-succeeded-N) as
+	// failures.
 	ProcessBatch(ctx context.Context, shard Shard, items []T) (succeeded int, err error)
+}
+
+// Skipped is what ProcessBatch returns as its error when N of its items
+// were not its to process: another transaction holds them, or they are no
+// longer pending (a source whose Fetch may read rows a batch still in
+// flight holds, such as sources/postgres with PipelinedFetch). They are
+// someone else's work, counted where they are processed; counting them here
+// too would report more successes than items. A Skipped is no failure: the
+// run records no error for it.
+type Skipped struct {
+	// N is the number of items skipped, 0..len(items)-succeeded.
+	N int
+}
+
+// Error describes the skip; Skipped satisfies error only to travel in
+// ProcessBatch's error result.
+func (e *Skipped) Error() string {
+	return fmt.Sprintf("dataflow: %d items skipped (not this batch's to process)", e.N)
 }
 
 // Shard is the context of one shard item's run, handed to every Fetch and

@@ -214,8 +214,11 @@ func (j *TxJob[T]) readLocked(br pgx.BatchResults) (out []Row[T], err error) {
 // opened, which locked and marked them, when they are its batch whole;
 // else (the Fetch's transaction, if any, rolled back first) lock the rows still
 // pending in this item's buckets and mark them done in one statement (FOR
-// UPDATE SKIP LOCKED; rows another owner holds or finished are skipped and
-// count as succeeded, being not this run's to fail), run the TxProcessFunc
+// UPDATE SKIP LOCKED; rows another transaction holds or finished are
+// skipped and returned as a *dataflow.Skipped, counted neither as
+// successes nor as failures: they are another batch's work, counted where
+// it is done — with PipelinedFetch a Fetch rescanning from the range start
+// reads rows the item's previous batch still holds), run the TxProcessFunc
 // on them, fence (FenceTx), commit. If the function fails with a row error (see
 // Classify), each row is retried in its own transaction and a failing
 // row's attempt is recorded (after MaxAttempts it is marked 'failed' with
@@ -229,11 +232,22 @@ func (j *TxJob[T]) readLocked(br pgx.BatchResults) (out []Row[T], err error) {
 // fenced transaction of their own, never handed to the TxProcessFunc, and
 // counted as failures.
 func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
+	n, skipped, err := j.processBatch(ctx, shard, items)
+	if err == nil && skipped > 0 {
+		return n, &dataflow.Skipped{N: skipped}
+	}
+	return n, err
+}
+
+// processBatch is ProcessBatch, returning the rows committed and the rows
+// skipped (not pending in this item's buckets, or held by another
+// transaction, when this slice locked them).
+func (j *TxJob[T]) processBatch(ctx context.Context, shard dataflow.Shard, items []Row[T]) (n, skipped int, err error) {
 	s := j.src
 	if e, use, rollback := j.holds.take(shard, items); use {
-		n, err, ue := j.processHeld(ctx, shard, e, items)
+		n, skipped, err, ue := j.processHeld(ctx, shard, e, items)
 		if ue == nil {
-			return n, err
+			return n, skipped, err
 		}
 		// A row error: the batch rolled back; each row in its own
 		// transaction, as below.
@@ -242,33 +256,33 @@ func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items
 		// Fetched in one statement but not processed whole (several
 		// workers): the rows go back to pending first.
 		if err := j.unhold(ctx, shard, e, rollback); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	// A slice that is its fetch whole shows that the item's next Fetch
 	// may lock its rows itself.
 	j.holds.learn(shard, items)
-	items, err := j.setAside(ctx, shard, items)
+	items, err = j.setAside(ctx, shard, items)
 	if err != nil {
 		if s.backedOff(ctx, shard, err) {
-			return 0, nil
+			return 0, 0, nil
 		}
-		return 0, err
+		return 0, 0, err
 	}
 	if len(items) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
-	err = j.commit(ctx, shard, items)
+	n, err = j.commit(ctx, shard, items)
 	if err == nil {
 		s.statementOK(ctx, shard)
-		return len(items), nil
+		return n, len(items) - n, nil
 	}
 	if s.backedOff(ctx, shard, err) {
-		return 0, nil
+		return 0, 0, nil
 	}
 	var ue *userError
 	if !errors.As(err, &ue) {
-		return 0, err
+		return 0, 0, err
 	}
 	return j.retryRows(ctx, shard, items, ue)
 }
@@ -278,8 +292,8 @@ func (j *TxJob[T]) ProcessBatch(ctx context.Context, shard dataflow.Shard, items
 // aside and the rest committed by the two-pass path (the transaction
 // rolled back first); else the function, the fence and the commit in e's
 // transaction. A row error rolls the batch back and returns ue, for
-// retryRows; other outcomes are ProcessBatch's.
-func (j *TxJob[T]) processHeld(ctx context.Context, shard dataflow.Shard, e *held[T], items []Row[T]) (n int, err error, ue *userError) {
+// retryRows; other outcomes are processBatch's.
+func (j *TxJob[T]) processHeld(ctx context.Context, shard dataflow.Shard, e *held[T], items []Row[T]) (n, skipped int, err error, ue *userError) {
 	s := j.src
 	k := holdKey(shard)
 	ended := false
@@ -298,49 +312,51 @@ func (j *TxJob[T]) processHeld(ctx context.Context, shard dataflow.Shard, e *hel
 			end(false)
 			items, err := j.setAside(ctx, shard, items)
 			if err == nil && len(items) > 0 {
-				err = j.commit(ctx, shard, items)
+				n, err = j.commit(ctx, shard, items)
 			}
 			if err == nil {
 				s.statementOK(ctx, shard)
-				return len(items), nil, nil
+				return n, len(items) - n, nil, nil
 			}
 			if s.backedOff(ctx, shard, err) {
-				return 0, nil, nil
+				return 0, 0, nil, nil
 			}
 			if errors.As(err, &ue) {
-				return 0, nil, ue
+				return 0, 0, nil, ue
 			}
-			return 0, err, nil
+			return 0, 0, err, nil
 		}
 	}
 	err = j.finish(ctx, e.tx, shard, items, e.inCommit)
 	end(err == nil)
 	if err == nil {
 		s.statementOK(ctx, shard)
-		return len(items), nil, nil
+		return len(items), 0, nil, nil
 	}
 	if s.backedOff(ctx, shard, err) {
-		return 0, nil, nil
+		return 0, 0, nil, nil
 	}
 	if errors.As(err, &ue) {
-		return 0, nil, ue
+		return 0, 0, nil, ue
 	}
-	return 0, err, nil
+	return 0, 0, err, nil
 }
 
 // retryRows commits each of items in its own transaction after the slice
 // failed with ue, recording the attempt of each row that fails (see
-// ProcessBatch).
-func (j *TxJob[T]) retryRows(ctx context.Context, shard dataflow.Shard, items []Row[T], ue *userError) (int, error) {
+// ProcessBatch). It returns the rows committed and the rows skipped (no
+// longer pending, or held by another transaction).
+func (j *TxJob[T]) retryRows(ctx context.Context, shard dataflow.Shard, items []Row[T], ue *userError) (succeeded, skipped int, err error) {
 	s := j.src
-	succeeded := 0
 	for _, it := range items {
 		err := error(ue)
+		n := 0
 		if len(items) > 1 { // a lone row's failure is already known
-			err = j.commit(ctx, shard, []Row[T]{it})
+			n, err = j.commit(ctx, shard, []Row[T]{it})
 		}
 		if err == nil {
-			succeeded++
+			succeeded += n
+			skipped += 1 - n
 			continue
 		}
 		if errors.As(err, &ue) {
@@ -352,17 +368,17 @@ func (j *TxJob[T]) retryRows(ctx context.Context, shard dataflow.Shard, items []
 			continue
 		}
 		if s.backedOff(ctx, shard, err) {
-			return succeeded, nil
+			return succeeded, skipped, nil
 		}
 		// Fenced or ctx ended: the remaining rows stay pending.
 		if succeeded == 0 {
-			return 0, err
+			return 0, 0, err
 		}
 		s.cfg.Logger.Warn("sources/postgres: slice stopped; its remaining rows stay pending", "table", s.spec.Table,
 			"job", shard.JobName, "item", shard.Item, "err", err)
-		return succeeded, nil
+		return succeeded, skipped, nil
 	}
-	return succeeded, nil
+	return succeeded, skipped, nil
 }
 
 // backedOff reports whether err, from a transaction of shard's batch, is a
@@ -384,11 +400,15 @@ var afterFence func()
 
 var errRowFailed = errors.New("sources/postgres: row processing failed")
 
-func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row[T]) error {
+// commit locks those of items still pending in shard's buckets and not
+// held by another transaction, runs the TxProcessFunc on them, fences and
+// commits; it returns how many it committed (the others are skipped:
+// another's work, or done already).
+func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row[T]) (int, error) {
 	s := j.src
 	lo, hi, ok := BucketRange(shard.Item, shard.Total)
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	// One round trip begins the transaction, locks the rows and marks them
 	// done. The commit writes the fence row when the source knows it
@@ -406,10 +426,10 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it is a no-op
 	locked, err := readBegin(br)
 	if err != nil {
-		return fmt.Errorf("sources/postgres: locking and marking rows of table %s done: %w", s.spec.Table, err)
+		return 0, fmt.Errorf("sources/postgres: locking and marking rows of table %s done: %w", s.spec.Table, err)
 	}
 	if len(locked) == 0 {
-		return nil
+		return 0, nil
 	}
 	mine := items
 	if len(locked) < len(items) {
@@ -426,7 +446,10 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 		s.cfg.Logger.Debug("sources/postgres: rows taken by another owner skipped", "table", s.spec.Table,
 			"job", shard.JobName, "item", shard.Item, "skipped", len(items)-len(locked))
 	}
-	return j.finish(ctx, tx, shard, mine, inCommit)
+	if err := j.finish(ctx, tx, shard, mine, inCommit); err != nil {
+		return 0, err
+	}
+	return len(mine), nil
 }
 
 // finish runs the TxProcessFunc on rows in tx, which holds their locks and
