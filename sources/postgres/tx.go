@@ -194,20 +194,8 @@ func (j *TxJob[T]) lockMark(ctx context.Context, shard dataflow.Shard, ck cursor
 
 // readLocked reads the results of lockMark's first round trip: BEGIN, then
 // the rows locked and marked.
-func (j *TxJob[T]) readLocked(br pgx.BatchResults) (out []Row[T], err error) {
-	defer func() {
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	if _, err := br.Exec(); err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	return j.src.collect(rows)
+func (j *TxJob[T]) readLocked(br pgx.BatchResults) ([]Row[T], error) {
+	return readAfterBegin(br, j.src.collect)
 }
 
 // ProcessBatch commits items in one transaction: the one their Fetch
@@ -487,7 +475,14 @@ func (j *TxJob[T]) finish(ctx context.Context, tx pgx.Tx, shard dataflow.Shard, 
 
 // readBegin reads the results of a batch's first round trip (see commit):
 // BEGIN, then the keys locked.
-func readBegin(br pgx.BatchResults) (locked []int64, err error) {
+func readBegin(br pgx.BatchResults) ([]int64, error) {
+	return readAfterBegin(br, func(rows pgx.Rows) ([]int64, error) { return pgx.CollectRows(rows, pgx.RowTo[int64]) })
+}
+
+// readAfterBegin reads a first round trip that opens a transaction: the
+// BEGIN's result, then one query's rows through collect; the batch is
+// closed either way, its error kept when nothing failed before.
+func readAfterBegin[R any](br pgx.BatchResults, collect func(pgx.Rows) ([]R, error)) (out []R, err error) {
 	defer func() {
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -500,7 +495,7 @@ func readBegin(br pgx.BatchResults) (locked []int64, err error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, pgx.RowTo[int64])
+	return collect(rows)
 }
 
 // recordFailure counts an attempt of row key in its own fenced transaction
