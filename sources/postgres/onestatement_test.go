@@ -142,15 +142,7 @@ func TestTransactionalFetchLocksItsRowsUntilItsBatchEnds(t *testing.T) {
 	if total != 20 {
 		t.Fatalf("the next run processed %d rows; want 20", total)
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM effects`); n != 30 {
-		t.Fatalf("effects = %d; want 30", n)
-	}
-	if n := queryInt(t, pool, `SELECT count(DISTINCT order_id) FROM effects`); n != 30 {
-		t.Fatalf("distinct effects = %d; want 30", n)
-	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_attempts = 1`); n != 30 {
-		t.Fatalf("rows done at their first attempt = %d; want 30 (the rolled-back batch's attempts undone)", n)
-	}
+	effectsOnceAtFirstAttempt(t, pool, 30, " (the rolled-back batch's attempts undone)")
 }
 
 // TestTransactionalBatchInSlicesFallsBack: a batch fetched in one
@@ -205,15 +197,7 @@ func TestTransactionalBatchInSlicesFallsBack(t *testing.T) {
 			}
 		}
 	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM effects`); n != 40 {
-		t.Fatalf("effects = %d; want 40", n)
-	}
-	if n := queryInt(t, pool, `SELECT count(DISTINCT order_id) FROM effects`); n != 40 {
-		t.Fatalf("distinct effects = %d; want 40", n)
-	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_attempts = 1`); n != 40 {
-		t.Fatalf("rows done at their first attempt = %d; want 40", n)
-	}
+	effectsOnceAtFirstAttempt(t, pool, 40, "")
 }
 
 // TestTransactionalEngineRunsExactlyOnce: the transactional mode under the
@@ -246,15 +230,22 @@ func TestTransactionalEngineRunsExactlyOnce(t *testing.T) {
 			if res.Success != 300 || res.Failure != 0 {
 				t.Fatalf("run: %d/%d; want 300/0", res.Success, res.Failure)
 			}
-			if n := queryInt(t, pool, `SELECT count(*) FROM effects`); n != 300 {
-				t.Fatalf("effects = %d; want 300", n)
-			}
-			if n := queryInt(t, pool, `SELECT count(DISTINCT order_id) FROM effects`); n != 300 {
-				t.Fatalf("distinct effects = %d; want 300", n)
-			}
-			if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_attempts = 1`); n != 300 {
-				t.Fatalf("rows done at their first attempt = %d; want 300", n)
-			}
+			effectsOnceAtFirstAttempt(t, pool, 300, "")
 		})
+	}
+}
+
+// effectsOnceAtFirstAttempt fails t unless want rows have their effect
+// exactly once and are done at their first attempt (note: why, if any).
+func effectsOnceAtFirstAttempt(t *testing.T, pool *pgxpool.Pool, want int64, note string) {
+	t.Helper()
+	if n := queryInt(t, pool, `SELECT count(*) FROM effects`); n != want {
+		t.Fatalf("effects = %d; want %d", n, want)
+	}
+	if n := queryInt(t, pool, `SELECT count(DISTINCT order_id) FROM effects`); n != want {
+		t.Fatalf("distinct effects = %d; want %d", n, want)
+	}
+	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_status = 'done' AND shardflow_attempts = 1`); n != want {
+		t.Fatalf("rows done at their first attempt = %d; want %d%s", n, want, note)
 	}
 }
