@@ -110,6 +110,12 @@ func (n *Node) isFirst(ctx context.Context, h *hostedJob, cfg JobConfig) (bool, 
 		return w.first, nil
 	}
 	w.mu.Unlock()
+	return w.readFirst(ctx)
+}
+
+// readFirst reads isFirst's answer (steps.First) and keeps it with the
+// time it was read.
+func (w *workflowJob) readFirst(ctx context.Context) (bool, error) {
 	first, err := w.steps.First(ctx, nil)
 	if err != nil {
 		return false, err
@@ -141,13 +147,8 @@ func (n *Node) refreshFirstAhead(ctx context.Context, h *hostedJob) {
 	if !due {
 		return
 	}
-	first, err := w.steps.First(ctx, nil)
-	if err != nil {
-		return // isFirst reads it at a run once it is the interval old
-	}
-	w.mu.Lock()
-	w.first, w.firstRead = first, time.Now()
-	w.mu.Unlock()
+	// On an error isFirst reads it at a run once it is the interval old.
+	_, _ = w.readFirst(ctx)
 }
 
 // pickWorkflow decides which workflow run a run of h serves and which of
