@@ -159,6 +159,10 @@ func measureFires(t *testing.T, bin string, storeArgs []string, where string, lo
 			args = append(args, "--cpuprofile", filepath.Join(pd, fmt.Sprintf("%s-%s.pprof", ns, id)))
 		}
 		if keep := os.Getenv("SHARDFLOW_FIRES_KEEP"); keep != "" && warm {
+			// KEEP names a directory to fill: it need not exist yet.
+			if err := os.MkdirAll(keep, 0o755); err != nil {
+				t.Fatalf("SHARDFLOW_FIRES_KEEP: %v", err)
+			}
 			args = append(args, "--reqlog", filepath.Join(keep, fmt.Sprintf("%s-%s.reqs", ns, id)))
 		}
 		procs[i] = integration.StartProcess(t, bin, args, nil)
