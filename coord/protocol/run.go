@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -81,7 +82,9 @@ func (j *Job) ready() (int64, context.Context, error) {
 // this server leads and the flag is set (otherwise waits for the leader),
 // computes this server's items (failover items first; disabled items and
 // items failed over to others dropped), and marks them running in one
-// transaction. A run with no items is valid (Shards is empty).
+// transaction. A run with no items is valid (Shards is empty). A transaction
+// refused by concurrent writers (reshards, failover) is planned again while
+// they go on, within ctx.
 //
 // Errors: ErrItemsRunning (misfire recorded), ErrPaused, ErrShutdown,
 // ErrClockSkew, ErrSessionLost, ErrBadConfig, ctx.Err().
@@ -112,7 +115,8 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 		}
 	}
 	b := &beginning{j: j, cfg: cfg, sid: sid, regCtx: regCtx}
-	var plan beginPlan
+	var plan, refused beginPlan
+	refusedOnce := false // refused: the plan refused last, with no leftover of ours removed since
 	for attempt := 0; ; attempt++ {
 		if plan, err = b.plan(ctx, attempt); err != nil {
 			return nil, err
@@ -122,9 +126,19 @@ func (j *Job) Begin(ctx context.Context, now time.Time) (r *Run, err error) {
 		if err != nil {
 			j.fo.TakeClaims(failoverItems(items), false)
 		}
-		// A first plan from the cache has the direct plans after it too.
-		if (errors.Is(err, store.ErrBadVersion) || errors.Is(err, runs.ErrBeginAgain) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover) && (attempt < 3 || attempt == 3 && b.cached) {
-			continue // resharded, failover writers, or leftovers removed between our reads (or the cache's) and the Multi
+		// Resharded, failover writers, or leftovers removed since our reads
+		// (or the cache's): plan again (after the reshard in flight) for as
+		// long as the store moves. Each refusal is another writer's commit,
+		// which the next plan reads: lock-free, bounded by ctx (a fixed bound
+		// failed triggers under churn: simulation seeds 54100134, 54100938,
+		// 54200811). The same plan refused twice is a bug, returned. After
+		// ErrBeginAgain (a leftover of ours removed) the same plan may pass.
+		raced := errors.Is(err, store.ErrBadVersion) || errors.Is(err, store.ErrNoNode) && len(items) > 0 && !items[0].Failover
+		if raced && refusedOnce && plan.same(refused) {
+			j.log.Warn("Begin's plan refused twice on the same versions", "items", items, "err", err)
+		} else if raced || errors.Is(err, runs.ErrBeginAgain) {
+			refused, refusedOnce = plan, raced
+			continue
 		}
 		if err != nil {
 			return nil, err
@@ -196,6 +210,15 @@ type beginPlan struct {
 	fo          jobnodes.FailoverDir
 	// cached: read from the tree cache (see fences).
 	cached bool
+}
+
+// same reports whether p is the plan q was: the same items and epochs,
+// fenced by the same versions (the sharding node's Mzxid too: a node
+// recreated may have its old version again), consuming the same tokens.
+// A plan from the cache is the same as one read directly.
+func (p beginPlan) same(q beginPlan) bool {
+	return slices.Equal(p.items, q.items) && p.shardVersion == q.shardVersion && p.flagVersion == q.flagVersion && p.shardMzxid == q.shardMzxid &&
+		p.fo.Version == q.fo.Version && maps.Equal(p.fo.Queued, q.fo.Queued) && maps.Equal(p.fo.Claims, q.fo.Claims)
 }
 
 // plan reads an attempt's items: this server's failover items if it has
