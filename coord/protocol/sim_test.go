@@ -85,6 +85,11 @@ var simPGRegressions = []int64{
 	// 3500290 failed the same way; after the fix 1 of 40 replays failed
 	// (its message not kept), 0 of 20 on ba88fdc: a check, not a pin.
 	3500119, 3500164, 3500243, 3500246, 3500290,
+	// A Begin refused by a reshard on each attempt across a schedule's
+	// churn gave up after its fixed bound (as 54100134 on ZooKeeper, which
+	// see); 0 of 20 replays failed before the fix at load 14-31, 0 of 20
+	// after: a check, not a pin.
+	54200811,
 	// A re-registration on a new session resynced the cache and then
 	// failed (its election's read on a cut connection); a config edit's
 	// re-read failed on the same cut, and the suspension took the earlier
@@ -141,6 +146,13 @@ var simZKRegressions = []int64{
 	// it; 0 of 10 replays failed before the fix: the timing is the
 	// server's):
 	1900373,
+	// A Begin refused by a reshard on each of its attempts across a
+	// schedule's churn (3-4 reshards and a leader change during one
+	// trigger) gave up after its fixed bound ("resharded or failover state
+	// changed while starting"); it now plans again while the store moves
+	// (TestBeginThroughChurn pins it). Replays at load 14-31:
+	54100134, // 7 of 20 failed before the fix, 0 of 20 after
+	54100938, // 2 of 20 failed before the fix, 0 of 20 after
 }
 
 func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int64) {
