@@ -266,6 +266,7 @@ type joinResult struct {
 	preloaded bool
 	// ownSharding: this server's sharding node existed (readForJoin).
 	ownSharding bool
+	totals      *counts.Known // this server's count totals, as planned (nil: unknown)
 }
 
 // joinReads is what a join of a stored job reads besides the config.
@@ -280,7 +281,8 @@ type joinReads struct {
 	// join that stands alone (lonejoin.go).
 	servers        []string
 	membersVersion int32
-	serversListed  bool // the servers node exists (servers may be empty)
+	serversListed  bool          // the servers node exists (servers may be empty)
+	totals         *counts.Known // this server's count totals (nil: unknown, a status node stood)
 }
 
 // readForJoin loads the config into the tree cache (when the job has a
@@ -295,6 +297,7 @@ func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, e
 	g.Go(func() error {
 		kids, _, err := j.st.Children(gctx, j.p.Server(j.id))
 		if errors.Is(err, store.ErrNoNode) {
+			rd.totals = &counts.Known{} // a server new to the job: no counts yet
 			return nil
 		}
 		if err != nil {
@@ -307,7 +310,10 @@ func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, e
 		if !slices.Contains(kids, layout.NStatus) {
 			// No status node to own (a restart after a clean Stop); one
 			// created after this listing fails the transaction's create.
-			return nil
+			// The totals are read now, not by the first completion.
+			known, err := j.totals.Listed(gctx, kids)
+			rd.totals = &known
+			return err
 		}
 		ok, st, err := j.st.Exists(gctx, j.p.Server(j.id, layout.NStatus))
 		if ok {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardflow/shardflow/coord/internal/layout"
+	"github.com/shardflow/shardflow/coord/protocol/internal/counts"
 	"github.com/shardflow/shardflow/coord/protocol/internal/jobnodes"
 	"github.com/shardflow/shardflow/coord/protocol/internal/registration"
 	"github.com/shardflow/shardflow/coord/store"
@@ -70,6 +71,9 @@ func (jn *joiner) transact(ctx context.Context) (joinResult, error) {
 		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
 	}
 	jn.res.registeredAt = j.rg.RegisteredAt(jn.ops, results)
+	if jn.res.totals != nil {
+		j.totals.Seed(*jn.res.totals)
+	}
 	switch {
 	case jn.candAt >= 0 && jn.candAt < len(results):
 		j.elec.Adopt(results[jn.candAt].Path, jn.newJob || jn.hostPlanned)
@@ -107,6 +111,7 @@ func (jn *joiner) plan(ctx context.Context, attempt int) ([]store.Op, error) {
 		}
 	}
 	jn.res.preloaded, jn.res.ownSharding = true, slices.Contains(rd.serverKids, layout.NSharding)
+	jn.res.totals = rd.totals
 	if err := jn.planConfig(); err != nil {
 		return nil, err
 	}
@@ -173,7 +178,9 @@ func (jn *joiner) planNewJob(ctx context.Context) ([]store.Op, error) {
 	} else {
 		ops = append(ops, layout.RaiseFlagOps(j.p)...)
 	}
+	ops = j.rg.WithCounts(ops)
 	jn.res.registered, jn.res.configWritten, jn.newJob = true, true, true
+	jn.res.totals = &counts.Known{} // this transaction creates the server's node
 	jn.res.cfg, jn.res.cfgFields = local, fields
 	return ops, nil
 }
@@ -314,6 +321,9 @@ func (jn *joiner) planRegistration(ctx context.Context, attempt int, rd *joinRea
 		jn.ops = append(jn.ops, &store.CheckOp{Path: j.p.Abs(layout.RelNecessary), Version: store.AnyVersion})
 	default:
 		jn.ops = append(jn.ops, layout.RaiseFlagOps(j.p)...)
+	}
+	if rd.serverKids == nil { // the transaction creates this server's node
+		jn.ops = j.rg.WithCounts(jn.ops)
 	}
 	return nil
 }

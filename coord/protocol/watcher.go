@@ -494,6 +494,7 @@ func (w *watcher) react(ctx context.Context) {
 			}
 		}
 	}
+	j.rg.LayoutGuardAhead(ctx) // reads servers new to it, off the next Begin's path
 }
 
 // reactRuns signals the runs the cache asks for: an operator's trigger

@@ -173,3 +173,7 @@ func keepRel(k relKey, s string) string {
 	}
 	return s
 }
+
+// CountNodes are a server's count nodes (the last interval's and the
+// cumulative), created at 0 with its node (registration).
+var CountNodes = []string{NSuccess, NFailure, NSuccessTotal, NFailureTotal}

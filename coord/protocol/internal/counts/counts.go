@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -73,6 +74,42 @@ func (c *Totals) Intents(ctx context.Context, success, failure int64) ([]txn.Int
 		{Kind: txn.Put, Rel: layout.RelServer(c.id, layout.NFailureTotal), Data: []byte(strconv.FormatInt(tf, 10))},
 	}
 	return ins, ts, tf, nil
+}
+
+// Known are totals a join found (Listed), before any report of this
+// server's: the first report then reads nothing.
+type Known struct{ Success, Failure int64 }
+
+// Listed reads the totals a listing of this server's node (its children,
+// kids; nil: no such node) shows: a total not listed is 0, with no read
+// (a server new to the job has none), the others are read side by side. A
+// join calls it beside its other reads, so that the first completion
+// after a start does not read them on the run's path. Only this server
+// writes them, and the join reads them only while no session of this
+// server id holds its status node (no incarnation of it reports any
+// more).
+func (c *Totals) Listed(ctx context.Context, kids []string) (Known, error) {
+	var k Known
+	var errS, errF error
+	var wg sync.WaitGroup
+	if slices.Contains(kids, layout.NSuccessTotal) {
+		wg.Go(func() { k.Success, errS = c.read(ctx, layout.NSuccessTotal) })
+	}
+	if slices.Contains(kids, layout.NFailureTotal) {
+		wg.Go(func() { k.Failure, errF = c.read(ctx, layout.NFailureTotal) })
+	}
+	wg.Wait()
+	return k, errors.Join(errS, errF)
+}
+
+// Seed takes totals a join found (Listed) as loaded, unless a report
+// loaded them already.
+func (c *Totals) Seed(k Known) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.loaded {
+		c.s, c.f, c.loaded = k.Success, k.Failure, true
+	}
 }
 
 // read reads one of this server's count nodes directly; absent is 0.

@@ -123,10 +123,30 @@ func (g *Registration) ReshardedSince(ctx context.Context, at int64) bool {
 // older layout (its record is absent or has no "layout":2; every server of
 // this layout writes one when it registers): servers of the two layouts
 // would not see each other's runs, and items would run twice. The upgrade
-// stops every server of a job first (docs/operations.md). The records are
-// read only when the set of online servers changed since the guard last
-// passed (none per trigger).
+// stops every server of a job first (docs/operations.md). The records
+// read are those of the online servers the guard has not passed yet (none
+// per trigger, none when a server only left), side by side; the watcher
+// reads them ahead when the servers change (LayoutGuardAhead), so that the
+// first Begin after a start or a join does not wait for them.
 func (g *Registration) LayoutGuard(ctx context.Context) error {
+	return g.layoutGuard(ctx, true)
+}
+
+// LayoutGuardAhead is LayoutGuard off any run's path (the watcher's, at
+// each reaction): it passes the online servers whose records say layout
+// 2, so that the next Begin reads none (10,000 jobs on 3 servers: their
+// first Begins read the two others' records one after the other, 1-1.6 s
+// each; issue 31). A refusal is left to that Begin, which reads again and
+// reports it. Not while a reshard is due (the flag or processing in the
+// cache): the servers change, and the Begin waits for it anyway.
+func (g *Registration) LayoutGuardAhead(ctx context.Context) {
+	if !g.cache.Has(layout.RelNecessary) && !g.cache.Has(layout.RelProcessing) {
+		_ = g.layoutGuard(ctx, false)
+	}
+}
+
+// layoutGuard is LayoutGuard; report: a refusal is recorded in lastError.
+func (g *Registration) layoutGuard(ctx context.Context, report bool) error {
 	servers := g.cache.Children(layout.NServers)
 	g.mu.Lock()
 	passed := g.layoutOK
@@ -147,17 +167,27 @@ func (g *Registration) LayoutGuard(ctx context.Context) error {
 	if same && i == len(passed) {
 		return nil
 	}
-	var online []string
+	var online, unread []string
 	for _, s := range servers {
 		if g.cache.Has(layout.RelServer(s, layout.NStatus)) {
 			online = append(online, s)
+			if s != g.id && !slices.Contains(passed, s) {
+				unread = append(unread, s)
+			}
 		}
 	}
-	for _, s := range online {
-		if s == g.id {
-			continue
-		}
-		data, _, err := g.st.Get(ctx, g.p.Server(s, layout.NRun))
+	type read struct {
+		data []byte
+		err  error
+	}
+	recs := make([]read, len(unread))
+	var wg sync.WaitGroup
+	for k, s := range unread {
+		wg.Go(func() { recs[k].data, _, recs[k].err = g.st.Get(ctx, g.p.Server(s, layout.NRun)) })
+	}
+	wg.Wait()
+	for k, s := range unread {
+		data, err := recs[k].data, recs[k].err
 		if err != nil && !errors.Is(err, store.ErrNoNode) {
 			return fmt.Errorf("coord: job %q: read %s: %w", g.jname, g.p.Server(s, layout.NRun), err)
 		}
@@ -167,11 +197,14 @@ func (g *Registration) LayoutGuard(ctx context.Context) error {
 		}
 		if err != nil || rec.Layout < layout.RecordLayout {
 			if gone, _, xerr := g.st.Exists(ctx, g.p.Server(s, layout.NStatus)); xerr == nil && !gone {
+				online = slices.DeleteFunc(online, func(o string) bool { return o == s })
 				continue // went offline meanwhile
 			}
 			e := fmt.Errorf("%w: job %q: server %q runs an older release (its %s has no \"layout\":%d): stop every server of the job before upgrading (docs/operations.md)",
 				layout.ErrBadConfig, g.jname, s, g.p.Server(s, layout.NRun), layout.RecordLayout)
-			g.RecordLastError(ctx, e.Error())
+			if report {
+				g.RecordLastError(ctx, e.Error())
+			}
 			return e
 		}
 	}
@@ -277,6 +310,25 @@ func (g *Registration) Ops(node ServerNode, disabled, clearShutdown bool) []stor
 		ops = append(ops, &store.CreateOp{Path: g.p.Server(g.id, layout.NStatus), Data: []byte(layout.StatusReady), Mode: store.Ephemeral})
 	}
 	return ops
+}
+
+// WithCounts is ops (a join's, which creates this server's node) with
+// this server's count nodes created at 0, when they fit the request (the
+// first report creates those that are missing). The first run's
+// completion then sets them, where its creates changed servers/{id}'s
+// children and every server's tree cache listed them again (a listing per
+// server of the job for each of its servers, queued behind the first
+// fire's writes of 10,000 jobs; issue 31); the registration changes them
+// anyway.
+func (g *Registration) WithCounts(ops []store.Op) []store.Op {
+	counts := make([]store.Op, 0, len(layout.CountNodes))
+	for _, n := range layout.CountNodes {
+		counts = append(counts, &store.CreateOp{Path: g.p.Server(g.id, n), Data: []byte("0")})
+	}
+	if store.MultiSize(ops)+store.MultiSize(counts) > store.RequestLimit(g.st) {
+		return ops
+	}
+	return append(ops, counts...)
 }
 
 // FreshRunRecordOp creates this server's run record of this layout
