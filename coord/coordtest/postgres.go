@@ -133,23 +133,36 @@ func (b *pgBackend) ForSchedule(t testing.TB) Backend { return Postgres(t, b.cfg
 // process outside the test to join the same tree.
 func (b *pgBackend) Schema() string { return b.schema }
 
-func (b *pgBackend) open(ctx context.Context, host string) (*pgstore.Store, error) {
+// open opens a session through host. A connection attempt (SCRAM
+// authentication included, CPU work on both ends) gets as long as the
+// session may go unanswered, never less than pgstore's default: under a
+// loaded machine 5 s attempts failed "failed SASL auth: timeout", each retry
+// starting the handshake over (Postgres seed 54200540 at load 45-100). Open
+// as a whole gets what the backend gives a session to come back after a
+// restore (Reconnect), never less than pgstore's default.
+func (b *pgBackend) open(host string) (*pgstore.Store, error) {
 	u := *b.url
 	u.Host = host
-	return pgstore.Open(ctx, pgstore.Config{
+	return pgstore.Open(context.Background(), pgstore.Config{
 		DSN:            u.String(),
 		Schema:         b.schema,
 		SessionTimeout: b.cfg.SessionTimeout,
+		DialTimeout:    max(pgstore.DefaultDialTimeout, b.cfg.SessionTimeout),
+		ConnectTimeout: max(pgstore.DefaultConnectTimeout, b.reconnectBound()),
 		MaxConns:       b.cfg.MaxConns,
 		Logger:         quietLogger(),
 	})
 }
 
+// reconnectBound is how long the backend waits for a session to come back
+// (or a new one) after a restore.
+func (b *pgBackend) reconnectBound() time.Duration { return 4*b.cfg.SessionTimeout + 5*time.Second }
+
 // Connect opens a session through a new proxy in the Backend's schema.
 func (b *pgBackend) Connect(t testing.TB) store.Store {
 	t.Helper()
 	p := faultproxy.New(t, b.addr)
-	st, err := b.open(testCtx(t), p.Addr())
+	st, err := b.open(p.Addr())
 	if err != nil {
 		t.Fatalf("coordtest: open a Postgres session via proxy %s to %s: %v", p.Addr(), b.addr, err)
 	}
@@ -184,7 +197,7 @@ func (b *pgBackend) endSession(t testing.TB, id int64) {
 	admin := b.admin
 	b.mu.Unlock()
 	if admin == nil {
-		st, err := b.open(testCtx(t), b.addr)
+		st, err := b.open(b.addr)
 		if err != nil {
 			t.Fatalf("coordtest: open the admin session: %v", err)
 		}
@@ -198,12 +211,19 @@ func (b *pgBackend) endSession(t testing.TB, id int64) {
 			_ = st.Close()
 		}
 	}
-	if err := admin.EndSession(testCtx(t), id); err != nil {
+	// One request: unanswered for a session timeout, it is stalled (as
+	// stallCtx judges the simulation's calls); never less than testCtx's.
+	ctx, cancel := context.WithTimeout(context.Background(), max(20*time.Second, b.cfg.SessionTimeout))
+	defer cancel()
+	if err := admin.EndSession(ctx, id); err != nil {
 		t.Fatalf("coordtest: end Postgres session 0x%x: %v", id, err)
 	}
 }
 
-// Kill cuts st's proxy for good (EndSessions: and ends its session).
+// Kill cuts st's proxy for good (EndSessions: ends its session, then
+// closes the proxy: nothing of the dead process reaches the server again,
+// and its store's attempts, such as Close's end of the session, are refused
+// at once instead of held for a DialTimeout).
 func (b *pgBackend) Kill(t testing.TB, st store.Store) {
 	t.Helper()
 	p := b.proxy(t, st)
@@ -211,6 +231,7 @@ func (b *pgBackend) Kill(t testing.TB, st store.Store) {
 	p.Cut()
 	if b.cfg.EndSessions && sess.ID != 0 {
 		b.endSession(t, sess.ID)
+		p.Close()
 	}
 }
 
@@ -226,7 +247,7 @@ func (b *pgBackend) Expire(t testing.TB, st store.Store) {
 		b.endSession(t, before.ID)
 		p.Restore()
 	}
-	awaitSession(t, st, 4*b.cfg.SessionTimeout+5*time.Second, "session lost after a cut", func(s store.Session) bool {
+	awaitSession(t, st, b.reconnectBound(), "session lost after a cut", func(s store.Session) bool {
 		return s.State == store.StateLost || s.ID != before.ID
 	})
 	p.Restore()
@@ -245,7 +266,7 @@ func (b *pgBackend) Disconnect(t testing.TB, st store.Store) {
 func (b *pgBackend) Reconnect(t testing.TB, st store.Store) {
 	t.Helper()
 	b.proxy(t, st).Restore()
-	awaitSession(t, st, 4*b.cfg.SessionTimeout+5*time.Second, "connected after a restore", func(s store.Session) bool {
+	awaitSession(t, st, b.reconnectBound(), "connected after a restore", func(s store.Session) bool {
 		return s.State == store.StateConnected
 	})
 }

@@ -174,6 +174,12 @@ func simulate(t *testing.T, b Backend, seed int64, mem bool, settle func(), opts
 	for _, o := range opts {
 		o(s)
 	}
+	if !mem {
+		// The harness's own reads and actions are bounded by their
+		// progress (stallCtx), counted on the admin session.
+		s.adminCount = storecount.New(s.h.AdminStore)
+		s.h.Admin, s.h.AdminStore = coord.NewAdmin(s.adminCount, s.h.NS), s.adminCount
+	}
 	defer s.stopAll()
 	return s.run()
 }
@@ -305,6 +311,9 @@ type sim struct {
 	closing sync.WaitGroup
 	// unmonitored: the job's config starts with monitorExecution off.
 	unmonitored bool
+	// adminCount counts the admin session's requests (real stores): the
+	// progress of the harness's own calls (call).
+	adminCount *storecount.Store
 }
 
 func (s *sim) violate(format string, args ...any) {
@@ -380,6 +389,29 @@ func (s *sim) run() []string {
 
 func (s *sim) ctx() context.Context { return testCtx(s.t) }
 
+// call returns the ctx of one of the harness's own calls, whose requests go
+// to the counted stores. On memstore it is the test's 20 s of the bubble's
+// fake time (a hang costs nothing; the seeds replay as they were found).
+// On the real stores it has no deadline: it ends when those stores answer
+// no request for a session timeout (stallCtx), so that a loaded machine
+// slows the harness down but never fails it.
+func (s *sim) call(counted ...*storecount.Store) (context.Context, context.CancelFunc) {
+	if s.mem {
+		return s.ctx(), func() {}
+	}
+	return stallCtx(context.Background(), s.stall(), counted...)
+}
+
+// stall is how long the harness's calls on the real stores may go without
+// a request answered (call): the sessions' timeout (30 s in the campaigns),
+// past which a store takes its own server for gone; 20 s without one.
+func (s *sim) stall() time.Duration {
+	if b, ok := s.h.B.(interface{ SessionTimeout() time.Duration }); ok && b.SessionTimeout() > 0 {
+		return b.SessionTimeout()
+	}
+	return 20 * time.Second
+}
+
 // simJoinIDWait bounds, on the real stores, a Join's wait for a crashed
 // predecessor's status node (RegistryConfig.ServerIDWait): as long as the
 // 20 s a Join had in all before, so that a join after a crash gives up
@@ -394,27 +426,25 @@ func (s *sim) join(sv *simServer) {
 	s.step("join %s", sv.id)
 	st := s.h.B.Connect(s.t)
 	rc := protocol.RegistryConfig{Namespace: s.h.NS, ServerID: sv.id, HostName: "host-" + sv.id, Logger: slog.New(s.blog), Now: s.h.Now}
-	ctx := s.ctx()
+	count := storecount.New(st)
 	if !s.mem {
 		// Join's one wait of its own, for a predecessor's status node (a
 		// crashed server's session until it expires), has its own bound;
 		// the rest is store calls, whose time is the machine's: bounded by
-		// the sim's liveness bound, as Begins are, not by a call's 20 s.
-		// Four Postgres schedules (3800629, 31, 33, 34) failed "Join:
-		// context deadline exceeded" in one burst at load ~44, where a
-		// join step takes 0.4 s at load 25 (0 of 5 replays each).
+		// their progress (call), not by a call's 20 s. Four Postgres
+		// schedules (3800629, 31, 33, 34) failed "Join: context deadline
+		// exceeded" in one burst at load ~44.
 		rc.ServerIDWait = simJoinIDWait
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.Background(), s.bound())
-		defer cancel()
 	}
-	count := storecount.New(st)
+	ctx, cancel := s.call(count)
+	defer cancel()
 	reg, err := protocol.NewRegistry(count, rc)
 	if err != nil {
 		s.violate("NewRegistry %s: %v", sv.id, err)
 		return
 	}
 	j, err := reg.Join(ctx, s.config())
+	err = withCause(ctx, err)
 	if err != nil {
 		_ = reg.Close(context.Background())
 		_ = st.Close()
@@ -541,17 +571,25 @@ func (s *sim) connected(sv *simServer) {
 	if sv.disconnected {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.ctx(), 15*time.Second)
+	bound := 15 * time.Second
+	if !s.mem {
+		// As the backends' Reconnect waits for a session after a restore:
+		// a new session's handshake is the machine's time.
+		bound = 4*s.stall() + 5*time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	if _, err := store.AwaitSession(ctx, sv.st, func(cur store.Session) bool { return cur.State == store.StateConnected }); err != nil {
-		s.violate("%s: no connected session after 15s", sv.id)
+		s.violate("%s: no connected session after %v", sv.id, bound)
 	}
 }
 
 // admin runs an operator action; a server or item that is gone meanwhile
 // is a documented refusal, anything else a violation.
 func (s *sim) admin(fn func(context.Context, *coord.Admin) error) {
-	err := fn(s.ctx(), s.h.Admin)
+	ctx, cancel := s.call(s.adminCount)
+	defer cancel()
+	err := withCause(ctx, fn(ctx, s.h.Admin))
 	if err != nil && !errors.Is(err, coord.ErrNoServer) && !errors.Is(err, coord.ErrNoItem) {
 		s.violate("admin: %v", err)
 	}
@@ -576,7 +614,10 @@ func (s *sim) editConfig() {
 	// Switched off (or the item gone) before the edit lands: the items cut
 	// so far need not run again (Simulate).
 	s.fo.edit(field, value)
-	if err := s.h.Admin.SetConfig(s.ctx(), simJob, field, value); err != nil {
+	ctx, cancel := s.call(s.adminCount)
+	err := withCause(ctx, s.h.Admin.SetConfig(ctx, simJob, field, value))
+	cancel()
+	if err != nil {
 		s.violate("SetConfig %s=%s: %v", field, value, err)
 		return
 	}
@@ -602,7 +643,9 @@ var simCrons = []string{
 func (s *sim) editCron() {
 	value := simCrons[s.x.IntN(len(simCrons))]
 	s.step("config cron=%q", value)
-	if err := s.h.Admin.SetConfig(s.ctx(), simJob, jobconfig.FieldCron, value); err != nil {
+	ctx, cancel := s.call(s.adminCount)
+	defer cancel()
+	if err := withCause(ctx, s.h.Admin.SetConfig(ctx, simJob, jobconfig.FieldCron, value)); err != nil {
 		s.violate("SetConfig cron=%q: %v", value, err)
 		return
 	}
@@ -1039,7 +1082,8 @@ func (s *sim) finish(res beginResult) {
 	r := res.run
 	s.step("commit %s %v", sv.id, r.Shards())
 	s.checkOnce(res)
-	octx := s.ctx()
+	octx, ocancel := s.call(sv.count)
+	defer ocancel()
 	if sv.crashed || sv.disconnected && !s.mem {
 		// A crashed server's checks, and on ZooKeeper a cut-off server's
 		// (each waits for a connection the step will not bring back: the
@@ -1051,7 +1095,7 @@ func (s *sim) finish(res beginResult) {
 		defer cancel()
 	}
 	for _, a := range r.Shards() {
-		err := r.CheckOwnership(octx, a.Item)
+		err := withCause(octx, r.CheckOwnership(octx, a.Item))
 		if err != nil {
 			if !errors.Is(err, protocol.ErrNotOwner) && !errors.Is(err, protocol.ErrSessionLost) {
 				s.violate("CheckOwnership %s item %d: %v", sv.id, a.Item, err)
@@ -1076,13 +1120,13 @@ func (s *sim) finish(res beginResult) {
 	cctx := octx
 	if sv.disconnected && !sv.crashed {
 		if !s.mem {
-			cctx = s.ctx() // its own 2 s, not what the checks left
+			cctx = context.Background() // its own 2 s, not what the checks left
 		}
 		var cancel context.CancelFunc
 		cctx, cancel = context.WithTimeout(cctx, 2*time.Second)
 		defer cancel()
 	}
-	err := r.Complete(cctx, time.Time{})
+	err := withCause(cctx, r.Complete(cctx, time.Time{}))
 	if err != nil && !errors.Is(err, protocol.ErrSessionLost) && !errors.Is(err, protocol.ErrNotOwner) {
 		s.violate("Complete %s: %v", sv.id, err)
 	}
@@ -1134,8 +1178,12 @@ func (s *sim) stop(sv *simServer, crash bool) {
 	// A Begin still waiting ends with the server: its ctx is cancelled.
 	s.await(sv)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if !s.mem {
+		cancel()
+		ctx, cancel = s.call(sv.count) // a leave's requests take the machine's time
+	}
 	defer cancel()
-	if err := sv.reg.Close(ctx); err != nil && !crash && !sv.disconnected {
+	if err := withCause(ctx, sv.reg.Close(ctx)); err != nil && !crash && !sv.disconnected {
 		s.violate("Close %s: %v", sv.id, err)
 	}
 	_ = sv.st.Close()
@@ -1292,9 +1340,11 @@ func (s *sim) unhealed() string {
 	if len(down) == 0 {
 		return ""
 	}
-	st, err := s.h.Admin.Status(s.ctx(), simJob)
+	ctx, cancel := s.call(s.adminCount)
+	defer cancel()
+	st, err := s.h.Admin.Status(ctx, simJob)
 	if err != nil {
-		return fmt.Sprintf("status: %v", err)
+		return fmt.Sprintf("status: %v", withCause(ctx, err))
 	}
 	for _, ss := range st.Servers {
 		if down[ss.ID] && ss.Status != "OFFLINE" {
@@ -1307,13 +1357,15 @@ func (s *sim) unhealed() string {
 // settled checks the quiet-state invariants on the stored state; "" when
 // they hold.
 func (s *sim) settled() string {
-	st, err := s.h.Admin.Status(s.ctx(), simJob)
+	ctx, cancel := s.call(s.adminCount)
+	defer cancel()
+	st, err := s.h.Admin.Status(ctx, simJob)
 	if err != nil {
-		return fmt.Sprintf("status: %v", err)
+		return fmt.Sprintf("status: %v", withCause(ctx, err))
 	}
 	// The times the status takes from run records are the items' own.
-	if err := CheckItemTimes(s.ctx(), s.h.AdminStore, s.h.NS, simJob, st); err != nil {
-		return "status times: " + err.Error()
+	if err := CheckItemTimes(ctx, s.h.AdminStore, s.h.NS, simJob, st); err != nil {
+		return "status times: " + withCause(ctx, err).Error()
 	}
 	registered := false
 	for _, ss := range st.Servers {

@@ -154,9 +154,15 @@ func (b *zkBackend) Connect(t testing.TB) store.Store {
 			b.mu.Unlock()
 		})
 	}
-	st, err := zkstore.Open(testCtx(t), zkstore.Config{
+	// A handshake's time is the machine's: Open gets what Reconnect gives a
+	// session to come back after a restore, never less than testCtx's 20 s.
+	bound := max(20*time.Second, 4*b.cfg.SessionTimeout+5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	st, err := zkstore.Open(ctx, zkstore.Config{
 		Servers:        []string{p.Addr()},
 		SessionTimeout: b.cfg.SessionTimeout,
+		ConnectTimeout: max(zkstore.DefaultConnectTimeout, bound),
 		Root:           b.root,
 		Logger:         quietLogger(),
 	})

@@ -16,6 +16,9 @@ import (
 type Store struct {
 	store.Store
 	reads, writes, multis, multiOps, syncs atomic.Int64
+	// replies counts requests that returned, with or without an error: a
+	// caller's sign of progress (coordtest's stall bound).
+	replies atomic.Int64
 }
 
 // New wraps st.
@@ -41,6 +44,12 @@ func (c Counts) Sub(o Counts) Counts {
 	return Counts{Reads: c.Reads - o.Reads, Writes: c.Writes - o.Writes, Multis: c.Multis - o.Multis, MultiOps: c.MultiOps - o.MultiOps, Syncs: c.Syncs - o.Syncs}
 }
 
+// Replies is the number of requests that returned so far, whatever
+// their outcome. A caller that waits on the store without a deadline of its
+// own reads it to tell a slow store (replies keep coming) from a stalled
+// one.
+func (s *Store) Replies() int64 { return s.replies.Load() }
+
 // Counts returns the counters so far.
 func (s *Store) Counts() Counts {
 	return Counts{Reads: s.reads.Load(), Writes: s.writes.Load(), Multis: s.multis.Load(), MultiOps: s.multiOps.Load(), Syncs: s.syncs.Load()}
@@ -48,42 +57,49 @@ func (s *Store) Counts() Counts {
 
 // Create counts a write.
 func (s *Store) Create(ctx context.Context, path string, data []byte, mode store.Mode) (string, error) {
+	defer s.replies.Add(1)
 	s.writes.Add(1)
 	return s.Store.Create(ctx, path, data, mode)
 }
 
 // Get counts a read.
 func (s *Store) Get(ctx context.Context, path string) ([]byte, store.Stat, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.Get(ctx, path)
 }
 
 // GetW counts a read.
 func (s *Store) GetW(ctx context.Context, path string) ([]byte, store.Stat, <-chan store.Event, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.GetW(ctx, path)
 }
 
 // Exists counts a read.
 func (s *Store) Exists(ctx context.Context, path string) (bool, store.Stat, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.Exists(ctx, path)
 }
 
 // ExistsW counts a read.
 func (s *Store) ExistsW(ctx context.Context, path string) (bool, store.Stat, <-chan store.Event, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.ExistsW(ctx, path)
 }
 
 // Children counts a read.
 func (s *Store) Children(ctx context.Context, path string) ([]string, store.Stat, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.Children(ctx, path)
 }
 
 // ChildrenW counts a read.
 func (s *Store) ChildrenW(ctx context.Context, path string) ([]string, store.Stat, <-chan store.Event, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.ChildrenW(ctx, path)
 }
@@ -91,18 +107,21 @@ func (s *Store) ChildrenW(ctx context.Context, path string) ([]string, store.Sta
 // GetWFunc counts a read; it forwards store.FuncWatcher (see
 // ForwardsFuncWatches).
 func (s *Store) GetWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]byte, store.Stat, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.(store.FuncWatcher).GetWFunc(ctx, path, fn)
 }
 
 // ExistsWFunc counts a read; it forwards store.FuncWatcher.
 func (s *Store) ExistsWFunc(ctx context.Context, path string, fn store.WatchFunc) (bool, store.Stat, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.(store.FuncWatcher).ExistsWFunc(ctx, path, fn)
 }
 
 // ChildrenWFunc counts a read; it forwards store.FuncWatcher.
 func (s *Store) ChildrenWFunc(ctx context.Context, path string, fn store.WatchFunc) ([]string, store.Stat, error) {
+	defer s.replies.Add(1)
 	s.reads.Add(1)
 	return s.Store.(store.FuncWatcher).ChildrenWFunc(ctx, path, fn)
 }
@@ -114,12 +133,14 @@ func (s *Store) ForwardsFuncWatches() bool { return store.FuncWatcherOf(s.Store)
 
 // Set counts a write.
 func (s *Store) Set(ctx context.Context, path string, data []byte, version int32) (store.Stat, error) {
+	defer s.replies.Add(1)
 	s.writes.Add(1)
 	return s.Store.Set(ctx, path, data, version)
 }
 
 // Delete counts a write.
 func (s *Store) Delete(ctx context.Context, path string, version int32) error {
+	defer s.replies.Add(1)
 	s.writes.Add(1)
 	return s.Store.Delete(ctx, path, version)
 }
@@ -131,6 +152,7 @@ func (s *Store) MaxRequestBytes() int { return store.RequestLimit(s.Store) }
 
 // Multi counts one write request and its operations.
 func (s *Store) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, error) {
+	defer s.replies.Add(1)
 	s.writes.Add(1)
 	s.multis.Add(1)
 	s.multiOps.Add(int64(len(ops)))
@@ -139,6 +161,7 @@ func (s *Store) Multi(ctx context.Context, ops ...store.Op) ([]store.OpResult, e
 
 // Sync counts a sync.
 func (s *Store) Sync(ctx context.Context, path string) error {
+	defer s.replies.Add(1)
 	s.syncs.Add(1)
 	return s.Store.Sync(ctx, path)
 }
