@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,9 @@ const (
 	// (coordtest.ZooKeeperConfig.EndSessions ends those at once), never a
 	// loaded machine that delays pings.
 	simZKSession = 30 * time.Second
+	// simProgressEvery: a campaign prints a progress line every this many
+	// schedules (runs, with SIM_REPEAT).
+	simProgressEvery = 100
 )
 
 func TestSimulation(t *testing.T) {
@@ -212,12 +216,23 @@ func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int
 		campaign = append(campaign, coordtest.Monitored())
 	}
 	type schedule struct {
-		seed int64
-		opts []coordtest.SimOption
+		seed       int64
+		opts       []coordtest.SimOption
+		regression bool // a regression seed, replayed beside the campaign
 	}
 	var mu sync.Mutex
 	violations := 0
 	failed := map[int64]int{} // seed -> failed runs, with repeat > 1
+	// A long campaign says how far it got: a line every simProgressEvery
+	// runs, on stdout at once (go test -v streams it; t.Log would hold it
+	// until the test ends).
+	runs, started := 0, time.Now()
+	progress := func() {
+		runs++
+		if runs%simProgressEvery == 0 && runs < schedules*repeat {
+			fmt.Printf("progress: schedules=%d/%d violations=%d seed=%d elapsed=%v\n", runs, schedules*repeat, violations, seed, time.Since(started).Round(time.Second))
+		}
+	}
 	seeds := make(chan schedule)
 	var wg sync.WaitGroup
 	for range workers {
@@ -229,24 +244,36 @@ func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int
 				var vs []string
 				if b == nil {
 					vs = coordtest.SimulateMem(t, s, sc.opts...)
-				} else {
-					t.Run(strconv.FormatInt(s, 10), func(t *testing.T) {
-						sb := b
-						if f, ok := b.(interface {
-							ForSchedule(testing.TB) coordtest.Backend
-						}); ok {
-							sb = f.ForSchedule(t)
-						}
-						vs = coordtest.Simulate(t, sb, s, sc.opts...)
-					})
+				} else if !t.Run(strconv.FormatInt(s, 10), func(t *testing.T) {
+					sb := b
+					if f, ok := b.(interface {
+						ForSchedule(testing.TB) coordtest.Backend
+					}); ok {
+						sb = f.ForSchedule(t)
+					}
+					vs = coordtest.Simulate(t, sb, s, sc.opts...)
+				}) && len(vs) == 0 {
+					// A t.Fatal of the harness (a session it could not
+					// open, say) ended the schedule: a failed schedule all
+					// the same, not one without violations.
+					vs = []string{"harness t.Fatal: the schedule's test failed without a violation (its log says why)"}
 				}
+				mu.Lock()
+				if len(vs) > 0 {
+					violations++
+					failed[s]++
+				}
+				if !sc.regression {
+					progress()
+				}
+				mu.Unlock()
 				if len(vs) == 0 {
 					continue
 				}
-				mu.Lock()
-				violations++
-				failed[s]++
-				mu.Unlock()
+				// At once, for a campaign's log (the errors of a parallel
+				// test print when it ends): the seed and its first finding.
+				first, _, _ := strings.Cut(vs[0], "\n")
+				fmt.Printf("violation: seed=%d %s\n", s, first)
 				for _, v := range vs {
 					t.Errorf("seed %d: %s", s, v)
 				}
@@ -260,12 +287,12 @@ func runSim(t *testing.T, b coordtest.Backend, schedules int, regressions ...int
 	}
 	if os.Getenv("SIM_SEED") == "" {
 		for _, s := range regressions {
-			seeds <- schedule{s, []coordtest.SimOption{coordtest.Monitored()}}
+			seeds <- schedule{s, []coordtest.SimOption{coordtest.Monitored()}, true}
 		}
 	}
 	for i := range schedules {
 		for range repeat {
-			seeds <- schedule{seed + int64(i), campaign}
+			seeds <- schedule{seed + int64(i), campaign, false}
 		}
 	}
 	close(seeds)

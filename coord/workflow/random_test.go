@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shardflow/shardflow/coord/memstore"
 	"github.com/shardflow/shardflow/coord/store"
@@ -60,6 +61,7 @@ func TestWorkflowSimulation(t *testing.T) {
 	}
 	seed, _ := strconv.ParseUint(os.Getenv("SIM_SEED"), 10, 64)
 	violations, runs, repeated, refused, unowned := 0, 0, 0, 0, 0
+	begun := time.Now()
 	for i := range uint64(k) {
 		if !t.Run(fmt.Sprint(seed+i), func(t *testing.T) {
 			randomSchedule(t, seed+i)
@@ -67,6 +69,12 @@ func TestWorkflowSimulation(t *testing.T) {
 			runs, repeated, refused, unowned = runs+r, repeated+d, refused+f, unowned+u
 		}) {
 			violations++
+			fmt.Printf("violation: seed=%d\n", seed+i)
+		}
+		// A long campaign says how far it got, on stdout at once, as the
+		// protocol simulation does (coord/protocol's runSim).
+		if n := i + 1; n%100 == 0 && n < uint64(k) {
+			fmt.Printf("progress: workflow schedules=%d/%d violations=%d seed=%d elapsed=%v\n", n, k, violations, seed, time.Since(begun).Round(time.Second))
 		}
 	}
 	fmt.Printf("workflow: schedules=%d violations=%d seed=%d runs=%d repeated=%d refused=%d unowned=%d\n", k, violations, seed, runs, repeated, refused, unowned)
