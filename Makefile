@@ -104,6 +104,16 @@ sim: zk-overlay ## seeded protocol simulation (and, on the embedded store, the w
 	{ grep '^schedules=' $$out | tail -1; grep '^workflow: schedules=' $$wf; } | awk '{for (i = 1; i <= NF; i++) {split($$i, kv, "="); if (kv[1] == "violations") v += kv[2]} if ($$1 != "workflow:") {k = $$1; s = $$3}} END {if (k != "") print k " violations=" v+0 " " s}'; \
 	rm -f $$out $$wf; exit $$rc
 
+# make campaign: a long simulation campaign over PROCS processes
+# (scripts/campaign.sh): the test binary built once, the seeds in chunks
+# (CHUNK) with a log each under .build/ (the directory is printed first),
+# and at the end the totals and every failing seed with its first error.
+PROCS ?= 1
+CHUNK ?=
+.PHONY: campaign
+campaign: zk-overlay ## simulation campaign: make campaign STORE=mem|zk|pg|workflow SEED=N SCHEDULES=K PROCS=P [CHUNK=C] [NICE=N]; prints its log directory, a line per chunk, then schedules, violations and each failing seed
+	@$(TEST_ENV) $(ZK_WORK) GO=$(GO) STORE=$(STORE) SEED=$(SEED) SCHEDULES=$(SCHEDULES) PROCS=$(PROCS) CHUNK=$(CHUNK) scripts/campaign.sh
+
 .PHONY: join-zk
 join-zk: zk-overlay ## K processes (2..10) joining one job at once on real ZooKeeper, 100 rounds (JOIN_ROUNDS to change)
 	@out=$$(mktemp); \
