@@ -74,8 +74,8 @@ type jobRuns interface {
 // goroutine and timer over the jobs' robfig/cron schedules) for every job,
 // and at most one run per job at a time.
 //
-// A job costs no goroutine while idle: a runner goroutine is started when a
-// run is due and exits when no run is pending. A cron fire during a run sets
+// A job costs no goroutine while idle: its runner is started when a run is
+// due, on a starter goroutine (runStarts), and ends when no run is pending. A cron fire during a run sets
 // the job's misfire flag (when misfire is on), so any number of fires during
 // one run give exactly one catch-up run after it; a manual trigger during a
 // run is queued (one pending) and never dropped.
@@ -100,10 +100,12 @@ type scheduler struct {
 	// the same one: the cron loop computes a shared schedule's next fire
 	// time once for all of them.
 	specs  map[string]*sharedSpec
-	active map[*schedJob]struct{} // jobs with a runner goroutine, removed ones too
+	active map[*schedJob]struct{} // jobs with a runner queued or running, removed ones too
 	// stopping is set under mu by stop's first call: every decision to
 	// start a runner reads it together with the job's state.
 	stopping bool
+
+	starts runStarts
 }
 
 type schedJob struct {
@@ -127,7 +129,7 @@ type schedJob struct {
 	// pendingFailover: failover items were signalled while a failover
 	// runner beside the run was claiming: it claims again before it exits.
 	pendingFailover bool
-	idle            chan struct{} // non-nil while a runner goroutine exists; closed when it exits
+	idle            chan struct{} // non-nil while a runner is queued or running; closed when it ends
 	// failoverIdle is non-nil while failover runners beside the run in
 	// progress exist; closed when the last one exits.
 	failoverIdle chan struct{}
@@ -381,11 +383,26 @@ func (s *scheduler) failoverRunner(j *schedJob) {
 }
 
 // startRunnerLocked starts j's runner with a run for reason; scheduled is
-// the cron fire time it serves (zero but for ReasonCron).
+// the cron fire time it serves (zero but for ReasonCron). The runner runs
+// on one of the scheduler's starter goroutines (runStarts).
 func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason, scheduled time.Time) {
 	j.idle = make(chan struct{})
 	s.active[j] = struct{}{}
-	go s.runner(j, reason, scheduled)
+	if s.starts.push(runStart{j: j, reason: reason, scheduled: scheduled}) {
+		s.starts.goroutines.Go(s.starter)
+	}
+}
+
+// starter runs the runners queued in s.starts, one after another, until
+// none is queued: a starter that finds its first one taken exits at once.
+func (s *scheduler) starter() {
+	for first := true; ; first = false {
+		rs, ok := s.starts.take(first)
+		if !ok {
+			return
+		}
+		s.runner(rs.j, rs.reason, rs.scheduled)
+	}
 }
 
 // runner runs the job, then the follow-up runs followUp decides, until
@@ -582,7 +599,7 @@ func (s *scheduler) halt(ctx context.Context, started, hard bool) error {
 	return err
 }
 
-// wait blocks until no runner goroutine is left or ctx ends.
+// wait blocks until no runner nor starter goroutine is left or ctx ends.
 func (s *scheduler) wait(ctx context.Context) error {
 	for {
 		s.mu.Lock()
@@ -595,6 +612,8 @@ func (s *scheduler) wait(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		if idle == nil {
+			// No runner is queued: the starters left find none and exit.
+			s.starts.goroutines.Wait()
 			return nil
 		}
 		select {
