@@ -395,7 +395,7 @@ func (n *Node) RemoveJob(ctx context.Context, name string) error {
 func (n *Node) detach(ctx context.Context, h *hostedJob, leave bool) error {
 	h.detachOnce.Do(func() {
 		h.haltCancel()
-		n.stopKick(h)
+		n.stopTimers(h)
 		var errs []error
 		if err := n.sched.remove(ctx, h.name); err != nil && !errors.Is(err, ErrNoJob) {
 			errs = append(errs, err) // the run was cancelled and has returned
@@ -587,7 +587,7 @@ func (r hostedRuns) run(ctx context.Context, reason Reason, scheduled time.Time)
 		r.n.runOnce(ctx, r.h, reason, kick, scheduled)
 	}
 	if ctx.Err() == nil && !r.n.isStopping(r.h) {
-		r.n.refreshFirstAhead(ctx, r.h) // after the run: off its path to BeforeRun
+		r.n.refreshFirstAhead(r.h) // after the run: off its path to BeforeRun
 	}
 }
 

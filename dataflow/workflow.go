@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -16,12 +17,17 @@ import (
 type workflowJob struct {
 	steps *workflow.Steps
 
-	mu         sync.Mutex
-	first      bool      // jobs depend on it (read at firstRead)
-	firstRead  time.Time // zero: never read
-	kick       *time.Timer
-	kickStop   bool
-	kickActive sync.WaitGroup
+	mu        sync.Mutex
+	first     bool      // jobs depend on it (read at firstRead)
+	firstRead time.Time // zero: never read
+	// refresh: the answer's next read ahead of the runs, armed
+	// (refreshFirstAhead) until it has read.
+	refresh *time.Timer
+	kick    *time.Timer
+	// timersStop: stopTimers was called, kick and refresh are not armed
+	// again; timersActive: a kick or a refresh in progress.
+	timersStop   bool
+	timersActive sync.WaitGroup
 
 	// trigger: the Czxid of the trigger node the job's next trigger run
 	// answers (-1: a local trigger, which has none).
@@ -126,29 +132,64 @@ func (w *workflowJob) readFirst(ctx context.Context) (bool, error) {
 	return first, nil
 }
 
-// refreshFirstAhead reads isFirst's answer again, after a run, once it is
-// half its interval old, so that the next runs find it fresh: the read is
-// not on their way from the fire to BeforeRun. Many jobs on one cron read
-// their answers at the same tick, and a read at the run made each of that
-// tick's runs wait for a read queued behind every other job's on the
-// server's session, once a reconcile interval (10,000 jobs on 3 servers
-// reading 30,000 at one tick; unmonitored runs send nothing else). The
-// answer is still never older than the interval (isFirst reads it at the
-// run when it is).
-func (n *Node) refreshFirstAhead(ctx context.Context, h *hostedJob) {
+// refreshFirstAhead arms, after a run, a read of isFirst's answer once it
+// is half its interval old, so that the next runs find it fresh: the read
+// is not on their way from the fire to BeforeRun. A read at the run made
+// each of a tick's runs wait for a read queued behind every other job's on
+// the server's session, once a reconcile interval.
+//
+// The read is not made at once either: the jobs of one cron run at the
+// same tick and their answers come due together, so that their reads did
+// too (10,000 jobs on 3 servers: 30,000 reads right after one tick in
+// three, which took the processes' and ZooKeeper's CPU from that tick's
+// runs: its p99 went from 0.5 s to 3.3 s). Each job reads at its own
+// offset into the next quarter interval (refreshDelay): a job that runs
+// every P finds the answer read before its next run when P is over a
+// quarter interval, and, when P is under it, before the answer is the
+// interval old. The answer is still never older than the interval (isFirst
+// reads it at the run when it is). stopTimers stops it.
+func (n *Node) refreshFirstAhead(h *hostedJob) {
 	cfg := h.cj.Config()
 	if len(cfg.DependsOn) > 0 {
 		return
 	}
+	interval := max(cfg.ReconcileInterval, time.Second)
 	w := &h.wf
 	w.mu.Lock()
-	due := !w.firstRead.IsZero() && time.Since(w.firstRead) >= max(cfg.ReconcileInterval, time.Second)/2
-	w.mu.Unlock()
-	if !due {
+	defer w.mu.Unlock()
+	if w.timersStop || w.refresh != nil || w.firstRead.IsZero() || time.Since(w.firstRead) < interval/2 {
 		return
 	}
+	w.refresh = time.AfterFunc(refreshDelay(h.name, interval), func() { n.refreshOnce(h) })
+}
+
+// refreshDelay is job's offset into a quarter interval: the same job
+// always reads at the same offset, and the jobs of a cron at offsets
+// spread across it.
+func refreshDelay(job string, interval time.Duration) time.Duration {
+	f := fnv.New64a()
+	_, _ = f.Write([]byte(job))
+	return time.Duration(f.Sum64() % uint64(max(interval/4, 1)))
+}
+
+// refreshOnce is the read refreshFirstAhead armed.
+func (n *Node) refreshOnce(h *hostedJob) {
+	w := &h.wf
+	w.mu.Lock()
+	if w.timersStop {
+		w.mu.Unlock()
+		return
+	}
+	w.timersActive.Add(1)
+	w.mu.Unlock()
+	defer w.timersActive.Done()
+	ctx, cancel := context.WithTimeout(h.halt, reportTimeout)
 	// On an error isFirst reads it at a run once it is the interval old.
 	_, _ = w.readFirst(ctx)
+	cancel()
+	w.mu.Lock()
+	w.refresh = nil
+	w.mu.Unlock()
 }
 
 // pickWorkflow decides which workflow run a run of h serves and which of
@@ -300,12 +341,12 @@ func (n *Node) startWorkflow(ctx context.Context, h *hostedJob, cfg JobConfig) {
 // interval: a run of this server (reasonKick) when a step of the job is
 // open, for the items it owes (they moved here after the trigger or the
 // fire, or this server missed it). The kick runs on a timer (no goroutine
-// while waiting); stopKick waits for one in progress.
+// while waiting); stopTimers waits for one in progress.
 func (n *Node) armKick(h *hostedJob, cfg JobConfig, after time.Duration) {
 	w := &h.wf
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.kickStop || len(cfg.DependsOn) == 0 && !w.first {
+	if w.timersStop || len(cfg.DependsOn) == 0 && !w.first {
 		return
 	}
 	if w.kick != nil {
@@ -320,14 +361,14 @@ func (n *Node) armKick(h *hostedJob, cfg JobConfig, after time.Duration) {
 func (n *Node) kickOnce(h *hostedJob) {
 	w := &h.wf
 	w.mu.Lock()
-	if w.kickStop {
+	if w.timersStop {
 		w.mu.Unlock()
 		return
 	}
-	w.kickActive.Add(1)
+	w.timersActive.Add(1)
 	w.kick = nil
 	w.mu.Unlock()
-	defer w.kickActive.Done()
+	defer w.timersActive.Done()
 	cfg := h.cj.Config()
 	ctx, cancel := context.WithTimeout(h.halt, reportTimeout)
 	if first, err := n.isFirst(ctx, h, cfg); err == nil && !first && len(cfg.DependsOn) == 0 {
@@ -341,15 +382,18 @@ func (n *Node) kickOnce(h *hostedJob) {
 	n.armKick(h, cfg, max(cfg.ReconcileInterval, time.Second))
 }
 
-// stopKick stops h's kick and waits for one in progress.
-func (n *Node) stopKick(h *hostedJob) {
+// stopTimers stops h's kick and its answer's refresh, and waits for one
+// in progress.
+func (n *Node) stopTimers(h *hostedJob) {
 	w := &h.wf
 	w.mu.Lock()
-	w.kickStop = true
-	if w.kick != nil {
-		w.kick.Stop()
-		w.kick = nil
+	w.timersStop = true
+	for _, t := range []**time.Timer{&w.kick, &w.refresh} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
 	}
 	w.mu.Unlock()
-	w.kickActive.Wait()
+	w.timersActive.Wait()
 }

@@ -2,7 +2,9 @@ package dataflow
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +98,71 @@ func TestFirstReadOffTheRunPath(t *testing.T) {
 		time.Sleep(6 * time.Second)
 		if n := run(); n != 0 {
 			t.Fatalf("run at 12 s: %d dependents reads before BeforeRun, want 0 (read again after the run at 6 s)", n)
+		}
+	})
+}
+
+// TestFirstReadsSpreadAfterATick: the refreshes that come due together,
+// after the runs of jobs on one tick, are not read at that tick but each
+// at its job's own offset into the next quarter interval. Before, every
+// job read right after its run: 10,000 jobs on one cron sent their reads
+// together, once every two or three ticks, and that tick's runs started
+// late behind them. On the fake clock (synctest), 40 jobs, interval 40 s:
+// runs at 0 (each reads on its path: nothing known yet) and at 25 s; no
+// read at 25 s, 40 within the next 10 s, at many instants.
+func TestFirstReadsSpreadAfterATick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := memstore.NewServer()
+		st := &dependentsReads{Store: srv.Connect()}
+		node, err := NewNode(NodeConfig{Store: st, Namespace: "firstspread", ServerID: "s1", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const jobs = 40
+		for i := range jobs {
+			cfg := JobConfig{JobName: fmt.Sprintf("j%02d", i), ShardingTotalCount: 1, ReconcileInterval: 40 * time.Second}
+			if err := AddJob[int](t.Context(), node, cfg, idleJob{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := node.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := node.Stop(context.Background()); err != nil {
+				t.Error(err)
+			}
+		}()
+		tick := func() {
+			t.Helper()
+			for i := range jobs {
+				if err := node.TriggerLocal(fmt.Sprintf("j%02d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			synctest.Wait() // the runs and what their runners do after them are over
+		}
+		tick()
+		first := st.count()
+		time.Sleep(25 * time.Second)
+		at := time.Now()
+		tick()
+		if n := st.count() - first; n != 0 {
+			t.Fatalf("%d dependents reads at the tick that made them due, want 0", n)
+		}
+		time.Sleep(10 * time.Second)
+		st.mu.Lock()
+		reads := slices.Clone(st.reads[first:])
+		st.mu.Unlock()
+		if len(reads) != jobs {
+			t.Fatalf("%d dependents reads in the quarter interval after the tick, want %d", len(reads), jobs)
+		}
+		instants := map[time.Duration]bool{}
+		for _, r := range reads {
+			instants[r.Sub(at)] = true
+		}
+		if len(instants) < jobs/2 {
+			t.Fatalf("the %d reads at %d instants, want them spread (at least %d)", jobs, len(instants), jobs/2)
 		}
 	})
 }
