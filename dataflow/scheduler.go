@@ -389,17 +389,26 @@ func (s *scheduler) startRunnerLocked(j *schedJob, reason Reason, scheduled time
 	j.idle = make(chan struct{})
 	s.active[j] = struct{}{}
 	if s.starts.push(runStart{j: j, reason: reason, scheduled: scheduled}) {
-		s.starts.goroutines.Go(s.starter)
+		s.startStarter()
 	}
+}
+
+func (s *scheduler) startStarter() {
+	s.starts.goroutines.Add(1)
+	go s.starter()
 }
 
 // starter runs the runners queued in s.starts, one after another, until
 // none is queued: a starter that finds its first one taken exits at once.
 func (s *scheduler) starter() {
+	defer s.starts.goroutines.Done()
 	for first := true; ; first = false {
-		rs, ok := s.starts.take(first)
+		rs, ok, start := s.starts.take(first)
 		if !ok {
 			return
+		}
+		if start {
+			s.startStarter() // for the runners queued behind this one
 		}
 		s.runner(rs.j, rs.reason, rs.scheduled)
 	}
