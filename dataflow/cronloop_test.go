@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/shardflow/shardflow/coord/jobconfig"
 )
 
 // firings records, per entry name, the fake-clock times of its fires.
@@ -276,4 +278,35 @@ func TestCronLoopFiresWithTheScheduledTime(t *testing.T) {
 			t.Fatalf("calls %v, want %v (each fire with its own scheduled time)", calls, want)
 		}
 	})
+}
+
+// TestCronLoopNextAfterIsNext: the next fire time a run asks for
+// (nextAfter), answered from the loop's last Next where it can be, is
+// Next's own answer, at times before, inside and after the interval that
+// memo covers, for Quartz specs, robfig descriptors and "@every" (whose
+// times count from the time asked, so never from the memo).
+func TestCronLoopNextAfterIsNext(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := time.Date(2026, 3, 29, 0, 59, 0, 0, time.UTC) // a DST change in Europe
+	for _, spec := range []string{"* * * * * ?", "0/20 * * * * ?", "0 0 2 * * ?", "CRON_TZ=Europe/Berlin 0 30 2 * * ?", "@daily", "@every 10s"} {
+		parsed, err := jobconfig.ParseCron(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCronLoop(func(time.Time, []int) {})
+		s := newCronSchedule(parsed)
+		for range 200 {
+			at := base.Add(time.Duration(rng.Int64N(int64(48 * time.Hour))))
+			c.mu.Lock()
+			next := s.nextLocked(at) // as the loop does at a fire
+			c.mu.Unlock()
+			span := next.Sub(at) + 2*time.Second
+			for range 20 {
+				now := at.Add(time.Duration(rng.Int64N(int64(span))) - time.Second)
+				if got, want := c.nextAfter(s, now), s.Next(now); !got.Equal(want) {
+					t.Fatalf("%q: memo Next(%v) = %v; nextAfter(%v) = %v, want %v", spec, at, next, now, got, want)
+				}
+			}
+		}
+	}
 }

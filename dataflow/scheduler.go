@@ -166,7 +166,7 @@ func (s *scheduler) shareSpecLocked(spec string, parsed cron.Schedule) *cronSche
 	}
 	sh := s.specs[spec]
 	if sh == nil {
-		sh = &sharedSpec{sched: &cronSchedule{Schedule: parsed}}
+		sh = &sharedSpec{sched: newCronSchedule(parsed)}
 		s.specs[spec] = sh
 	}
 	sh.jobs++
@@ -263,12 +263,15 @@ func (s *scheduler) reschedule(name, spec string, misfire bool) error {
 // trigger-only job or an unknown one.
 func (s *scheduler) nextFire(name string, now time.Time) time.Time {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	j, ok := s.jobs[name]
-	if !ok || j.sched == nil {
+	var sched *cronSchedule
+	if j, ok := s.jobs[name]; ok {
+		sched = j.sched
+	}
+	s.mu.Unlock()
+	if sched == nil {
 		return time.Time{}
 	}
-	return j.sched.Next(now)
+	return s.cron.nextAfter(sched, now)
 }
 
 // fireChunk bounds the jobs fire starts under one hold of mu: a runner
