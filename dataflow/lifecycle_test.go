@@ -3,6 +3,7 @@ package dataflow
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -154,4 +155,27 @@ func TestStopAndCancelEscalatesStop(t *testing.T) {
 			t.Errorf("the escalated Stop = %v, want nil", err)
 		}
 	})
+}
+
+// TestTriggerLocalRefusedOnceStopBegins: TriggerLocal returns
+// ErrNodeStopped as soon as the stop has begun (Ready says stopping), not
+// only once the stop's own goroutine has reached the scheduler: in between
+// a trigger was taken and ran on a stopping Node (TestNodeStopDrains failed
+// so by chance under -race at load).
+func TestTriggerLocalRefusedOnceStopBegins(t *testing.T) {
+	n, err := NewNode(NodeConfig{Store: memstore.NewServer().Connect(), ServerID: "s", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := AddJob(t.Context(), n, JobConfig{JobName: "j", ShardingTotalCount: 1}, Job[int](idleJob{})); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	n.beginStop()
+	if err := n.TriggerLocal("j"); !errors.Is(err, ErrNodeStopped) {
+		t.Fatalf("TriggerLocal right after the stop began: %v, want ErrNodeStopped", err)
+	}
+	<-n.Stopped()
 }

@@ -438,8 +438,13 @@ func (n *Node) detach(ctx context.Context, h *hostedJob, leave bool) error {
 // `shardflow trigger`).
 func (n *Node) TriggerLocal(name string) error {
 	n.mu.Lock()
-	h := n.jobs[name]
+	h, stopping := n.jobs[name], n.stopping
 	n.mu.Unlock()
+	if stopping {
+		// The scheduler refuses it too, once the stop's goroutine gets
+		// to it; from the stop's first moment (Ready says stopping) on.
+		return ErrNodeStopped
+	}
 	if h != nil {
 		h.wf.noteTrigger(-1)
 	}
