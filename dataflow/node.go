@@ -170,6 +170,8 @@ type Node struct {
 	// down or removed; Stop waits for them. Added to under mu only while
 	// not stopping.
 	detaching sync.WaitGroup
+	// completes bound the runs' completions (completeTimeout).
+	completes completeContexts
 
 	mu       sync.Mutex
 	jobs     map[string]*hostedJob
@@ -711,8 +713,7 @@ func (n *Node) runOnce(ctx context.Context, h *hostedJob, reason Reason, kick bo
 		}
 	}
 
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeTimeout)
-	defer cancel()
+	cctx := n.completes.at(time.Now()) // completeTimeout, not ctx: it ends the items' running state
 	// The run's outcome and the counts so far go with the completion, in
 	// its one transaction: status shows a failing item, and the counts,
 	// as soon as the run ends, not a report interval later.
