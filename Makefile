@@ -188,12 +188,12 @@ bench-jobs: ## JOBS idle jobs (default 1000) on one Node on real ZooKeeper (STOR
 # read from the environment, as bench-jobs does: the Makefile's own STORE
 # (mem) is the simulation's.
 .PHONY: bench-fires
-bench-fires: ## JOBS jobs (default 1000) on one CRON (default every second) over SERVERS processes (default 3) on real ZooKeeper for DURATION s (default 30): fires/s against expected, misfires, fire->BeforeRun p50/p99/max, store requests per worker (WARMUP, GRACE s; ZK_HEAP, default 1g; STORE=pg: on Postgres; COMPARE=1: without then with group commit, side by side; BASELINE=rev: the fireworker built at git rev first, old beside new; VARIANTS='flags;flags': fireworker flag sets measured too; PROFILE=dir: workers' CPU profiles; KEEP=dir: the workers' runs files and store request logs; the window starts after every job's first fire; SETTLE=s: a baseline without the warm line waits s after ready instead)
+bench-fires: ## JOBS jobs (default 1000) on one CRON (default every second) over SERVERS processes (default 3) on real ZooKeeper for DURATION s (default 30): fires/s against expected, misfires, fire->BeforeRun p50/p99/max, store requests per worker (WARMUP, GRACE s; ZK_HEAP, default 1g; STORE=pg: on Postgres; COMPARE=1: without then with group commit, side by side; BASELINE=rev: the fireworker built at git rev first, old beside new, with BASELINE_FLAGS (e.g. --monitor-execution=false); VARIANTS='flags;flags': fireworker flag sets measured too; PROFILE=dir: workers' CPU profiles; KEEP=dir: the workers' runs files and store request logs; the window starts after every job's first fire; SETTLE=s: a baseline without the warm line waits s after ready instead)
 	uptime
 	@set -o pipefail; $(TEST_ENV) SHARDFLOW_FIRES_JOBS=$(or $(JOBS),1000) SHARDFLOW_FIRES_SERVERS=$(or $(SERVERS),3) \
 		SHARDFLOW_FIRES_CRON='$(or $(CRON),* * * * * ?)' SHARDFLOW_FIRES_SECONDS=$(or $(DURATION),30) \
 		SHARDFLOW_FIRES_WARMUP=$(WARMUP) SHARDFLOW_FIRES_GRACE=$(GRACE) SHARDFLOW_FIRES_ZK_HEAP=$(ZK_HEAP) SHARDFLOW_FIRES_STORE=$${STORE:-zk} \
-		SHARDFLOW_FIRES_COMPARE=$(COMPARE) SHARDFLOW_FIRES_BASELINE=$(BASELINE) SHARDFLOW_FIRES_VARIANTS='$(VARIANTS)' SHARDFLOW_FIRES_PROFILE=$(if $(PROFILE),$(abspath $(PROFILE))) SHARDFLOW_FIRES_KEEP=$(if $(KEEP),$(abspath $(KEEP))) SHARDFLOW_FIRES_SETTLE=$(SETTLE) \
+		SHARDFLOW_FIRES_COMPARE=$(COMPARE) SHARDFLOW_FIRES_BASELINE=$(BASELINE) SHARDFLOW_FIRES_BASELINE_FLAGS='$(BASELINE_FLAGS)' SHARDFLOW_FIRES_VARIANTS='$(VARIANTS)' SHARDFLOW_FIRES_PROFILE=$(if $(PROFILE),$(abspath $(PROFILE))) SHARDFLOW_FIRES_KEEP=$(if $(KEEP),$(abspath $(KEEP))) SHARDFLOW_FIRES_SETTLE=$(SETTLE) \
 		$(GO) test -count=1 -timeout 60m -run '^TestFires$$' -v ./dataflow/ | grep -E 'FIRES|^(---|ok|FAIL)|_test.go'
 	uptime
 

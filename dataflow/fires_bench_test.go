@@ -50,7 +50,8 @@ import (
 // too, before the default (e.g. "--gc-ops=64 --gc-inflight=4").
 // SHARDFLOW_FIRES_BASELINE=rev measures the fireworker built at git
 // revision rev first (integration.BuildBinaryAt), the old binary beside
-// the new. SHARDFLOW_FIRES_PROFILE=dir has each worker write a CPU profile
+// the new, with the flags in SHARDFLOW_FIRES_BASELINE_FLAGS (e.g.
+// "--monitor-execution=false", to set it beside that variant). SHARDFLOW_FIRES_PROFILE=dir has each worker write a CPU profile
 // there (not the baseline's, when it predates --cpuprofile);
 // SHARDFLOW_FIRES_KEEP=dir copies the workers' runs files there. A FIRES
 // "tick" line per tick the runs serve (tickLines) says which ticks a
@@ -87,30 +88,31 @@ func TestFires(t *testing.T) {
 	}
 
 	storeArgs, where := fireStore(t, storeKind, heap)
-	type variant struct{ name, bin string }
+	type variant struct {
+		name, bin string
+		flags     []string // the worker's flags beside the store's
+	}
 	bin := integration.BuildBinary(t, "./internal/fireworker")
 	var variants []variant
 	if rev := os.Getenv("SHARDFLOW_FIRES_BASELINE"); rev != "" {
 		// The old binary first, side by side in one run.
 		old, commit := integration.BuildBinaryAt(t, rev, "./dataflow/internal/fireworker")
-		variants = append(variants, variant{"baseline@" + commit, old})
+		flags := strings.Fields(os.Getenv("SHARDFLOW_FIRES_BASELINE_FLAGS"))
+		variants = append(variants, variant{strings.Join(append([]string{"baseline@" + commit}, flags...), " "), old, flags})
 	}
 	if os.Getenv("SHARDFLOW_FIRES_COMPARE") == "1" {
-		variants = append(variants, variant{"--group-commit=false", bin})
+		variants = append(variants, variant{"--group-commit=false", bin, []string{"--group-commit=false"}})
 	}
 	// SHARDFLOW_FIRES_VARIANTS: more fireworker flag sets, ';' between
 	// sets, ' ' between a set's flags (the group committer's tuning).
 	for v := range strings.SplitSeq(os.Getenv("SHARDFLOW_FIRES_VARIANTS"), ";") {
 		if v = strings.TrimSpace(v); v != "" {
-			variants = append(variants, variant{v, bin})
+			variants = append(variants, variant{v, bin, strings.Fields(v)})
 		}
 	}
-	variants = append(variants, variant{"group-commit", bin})
+	variants = append(variants, variant{"group-commit", bin, nil})
 	for _, v := range variants {
-		args := slices.Clone(storeArgs)
-		if strings.HasPrefix(v.name, "--") {
-			args = append(args, strings.Fields(v.name)...)
-		}
+		args := append(slices.Clone(storeArgs), v.flags...)
 		vlogf := func(format string, a ...any) { logf("variant=%q "+format, append([]any{v.name}, a...)...) }
 		// A baseline may predate --cpuprofile and --hold: each is
 		// given when the binary has it, so that old and new are measured
