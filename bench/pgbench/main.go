@@ -55,6 +55,7 @@ func main() {
 	rows := flag.Int64("rows", 1_000_000, "rows (and river jobs) per measurement")
 	batch := flag.Int("batch", 1000, "FetchDataCount: rows claimed per fetch")
 	items := flag.Int("items", 8, "ShardingTotalCount")
+	flag.IntVar(&workersPerItem, "threads", 1, "ConcurrentDataProcessThreadCount of the shardflow measurements: workers per item (above 1 each batch is cut into that many slices, each its own transaction in the transactional mode)")
 	riverWorkers := flag.Int("river-workers", 2000, "river MaxWorkers")
 	only := flag.String("only", "", "comma-separated subset of: shardflow,shardflow-tx,shardflow-tx-pgcoord,shardflow-tx-shared,pgx,river,update")
 	rounds := flag.Int("rounds", 1, "rounds of every measurement, in alternating order (odd rounds reversed); the table shows each one's median")
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&pgCPUFile, "pg-cpuacct", "", "the Postgres server's cgroup CPU counter in nanoseconds (cgroup v1: /sys/fs/cgroup/cpuacct/docker/<id>/cpuacct.usage): "+
 		"each measurement's note then gives the server's CPU seconds over its timed part alone (seeding excluded)")
 	flag.Parse()
+	poolConns = int32(max(32, *items*(workersPerItem+1)))
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -220,6 +222,13 @@ func medians(results []result) []result {
 // pgCPUFile is --pg-cpuacct.
 var pgCPUFile string
 
+// workersPerItem is --threads; poolConns the size of each measurement's
+// pool: a connection for every worker and item's fetch, 32 at least.
+var (
+	workersPerItem int
+	poolConns      int32 = 32
+)
+
 // pgCPU returns a func that, called at the end of a timed part, describes
 // the CPU time since pgCPU was called: the Postgres server's (without
 // --pg-cpuacct or when its counter cannot be read, none), this process's
@@ -294,7 +303,7 @@ func freshDB(ctx context.Context, dsn, name string) (*pgxpool.Pool, string, func
 		return nil, "", nil, err
 	}
 	u := url.URL{Scheme: "postgres", User: url.UserPassword(cfg.User, cfg.Password), Host: fmt.Sprintf("%s:%d", cfg.Host, cfg.Port), Path: "/" + db}
-	pool, err := postgres.Connect(ctx, u.String(), 32)
+	pool, err := postgres.Connect(ctx, u.String(), poolConns)
 	if err != nil {
 		drop()
 		return nil, "", nil, err

@@ -29,7 +29,7 @@ type workRow struct {
 // benchShardflow drains the table with the claim mode (or, with tx, the
 // transactional mode): two servers, each with its own Source (claimed_by)
 // and its half of the items, each running the dataflow pipeline engine
-// (streaming, one worker per item).
+// (streaming, --threads workers per item).
 func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch int, tx bool) (result, error) {
 	// Two Nodes in this process over one in-memory coordination server:
 	// the real scheduler, coord protocol (resharding, running marks,
@@ -42,9 +42,9 @@ func benchShardflow(ctx context.Context, pool *pgxpool.Pool, n int64, items, bat
 	}
 	r.name, r.note = "shardflow", "claim mode"
 	if tx {
-		r.name, r.note = "shardflow-tx", "transactional mode (each batch's rows read, locked and marked done by one statement of its Fetch, in the batch transaction; fence)"
+		r.name, r.note = "shardflow-tx", "transactional mode (each slice one transaction: its rows locked and marked done, the function, the fence; with one worker per item the batch's Fetch reads, locks and marks its rows in one statement of that transaction)"
 	}
-	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process on memstore (streaming, 1 worker per item), batch %d; %s%s", items, batch, r.drainRate(), r.cpuNote)
+	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process on memstore (streaming, workers per item: %d), batch %d; %s%s", items, workersPerItem, batch, r.drainRate(), r.cpuNote)
 	return r, nil
 }
 
@@ -63,7 +63,7 @@ func benchShardflowPgCoord(ctx context.Context, pool *pgxpool.Pool, coordDSN str
 	if shared {
 		r.name, r.note = "shardflow-tx-shared", "transactional mode coordinated by pgstore in the same database (ownership checked in each batch's transaction)"
 	}
-	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process (streaming, 1 worker per item), batch %d; %s%s", items, batch, r.drainRate(), r.cpuNote)
+	r.note += fmt.Sprintf(", %d items over 2 dataflow.Nodes in one process (streaming, workers per item: %d), batch %d; %s%s", items, workersPerItem, batch, r.drainRate(), r.cpuNote)
 	return r, nil
 }
 
@@ -90,7 +90,7 @@ func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch in
 	done := make(chan struct{})
 	var closeOnce sync.Once
 	cfg := dataflow.JobConfig{JobName: "bench", ShardingTotalCount: items, FetchDataCount: batch,
-		ConcurrentDataProcessThreadCount: 1, StreamingProcess: true}
+		ConcurrentDataProcessThreadCount: workersPerItem, StreamingProcess: true}
 	var nodes []*dataflow.Node
 	var stores []interface{ Close() error }
 	defer func() {
