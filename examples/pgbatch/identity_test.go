@@ -133,5 +133,5 @@ func TestServerIdentity(t *testing.T) {
 	}
 	settled("s-0 and d-2 own every item after the pruning", "s-0", "d-2")
 
-	checkExactlyOnce(t, waitDone(t, pool, 3*time.Minute, nil), rows)
+	checkExactlyOnce(t, waitDone(t, pool, doneStall, nil), rows)
 }

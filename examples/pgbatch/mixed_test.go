@@ -84,7 +84,7 @@ func TestMixedVersions(t *testing.T) {
 	n3 := start(c.bin, "new-3")
 	defer n3.Kill()
 	owning("three current workers", "new-1", "new-2", "new-3")
-	checkExactlyOnce(t, waitDone(t, pool, 3*time.Minute, nil), rows)
+	checkExactlyOnce(t, waitDone(t, pool, doneStall, nil), rows)
 	var failoverRuns int64
 	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM shardflow_history WHERE source = 'failover'`).Scan(&failoverRuns); err != nil {
 		t.Fatal(err)

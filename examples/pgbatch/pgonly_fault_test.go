@@ -202,7 +202,7 @@ func TestFaultPostgresOnlyExactlyOnce(t *testing.T) {
 		t.Logf("fault %d: %s, with %d batch transactions of the victims open (rows (%d, %d] being worked)", k+1, f.name, open, lo, hi)
 	}
 	gates[bands-1].release()
-	r := waitDone(t, pool, 150*time.Second, nil)
+	r := waitDone(t, pool, doneStall, nil)
 	checkExactlyOnce(t, r, rows)
 	c.requireEveryItemRanSince(t, lastFault)
 }
@@ -262,7 +262,7 @@ func TestFaultPostgresOnlyNetworkCut(t *testing.T) {
 	healed := time.Now()
 	t.Logf("cut w2 from Postgres for %s, with %d of its batch transactions open", 2*sessionTimeout+time.Second, open)
 	gate.release()
-	r := waitDone(t, pool, 150*time.Second, nil)
+	r := waitDone(t, pool, doneStall, nil)
 	checkExactlyOnce(t, r, rows)
 	c.requireEveryItemRanSince(t, healed)
 	c.requireServerHoldsItems(t, "w2")

@@ -171,7 +171,7 @@ func TestRollingRestart(t *testing.T) {
 		}
 	}
 
-	r := waitDone(t, pool, 3*time.Minute, nil)
+	r := waitDone(t, pool, doneStall, nil)
 	// Stop the workers gracefully: their history buffers flush.
 	for _, w := range workers {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
