@@ -138,6 +138,7 @@ func (e *engine[T]) run(ctx context.Context, shards []Shard) RunResult {
 	res.Items = runItems(ctx, shards, e.cfg, func(ctx context.Context, i int) itemOutcome {
 		r := &items[i]
 		r.e, r.shard = e, shards[i]
+		r.shard.Threads = e.cfg.Threads
 		r.run(ctx)
 		o := itemOutcome{success: r.success.Load(), failure: r.failure.Load()}
 		if ie := r.err.Load(); ie != nil {
@@ -206,6 +207,7 @@ type chunkRef[T any] struct {
 type pass[T any] struct {
 	items  []T
 	chunks int   // chunks handed out: 0..chunks-1
+	ends   []int // the chunks' ends when the job cut the batch (BatchSlicer), else nil
 	stride int64 // items claimed per cursor step (per-item jobs)
 	wg     sync.WaitGroup
 	// ctx and span are the batch's process span (nil without tracing);
@@ -294,7 +296,7 @@ func (r *itemRun[T]) runPipelined(ctx context.Context) {
 		if p == prev {
 			p = &r.passes[1]
 		}
-		setPass(p, items, r.e.cfg.Threads)
+		r.setPass(p, items)
 		r.startProcessSpan(ctx, p)
 		r.handOut(ctx, p, 2)
 		if prev != nil {
@@ -331,7 +333,7 @@ func (r *itemRun[T]) callFetch(ctx context.Context) (items []T, err error) {
 // goroutine without a hand-off.
 func (r *itemRun[T]) dispatch(ctx context.Context, items []T) {
 	p := &r.passes[0]
-	setPass(p, items, r.e.cfg.Threads)
+	r.setPass(p, items)
 	r.startProcessSpan(ctx, p)
 	defer endProcessSpan(p)
 	if p.chunks == 1 {
@@ -342,9 +344,36 @@ func (r *itemRun[T]) dispatch(ctx context.Context, items []T) {
 	p.wg.Wait()
 }
 
+// setPass makes items the batch of p, cut as a BatchSlicer job says, else
+// into at most Threads near-equal chunks.
+func (r *itemRun[T]) setPass(p *pass[T], items []T) {
+	setPass(p, items, r.e.cfg.Threads)
+	if s, ok := r.e.batch.(BatchSlicer[T]); ok && len(items) > 0 {
+		if ends := s.Slices(r.shard, items); validEnds(ends, len(items), r.e.cfg.Threads) {
+			p.chunks, p.ends = len(ends), ends
+		}
+	}
+}
+
+// validEnds reports whether ends cut n items into at most threads
+// non-empty slices (see BatchSlicer).
+func validEnds(ends []int, n, threads int) bool {
+	if len(ends) == 0 || len(ends) > threads || ends[len(ends)-1] != n {
+		return false
+	}
+	prev := 0
+	for _, e := range ends {
+		if e <= prev {
+			return false
+		}
+		prev = e
+	}
+	return true
+}
+
 // setPass makes items the batch of p, cut into at most threads chunks.
 func setPass[T any](p *pass[T], items []T, threads int) {
-	p.items = items
+	p.items, p.ends = items, nil
 	p.chunks = min(threads, len(items))
 	p.next.Store(0)
 	// Per-item jobs claim items in strides, about four per worker and pass:
@@ -391,6 +420,12 @@ func (r *itemRun[T]) processChunk(ctx context.Context, p *pass[T], chunk int) {
 	if r.e.batch != nil {
 		n := len(p.items)
 		lo, hi := chunk*n/p.chunks, (chunk+1)*n/p.chunks
+		if p.ends != nil {
+			lo, hi = 0, p.ends[chunk]
+			if chunk > 0 {
+				lo = p.ends[chunk-1]
+			}
+		}
 		if ctx.Err() != nil || lo == hi {
 			return
 		}

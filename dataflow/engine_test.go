@@ -207,6 +207,70 @@ func TestRunBatchJobSlicesAndCounting(t *testing.T) {
 	}
 }
 
+// slicingJob is a memJob that cuts its batches itself (BatchSlicer).
+type slicingJob struct {
+	*memJob
+	ends    []int
+	threads atomic.Int64 // the Shard.Threads Fetch saw
+}
+
+func (j *slicingJob) Fetch(ctx context.Context, s Shard) ([]int, error) {
+	j.threads.Store(int64(s.Threads))
+	return j.memJob.Fetch(ctx, s)
+}
+
+func (j *slicingJob) Slices(_ Shard, items []int) []int { return j.ends }
+
+// TestRunBatchJobCutsWhereTheJobSays: a BatchSlicer's batch is cut at the
+// ends it returns; ends that are not an ascending cut of the batch into at
+// most Threads slices leave the engine's near-equal cut. Fetch sees
+// Shard.Threads.
+func TestRunBatchJobCutsWhereTheJobSays(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ends []int
+		want []int // slice lengths, in order
+	}{
+		{"the job's cut", []int{1, 5, 10}, []int{1, 4, 5}},
+		{"one slice", []int{10}, []int{10}},
+		{"more slices than threads", []int{1, 2, 3, 4, 10}, []int{2, 3, 2, 3}},
+		{"not the batch's end", []int{3, 9}, []int{2, 3, 2, 3}},
+		{"not ascending", []int{5, 5, 10}, []int{2, 3, 2, 3}},
+		{"nil", nil, []int{2, 3, 2, 3}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			j := &slicingJob{memJob: newMemJob(1, 10), ends: tt.ends}
+			var mu sync.Mutex
+			var seen [][]int
+			j.batch = func(_ context.Context, _ Shard, vs []int) (int, error) {
+				mu.Lock()
+				seen = append(seen, slices.Clone(vs))
+				mu.Unlock()
+				return len(vs), nil
+			}
+			res := runBatchJob(t.Context(), j, shardsFor(1, 10), pipelineConfig{Threads: 4})
+			slices.SortFunc(seen, func(a, b []int) int { return a[0] - b[0] })
+			var lens []int
+			next := 0
+			for _, s := range seen {
+				for _, v := range s {
+					if v != next {
+						t.Fatalf("slices not contiguous: got %d, want %d", v, next)
+					}
+					next++
+				}
+				lens = append(lens, len(s))
+			}
+			if !slices.Equal(lens, tt.want) || res.Success != 10 {
+				t.Fatalf("slice lengths %v, %d successes; want %v, 10", lens, res.Success, tt.want)
+			}
+			if n := j.threads.Load(); n != 4 {
+				t.Fatalf("Fetch saw Shard.Threads %d; want 4", n)
+			}
+		})
+	}
+}
+
 func TestRunBatchJobErrorsFailWholeSlice(t *testing.T) {
 	tests := []struct {
 		name        string

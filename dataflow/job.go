@@ -40,6 +40,17 @@ type BatchJob[T any] interface {
 	ProcessBatch(ctx context.Context, shard Shard, items []T) (succeeded int, err error)
 }
 
+// BatchSlicer is a BatchJob that cuts its fetched batches into slices
+// itself, such as sources/postgres's transactional mode, whose Fetch opens
+// one transaction per slice. The engine asks it for each fetched batch.
+type BatchSlicer[T any] interface {
+	// Slices returns the ends of the slices of items, the batch Fetch
+	// returned for shard: ascending, the last len(items), at most
+	// shard.Threads of them. nil, or ends that are not so, leave the cut
+	// to the engine (near-equal contiguous slices).
+	Slices(shard Shard, items []T) []int
+}
+
 // Skipped is what ProcessBatch returns as its error when N of its items
 // were not its to process: another transaction holds them, or they are no
 // longer pending (a source whose Fetch may read rows a batch still in
@@ -77,6 +88,10 @@ type Shard struct {
 	JobParameter string
 	// FetchCount is FetchDataCount: the most items Fetch should return.
 	FetchCount int
+	// Threads is ConcurrentDataProcessThreadCount as the engine applies
+	// it: the most slices a fetched batch is cut into (set by the engine
+	// before the first Fetch).
+	Threads int
 	// Epoch is the fencing epoch of this item's ownership: it changes, and
 	// grows, whenever the item changes owner (resharding, failover). Sinks
 	// store it with their writes to refuse a stale owner's commit.

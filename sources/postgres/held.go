@@ -65,6 +65,18 @@ type holds[T any] struct {
 	open  map[itemKey]*held[T]
 	shape map[itemKey]batchShape
 	last  map[itemKey]lastFetch // the two-pass path's last fetch
+	// groups are the open transactions of batches fetched in slices
+	// (several workers per item, the engine cutting the batch where the
+	// Fetch did: TxJob.Slices), one per slice, in the batch's order.
+	groups map[itemKey]*group[T]
+}
+
+// group is a batch fetched in slices: its Fetch's transactions, one per
+// slice.
+type group[T any] struct {
+	epoch    int64
+	fetching bool // the Fetch's statements run
+	parts    []*held[T]
 }
 
 // lastFetch is what a two-pass Fetch returned: its ProcessBatch learns the
@@ -97,7 +109,7 @@ func (h *holds[T]) reserve(ctx context.Context, shard dataflow.Shard) *held[T] {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := holdKey(shard)
-	if h.shape[k] != shapeWhole || h.open[k] != nil {
+	if h.shape[k] != shapeWhole || h.open[k] != nil || h.groups[k] != nil {
 		return nil
 	}
 	if h.open == nil {
@@ -118,9 +130,15 @@ func (h *holds[T]) fetched(ctx context.Context, j *TxJob[T], shard dataflow.Shar
 	e.state, e.tx, e.inCommit, e.rows = heldFetched, tx, inCommit, rows
 	// Registered under the lock: if ctx has already ended, the rollback
 	// starts at once and waits for it.
+	h.rollbackAtEnd(ctx, j, k, e)
+}
+
+// rollbackAtEnd rolls e back when ctx ends before a ProcessBatch takes it.
+// Called with h.mu held.
+func (h *holds[T]) rollbackAtEnd(ctx context.Context, j *TxJob[T], k itemKey, e *held[T]) {
 	e.stop = context.AfterFunc(ctx, func() {
 		h.mu.Lock()
-		mine := h.open[k] == e && e.state == heldFetched
+		mine := h.holding(k, e) && e.state == heldFetched
 		if mine {
 			e.state = heldClosing
 		}
@@ -132,12 +150,39 @@ func (h *holds[T]) fetched(ctx context.Context, j *TxJob[T], shard dataflow.Shar
 	})
 }
 
+// holding reports whether e is k's open transaction, or one of its
+// group's. Called with h.mu held.
+func (h *holds[T]) holding(k itemKey, e *held[T]) bool {
+	if h.open[k] == e {
+		return true
+	}
+	if g := h.groups[k]; g != nil {
+		for _, p := range g.parts {
+			if p == e {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // release frees e's slot; e's transaction is over.
 func (h *holds[T]) release(k itemKey, e *held[T]) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.open[k] == e {
 		delete(h.open, k)
+	}
+	if g := h.groups[k]; g != nil {
+		for i, p := range g.parts {
+			if p == e {
+				g.parts = append(g.parts[:i:i], g.parts[i+1:]...)
+				break
+			}
+		}
+		if len(g.parts) == 0 && !g.fetching {
+			delete(h.groups, k)
+		}
 	}
 	select {
 	case <-e.closed:
@@ -156,6 +201,29 @@ func (h *holds[T]) take(shard dataflow.Shard, items []Row[T]) (e *held[T], use, 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	k := holdKey(shard)
+	if g := h.groups[k]; g != nil && len(items) > 0 {
+		for _, p := range g.parts {
+			if !holdsAny(p.rows, items[0].Key) {
+				continue
+			}
+			switch {
+			case p.state == heldProcessing || p.state == heldFetching:
+				return nil, false, false
+			case p.state == heldClosing:
+				return p, false, false
+			case p.epoch == shard.Epoch && sameRows(p.rows, items):
+				p.state = heldProcessing
+				p.stop()
+				return p, true, false
+			}
+			// Not a slice as fetched (a host that cut the batch
+			// otherwise): this part goes back to pending; the others
+			// are taken by their slices or rolled back when the run ends.
+			p.state = heldClosing
+			p.stop()
+			return p, false, true
+		}
+	}
 	e = h.open[k]
 	if e == nil || len(items) == 0 || e.state == heldProcessing || e.state == heldFetching {
 		return nil, false, false
@@ -272,4 +340,88 @@ func (j *TxJob[T]) unhold(ctx context.Context, shard dataflow.Shard, e *held[T],
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// reserveGroup returns a reserved group for a Fetch of shard's item in
+// slices, one transaction each: only when ctx can end (its end rolls back
+// slices never processed) and the item has no transaction open.
+func (h *holds[T]) reserveGroup(ctx context.Context, shard dataflow.Shard) *group[T] {
+	if ctx.Done() == nil || ctx.Err() != nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	k := holdKey(shard)
+	if h.open[k] != nil || h.groups[k] != nil {
+		return nil
+	}
+	if h.groups == nil {
+		h.groups = map[itemKey]*group[T]{}
+	}
+	g := &group[T]{epoch: shard.Epoch, fetching: true}
+	h.groups[k] = g
+	return g
+}
+
+// addPart records a slice's transaction tx, its rows locked and marked,
+// in g (still fetching: no ProcessBatch takes it yet).
+func (h *holds[T]) addPart(g *group[T], tx pgx.Tx, inCommit bool, rows []Row[T]) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g.parts = append(g.parts, &held[T]{state: heldFetching, tx: tx, inCommit: inCommit, epoch: g.epoch, rows: rows, closed: make(chan struct{})})
+}
+
+// fetchedGroup ends g's Fetch: its parts may be taken, and are rolled
+// back when ctx ends before their ProcessBatch.
+func (h *holds[T]) fetchedGroup(ctx context.Context, j *TxJob[T], shard dataflow.Shard, g *group[T]) {
+	k := holdKey(shard)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g.fetching = false
+	for _, e := range g.parts {
+		e.state = heldFetched
+		h.rollbackAtEnd(ctx, j, k, e)
+	}
+}
+
+// dropGroup rolls back every part of g and frees the item (a Fetch in
+// slices that failed or found nothing).
+func (j *TxJob[T]) dropGroup(shard dataflow.Shard, g *group[T]) {
+	h := &j.holds
+	k := holdKey(shard)
+	h.mu.Lock()
+	parts := g.parts
+	g.parts, g.fetching = nil, false
+	if h.groups[k] == g {
+		delete(h.groups, k)
+	}
+	h.mu.Unlock()
+	for _, e := range parts {
+		j.rollback(e)
+		close(e.closed)
+	}
+}
+
+// ends returns where items, a batch fetched in slices, is cut: each
+// part's rows, in order; nil when items is not such a batch.
+func (h *holds[T]) ends(shard dataflow.Shard, items []Row[T]) []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groups[holdKey(shard)]
+	if g == nil || g.fetching || g.epoch != shard.Epoch {
+		return nil
+	}
+	ends := make([]int, 0, len(g.parts))
+	n := 0
+	for _, e := range g.parts {
+		if e.state != heldFetched || n+len(e.rows) > len(items) || !sameRows(e.rows, items[n:n+len(e.rows)]) {
+			return nil
+		}
+		n += len(e.rows)
+		ends = append(ends, n)
+	}
+	if n != len(items) {
+		return nil
+	}
+	return ends
 }

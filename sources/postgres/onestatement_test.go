@@ -200,6 +200,74 @@ func TestTransactionalBatchInSlicesFallsBack(t *testing.T) {
 	effectsOnceAtFirstAttempt(t, pool, 40, "")
 }
 
+// lockStatements counts the statements that lock rows of "orders" (FOR
+// UPDATE SKIP LOCKED): byKey, a slice's lock of the keys it was handed (the
+// two-pass path; the keys its first argument), and inFetch, a Fetch's
+// read, lock and mark in one statement.
+type lockStatements struct {
+	tableStatements
+	byKey, inFetch atomic.Int64
+}
+
+func (c *lockStatements) count(sql string, args []any) {
+	if !strings.Contains(sql, `"orders"`) || !strings.Contains(sql, "SKIP LOCKED") || len(args) == 0 {
+		return
+	}
+	if _, keys := args[0].([]int64); keys {
+		c.byKey.Add(1)
+	} else {
+		c.inFetch.Add(1)
+	}
+}
+func (c *lockStatements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	c.count(d.SQL, d.Args)
+	return ctx
+}
+func (c *lockStatements) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.count(d.SQL, d.Args)
+}
+
+// TestTransactionalSlicesLockedByTheirFetch: with several workers per item
+// the engine cuts each batch where its Fetch cut it (dataflow.BatchSlicer),
+// and the Fetch reads, locks and marks each slice's rows in one statement
+// of that slice's own transaction, which the slice's ProcessBatch commits:
+// no slice locks its rows again by key. Every row's effect once, at its
+// first attempt. Fails with the two-pass path (each slice's lock by key).
+func TestTransactionalSlicesLockedByTheirFetch(t *testing.T) {
+	cfg := newDB(t).Config().Copy()
+	cfg.MaxConns = 16 // 3 items x 4 slices, their Fetch's included
+	locks := &lockStatements{}
+	cfg.ConnConfig.Tracer = locks
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	ctx := testCtx(t)
+	const rows = 3000
+	newOrders(t, pool, rows)
+	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
+	job := newSource(t, pool, postgres.Config{}).Transactional(writeEffects)
+	jcfg := dataflow.JobConfig{JobName: "job", ShardingTotalCount: 3, FetchDataCount: 100, StreamingProcess: true,
+		ConcurrentDataProcessThreadCount: 4}
+	res, err := dataflowtest.RunBatch(ctx, jcfg, job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Success != rows || res.Failure != 0 {
+		t.Fatalf("run: %d/%d; want %d/0", res.Success, res.Failure, rows)
+	}
+	effectsOnceAtFirstAttempt(t, pool, rows, "")
+	if n := locks.byKey.Load(); n != 0 {
+		t.Errorf("%d slices locked their rows again by key (the two-pass path); want 0", n)
+	}
+	// 3 items x 10 batches of 4 slices each, a statement each, and a
+	// statement finding nothing at each item's end.
+	if n := locks.inFetch.Load(); n < 3*rows/100 {
+		t.Errorf("%d Fetch statements locked rows; want at least %d (one a slice)", n, 3*rows/100)
+	}
+}
+
 // TestTransactionalEngineRunsExactlyOnce: the transactional mode under the
 // pipeline engine, one worker per item (each batch whole: read, locked
 // and marked by its Fetch), several workers (slices: the two-pass path),

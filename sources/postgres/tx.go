@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardflow/shardflow/dataflow"
 )
@@ -66,9 +69,16 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 	}
 	ck := cursorKey{shard.JobName, shard.Item, shard.Total, shard.Epoch}
 	if s.backoff.wait(ctx, keyOf(shard)) == nil {
-		// The item's batches arrive whole: read, lock and mark in one
-		// statement of the batch's transaction (held.go).
-		if e := j.holds.reserve(ctx, shard); e != nil {
+		if shard.Threads > 1 {
+			// The engine cuts the batch where its Fetch did (Slices):
+			// one transaction per slice, each read, locked and marked in
+			// one statement.
+			if g := j.holds.reserveGroup(ctx, shard); g != nil {
+				return j.fetchSliced(ctx, shard, ck, lo, hi, g)
+			}
+		} else if e := j.holds.reserve(ctx, shard); e != nil {
+			// The item's batches arrive whole: read, lock and mark in one
+			// statement of the batch's transaction (held.go).
 			return j.fetchLocked(ctx, shard, ck, lo, hi, e)
 		}
 	}
@@ -123,7 +133,7 @@ func (j *TxJob[T]) fetchLocked(ctx context.Context, shard dataflow.Shard, ck cur
 	}()
 	err := s.untilOK(ctx, shard, "fetch", func(ctx context.Context) error {
 		var err error
-		tx, inCommit, out, err = j.lockMark(ctx, shard, ck, lo, hi)
+		tx, inCommit, out, err = j.lockMark(ctx, shard, ck, lo, hi, nil)
 		return err
 	})
 	if err != nil || len(out) == 0 {
@@ -138,12 +148,116 @@ func (j *TxJob[T]) fetchLocked(ctx context.Context, shard dataflow.Shard, ck cur
 	return out, nil
 }
 
+// fetchSliced is Fetch in slices, for shard.Threads workers: up to
+// shard.Threads transactions, one after the other, each begun with the
+// statement that reads, locks and marks its share of shard.FetchCount
+// rows after the previous one's (lockMark), kept in g for the
+// ProcessBatch of that slice (Slices tells the engine where they are
+// cut). It stops at a short share: the item has no more rows to give. No
+// rows, or an error: every transaction is rolled back.
+func (j *TxJob[T]) fetchSliced(ctx context.Context, shard dataflow.Shard, ck cursorKey, lo, hi int, g *group[T]) ([]Row[T], error) {
+	s := j.src
+	kept := false
+	defer func() {
+		if !kept { // no rows, an error, or a panic
+			j.dropGroup(shard, g)
+		}
+	}()
+	var out []Row[T]
+	n := shard.Threads
+	for i := range n {
+		share := shard
+		share.FetchCount = shard.FetchCount*(i+1)/n - shard.FetchCount*i/n
+		if share.FetchCount == 0 {
+			continue
+		}
+		var tx pgx.Tx
+		var inCommit bool
+		var rows []Row[T]
+		if i == 0 {
+			err := s.untilOK(ctx, shard, "fetch", func(ctx context.Context) error {
+				var err error
+				tx, inCommit, rows, err = j.lockMark(ctx, share, ck, lo, hi, nil)
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("sources/postgres: locking pending rows of table %s for job %s item %d: %w", s.spec.Table, shard.JobName, shard.Item, err)
+			}
+		} else {
+			// Holding the earlier slices' connections, this one waits
+			// for a connection only briefly: items fetching at once on a
+			// small pool must not each hold some and wait for the rest.
+			// Without one, or on an error, the batch ends here.
+			actx, cancel := context.WithTimeout(ctx, sliceConnWait)
+			conn, err := s.cfg.Pool.Acquire(actx)
+			cancel()
+			if err != nil {
+				break
+			}
+			if tx, inCommit, rows, err = j.lockMark(ctx, share, ck, lo, hi, conn); err != nil {
+				break
+			}
+		}
+		if len(rows) == 0 {
+			break
+		}
+		j.holds.addPart(g, tx, inCommit, rows)
+		out = append(out, rows...)
+		if len(rows) < share.FetchCount {
+			break
+		}
+	}
+	if len(out) == 0 {
+		s.statementOK(ctx, shard)
+		return nil, nil
+	}
+	j.holds.fetchedGroup(ctx, j, shard, g)
+	kept = true
+	return out, nil
+}
+
+// sliceConnWait bounds fetchSliced's wait for the connection of each slice
+// after the first.
+const sliceConnWait = 50 * time.Millisecond
+
+// releasingTx is a transaction on a connection acquired from the pool,
+// released when the transaction ends (as pgxpool's own Tx does).
+type releasingTx struct {
+	pgx.Tx
+	conn *pgxpool.Conn
+	once sync.Once
+}
+
+func (t *releasingTx) Commit(ctx context.Context) error {
+	err := t.Tx.Commit(ctx)
+	t.once.Do(t.conn.Release)
+	return err
+}
+
+func (t *releasingTx) Rollback(ctx context.Context) error {
+	err := t.Tx.Rollback(ctx)
+	t.once.Do(t.conn.Release)
+	return err
+}
+
+// Slices is dataflow.BatchSlicer: a batch fetched in slices (fetchSliced)
+// is cut where its transactions are, each slice's ProcessBatch committing
+// its own; nil for any other batch (the engine's cut).
+func (j *TxJob[T]) Slices(shard dataflow.Shard, items []Row[T]) []int {
+	return j.holds.ends(shard, items)
+}
+
+var _ dataflow.BatchSlicer[Row[int]] = (*TxJob[int])(nil)
+
 // lockMark runs fetchLocked's statements: BEGIN and lockMark from the
 // cursor in one round trip, and lockMark from the range start when that
 // came back short after a cursor (the rows it just marked are done in its
 // transaction, so not taken again). It returns the open transaction with
 // its rows, or no rows and no transaction (rolled back).
-func (j *TxJob[T]) lockMark(ctx context.Context, shard dataflow.Shard, ck cursorKey, lo, hi int) (tx pgx.Tx, inCommit bool, out []Row[T], err error) {
+//
+// On conn, when not nil (a connection fetchSliced acquired), else on one
+// of the pool's; conn is released when the transaction ends.
+func (j *TxJob[T]) lockMark(ctx context.Context, shard dataflow.Shard, ck cursorKey, lo, hi int, conn *pgxpool.Conn) (tx pgx.Tx, inCommit bool, out []Row[T], err error) {
 	s := j.src
 	inCommit = s.fenceInCommit(shard)
 	opts := pgx.TxOptions{}
@@ -154,8 +268,15 @@ func (j *TxJob[T]) lockMark(ctx context.Context, shard dataflow.Shard, ck cursor
 	b := &pgx.Batch{}
 	b.BeginTx(opts)
 	b.Queue(s.sql.lockMark, lo, hi, shard.FetchCount, owner(shard), shard.Epoch, pos.key, pos.bucket)
-	br := s.cfg.Pool.SendBatch(ctx, b)
-	open := br.Tx()
+	var br pgx.BatchResults
+	var open pgx.Tx
+	if conn != nil {
+		br = conn.SendBatch(ctx, b)
+		open = &releasingTx{Tx: br.Tx(), conn: conn}
+	} else {
+		br = s.cfg.Pool.SendBatch(ctx, b)
+		open = br.Tx()
+	}
 	keep := false
 	defer func() {
 		if !keep {
