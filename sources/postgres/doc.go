@@ -50,10 +50,11 @@
 //     the user's function writes its effects with the transaction,
 //     Shard.CheckOwnership is consulted, the fencing row is written and
 //     the transaction commits once. Two round trips to Postgres per
-//     slice: BEGIN with the statement that locks the rows and marks them
-//     done (with one worker per item the batch's Fetch sends it, and it
-//     reads the rows too; with several, each slice's transaction locks its
-//     rows by key); the fencing row and COMMIT in the other. When the coordination store is
+//     slice: BEGIN with the statement that reads the rows, locks them and
+//     marks them done, sent by the batch's Fetch (with several workers per
+//     item one transaction per slice, the engine cutting the batch where
+//     the Fetch did: TxJob.Slices); the fencing row and COMMIT in the
+//     other. When the coordination store is
 //     coord/pgstore in the same database, the ownership is checked inside
 //     that transaction instead, by the statement writing the fencing row
 //     (the coordination rows it read locked until the commit), and the

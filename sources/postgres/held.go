@@ -19,14 +19,21 @@ import (
 // Exactly once holds as before: the marks commit or roll back with the
 // effects and the fence.
 //
+// With several workers per item (Shard.Threads > 1) the Fetch begins one
+// transaction per slice (a group), each with that statement, and the
+// engine cuts the batch where they are (TxJob.Slices, a
+// dataflow.BatchSlicer): each slice's ProcessBatch commits its own. An
+// item then holds a connection per slice from its Fetch, as many as its
+// slices held before.
+//
 // Anything else falls back to the two-pass path, with the transaction
 // rolled back first (the rows are pending again, attempts unchanged): a
-// batch processed in slices (several workers: a transaction cannot be
-// shared by them), a row that cannot be read, a function error (the rows
-// are then retried one per transaction, as before). A batch its run never
-// hands to ProcessBatch (the run's ctx ended) is rolled back when ctx ends.
-// An item has at most one such transaction open at a time, so it holds no
-// more connections than before.
+// batch processed in slices other than as fetched (a host that cuts it
+// otherwise: a transaction cannot be shared by slices), a row that cannot
+// be read, a function error (the rows are then retried one per
+// transaction, as before). A batch its run never hands to ProcessBatch
+// (the run's ctx ended) is rolled back when ctx ends. An item has at most
+// one batch's transactions open at a time.
 
 // batchShape is how an item's batches reach ProcessBatch, learnt from its
 // slices.

@@ -55,8 +55,10 @@ func (e *userError) Unwrap() error { return e.err }
 // ProcessBatch whole (one worker per item), it begins the batch's
 // transaction and reads, locks (skipping rows others hold) and marks the
 // rows done in one statement, and the ProcessBatch that gets them commits
-// that transaction (see held.go); otherwise it reads without locking and
-// ProcessBatch locks. Key order,
+// that transaction (see held.go); with several workers per item
+// (shard.Threads > 1) it does so for each slice in a transaction of its
+// own (fetchSliced); otherwise it reads without locking and ProcessBatch
+// locks. Key order,
 // by the pending index Migrate creates, puts a batch's rows on a few
 // consecutive heap pages: an item's buckets are runs of consecutive keys.
 // A statement error (see Classify) opens a backoff step, reported once, and
