@@ -101,14 +101,26 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// testCtx returns the context of a test's store calls: it ends with the
-// test, or a minute before the test binary's own deadline (-timeout), so
-// that a hung call fails its test with its error while the binary still
-// has time to report. It has no bound of its own: a fixed 20 s over a
-// test's whole run failed TestProtocolPostgres/Admin at load 50 ("Remove
-// of a stopped job: context deadline exceeded" after 21 s of steps), which
-// says how busy the machine was, not what the protocol did.
+// processStart is when the test binary started, read outside any synctest
+// bubble: a bubble's clock starts in 2000, before it.
+var processStart = time.Now()
+
+// testCtx returns the context of a test's store calls. Outside a synctest
+// bubble it ends with the test, or a minute before the test binary's own
+// deadline (-timeout), so that a hung call fails its test with its error
+// while the binary still has time to report; it has no bound of its own: a
+// fixed 20 s over a test's whole run failed TestProtocolPostgres/Admin at
+// load 50 ("Remove of a stopped job: context deadline exceeded" after 21 s
+// of steps), which says how busy the machine was, not what the protocol
+// did. In a bubble (whose clock reads before processStart) time is the
+// bubble's own, so the 20 s there measure no machine, and t.Deadline may
+// not be called.
 func testCtx(t testing.TB) context.Context {
+	if time.Now().Before(processStart) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		t.Cleanup(cancel)
+		return ctx
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	if dt, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
 		if d, ok := dt.Deadline(); ok {
