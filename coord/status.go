@@ -218,40 +218,84 @@ type storedRecord struct {
 	live bool
 }
 
+// nodeRead is one of a server's nodes as serverStatus read it (ok false:
+// gone before its read).
+type nodeRead struct {
+	d    []byte
+	stat store.Stat
+	ok   bool
+}
+
+// readServerNodes reads server s's nodes kids (reads, in kids' order) and
+// its run record, side by side: one after the other they made a status
+// read of a 10,000-item job on 3 servers 10-20 ms slower once a server's
+// count nodes exist from its join (df5f163).
+func (a *tree) readServerNodes(ctx context.Context, p layout.JobPaths, s string, kids []string) ([]nodeRead, *storedRecord, error) {
+	reads := make([]nodeRead, len(kids))
+	var rec *storedRecord
+	g, gctx := errgroup.WithContext(ctx)
+	for i, k := range kids {
+		if k == layout.NRun {
+			continue
+		}
+		g.Go(func() error {
+			d, stat, err := a.st.Get(gctx, p.Server(s, k))
+			if errors.Is(err, store.ErrNoNode) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("coord: read %s: %w", p.Server(s, k), err)
+			}
+			reads[i] = nodeRead{d: d, stat: stat, ok: true}
+			return nil
+		})
+	}
+	if slices.Contains(kids, layout.NRun) {
+		g.Go(func() error {
+			d, nst, err := a.st.Get(gctx, p.Server(s, layout.NRun))
+			if errors.Is(err, store.ErrNoNode) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("coord: read %s: %w", p.Server(s, layout.NRun), err)
+			}
+			r, derr := layout.DecodeRunRecord(d)
+			if derr != nil {
+				return nil
+			}
+			found := &storedRecord{rec: r, server: s, mzxid: nst.Mzxid}
+			if nst.NumChildren > 0 {
+				if found.live, _, err = a.st.Exists(gctx, p.Server(s, layout.NRun, layout.NLive)); err != nil {
+					return fmt.Errorf("coord: read %s: %w", p.Server(s, layout.NRun, layout.NLive), err)
+				}
+			}
+			rec = found
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	return reads, rec, nil
+}
+
 // serverStatus reads server s's nodes, and its run record (nil: none, or
 // malformed, which only costs the per-item reads it would have saved).
 func (a *tree) serverStatus(ctx context.Context, p layout.JobPaths, s string) (ServerStatus, *storedRecord, error) {
 	ss := ServerStatus{ID: s, Status: layout.StatusOffline, Sharding: []int{}}
-	var rec *storedRecord
 	kids, _, err := a.st.Children(ctx, p.Server(s))
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s), err)
 	}
-	for _, k := range kids {
-		if k == layout.NRun {
-			d, nst, err := a.st.Get(ctx, p.Server(s, k))
-			if err != nil && !errors.Is(err, store.ErrNoNode) {
-				return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s, k), err)
-			}
-			if err == nil {
-				if r, derr := layout.DecodeRunRecord(d); derr == nil {
-					rec = &storedRecord{rec: r, server: s, mzxid: nst.Mzxid}
-					if nst.NumChildren > 0 {
-						if rec.live, _, err = a.st.Exists(ctx, p.Server(s, layout.NRun, layout.NLive)); err != nil {
-							return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s, layout.NRun, layout.NLive), err)
-						}
-					}
-				}
-			}
+	reads, rec, err := a.readServerNodes(ctx, p, s, kids)
+	if err != nil {
+		return ss, nil, err
+	}
+	for i, k := range kids {
+		if !reads[i].ok {
 			continue
 		}
-		d, stat, err := a.st.Get(ctx, p.Server(s, k))
-		if errors.Is(err, store.ErrNoNode) {
-			continue
-		}
-		if err != nil {
-			return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s, k), err)
-		}
+		d, stat := reads[i].d, reads[i].stat
 		v := string(d)
 		switch k {
 		case layout.NHostName:
