@@ -172,16 +172,28 @@ func refreshDelay(job string, interval time.Duration) time.Duration {
 	return time.Duration(f.Sum64() % uint64(max(interval/4, 1)))
 }
 
+// timerStarts counts a timer's work as active (timersActive; the caller
+// calls Done) unless the timers were stopped; locked runs under w.mu with
+// it. False: stopped, nothing to do.
+func (w *workflowJob) timerStarts(locked func()) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.timersStop {
+		return false
+	}
+	w.timersActive.Add(1)
+	if locked != nil {
+		locked()
+	}
+	return true
+}
+
 // refreshOnce is the read refreshFirstAhead armed.
 func (n *Node) refreshOnce(h *hostedJob) {
 	w := &h.wf
-	w.mu.Lock()
-	if w.timersStop {
-		w.mu.Unlock()
+	if !w.timerStarts(nil) {
 		return
 	}
-	w.timersActive.Add(1)
-	w.mu.Unlock()
 	defer w.timersActive.Done()
 	ctx, cancel := context.WithTimeout(h.halt, reportTimeout)
 	// On an error isFirst reads it at a run once it is the interval old.
@@ -360,14 +372,9 @@ func (n *Node) armKick(h *hostedJob, cfg JobConfig, after time.Duration) {
 
 func (n *Node) kickOnce(h *hostedJob) {
 	w := &h.wf
-	w.mu.Lock()
-	if w.timersStop {
-		w.mu.Unlock()
+	if !w.timerStarts(func() { w.kick = nil }) {
 		return
 	}
-	w.timersActive.Add(1)
-	w.kick = nil
-	w.mu.Unlock()
 	defer w.timersActive.Done()
 	cfg := h.cj.Config()
 	ctx, cancel := context.WithTimeout(h.halt, reportTimeout)
