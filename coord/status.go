@@ -283,9 +283,14 @@ func (a *tree) readServerNodes(ctx context.Context, p layout.JobPaths, s string,
 // malformed, which only costs the per-item reads it would have saved).
 func (a *tree) serverStatus(ctx context.Context, p layout.JobPaths, s string) (ServerStatus, *storedRecord, error) {
 	ss := ServerStatus{ID: s, Status: layout.StatusOffline, Sharding: []int{}}
-	kids, _, err := a.st.Children(ctx, p.Server(s))
+	kids, nst, err := a.st.Children(ctx, p.Server(s))
 	if err != nil && !errors.Is(err, store.ErrNoNode) {
 		return ss, nil, fmt.Errorf("coord: read %s: %w", p.Server(s), err)
+	}
+	if layout.CountsUnwritten(nst) {
+		// Its count nodes hold the 0s its registration created them
+		// with, no report since: 0, never written, without their 4 reads.
+		kids = slices.DeleteFunc(slices.Clone(kids), func(k string) bool { return slices.Contains(layout.CountNodes, k) })
 	}
 	reads, rec, err := a.readServerNodes(ctx, p, s, kids)
 	if err != nil {

@@ -266,7 +266,7 @@ type joinResult struct {
 	preloaded bool
 	// ownSharding: this server's sharding node existed (readForJoin).
 	ownSharding bool
-	totals      *counts.Known // this server's count totals, as planned (nil: unknown)
+	counts      counts.Joined // this server's counts, as planned
 }
 
 // joinReads is what a join of a stored job reads besides the config.
@@ -282,12 +282,13 @@ type joinReads struct {
 	servers        []string
 	membersVersion int32
 	serversListed  bool          // the servers node exists (servers may be empty)
-	totals         *counts.Known // this server's count totals (nil: unknown, a status node stood)
+	counts         counts.Joined // this server's counts (counts.Totals.Listed)
 }
 
 // readForJoin loads the config into the tree cache (when the job has a
-// config node) and reads, side by side, what the registration needs.
-func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, error) {
+// config node) and reads, side by side, what the registration needs;
+// readTotals: the count totals even under the mark (counts.Totals.Listed).
+func (jn *joiner) readForJoin(ctx context.Context, hasConfig, readTotals bool) (joinReads, error) {
 	j := jn.j
 	var rd joinReads
 	g, gctx := errgroup.WithContext(ctx)
@@ -295,9 +296,9 @@ func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, e
 		g.Go(func() error { return j.cache.LoadRoots(gctx, []string{layout.NConfig}) })
 	}
 	g.Go(func() error {
-		kids, _, err := j.st.Children(gctx, j.p.Server(j.id))
+		kids, nst, err := j.st.Children(gctx, j.p.Server(j.id))
 		if errors.Is(err, store.ErrNoNode) {
-			rd.totals = &counts.Known{} // a server new to the job: no counts yet
+			rd.counts.Totals = &counts.Known{} // a server new to the job: no counts yet
 			return nil
 		}
 		if err != nil {
@@ -307,12 +308,10 @@ func (jn *joiner) readForJoin(ctx context.Context, hasConfig bool) (joinReads, e
 			kids = []string{}
 		}
 		rd.serverKids = kids
-		if !slices.Contains(kids, layout.NStatus) {
+		rd.counts, err = j.totals.Listed(gctx, kids, nst, readTotals)
+		if err != nil || !slices.Contains(kids, layout.NStatus) {
 			// No status node to own (a restart after a clean Stop); one
 			// created after this listing fails the transaction's create.
-			// The totals are read now, not by the first completion.
-			known, err := j.totals.Listed(gctx, kids)
-			rd.totals = &known
 			return err
 		}
 		ok, st, err := j.st.Exists(gctx, j.p.Server(j.id, layout.NStatus))

@@ -35,6 +35,7 @@ type joiner struct {
 	newJob      bool
 	hostPlanned bool // the ops create the host node beside the candidate
 	ops         []store.Op
+	readTotals  bool // a transaction that checked the totals taken from the mark failed: read them
 }
 
 // newJoiner returns the join of j on local config lc and session sid.
@@ -71,9 +72,7 @@ func (jn *joiner) transact(ctx context.Context) (joinResult, error) {
 		return joinResult{}, fmt.Errorf("coord: join job %q: write skeleton and config: %w", j.jname, err)
 	}
 	jn.res.registeredAt = j.rg.RegisteredAt(jn.ops, results)
-	if jn.res.totals != nil {
-		j.totals.Seed(*jn.res.totals)
-	}
+	j.totals.Seed(jn.res.counts)
 	switch {
 	case jn.candAt >= 0 && jn.candAt < len(results):
 		j.elec.Adopt(results[jn.candAt].Path, jn.newJob || jn.hostPlanned)
@@ -86,6 +85,7 @@ func (jn *joiner) transact(ctx context.Context) (joinResult, error) {
 // plan is one attempt's plan (layout.MultiRetryResults).
 func (jn *joiner) plan(ctx context.Context, attempt int) ([]store.Op, error) {
 	j, lost := jn.j, jn.newJob // lost: a creation lost to another joiner's, whose skeleton is whole
+	jn.readTotals = jn.readTotals || jn.res.counts.Checked
 	jn.res, jn.candAt, jn.ownCand, jn.newJob, jn.hostPlanned, jn.ops = joinResult{}, -1, "", false, false, nil
 	top, rd, rdOK, err := jn.readTop(ctx, attempt)
 	if errors.Is(err, store.ErrNoNode) && attempt > 0 {
@@ -106,12 +106,12 @@ func (jn *joiner) plan(ctx context.Context, attempt int) ([]store.Op, error) {
 	// A stored job: the config (through the tree cache, which arms its
 	// watch) and what the registration needs, read side by side.
 	if !rdOK {
-		if rd, err = jn.readForJoin(ctx, slices.Contains(top, layout.NConfig)); err != nil {
+		if rd, err = jn.readForJoin(ctx, slices.Contains(top, layout.NConfig), jn.readTotals); err != nil {
 			return nil, err
 		}
 	}
 	jn.res.preloaded, jn.res.ownSharding = true, slices.Contains(rd.serverKids, layout.NSharding)
-	jn.res.totals = rd.totals
+	jn.res.counts = rd.counts
 	if err := jn.planConfig(); err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (jn *joiner) readTop(ctx context.Context, attempt int) (top []string, rd jo
 		return nil
 	})
 	g.Go(func() error {
-		rd, rdErr = jn.readForJoin(gctx, true)
+		rd, rdErr = jn.readForJoin(gctx, true, false)
 		return nil
 	})
 	_ = g.Wait()
@@ -178,9 +178,9 @@ func (jn *joiner) planNewJob(ctx context.Context) ([]store.Op, error) {
 	} else {
 		ops = append(ops, layout.RaiseFlagOps(j.p)...)
 	}
-	ops = j.rg.WithCounts(ops)
+	ops, marked := j.rg.WithCounts(ops)
 	jn.res.registered, jn.res.configWritten, jn.newJob = true, true, true
-	jn.res.totals = &counts.Known{} // this transaction creates the server's node
+	jn.res.counts = counts.Joined{Totals: &counts.Known{}, Unwritten: marked} // this transaction creates the server's node
 	jn.res.cfg, jn.res.cfgFields = local, fields
 	return ops, nil
 }
@@ -295,7 +295,7 @@ func (jn *joiner) planRegistration(ctx context.Context, attempt int, rd *joinRea
 	if err != nil {
 		return err
 	}
-	jn.ops = append(jn.ops, lops...)
+	jn.ops = append(append(jn.ops, lops...), rd.counts.Ops...)
 	memberAt := len(jn.ops)
 	jn.ops = append(jn.ops, layout.TouchMembership(j.p))
 	jn.planCandidate(attempt, rd)
@@ -323,7 +323,7 @@ func (jn *joiner) planRegistration(ctx context.Context, attempt int, rd *joinRea
 		jn.ops = append(jn.ops, layout.RaiseFlagOps(j.p)...)
 	}
 	if rd.serverKids == nil { // the transaction creates this server's node
-		jn.ops = j.rg.WithCounts(jn.ops)
+		jn.ops, jn.res.counts.Unwritten = j.rg.WithCounts(jn.ops)
 	}
 	return nil
 }

@@ -177,3 +177,15 @@ func keepRel(k relKey, s string) string {
 // CountNodes are a server's count nodes (the last interval's and the
 // cumulative), created at 0 with its node (registration).
 var CountNodes = []string{NSuccess, NFailure, NSuccessTotal, NFailureTotal}
+
+// CountsUnwritten reports whether servers/{id}'s Stat st (the one a
+// listing of its children returns) says that its count nodes still hold
+// the 0s its registration created them with: that transaction also set the
+// node's data (no data, Version 1, Mzxid = Czxid), and every write of the
+// counts since sets it again (Mzxid above Czxid). A reader then knows them
+// without reading them (a join its totals, status all four); a node of an
+// older release (Version 0), or written since, has them read. Only the
+// marked node's server writes its counts; a writer of an older release
+// leaves the mark standing, which its next join of this release finds out
+// (it checks the totals' versions, 0 while unwritten, in its transaction).
+func CountsUnwritten(st store.Stat) bool { return st.Version > 0 && st.Mzxid == st.Czxid }
