@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shardflow/shardflow/coord"
+	"github.com/shardflow/shardflow/coord/internal/layout"
 	"github.com/shardflow/shardflow/coord/jobconfig"
 	"github.com/shardflow/shardflow/coord/protocol"
 	"github.com/shardflow/shardflow/coord/store"
@@ -30,6 +31,7 @@ func Run(t *testing.T, b Backend) {
 		{"ConcurrentJoin", testConcurrentJoin},
 		{"OverwriteRule", testOverwriteRule},
 		{"DisableSurvivesRestart", testDisableSurvivesRestart},
+		{"UnwrittenCounts", testUnwrittenCounts},
 		{"Election", testElection},
 		{"Resharding", testResharding},
 		{"PromptReshard", testPromptReshard},
@@ -353,6 +355,48 @@ func testDisableSurvivesRestart(t *testing.T, h *Harness) {
 	if serverStatus(t, h, "job", "a").Disabled {
 		t.Fatal("Enable did not enable")
 	}
+}
+
+// testUnwrittenCounts: on every store, the server node a join creates
+// with its count nodes is marked as holding them unwritten (its data set
+// in the same transaction: layout.CountsUnwritten), a restart leaves the
+// mark, the first report ends it, and the totals continue across restarts
+// (protocol's TestUnwrittenCountsCost counts the reads it saves).
+func testUnwrittenCounts(t *testing.T, h *Harness) {
+	p := layout.NewJobPaths(h.NS, "job")
+	marked := func() bool {
+		t.Helper()
+		_, st, err := h.AdminStore.Children(testCtx(t), p.Server("a"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return layout.CountsUnwritten(st)
+	}
+	totals := func(when string, s, f int64) {
+		t.Helper()
+		if ss := serverStatus(t, h, "job", "a"); ss.TotalSuccessCount != s || ss.TotalFailureCount != f {
+			t.Fatalf("%s: totals %d/%d, want %d/%d", when, ss.TotalSuccessCount, ss.TotalFailureCount, s, f)
+		}
+	}
+	a := h.Start("a", Config("job", 2))
+	a.Stop(t)
+	a = h.Start("a", Config("job", 2))
+	if !marked() {
+		t.Fatal("the node of a server that never reported is not marked as holding unwritten counts")
+	}
+	totals("never reported", 0, 0)
+	if err := a.Job.ReportCounts(testCtx(t), 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	if marked() {
+		t.Fatal("the node of a server that reported is still marked as holding unwritten counts")
+	}
+	a.Stop(t)
+	a = h.Start("a", Config("job", 2))
+	if err := a.Job.ReportCounts(testCtx(t), 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	totals("after a restart", 4, 1)
 }
 
 func testElection(t *testing.T, h *Harness) {
