@@ -142,10 +142,10 @@ bench: ## run the benchmarks (no tests)
 	$(TEST_ENV) $(GO) test -run '^$$' -bench . $(PKGS)
 
 .PHONY: bench-pg
-bench-pg: ## Postgres benchmark (shardflow claim/tx, tx coordinated by pgstore in another or the same database, vs pgx loop vs river vs one UPDATE); needs SHARDFLOW_PG, a role allowed to CREATE DATABASE; ROWS ROUNDS BATCH ONLY THREADS; PG_CPUACCT: the server container's cpuacct.usage, for its CPU per measurement
+bench-pg: ## Postgres benchmark (shardflow claim/tx, tx coordinated by pgstore in another or the same database, vs pgx loop vs river vs one UPDATE); needs SHARDFLOW_PG, a role allowed to CREATE DATABASE; ROWS ROUNDS BATCH ONLY THREADS; PG_CPUACCT: the server container's cpuacct.usage, for its CPU per measurement; PROFILE=1: WAL, statements and wait events per measurement
 	@[[ -n "$$SHARDFLOW_PG" ]] || { echo "set SHARDFLOW_PG to a Postgres DSN (the role must be allowed to CREATE DATABASE)"; exit 2; }
 	uptime
-	cd bench && $(GO) run ./pgbench --pg "$$SHARDFLOW_PG" --rows $${ROWS:-1000000} --rounds $${ROUNDS:-1} --batch $${BATCH:-1000} --only "$${ONLY:-}" --threads $${THREADS:-1} --pg-cpuacct "$${PG_CPUACCT:-}"
+	cd bench && $(GO) run ./pgbench --pg "$$SHARDFLOW_PG" --rows $${ROWS:-1000000} --rounds $${ROUNDS:-1} --batch $${BATCH:-1000} --only "$${ONLY:-}" --threads $${THREADS:-1} --pg-cpuacct "$${PG_CPUACCT:-}" $${PROFILE:+--profile}
 
 .PHONY: bench-engine
 bench-engine: ## the pipeline engine against a hand-written worker pool (1M no-op items), and pipelined fetching on an I/O-bound job

@@ -59,6 +59,7 @@ func main() {
 	riverWorkers := flag.Int("river-workers", 2000, "river MaxWorkers")
 	only := flag.String("only", "", "comma-separated subset of: shardflow,shardflow-tx,shardflow-tx-pgcoord,shardflow-tx-shared,pgx,river,update")
 	rounds := flag.Int("rounds", 1, "rounds of every measurement, in alternating order (odd rounds reversed); the table shows each one's median")
+	profile := flag.Bool("profile", false, "print where each measurement's Postgres work goes: WAL per row (pg_stat_wal), statements (pg_stat_statements, if the server preloads it), the backends' wait events sampled every 20 ms (the sampling costs the server some CPU: measure throughput without it)")
 	cpuprofile := flag.String("cpuprofile", "", "write this process's CPU profile (the Go side: engine, pgx, scanning) to this file")
 	flag.StringVar(&pgCPUFile, "pg-cpuacct", "", "the Postgres server's cgroup CPU counter in nanoseconds (cgroup v1: /sys/fs/cgroup/cpuacct/docker/<id>/cpuacct.usage): "+
 		"each measurement's note then gives the server's CPU seconds over its timed part alone (seeding excluded)")
@@ -76,6 +77,13 @@ func main() {
 			pprof.StopCPUProfile()
 			_ = f.Close()
 		}()
+	}
+	if *profile {
+		p, err := newProfiler(context.Background(), *dsn)
+		if err != nil {
+			fatal(err)
+		}
+		prof = p
 	}
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx := context.Background()
@@ -229,14 +237,15 @@ var (
 	poolConns      int32 = 32
 )
 
-// pgCPU returns a func that, called at the end of a timed part, describes
-// the CPU time since pgCPU was called: the Postgres server's (without
-// --pg-cpuacct or when its counter cannot be read, none), this process's
-// (the client side: engine, pgx, river's workers), and the machine's
-// 1-minute load average at the end. On a shared machine the CPU seconds
+// pgCPU returns a func that, called at the end of a timed part (name's, of
+// rows rows), describes the CPU time since pgCPU was called: the Postgres
+// server's (without --pg-cpuacct or when its counter cannot be read,
+// none), this process's (the client side: engine, pgx, river's workers),
+// and the machine's 1-minute load average at the end; with --profile it
+// also prints the part's profile (profiler). On a shared machine the CPU seconds
 // stay put while the wall time swings with the load: they tell a change
 // of the work done from a change of the machine.
-func pgCPU() func() string {
+func pgCPU(name string, rows int64) func() string {
 	read := func() (int64, bool) {
 		if pgCPUFile == "" {
 			return 0, false
@@ -248,9 +257,16 @@ func pgCPU() func() string {
 		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 		return n, err == nil
 	}
+	var profiled func(string, int64)
+	if prof != nil {
+		profiled = prof.start(context.Background())
+	}
 	start, ok := read()
 	self := processCPU()
 	return func() string {
+		if profiled != nil {
+			defer profiled(name, rows)
+		}
 		var out string
 		if end, ok2 := read(); ok && ok2 {
 			out = fmt.Sprintf("; Postgres CPU %.2fs", float64(end-start)/1e9)

@@ -119,7 +119,11 @@ func drainWith(ctx context.Context, pool *pgxpool.Pool, n int64, items, batch in
 			return result{}, err
 		}
 	}
-	cpu := pgCPU()
+	mode := "claim mode"
+	if tx {
+		mode = "transactional mode"
+	}
+	cpu := pgCPU(mode, n)
 	start := time.Now()
 	for _, nd := range nodes {
 		if err := nd.Start(ctx); err != nil {
@@ -163,7 +167,7 @@ FROM c WHERE t.id = c.id
 RETURNING t.id, t.payload`
 	const done = `UPDATE work AS t SET shardflow_status = 'done', shardflow_last_error = NULL
 WHERE t.id = ANY($1::bigint[]) AND t.shardflow_status = 'claimed' AND t.shardflow_claimed_by = $2 AND t.shardflow_claim_epoch = $3`
-	cpu := pgCPU()
+	cpu := pgCPU("pgx loop", n)
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make([]error, items)
@@ -265,7 +269,7 @@ func benchRiver(ctx context.Context, pool *pgxpool.Pool, n int64, maxWorkers int
 	}
 	events, cancel := client.SubscribeConfig(&river.SubscribeConfig{Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: 200_000})
 	defer cancel()
-	cpu := pgCPU()
+	cpu := pgCPU("river", n)
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {
 		return result{}, err
@@ -303,7 +307,7 @@ func benchUpdate(ctx context.Context, pool *pgxpool.Pool, n int64) (result, erro
 	if err := seedWork(ctx, pool, n); err != nil {
 		return result{}, err
 	}
-	cpu := pgCPU()
+	cpu := pgCPU("update", n)
 	start := time.Now()
 	tag, err := pool.Exec(ctx, `UPDATE work SET shardflow_status = 'done'`)
 	if err != nil {
