@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -45,8 +47,10 @@ var _ dataflow.BatchJob[Row[int]] = (*ClaimJob[int])(nil)
 // becomes 'failed') when the fetch scans from the item's range start (the
 // first fetch of a run, or after a short fetch) or at most every
 // min(Lease/4, 30s) otherwise, then claims up to shard.FetchCount pending
-// rows of the item's buckets, lowest (bucket, key) after the item's cursor
-// first, skipping rows locked by others. Both statements go in one round
+// rows of the item's buckets, lowest key after the item's cursor first
+// (key order, by the pending index: an item's buckets are runs of
+// consecutive keys, so a batch's rows share a few heap pages), skipping
+// rows locked by others. Both statements go in one round
 // trip. A statement error (see Classify) opens a backoff step, reported
 // once, and the fetch runs again after it, until it succeeds or ctx ends.
 func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], error) {
@@ -84,6 +88,9 @@ func (j *ClaimJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T]
 	if len(out) == 0 {
 		s.statementOK(ctx, shard)
 	}
+	// In key order: RETURNING's order is the join's, and rows found behind
+	// the cursor come last.
+	slices.SortFunc(out, func(a, b Row[T]) int { return cmp.Compare(a.Key, b.Key) })
 	return out, nil
 }
 

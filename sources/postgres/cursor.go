@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// cursors remember, per shard item run, the highest (bucket, key) fetched
-// (the claim mode's order; the transactional mode's is the key's),
-// so the next fetch's index scan starts there instead of walking the index
-// entries of rows already done (dead until vacuum, they make a scan from
-// the range start quadratic over a drain). A fetch that finds fewer rows
-// than asked after a cursor falls back to a scan from the range start, so
-// rows that went back to pending behind the cursor (retries, releases,
-// reclaims, rows skipped while another owner held them) are still found.
+// cursors remember, per shard item run, the highest key fetched (with its
+// bucket: the pending index's order is (key, bucket)), so the next fetch's
+// index scan starts there instead of walking the index entries of rows
+// already done (dead until vacuum, they make a scan from the range start
+// quadratic over a drain). A fetch that finds fewer rows than asked after
+// a cursor falls back to a scan from the range start, so rows that went
+// back to pending behind the cursor (retries, releases, reclaims, rows
+// skipped while another owner held them) are still found.
 type cursors struct {
 	mu        sync.Mutex
 	m         map[cursorKey]position
@@ -45,27 +45,16 @@ func (c *cursors) get(k cursorKey) position {
 	return start
 }
 
-// advance moves k's cursor to the highest position of keys in (bucket,
-// key) order (the claim mode's).
+// advance moves k's cursor to the position of the highest of keys (both
+// modes read in key order).
 func (c *cursors) advance(k cursorKey, keys []int64) {
-	c.advanceIn(k, keys, false)
-}
-
-// advanceByKey moves k's cursor to the position of the highest of keys
-// (the transactional mode's key order).
-func (c *cursors) advanceByKey(k cursorKey, keys []int64) {
-	c.advanceIn(k, keys, true)
-}
-
-func (c *cursors) advanceIn(k cursorKey, keys []int64, byKey bool) {
 	if len(keys) == 0 {
 		return
 	}
 	p := start
 	for _, key := range keys {
-		q := position{bucket: int16(bucketOf(key)), key: key}
-		if byKey && q.key > p.key || !byKey && (q.bucket > p.bucket || (q.bucket == p.bucket && q.key > p.key)) {
-			p = q
+		if key > p.key {
+			p = position{bucket: int16(bucketOf(key)), key: key}
 		}
 	}
 	c.mu.Lock()

@@ -23,11 +23,12 @@
 // range, and because the bucket is stored a new ShardingTotalCount moves no
 // row between buckets. Shard item i of n owns the contiguous bucket range
 // [i*1024/n, (i+1)*1024/n) (see BucketRange), so every query of an item is
-// a range scan of one index: (status, bucket, key) WHERE status IN
-// ('pending','claimed') for the claim mode, (key, bucket) WHERE status =
-// 'pending' for the transactional mode (it reads in key order: an item's
-// buckets are runs of consecutive keys, so a batch's rows share a few heap
-// pages), (bucket, key) for the checkpoint mode. Validate (run by
+// a range scan of one index: (key, bucket) WHERE status = 'pending' for
+// the pending rows of the claim and transactional modes (read in key
+// order: an item's buckets are runs of consecutive keys, so a batch's rows
+// share a few heap pages), (status, bucket, key) WHERE status IN
+// ('pending','claimed') for the claim mode's sweep of abandoned claims,
+// (bucket, key) for the checkpoint mode. Validate (run by
 // NewSource) refuses a table that lacks them, naming the missing table,
 // column or index and the fix, and checks that every field of T can hold
 // its column's SQL type.

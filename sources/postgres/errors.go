@@ -17,7 +17,7 @@ var (
 	ErrMissingColumn = errors.New("sources/postgres: column does not exist")
 	// ErrMissingIndex: an index Migrate creates on a work table is missing
 	// (a table prepared by an earlier release lacks the pending index the
-	// transactional mode reads by). Run postgres.Migrate again, or the
+	// claim and transactional modes read by). Run postgres.Migrate again, or the
 	// CREATE INDEX CONCURRENTLY statement the message gives.
 	ErrMissingIndex = errors.New("sources/postgres: index does not exist")
 	// ErrRowMismatch: the selected columns do not match the fields of T

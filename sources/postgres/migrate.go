@@ -22,9 +22,9 @@ import (
 //
 // each with a comment marking it as Migrate's ("shardflow:<role> ..."),
 // the partial index (status, bucket, key) WHERE status IN
-// ('pending','claimed') that the claim mode's claims and reclaims use, and
-// the partial index (key, bucket) WHERE status = 'pending' that the
-// transactional mode reads its pending rows by, in key order (see
+// ('pending','claimed') that the claim mode finds abandoned claims by, and
+// the partial index (key, bucket) WHERE status = 'pending' that the claim
+// and transactional modes read pending rows by, in key order (see
 // pendingIndexDDL). For a ReadOnly table it adds only the bucket column and a (bucket, key) index.
 // The defaults and the generated bucket make a plain INSERT that names no
 // bookkeeping column a pending row of the right bucket.
@@ -109,7 +109,8 @@ func migrateOnce(ctx context.Context, db Querier, spec TableSpec) error {
 
 // queueIndexDDL is the statement creating spec's queue index, (status,
 // bucket, key) WHERE status IN ('pending', 'claimed'): the claim mode's
-// claims and reclaims scan an item's bucket range of it.
+// sweep of abandoned claims scans an item's bucket range of its claimed
+// entries.
 func queueIndexDDL(spec TableSpec, concurrently bool) string {
 	b := spec.Bookkeeping
 	st := quote(b.Status)
@@ -129,10 +130,10 @@ func concurrent(yes bool) string {
 //	CREATE INDEX [CONCURRENTLY] IF NOT EXISTS <table>_shardflow_pending
 //	  ON <table> (key, shardflow_bucket) WHERE shardflow_status = 'pending'
 //
-// The transactional mode reads an item's pending rows by it in key order
-// (the bucket, a key column of the index, is tested on the index entries,
-// never on the rows), so a batch's rows lie on a few consecutive heap pages
-// instead of one page each (see TxJob.Fetch). concurrently gives the form
+// The claim and transactional modes read an item's pending rows by it in
+// key order (the bucket, a key column of the index, is tested on the index
+// entries, never on the rows), so a batch's rows lie on a few consecutive
+// heap pages instead of one page each (see TxJob.Fetch, ClaimJob.Fetch). concurrently gives the form
 // that does not block writes, for an existing large table.
 func pendingIndexDDL(spec TableSpec, concurrently bool) string {
 	b := spec.Bookkeeping

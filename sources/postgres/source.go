@@ -174,8 +174,8 @@ func (s *Source[T]) Validate(ctx context.Context) error {
 	}
 	if !s.spec.ReadOnly {
 		for _, idx := range []struct{ name, ddl, use string }{
-			{workIndex, queueIndexDDL(s.spec, true), "the claim mode claims by it"},
-			{pendingIndex, pendingIndexDDL(s.spec, true), "the transactional mode reads pending rows by it"},
+			{workIndex, queueIndexDDL(s.spec, true), "the claim mode finds abandoned claims by it"},
+			{pendingIndex, pendingIndexDDL(s.spec, true), "the claim and transactional modes read pending rows by it"},
 		} {
 			if name := indexName(s.spec.name(), idx.name); !info.indexes[name] {
 				return fmt.Errorf("%w: index %s of table %s (%s); run postgres.Migrate(ctx, pool, spec) again, "+

@@ -96,7 +96,7 @@ func (j *TxJob[T]) Fetch(ctx context.Context, shard dataflow.Shard) ([]Row[T], e
 			if err != nil {
 				return err
 			}
-			j.cursors.advanceByKey(ck, keys(out))
+			j.cursors.advance(ck, keys(out))
 			if len(out) >= shard.FetchCount || pos.atStart() {
 				return nil
 			}
@@ -301,9 +301,9 @@ func (j *TxJob[T]) lockMark(ctx context.Context, shard dataflow.Shard, ck cursor
 		}
 		out = append(out, more...)
 		j.cursors.reset(ck)
-		j.cursors.advanceByKey(ck, keys(more))
+		j.cursors.advance(ck, keys(more))
 	} else {
-		j.cursors.advanceByKey(ck, keys(out))
+		j.cursors.advance(ck, keys(out))
 	}
 	if len(out) == 0 {
 		return nil, false, nil, nil
