@@ -86,12 +86,14 @@
 //
 // shardflow_fence(job, item, epoch) holds the highest epoch that committed
 // for an item. A commit upserts its own epoch only where the stored one is
-// not newer; zero rows affected means a newer owner has committed, and the
-// transaction rolls back with ErrFenced (sent with the COMMIT, as the
-// transactional mode does, the fencing statement then fails, so the COMMIT
-// is not run). Together with the row locks this
-// gives zero duplicate effects even for a process paused past its session
-// timeout.
+// not newer, except the transactional mode's commits at an epoch the source
+// has committed there before: they lock the row FOR SHARE, and only while
+// it holds their epoch, so the slices of one item commit side by side while
+// a newer epoch's upsert waits for them. A newer epoch committed there
+// makes the transaction roll back with ErrFenced (sent with the COMMIT, as
+// the transactional mode does, the fencing statement then fails, so the
+// COMMIT is not run). Together with the row locks this gives zero
+// duplicate effects even for a process paused past its session timeout.
 //
 // # Threading
 //

@@ -1,6 +1,10 @@
 package postgres
 
-import "time"
+import (
+	"time"
+
+	"github.com/shardflow/shardflow/dataflow"
+)
 
 // SetAfterFence makes every transactional batch call f between its fence
 // and its commit (after its ownership check; its fence row may be written
@@ -17,3 +21,8 @@ func SetFenceIdleTimeout(d time.Duration) (restore func()) {
 	fenceIdleTimeout = d
 	return func() { fenceIdleTimeout = old }
 }
+
+// FenceStatement is the statement a transactional commit of shard fences
+// with before its COMMIT (held: the source has committed shard's epoch in
+// shardflow_fence before).
+func FenceStatement(shard dataflow.Shard, held bool) string { return fenceStatement(shard, held) }

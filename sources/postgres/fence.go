@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,21 +56,82 @@ func refusedErr(shard dataflow.Shard) error {
 // row holds a newer epoch.
 const fenceRefusedMark = "shardflow_fence refused the epoch"
 
-// fenceCommitSQL is the CommitQuery of a batch that writes its fence row
-// in its commit's round trip: fenceSQL for shard's job, item and epoch,
-// made to fail when it writes no row (a newer epoch has committed there),
-// then COMMIT. pgx sends a CommitQuery as one simple-protocol query
-// without arguments, so the values are literals; when the fence fails,
-// Postgres skips the COMMIT and the transaction rolls back. SQL has no
-// RAISE: the failure is a cast of a text naming it to integer, which
-// depends on the row count, so the planner cannot fold it into a failure
-// of every execution.
-func fenceCommitSQL(shard dataflow.Shard) string {
-	return `WITH w AS (INSERT INTO shardflow_fence AS f (job, item, epoch) VALUES (` +
-		quoteLiteral(shard.JobName) + `, ` + strconv.Itoa(shard.Item) + `, ` + strconv.FormatInt(shard.Epoch, 10) + `)
+// fenceCommitSQL is the CommitQuery of a batch that fences in its
+// commit's round trip: fenceStatement, then COMMIT. pgx sends a
+// CommitQuery as one simple-protocol query without arguments, so the
+// values are literals; when the fence fails, Postgres skips the COMMIT and
+// the transaction rolls back.
+func fenceCommitSQL(shard dataflow.Shard, held bool) string {
+	return fenceStatement(shard, held) + ";\nCOMMIT"
+}
+
+// fenceStatement is the statement fencing a commit of shard, made to fail
+// when a newer epoch has committed in shardflow_fence. held: the source
+// has committed shard.Epoch there before (fencedEpochs), so the row is
+// only locked FOR SHARE, and only if it still holds that epoch; else the
+// epoch is written (fenceSQL), which locks the row FOR NO KEY UPDATE.
+//
+// The slices of one item at one epoch (several workers per item) thus
+// commit side by side instead of one after the other on the row's lock,
+// and write no row version, while a newer epoch's write still waits for
+// every slice holding the row FOR SHARE, and every slice that locks the
+// row after that write sees the newer epoch (the lock re-reads the row's
+// latest version) and is refused.
+//
+// SQL has no RAISE: the failure is a cast of a text naming it to integer,
+// which depends on the row count, so the planner cannot fold it into a
+// failure of every execution.
+func fenceStatement(shard dataflow.Shard, held bool) string {
+	job, item, epoch := quoteLiteral(shard.JobName), strconv.Itoa(shard.Item), strconv.FormatInt(shard.Epoch, 10)
+	fail := `('` + fenceRefusedMark + `: ' || count(*))::int`
+	if held {
+		return `WITH k AS (SELECT 1 FROM shardflow_fence WHERE job = ` + job + ` AND item = ` + item + ` AND epoch = ` + epoch + ` FOR SHARE)
+SELECT CASE WHEN count(*) = 1 THEN 0 ELSE ` + fail + ` END FROM k`
+	}
+	return `WITH w AS (INSERT INTO shardflow_fence AS f (job, item, epoch) VALUES (` + job + `, ` + item + `, ` + epoch + `)
 ON CONFLICT (job, item) DO UPDATE SET epoch = EXCLUDED.epoch WHERE f.epoch <= EXCLUDED.epoch RETURNING 1)
-SELECT CASE WHEN count(*) = 1 THEN 0 ELSE ('` + fenceRefusedMark + `: ' || count(*))::int END FROM w;
-COMMIT`
+SELECT CASE WHEN count(*) = 1 THEN 0 ELSE ` + fail + ` END FROM w`
+}
+
+// fencedEpochs remember, per job and item, the epoch a source last
+// committed in shardflow_fence, so that its later commits at that epoch
+// lock the row FOR SHARE instead of writing it (fenceStatement).
+type fencedEpochs struct {
+	mu sync.Mutex
+	m  map[fenceKey]int64
+}
+
+type fenceKey struct {
+	job  string
+	item int
+}
+
+// held reports whether shard.Epoch is the epoch last committed for its
+// item.
+func (f *fencedEpochs) held(shard dataflow.Shard) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.m[fenceKey{shard.JobName, shard.Item}]
+	return ok && e == shard.Epoch
+}
+
+// committed records that a commit fenced at shard.Epoch.
+func (f *fencedEpochs) committed(shard dataflow.Shard) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil || len(f.m) > 4096 {
+		f.m = map[fenceKey]int64{}
+	}
+	f.m[fenceKey{shard.JobName, shard.Item}] = shard.Epoch
+}
+
+// refused forgets shard's item: its next commit writes the fence row (which
+// refuses it again if a newer epoch is there, or writes it back if the
+// row is gone).
+func (f *fencedEpochs) refused(shard dataflow.Shard) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, fenceKey{shard.JobName, shard.Item})
 }
 
 // fenceRefused reports whether err is fenceCommitSQL's fence failing.

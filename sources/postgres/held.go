@@ -58,7 +58,7 @@ const (
 type held[T any] struct {
 	state    heldState
 	tx       pgx.Tx
-	inCommit bool // the commit writes the fence row (fenceCommitSQL)
+	inCommit bool // the commit fences (fenceCommitSQL)
 	epoch    int64
 	rows     []Row[T]
 	closed   chan struct{} // closed once the slot is free again

@@ -59,7 +59,8 @@ func (p *protocol) check(ctx context.Context) error {
 // together).
 // guarded counts the fences checked in the batch's transaction (the
 // statement locking the coordination rows), separate the fence rows
-// written after a check of their own (alone, or with the commit).
+// written or locked after a check of their own (alone, or with the
+// commit).
 type statements struct{ n, guarded, separate atomic.Int64 }
 
 func (c *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
@@ -88,7 +89,7 @@ func (c *statements) classify(sql string) {
 	switch {
 	case strings.Contains(sql, "FOR KEY SHARE") && strings.Contains(sql, "shardflow_fence"):
 		c.guarded.Add(1)
-	case strings.Contains(sql, "INSERT INTO shardflow_fence"):
+	case strings.Contains(sql, "INSERT INTO shardflow_fence"), strings.Contains(sql, "FROM shardflow_fence WHERE"):
 		c.separate.Add(1)
 	}
 }

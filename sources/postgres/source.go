@@ -89,6 +89,8 @@ type Source[T any] struct {
 	guards    guards
 	origin    dbOrigin
 	fenceMode atomic.Int32 // fenceUnknown, fencePlain or fenceGuarded
+	// fenced: the epochs this source committed in shardflow_fence.
+	fenced fencedEpochs
 }
 
 // NewSource fills in cfg's defaults, validates it, and runs Validate: the

@@ -264,7 +264,7 @@ func (j *TxJob[T]) lockMark(ctx context.Context, shard dataflow.Shard, ck cursor
 	inCommit = s.fenceInCommit(shard)
 	opts := pgx.TxOptions{}
 	if inCommit {
-		opts.CommitQuery = fenceCommitSQL(shard)
+		opts.CommitQuery = fenceCommitSQL(shard, s.fenced.held(shard))
 	}
 	pos := j.cursors.get(ck)
 	b := &pgx.Batch{}
@@ -527,7 +527,7 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 	inCommit := s.fenceInCommit(shard)
 	opts := pgx.TxOptions{}
 	if inCommit {
-		opts.CommitQuery = fenceCommitSQL(shard)
+		opts.CommitQuery = fenceCommitSQL(shard, s.fenced.held(shard))
 	}
 	b := &pgx.Batch{}
 	b.BeginTx(opts)
@@ -581,6 +581,9 @@ func (j *TxJob[T]) finish(ctx context.Context, tx pgx.Tx, shard dataflow.Shard, 
 	}
 	if owed && !inCommit {
 		if err := writeFence(ctx, tx, shard); err != nil {
+			if errors.Is(err, ErrFenced) {
+				s.fenced.refused(shard)
+			}
 			return err
 		}
 	}
@@ -589,9 +592,15 @@ func (j *TxJob[T]) finish(ctx context.Context, tx pgx.Tx, shard dataflow.Shard, 
 	}
 	if err := tx.Commit(ctx); err != nil {
 		if fenceRefused(err) {
+			s.fenced.refused(shard)
 			return refusedErr(shard)
 		}
 		return fmt.Errorf("sources/postgres: committing rows of table %s (job %s item %d): %w", s.spec.Table, shard.JobName, shard.Item, err)
+	}
+	if owed {
+		// The fence row holds shard.Epoch: the item's later commits at
+		// this epoch lock it FOR SHARE (fenceStatement).
+		s.fenced.committed(shard)
 	}
 	return nil
 }
