@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardflow/shardflow/sources/postgres"
 )
@@ -104,11 +105,32 @@ func TestClaimFindsAClaimAbandonedBehindItsCursor(t *testing.T) {
 // found once a fetch after the cursor comes back short.
 func TestTransactionalFetchesInKeyOrderAndFindsRowsBehindItsCursor(t *testing.T) {
 	pool := newDB(t)
-	ctx := testCtx(t)
 	newOrders(t, pool, 3000)
-	exec(t, pool, `INSERT INTO orders (id, payload) VALUES (-9223372036854775808, 'min'), (-5, 'neg')`)
 	exec(t, pool, `CREATE TABLE effects (order_id bigint NOT NULL)`)
 	job := newSource(t, pool, postgres.Config{}).Transactional(writeEffects)
+	drainInKeyOrder(t, pool, job, `UPDATE orders SET shardflow_status = 'pending' WHERE id = 1`)
+	if n := queryInt(t, pool, `SELECT count(*) FROM effects WHERE order_id = 1`); n != 2 {
+		t.Fatalf("row 1 has %d effects; want 2 (processed, requeued, processed again)", n)
+	}
+}
+
+// batchJob is a mode's Fetch and ProcessBatch, as the engine calls them.
+type batchJob interface {
+	Fetch(ctx context.Context, shard dataflowShard) ([]postgres.Row[Order], error)
+	ProcessBatch(ctx context.Context, shard dataflowShard, items []postgres.Row[Order]) (int, error)
+}
+
+// drainInKeyOrder adds the two lowest keys to orders (3,000 rows,
+// newOrders, before the job's source was made), then drains item 0 of 2 through job, 100 rows a fetch, checking that
+// each fetch's keys ascend and start after the previous fetch's (the
+// lowest key, math.MinInt64 in bucket 0, first); after the third batch
+// requeue puts row 1 (bucket 1, done in the first) back to pending behind
+// the cursor, and one rescan must find it. Every row of the item ends
+// done, each fetched once and row 1 twice.
+func drainInKeyOrder(t *testing.T, pool *pgxpool.Pool, job batchJob, requeue string) {
+	t.Helper()
+	ctx := testCtx(t)
+	exec(t, pool, `INSERT INTO orders (id, payload) VALUES (-9223372036854775808, 'min'), (-5, 'neg')`)
 	sh := shard(0, 2, 100, 1)
 	want := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_bucket BETWEEN 0 AND 511`)
 	var last int64
@@ -147,9 +169,7 @@ func TestTransactionalFetchesInKeyOrderAndFindsRowsBehindItsCursor(t *testing.T)
 		last = ks[len(ks)-1]
 		batches++
 		if batches == 3 {
-			// Row 1 (bucket 1), done in the first batch, goes back to pending
-			// behind the cursor (a requeue).
-			exec(t, pool, `UPDATE orders SET shardflow_status = 'pending' WHERE id = 1`)
+			exec(t, pool, requeue)
 			want++
 		}
 	}
@@ -157,10 +177,7 @@ func TestTransactionalFetchesInKeyOrderAndFindsRowsBehindItsCursor(t *testing.T)
 		t.Fatal("the requeued row was not found by a rescan")
 	}
 	if int64(seen) != want {
-		t.Fatalf("processed %d rows; want %d (the item's rows and the requeued one)", seen, want)
-	}
-	if n := queryInt(t, pool, `SELECT count(*) FROM effects WHERE order_id = 1`); n != 2 {
-		t.Fatalf("row 1 has %d effects; want 2 (processed, requeued, processed again)", n)
+		t.Fatalf("fetched %d rows; want %d (the item's rows and the requeued one)", seen, want)
 	}
 	if n := queryInt(t, pool, `SELECT count(*) FROM orders WHERE shardflow_bucket BETWEEN 0 AND 511 AND shardflow_status <> 'done'`); n != 0 {
 		t.Fatalf("%d rows of the item not done", n)
