@@ -137,7 +137,8 @@ func TestScaleJobs(t *testing.T) {
 	life := func(what string, measure bool) {
 		runtime.GC()
 		debug.FreeOSMemory()
-		g0, rss0, heap0 := runtime.NumGoroutine(), rssBytes(t), heapInuse()
+		g0, rss0 := runtime.NumGoroutine(), rssBytes(t)
+		heap0, live0 := heapStats()
 		w0 := watches()
 
 		raw, closeStore := connect()
@@ -182,11 +183,13 @@ func TestScaleJobs(t *testing.T) {
 		if measure {
 			runtime.GC()
 			debug.FreeOSMemory()
-			g1, rss1, heap1 := runtime.NumGoroutine(), rssBytes(t), heapInuse()
-			logf("%s at rest: %d goroutines (%.3f per job), RSS %.1f MB (%.1f KB per job), heap in use %.1f MB (%.1f KB per job)",
+			g1, rss1 := runtime.NumGoroutine(), rssBytes(t)
+			heap1, live1 := heapStats()
+			logf("%s at rest: %d goroutines (%.3f per job), RSS %.1f MB (%.1f KB per job), heap in use %.1f MB (%.1f KB per job), live heap %.1f MB (%.2f KB per job)",
 				what, g1-g0, float64(g1-g0)/float64(n),
 				float64(rss1)/1e6, float64(rss1-rss0)/1024/float64(n),
-				float64(heap1)/1e6, float64(heap1-heap0)/1024/float64(n))
+				float64(heap1)/1e6, float64(heap1-heap0)/1024/float64(n),
+				float64(live1)/1e6, float64(live1-live0)/1024/float64(n))
 			if w1 := watches(); w0 >= 0 && w1 >= 0 {
 				logf("%s at rest: %d watches on the server (%.1f per job)", what, w1-w0, float64(w1-w0)/float64(n))
 			}
@@ -253,10 +256,14 @@ func rssBytes(t *testing.T) int64 {
 	return 0
 }
 
-func heapInuse() int64 {
+// heapStats returns the heap's spans in use and its live bytes (after a
+// GC: what the jobs hold). The spans in use move by a KB or two per job
+// from run to run with fragmentation; the live bytes repeat to 0.1 KB per
+// job, so they tell two builds' memory apart.
+func heapStats() (inuse, live int64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return int64(ms.HeapInuse)
+	return int64(ms.HeapInuse), int64(ms.HeapAlloc)
 }
 
 // goroutineCreators returns the top creators of the live goroutines
