@@ -256,6 +256,17 @@ func (s *Source[T]) fenceInCommit(shard dataflow.Shard) bool {
 	return s.fenceMode.Load() == fencePlain && s.guards.get(shard) == nil
 }
 
+// batchTxOptions are the options of a transactional batch's transaction:
+// when the source fences in the commit (inCommit, fenceInCommit) its
+// CommitQuery fences, locking the row FOR SHARE at an epoch the source has
+// committed there (fencedEpochs).
+func (s *Source[T]) batchTxOptions(shard dataflow.Shard) (opts pgx.TxOptions, inCommit bool) {
+	if inCommit = s.fenceInCommit(shard); inCommit {
+		opts.CommitQuery = fenceCommitSQL(shard, s.fenced.held(shard))
+	}
+	return opts, inCommit
+}
+
 // checkFence is the fencing step before committing tx, but for writing the
 // fence row when no guard does: in a database shared with the coordination
 // store it checks ownership and writes the fence row in tx (owed false);

@@ -261,11 +261,8 @@ var _ dataflow.BatchSlicer[Row[int]] = (*TxJob[int])(nil)
 // of the pool's; conn is released when the transaction ends.
 func (j *TxJob[T]) lockMark(ctx context.Context, shard dataflow.Shard, ck cursorKey, lo, hi int, conn *pgxpool.Conn) (tx pgx.Tx, inCommit bool, out []Row[T], err error) {
 	s := j.src
-	inCommit = s.fenceInCommit(shard)
-	opts := pgx.TxOptions{}
-	if inCommit {
-		opts.CommitQuery = fenceCommitSQL(shard, s.fenced.held(shard))
-	}
+	var opts pgx.TxOptions
+	opts, inCommit = s.batchTxOptions(shard)
 	pos := j.cursors.get(ck)
 	b := &pgx.Batch{}
 	b.BeginTx(opts)
@@ -524,11 +521,7 @@ func (j *TxJob[T]) commit(ctx context.Context, shard dataflow.Shard, items []Row
 	// One round trip begins the transaction, locks the rows and marks them
 	// done. The commit writes the fence row when the source knows it
 	// fences without a coordination guard (fenceInCommit): one more.
-	inCommit := s.fenceInCommit(shard)
-	opts := pgx.TxOptions{}
-	if inCommit {
-		opts.CommitQuery = fenceCommitSQL(shard, s.fenced.held(shard))
-	}
+	opts, inCommit := s.batchTxOptions(shard)
 	b := &pgx.Batch{}
 	b.BeginTx(opts)
 	b.Queue(s.sql.lockDone, keys(items), lo, hi, owner(shard), shard.Epoch)
